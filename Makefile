@@ -1,0 +1,33 @@
+# Every target creates what it needs on a fresh clone: a pinned uv in .tools/, then the
+# locked environment in .venv/ (uv.lock pins every dependency's version).
+SHELL := /bin/bash
+export UV_PYTHON_DOWNLOADS := never
+UV_VERSION := 0.13.9
+UV := .tools/bin/uv
+PY := .venv/bin/python
+
+.PHONY: demo test lint bench sync clean
+
+demo: sync
+	$(UV) run --locked satsuma demo
+
+test: sync lint
+	$(UV) run --locked pytest
+
+lint: sync
+	$(UV) run --locked ruff check src tests benchmarks examples
+	$(UV) run --locked ruff format --check src tests benchmarks examples
+	$(UV) run --locked mypy
+
+bench: sync
+	$(UV) run --locked python benchmarks/run.py
+
+sync: $(UV)
+	$(UV) sync --locked --quiet
+
+$(UV):
+	python3 -m venv .tools
+	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+clean:
+	rm -rf .tools .venv .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,59 @@
+"""Every exception satsuma raises on purpose.
+
+The hierarchy::
+
+    SatsumaError
+    ├── ToolError              raised by a tool's own code: "this call failed, tell the model why"
+    └── ToolDefinitionError    a tool, toolset or runner was declared wrongly (also a TypeError)
+
+Each exception keeps its data as attributes and builds its own message, so every fixed
+text lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SatsumaError", "ToolDefinitionError", "ToolError"]
+
+
+class SatsumaError(Exception):
+    """Root of every exception satsuma raises on purpose."""
+
+
+class ToolError(SatsumaError):
+    """Raised inside a tool to report that the call could not be carried out.
+
+    It is the exception form of returning ``("error", reason)``: the model receives
+    ``Error: <reason>`` with ``is_error`` set, and the outcome's ``error_kind`` is
+    ``"failed"``. Use it where returning is awkward (deep inside helper functions).
+
+    Attributes:
+        reason: The text the model reads after ``Error: ``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ToolDefinitionError(SatsumaError, TypeError):
+    """A tool, toolset or runner was declared wrongly.
+
+    Raised when the class is created, the function decorated or the runner built — never
+    at the first call. The message names the tool and, where there is one, the parameter
+    path, e.g. ``Tool ping: parameter config.port has invalid type 'int'. Valid types:
+    string, integer, number, boolean, array, object``.
+
+    Attributes:
+        tool: The tool's name (or the class or function name when the name itself is
+            what is wrong), or None for a problem that concerns no single tool.
+        path: The parameter path (``config.port``, ``tags[]``), or None.
+        problem: What is wrong, without the tool and path prefix.
+    """
+
+    def __init__(self, tool: str | None, problem: str, *, path: str | None = None) -> None:
+        self.tool = tool
+        self.path = path
+        self.problem = problem
+        where = f"parameter {path} " if path is not None else ""
+        prefix = f"Tool {tool}: " if tool is not None else ""
+        super().__init__(f"{prefix}{where}{problem}")

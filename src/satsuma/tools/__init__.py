@@ -1,0 +1,67 @@
+"""Declaring tools, validating their arguments, and running them under supervision."""
+
+from .._exceptions import ToolDefinitionError as ToolDefinitionError
+from .._exceptions import ToolError as ToolError
+from ._calls import ToolCall as ToolCall
+from ._context import ToolContext as ToolContext
+from ._events import EventSink as EventSink
+from ._events import ToolCallEnd as ToolCallEnd
+from ._events import ToolCallStart as ToolCallStart
+from ._events import ToolEvent as ToolEvent
+from ._events import ToolProgress as ToolProgress
+from ._events import ToolUpdate as ToolUpdate
+from ._hooks import Deny as Deny
+from ._hooks import HookDecision as HookDecision
+from ._hooks import Rewrite as Rewrite
+from ._hooks import ToolHook as ToolHook
+from ._results import ErrorKind as ErrorKind
+from ._results import ToolOutcome as ToolOutcome
+from ._results import ToolResult as ToolResult
+from ._results import format_results as format_results
+from ._results import get_errors as get_errors
+from ._results import has_errors as has_errors
+from ._runner import Interrupt as Interrupt
+from ._runner import ToolRunner as ToolRunner
+from ._strategies import Batched as Batched
+from ._strategies import Parallel as Parallel
+from ._strategies import Sequential as Sequential
+from ._strategies import Strategy as Strategy
+from ._tool import FunctionTool as FunctionTool
+from ._tool import Tool as Tool
+from ._tool import ToolDefinition as ToolDefinition
+from ._tool import Toolset as Toolset
+from ._tool import tool as tool
+
+__all__ = [
+    "Batched",
+    "Deny",
+    "ErrorKind",
+    "EventSink",
+    "FunctionTool",
+    "HookDecision",
+    "Interrupt",
+    "Parallel",
+    "Rewrite",
+    "Sequential",
+    "Strategy",
+    "Tool",
+    "ToolCall",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolEvent",
+    "ToolHook",
+    "ToolOutcome",
+    "ToolProgress",
+    "ToolResult",
+    "ToolRunner",
+    "ToolUpdate",
+    "Toolset",
+    "format_results",
+    "get_errors",
+    "has_errors",
+    "tool",
+]

@@ -1,0 +1,100 @@
+"""ToolContext: what a running tool is given besides its arguments."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, final
+
+import attrs
+import trio
+
+from ._events import Emitter, ToolProgress, ToolUpdate
+from ._results import Content, _check_content
+
+__all__ = ["ToolContext"]
+
+
+@final
+@attrs.define(eq=False)
+class ToolContext:
+    """Given to ``run`` with the arguments: where the call runs and a way to report.
+
+    Attributes:
+        tool_use_id: The id of this call.
+        tool_name: The name of the tool.
+        working_dir: The directory paths are relative to (``context["working_dir"]``,
+            else the current directory when ``execute`` was called).
+        capabilities: The names granted by ``context["capabilities"]`` (e.g. ``read``,
+            ``write``, ``shell``, ``network``).
+        extra: Every other key of the context mapping.
+        agent: The agent handle when an agent runs the tool, else None.
+    """
+
+    tool_use_id: str
+    tool_name: str
+    working_dir: Path
+    capabilities: frozenset[str] = frozenset()
+    extra: Mapping[str, Any] = attrs.Factory(dict)
+    agent: Any = None
+    _emitter: Emitter | None = attrs.field(default=None, alias="emitter", repr=False)
+    _trio_thread: int | None = attrs.field(default=None, alias="trio_thread", repr=False)
+    _trio_token: trio.lowlevel.TrioToken | None = attrs.field(
+        default=None, alias="trio_token", repr=False
+    )
+    _scope: trio.CancelScope | None = attrs.field(default=None, repr=False, init=False)
+    _ended: bool = attrs.field(default=False, repr=False, init=False)
+    _abandoned: bool = attrs.field(default=False, repr=False, init=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this call has been cancelled or has passed its deadline.
+
+        A sync tool (run in a worker thread that the runner abandons at the deadline)
+        polls this to stop early; an async tool is simply cancelled by trio.
+        """
+        scope = self._scope
+        return self._abandoned or (scope is not None and scope.cancel_called)
+
+    def progress(self, text: str) -> None:
+        """Report a status line for humans (a ``ToolProgress`` event); never sent to the
+        model. Safe to call from the worker thread of a sync tool."""
+        if not isinstance(text, str):
+            raise TypeError(f"progress text must be a str, got: {type(text).__name__}")
+        self._emit(ToolProgress(tool_use_id=self.tool_use_id, tool_name=self.tool_name, text=text))
+
+    def update(self, content: Content, details: Any = None) -> None:
+        """Report a partial result for UIs (a ``ToolUpdate`` event); never sent to the
+        model. ``content`` is a str or a list of content blocks."""
+        checked, problem = _check_content(content)
+        if checked is None:
+            raise TypeError(f"update {problem}")
+        self._emit(
+            ToolUpdate(
+                tool_use_id=self.tool_use_id,
+                tool_name=self.tool_name,
+                content=checked,
+                details=details,
+            )
+        )
+
+    def _emit(self, event: ToolProgress | ToolUpdate) -> None:
+        emitter = self._emitter
+        if emitter is None or self._ended:
+            return
+        if self._trio_thread is None or threading.get_ident() == self._trio_thread:
+            emitter.emit(event)
+            return
+        # If the trio run is over, no one is left to see the event.
+        with contextlib.suppress(trio.RunFinishedError):
+            trio.from_thread.run_sync(self._emit_if_running, event, trio_token=self._trio_token)
+
+    def _emit_if_running(self, event: ToolProgress | ToolUpdate) -> None:
+        if not self._ended and self._emitter is not None:
+            self._emitter.emit(event)
+
+    def _end(self, *, abandoned: bool) -> None:
+        self._ended = True
+        self._abandoned = abandoned

@@ -1,0 +1,495 @@
+"""ToolRunner: runs a turn's tool calls under supervision and answers each exactly once.
+
+Each call runs in its own task (one nursery per unit of the strategy) and its own cancel
+scope, whose deadline is the tool's ``timeout`` or else the runner's. Whatever happens
+inside — a return of any form, ToolError, a crash, an exception group, a hang, a result
+that is not a result — becomes one ToolOutcome; nothing a tool does reaches its siblings.
+``trio.Cancelled``, ``KeyboardInterrupt`` and ``SystemExit`` are never captured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from os import PathLike, fspath
+from pathlib import Path
+from typing import Any, Protocol, final
+
+import attrs
+import trio
+
+from .._exceptions import ToolDefinitionError, ToolError
+from ._calls import ToolCall, as_call
+from ._context import ToolContext
+from ._events import ChannelEmitter, Emitter, EventSink, ToolCallEnd, ToolCallStart, make_emitter
+from ._hooks import CompiledHook, Deny, Rewrite, compile_hooks
+from ._results import (
+    SKIPPED_TEXT,
+    ToolOutcome,
+    crash_details,
+    crashed_text,
+    denied_text,
+    describe_exception,
+    error_outcome,
+    failed_text,
+    invalid_args_text,
+    leaf_exceptions,
+    normalise,
+    timeout_text,
+    truncate,
+    unknown_tool_text,
+)
+from ._spec import expected_text
+from ._strategies import Strategy, StrategyName, as_strategy
+from ._tool import FunctionTool, Tool, ToolDefinition, definition_of
+
+__all__ = ["Interrupt", "ToolRunner"]
+
+logger = logging.getLogger("satsuma.tools")
+
+
+class Interrupt(Protocol):
+    """Anything with ``is_set()``: a ``trio.Event``, a ``threading.Event``."""
+
+    def is_set(self) -> bool: ...
+
+
+@attrs.frozen
+class _Entry:
+    definition: ToolDefinition
+    instance: Tool
+
+
+def _instantiate(item: type[Tool]) -> Tool:
+    definition = definition_of(item)
+    try:
+        return item()
+    except TypeError as exc:
+        raise ToolDefinitionError(
+            definition.name,
+            f"cannot be created without arguments ({exc}); pass an instance instead of the class",
+        ) from exc
+
+
+def _expand(tools: Iterable[object]) -> list[Tool]:
+    found: list[Tool] = []
+    for item in tools:
+        if isinstance(item, type) and issubclass(item, Tool):
+            found.append(_instantiate(item))
+        elif isinstance(item, Tool):
+            if isinstance(item, FunctionTool) and item.is_unbound_method:
+                raise ToolDefinitionError(
+                    item.definition.name,
+                    "is a toolset method; pass an instance of its Toolset instead",
+                )
+            definition_of(item)  # an abstract base instance fails here
+            found.append(item)
+        elif callable(getattr(item, "tools", None)):
+            found.extend(_expand(item.tools()))  # type: ignore[attr-defined]
+        else:
+            raise ToolDefinitionError(
+                None,
+                "ToolRunner takes Tool classes, Tool instances, @tool functions and Toolsets, "
+                f"got: {item!r}",
+            )
+    return found
+
+
+def _positive_or_none(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a positive number or None, got: {value!r}")
+    return float(value)
+
+
+def _count_or_none(name: str, value: object, minimum: int = 1) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum} or None, got: {value!r}")
+    return value
+
+
+@attrs.frozen
+class _Environment:
+    """What every call of one ``execute`` shares."""
+
+    working_dir: Path
+    capabilities: frozenset[str]
+    extra: Mapping[str, Any]
+    agent: Any
+    emitter: Emitter | None
+    interrupt: Interrupt | None
+    trio_thread: int
+    trio_token: trio.lowlevel.TrioToken
+
+
+def _parse_context(
+    context: Mapping[str, Any] | None,
+) -> tuple[Path, frozenset[str], dict[str, Any]]:
+    if context is None:
+        return Path.cwd(), frozenset(), {}
+    if not isinstance(context, Mapping):
+        raise TypeError(f"context must be a mapping, got: {type(context).__name__}")
+    extra = dict(context)
+    working_dir = extra.pop("working_dir", None)
+    capabilities = extra.pop("capabilities", ())
+    if working_dir is None:
+        path = Path.cwd()
+    elif isinstance(working_dir, str | PathLike):
+        path = Path(fspath(working_dir))
+    else:
+        raise TypeError(f"context['working_dir'] must be a path, got: {type(working_dir).__name__}")
+    if isinstance(capabilities, str) or not isinstance(capabilities, Iterable):
+        raise TypeError(
+            f"context['capabilities'] must be a set or list of names, got: {capabilities!r}"
+        )
+    names = frozenset(capabilities)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(
+            f"context['capabilities'] must hold strings, got: {sorted(map(repr, names))}"
+        )
+    return path, names, extra
+
+
+@final
+class ToolRunner:
+    """Runs tool calls, each in its own task and cancel scope, and returns one ToolOutcome
+    per call, in call order.
+
+    Args:
+        tools: Tool classes, Tool instances, ``@tool`` functions and Toolsets.
+        timeout: Deadline in seconds for tools that declare none; None for no deadline.
+        max_concurrency: At most this many calls run at once (across every ``execute``
+            of this runner); None for no cap.
+        strategy: ``"parallel"`` (default), ``"sequential"`` or ``Batched(n)``.
+        hooks: A ToolHook (or any object with ``before_call``/``after_call``) or a list.
+        hook_timeout: Deadline in seconds for each hook call; past it the call is denied.
+        max_result_chars: Content longer than this is cut (head and tail kept, with a
+            marker saying how much was cut; the full text goes to ``details``). None
+            keeps everything.
+        max_threads: At most this many worker threads for sync tools. A sync tool that
+            hangs past its deadline is abandoned but keeps its thread until it returns.
+        events: The default event sink for ``execute`` (see ``execute``).
+
+    Raises:
+        ToolDefinitionError: a tool is not a tool, or two tools share a name.
+        ValueError: an option is out of range.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[object],
+        *,
+        timeout: float | None = 120.0,
+        max_concurrency: int | None = None,
+        strategy: StrategyName | Strategy = "parallel",
+        hooks: object = None,
+        hook_timeout: float = 10.0,
+        max_result_chars: int | None = 100_000,
+        max_threads: int = 40,
+        events: EventSink | None = None,
+    ) -> None:
+        entries: dict[str, _Entry] = {}
+        for instance in _expand(tools):
+            definition = definition_of(instance)
+            if definition.name in entries:
+                raise ToolDefinitionError(
+                    definition.name, "is declared twice in one runner; tool names must be unique"
+                )
+            entries[definition.name] = _Entry(definition, instance)
+        self._entries = entries
+        self._timeout = _positive_or_none("timeout", timeout)
+        concurrency = _count_or_none("max_concurrency", max_concurrency)
+        self._limiter = trio.CapacityLimiter(concurrency) if concurrency is not None else None
+        self._strategy = as_strategy(strategy)
+        self._before, self._after = compile_hooks(hooks)
+        hook_deadline = _positive_or_none("hook_timeout", hook_timeout)
+        if hook_deadline is None:
+            raise ValueError("hook_timeout must be a positive number")
+        self._hook_timeout = hook_deadline
+        self._max_result_chars = _count_or_none("max_result_chars", max_result_chars, 100)
+        threads = _count_or_none("max_threads", max_threads)
+        self._thread_limiter = trio.CapacityLimiter(threads or 40)
+        make_emitter(events)  # check the type now rather than at the first execute
+        self._events = events
+
+    @property
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        """The compiled definitions of this runner's tools, in the order given."""
+        return tuple(entry.definition for entry in self._entries.values())
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The Anthropic tool definitions to send with a request."""
+        return [entry.definition.schema() for entry in self._entries.values()]
+
+    async def execute(
+        self,
+        calls: Iterable[object],
+        context: Mapping[str, Any] | None = None,
+        *,
+        interrupt: Interrupt | None = None,
+        events: EventSink | None = None,
+        agent: Any = None,
+    ) -> list[ToolOutcome]:
+        """Run the calls and return one outcome per call, in call order.
+
+        Args:
+            calls: ToolCalls, dicts with ``id``/``name``/``input``, or the Anthropic SDK's
+                ``ToolUseBlock``s.
+            context: ``working_dir`` and ``capabilities`` fill the ToolContext fields of
+                those names; every other key goes to ``ctx.extra``.
+            interrupt: Checked as each call starts; once set, calls not yet started are
+                answered ``Error: Skipped due to queued user message.``
+            events: A callback or a trio MemorySendChannel receiving ToolCallStart,
+                ToolProgress, ToolUpdate and ToolCallEnd (overrides the runner's).
+            agent: The agent handle given to tools as ``ctx.agent``.
+
+        Cancelling ``execute`` cancels every call still running and returns nothing.
+
+        Raises:
+            TypeError: a call, the context or the event sink has the wrong shape.
+        """
+        call_list = [as_call(call, index) for index, call in enumerate(calls)]
+        working_dir, capabilities, extra = _parse_context(context)
+        emitter = make_emitter(events if events is not None else self._events)
+        env = _Environment(
+            working_dir=working_dir,
+            capabilities=capabilities,
+            extra=extra,
+            agent=agent,
+            emitter=emitter,
+            interrupt=interrupt,
+            trio_thread=threading.get_ident(),
+            trio_token=trio.lowlevel.current_trio_token(),
+        )
+        outcomes: list[ToolOutcome | None] = [None] * len(call_list)
+        if isinstance(emitter, ChannelEmitter):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(emitter.pump)
+                try:
+                    await self._run_units(call_list, env, outcomes)
+                finally:
+                    emitter.close()
+        else:
+            await self._run_units(call_list, env, outcomes)
+        return outcomes  # type: ignore[return-value]  # every slot is filled by now
+
+    async def _run_units(
+        self, calls: Sequence[ToolCall], env: _Environment, outcomes: list[ToolOutcome | None]
+    ) -> None:
+        for unit in self._strategy.units(len(calls)):
+            if len(unit) == 1:
+                index = unit[0]
+                await self._run_call(index, calls[index], env, outcomes)
+                continue
+            async with trio.open_nursery() as nursery:
+                for index in unit:
+                    nursery.start_soon(self._run_call, index, calls[index], env, outcomes)
+
+    async def _run_call(
+        self, index: int, call: ToolCall, env: _Environment, outcomes: list[ToolOutcome | None]
+    ) -> None:
+        if self._limiter is not None:
+            async with self._limiter:
+                outcomes[index] = await self._run_started(call, env)
+        else:
+            outcomes[index] = await self._run_started(call, env)
+
+    async def _run_started(self, call: ToolCall, env: _Environment) -> ToolOutcome:
+        emitter = env.emitter
+        if emitter is not None:
+            emitter.emit(ToolCallStart(tool_use_id=call.id, tool_name=call.name, input=call.input))
+        start = trio.current_time()
+        if env.interrupt is not None and env.interrupt.is_set():
+            outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
+        else:
+            outcome = await self._attempt(call, env, start)
+        limit = self._max_result_chars
+        if limit is not None:
+            outcome = truncate(outcome, limit)
+        if self._after:
+            outcome = await self._run_after(call, outcome)
+        if emitter is not None:
+            emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=outcome))
+        return outcome
+
+    async def _attempt(self, call: ToolCall, env: _Environment, start: float) -> ToolOutcome:
+        entry = self._entries.get(call.name)
+        if entry is None:
+            return error_outcome(call.id, call.name, "unknown_tool", unknown_tool_text(call.name))
+        arguments = call.input
+        if isinstance(arguments, str | bytes | bytearray):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError as exc:
+                return error_outcome(
+                    call.id,
+                    call.name,
+                    "invalid_args",
+                    invalid_args_text(
+                        [f"expected arguments to be an object, got: invalid JSON ({exc})"]
+                    ),
+                )
+        definition = entry.definition
+        ctx = ToolContext(
+            tool_use_id=call.id,
+            tool_name=call.name,
+            working_dir=env.working_dir,
+            capabilities=env.capabilities,
+            extra=env.extra,
+            agent=env.agent,
+            emitter=env.emitter,
+            trio_thread=env.trio_thread,
+            trio_token=env.trio_token,
+        )
+        if self._before:
+            if not isinstance(arguments, Mapping):
+                errors = [expected_text("arguments", "object", arguments)]
+                return error_outcome(call.id, call.name, "invalid_args", invalid_args_text(errors))
+            decided = await self._run_before(call, arguments, ctx)
+            if isinstance(decided, ToolOutcome):
+                return decided
+            arguments = decided
+        args, errors = definition.check(arguments)
+        if errors:
+            return error_outcome(call.id, call.name, "invalid_args", invalid_args_text(errors))
+
+        timeout = definition.timeout if definition.timeout is not None else self._timeout
+        deadline = start + timeout if timeout is not None else math.inf
+        crash: Exception | None = None
+        raw: object = None
+        finished = False
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                ctx._scope = scope
+                if definition.is_async:
+                    raw = await entry.instance.run(args, ctx)
+                else:
+                    raw = await trio.to_thread.run_sync(
+                        entry.instance.run,
+                        args,
+                        ctx,
+                        abandon_on_cancel=True,
+                        limiter=self._thread_limiter,
+                    )
+            finished = True
+        except Exception as exc:
+            # Any failure of the tool's own, including an exception group from its own
+            # nursery (what is left of it once our scope has taken its Cancelled out).
+            crash = exc
+            finished = True
+        except BaseExceptionGroup as group:
+            _reraise_cancelled_part(group)
+            raise
+        finally:
+            ctx._end(abandoned=not finished or scope.cancel_called)
+
+        duration = trio.current_time() - start
+        # Checked after the scope exits: cancel_called is True only for our own deadline
+        # (an outer cancellation raises out of the scope and never gets here). A tool that
+        # swallowed the Cancelled and returned anyway is still late.
+        if scope.cancel_called:
+            assert timeout is not None
+            return error_outcome(
+                call.id, call.name, "timeout", timeout_text(timeout), duration=timeout
+            )
+        if crash is not None:
+            if isinstance(crash, ToolError):
+                return error_outcome(
+                    call.id, call.name, "failed", failed_text(crash.reason), duration=duration
+                )
+            logger.warning("tool %s (call %s) crashed", call.name, call.id, exc_info=crash)
+            return error_outcome(
+                call.id,
+                call.name,
+                "crashed",
+                crashed_text(crash),
+                duration=duration,
+                details=crash_details(crash),
+            )
+        return normalise(raw, call.id, call.name, duration)
+
+    async def _run_before(
+        self, call: ToolCall, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> Mapping[str, Any] | ToolOutcome:
+        for hook in self._before:
+            try:
+                with trio.fail_after(self._hook_timeout):
+                    decision = await hook(call, ctx)
+            except Exception as exc:  # TooSlowError included: the hook overran
+                return self._hook_failed(call, hook, "before_call", exc)
+            if decision is None:
+                continue
+            if isinstance(decision, Deny):
+                return error_outcome(call.id, call.name, "denied", denied_text(decision.reason))
+            if isinstance(decision, Rewrite) and isinstance(decision.input, Mapping):
+                arguments = decision.input
+                call = attrs.evolve(call, input=dict(arguments))
+                continue
+            return self._hook_failed(
+                call,
+                hook,
+                "before_call",
+                TypeError(f"returned {decision!r}, not None, Rewrite or Deny"),
+            )
+        return arguments
+
+    async def _run_after(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
+        for hook in self._after:
+            try:
+                with trio.fail_after(self._hook_timeout):
+                    replaced = await hook(call, outcome)
+            except Exception as exc:  # TooSlowError included: the hook overran
+                return self._hook_failed(call, hook, "after_call", exc, duration=outcome.duration)
+            if replaced is None:
+                continue
+            if not isinstance(replaced, ToolOutcome):
+                return self._hook_failed(
+                    call,
+                    hook,
+                    "after_call",
+                    TypeError(f"returned {type(replaced).__name__}, not None or a ToolOutcome"),
+                    duration=outcome.duration,
+                )
+            outcome = replaced
+        return outcome
+
+    def _hook_failed(
+        self,
+        call: ToolCall,
+        hook: CompiledHook,
+        stage: str,
+        exc: BaseException,
+        duration: float = 0.0,
+    ) -> ToolOutcome:
+        # Fails closed: whatever the hook was guarding, the call does not go through.
+        if isinstance(exc, trio.TooSlowError):
+            problem = f"{stage} hook timed out after {self._hook_timeout:g}s"
+        else:
+            problem = f"{stage} hook failed: {describe_exception(exc)}"
+        logger.warning("tool %s (call %s): %s", call.name, call.id, problem, exc_info=exc)
+        return error_outcome(
+            call.id,
+            call.name,
+            "denied",
+            denied_text(problem),
+            duration=duration,
+            details={"hook": repr(hook.owner), **crash_details(exc)},
+        )
+
+
+def _reraise_cancelled_part(group: BaseExceptionGroup[BaseException]) -> None:
+    """A tool's own nursery raised a group holding Cancelled (an outer cancellation) and
+    its own errors: let the cancellation through, and log the errors it would hide."""
+    cancelled, rest = group.split(trio.Cancelled)
+    if cancelled is None or rest is None:
+        return
+    if any(not isinstance(leaf, Exception) for leaf in leaf_exceptions(rest)):
+        return  # KeyboardInterrupt or SystemExit: the whole group goes on
+    logger.warning("a tool failed while being cancelled: %s", describe_exception(rest))
+    raise cancelled
