@@ -1,0 +1,43 @@
+"""Suite-wide guards: no test reaches a network beyond this machine."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+def _is_local(address: Any) -> bool:
+    if isinstance(address, tuple) and address:
+        host = address[0]
+    else:
+        return True  # AF_UNIX paths and the like
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it would need DNS and the network
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        if not _is_local(address):
+            raise OSError(f"tests may not reach the network: connect to {address!r} blocked")
+        return real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> Any:
+        if not _is_local(address):
+            raise OSError(f"tests may not reach the network: connect to {address!r} blocked")
+        return real_connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    yield
