@@ -282,23 +282,41 @@ class ToolRunner:
     async def _run_units(
         self, calls: Sequence[ToolCall], env: _Environment, outcomes: list[ToolOutcome | None]
     ) -> None:
+        limiter = self._limiter
         for unit in self._strategy.units(len(calls)):
             if len(unit) == 1:
                 index = unit[0]
-                await self._run_call(index, calls[index], env, outcomes)
+                if limiter is None:
+                    outcomes[index] = await self._run_started(calls[index], env)
+                else:
+                    async with limiter:
+                        outcomes[index] = await self._run_started(calls[index], env)
                 continue
             async with trio.open_nursery() as nursery:
                 for index in unit:
-                    nursery.start_soon(self._run_call, index, calls[index], env, outcomes)
+                    if limiter is None:
+                        nursery.start_soon(self._run_call, index, calls[index], env, outcomes, None)
+                        continue
+                    # The slot is taken here, before the task exists, so that calls start
+                    # in call order (trio starts new tasks in no particular order).
+                    slot = object()
+                    await limiter.acquire_on_behalf_of(slot)
+                    nursery.start_soon(self._run_call, index, calls[index], env, outcomes, slot)
 
     async def _run_call(
-        self, index: int, call: ToolCall, env: _Environment, outcomes: list[ToolOutcome | None]
+        self,
+        index: int,
+        call: ToolCall,
+        env: _Environment,
+        outcomes: list[ToolOutcome | None],
+        slot: object | None,
     ) -> None:
-        if self._limiter is not None:
-            async with self._limiter:
-                outcomes[index] = await self._run_started(call, env)
-        else:
+        try:
             outcomes[index] = await self._run_started(call, env)
+        finally:
+            if slot is not None:
+                assert self._limiter is not None
+                self._limiter.release_on_behalf_of(slot)
 
     async def _run_started(self, call: ToolCall, env: _Environment) -> ToolOutcome:
         emitter = env.emitter
