@@ -20,7 +20,7 @@ lint: sync
 	$(UV) run --locked mypy
 
 bench: sync
-	$(UV) run --locked python benchmarks/run.py
+	$(UV) run --locked python benchmarks/runner_overhead.py
 
 sync: $(UV)
 	$(UV) sync --locked --quiet

@@ -101,7 +101,7 @@ def _expand(tools: Iterable[object]) -> list[Tool]:
 def _positive_or_none(name: str, value: object) -> float | None:
     if value is None:
         return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
         raise ValueError(f"{name} must be a positive number or None, got: {value!r}")
     return float(value)
 
@@ -341,7 +341,7 @@ class ToolRunner:
         if entry is None:
             return error_outcome(call.id, call.name, "unknown_tool", unknown_tool_text(call.name))
         arguments = call.input
-        if isinstance(arguments, str | bytes | bytearray):
+        if isinstance(arguments, (str, bytes, bytearray)):
             try:
                 arguments = json.loads(arguments)
             except ValueError as exc:
@@ -421,7 +421,8 @@ class ToolRunner:
                 return error_outcome(
                     call.id, call.name, "failed", failed_text(crash.reason), duration=duration
                 )
-            logger.warning("tool %s (call %s) crashed", call.name, call.id, exc_info=crash)
+            # Captured and answered: a crash is the tool's news, not a warning about satsuma.
+            logger.info("tool %s (call %s) crashed", call.name, call.id, exc_info=crash)
             return error_outcome(
                 call.id,
                 call.name,

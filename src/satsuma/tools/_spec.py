@@ -60,7 +60,7 @@ def json_type(value: object) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return "array"
     if isinstance(value, Mapping):
         return "object"
@@ -213,7 +213,7 @@ class IntegerNode(_NumericNode):
 @attrs.frozen(kw_only=True)
 class NumberNode(_NumericNode):
     def check(self, value: Any, path: str, errors: list[str]) -> Any:
-        if not isinstance(value, int | float) or isinstance(value, bool):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
             errors.append(expected_text(path, "number", value))
             return value
         self._bounds(value, path, errors)
@@ -244,7 +244,7 @@ class ArrayNode(Node):
     max_length: int | None = None
 
     def check(self, value: Any, path: str, errors: list[str]) -> Any:
-        if not isinstance(value, list | tuple):
+        if not isinstance(value, (list, tuple)):
             errors.append(expected_text(path, "array", value))
             return value
         if self.min_length is not None and len(value) < self.min_length:

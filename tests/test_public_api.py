@@ -1,0 +1,72 @@
+"""The public names, and the direction of dependencies between layers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import satsuma
+import satsuma.testing
+import satsuma.tools
+
+EXPECTED_SATSUMA = {
+    "Batched", "Deny", "ErrorKind", "EventSink", "FunctionTool", "HookDecision", "Interrupt",
+    "Parallel", "Rewrite", "SatsumaError", "Sequential", "Strategy", "Tool", "ToolCall",
+    "ToolCallEnd", "ToolCallStart", "ToolContext", "ToolDefinition", "ToolDefinitionError",
+    "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
+    "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
+}  # fmt: skip
+
+
+def public_names(module: object) -> set[str]:
+    # "@py_builtins" and friends: pytest rewrites asserts in installed plugins' packages.
+    # Submodules (satsuma.cli, satsuma.tools, ...) appear as attributes once imported.
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith(("_", "@")) and not isinstance(value, types.ModuleType)
+    }
+
+
+def test_satsuma_exports_exactly_the_documented_names() -> None:
+    assert set(satsuma.__all__) == EXPECTED_SATSUMA
+    assert len(satsuma.__all__) == len(set(satsuma.__all__))
+    for name in satsuma.__all__:
+        assert getattr(satsuma, name) is not None
+    # Nothing public is defined or imported into satsuma without being listed.
+    assert public_names(satsuma) - set(satsuma.__all__) == set()
+
+
+def test_tools_exports_match_their_all() -> None:
+    assert public_names(satsuma.tools) == set(satsuma.tools.__all__)
+    assert set(satsuma.tools.__all__) <= EXPECTED_SATSUMA
+
+
+def test_testing_exports() -> None:
+    assert set(satsuma.testing.__all__) == {"EventRecorder", "run_tool", "tool_call"}
+
+
+def test_exported_objects_say_they_live_in_private_modules_of_their_layer() -> None:
+    for name in satsuma.__all__:
+        obj = getattr(satsuma, name)
+        module = getattr(obj, "__module__", "")
+        if module.startswith("satsuma"):
+            leaf = module.rsplit(".", 1)[-1]
+            assert leaf.startswith("_"), f"{name} is defined in public module {module}"
+
+
+def test_importing_tools_loads_neither_agents_nor_supervisor() -> None:
+    code = (
+        "import sys, satsuma.tools, satsuma.testing;"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('satsuma.agents', 'satsuma.supervisor')));"
+        "print(loaded)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_package_is_typed() -> None:
+    from importlib.resources import files
+
+    assert files("satsuma").joinpath("py.typed").is_file()
