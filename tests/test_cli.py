@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -44,3 +45,18 @@ def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str])
         main(["fly"])
     assert info.value.code == 2
     assert "invalid choice: 'fly'" in capsys.readouterr().err
+
+
+def test_the_tools_quickstart_example_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/tools_quickstart.py"],
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "'content': 'example.org: 3 replies'" in result.stdout
+    assert "count must be >= 1, got: 0" in result.stdout
+    assert "Error: Tool timed out after 0.2s" in result.stdout

@@ -1,0 +1,55 @@
+"""The benchmark harness runs and reports; its figures are never asserted here."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "runner_overhead.py"
+
+ROW_NAMES = ("parallel overhead", "sequential", "parallel I/O")
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("runner_overhead", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_prints_the_table() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT.relative_to(ROOT)), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        encoding="utf-8",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "trio" in out
+    assert "machine:" in out
+    lines = out.splitlines()
+    for name in ROW_NAMES:
+        assert any(line.startswith(name) for line in lines), f"no row {name!r} in:\n{out}"
+    for name in ("parallel overhead", "parallel I/O"):
+        row = next(line for line in lines if line.startswith(name))
+        assert row.endswith(("target met", "target MISSED")), row
+
+
+def test_measurements_are_importable_and_return_their_fields() -> None:
+    module = _load_script()
+    overhead = module.measure_overhead(20, 1)
+    for key in ("floor_us", "parallel_us", "sequential_us", "ratio"):
+        assert isinstance(overhead[key], float)
+    assert isinstance(overhead["target_met"], bool)
+    assert set(overhead["samples"]) == {"floor", "parallel", "sequential"}
+    assert isinstance(module.measure_parallel_io(5), float)
