@@ -7,6 +7,7 @@ It imports nothing of satsuma so that every layer may use it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,15 +20,24 @@ __all__ = [
 
 
 def anthropic_tool(name: str, description: str, input_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """An Anthropic tool definition: ``{name, description, input_schema}``."""
-    return {"name": name, "description": description, "input_schema": dict(input_schema)}
+    """An Anthropic tool definition: ``{name, description, input_schema}``, a fresh copy
+    that the caller may change freely."""
+    return {
+        "name": name,
+        "description": description,
+        "input_schema": copy.deepcopy(dict(input_schema)),
+    }
 
 
 def openai_function(name: str, description: str, input_schema: Mapping[str, Any]) -> dict[str, Any]:
     """An OpenAI function-tool descriptor."""
     return {
         "type": "function",
-        "function": {"name": name, "description": description, "parameters": dict(input_schema)},
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": copy.deepcopy(dict(input_schema)),
+        },
     }
 
 

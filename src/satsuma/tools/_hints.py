@@ -224,9 +224,13 @@ def make_property(
     json_default = NO_DEFAULT if default is NO_DEFAULT else _json_default(default)
     if json_default is not NO_DEFAULT:
         errors: list[str] = []
-        compiled.node.check(json_default, path, errors)
+        json_default = compiled.node.check(json_default, path, errors)
         if errors:
             raise _fail(tool, path, f"has a default that fails its own spec: {'; '.join(errors)}")
+    if default is NO_DEFAULT and compiled.optional:
+        # ``x: str | None`` with no default: the schema says optional, so an absent value
+        # must reach Python as None rather than as a missing argument.
+        json_default = None
     prop = Property(name=name, node=compiled.node, required=required, default=json_default)
     return prop, compiled.needs_structure
 

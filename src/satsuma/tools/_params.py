@@ -117,7 +117,9 @@ def _compile_spec(tool: str, spec: object, path: str) -> tuple[Node, bool, Any]:
         if default is None:
             raise fail("has default null; leave the default out instead")
         errors: list[str] = []
-        node.check(default, path, errors)
+        # The default is stored as checking leaves it (nulls and undeclared keys dropped,
+        # nested defaults filled), so run receives a default exactly like a sent value.
+        default = node.check(default, path, errors)
         if errors:
             raise fail(f"has a default that fails its own spec: {'; '.join(errors)}")
     return node, required, default

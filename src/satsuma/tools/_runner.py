@@ -87,6 +87,11 @@ def _expand(tools: Iterable[object]) -> list[Tool]:
                 )
             definition_of(item)  # an abstract base instance fails here
             found.append(item)
+        elif isinstance(item, type) and callable(getattr(item, "tools", None)):
+            raise ToolDefinitionError(
+                None,
+                f"{item.__name__} is a toolset class; pass an instance of it (its tools share its state)",
+            )
         elif callable(getattr(item, "tools", None)):
             found.extend(_expand(item.tools()))  # type: ignore[attr-defined]
         else:

@@ -355,8 +355,8 @@ class ObjectNode(Node):
 
 def _property_schema(prop: Property) -> dict[str, Any]:
     out = prop.node.schema()
-    if prop.has_default:
-        out["default"] = prop.default
+    if prop.has_default and prop.default is not None:
+        out["default"] = copy.deepcopy(prop.default)
     return out
 
 

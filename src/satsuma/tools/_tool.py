@@ -27,7 +27,7 @@ from ._spec import ObjectNode, check_arguments
 
 __all__ = ["FunctionTool", "Tool", "ToolDefinition", "Toolset", "tool"]
 
-NAME_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+NAME_PATTERN: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # used with fullmatch: "$" allows "\n"
 
 Checker = Callable[[object], tuple[Any, list[str]]]
 
@@ -95,7 +95,7 @@ def _validate_common(
 ) -> tuple[str, str, str, float | None, bool]:
     if not isinstance(name, str) or not name:
         raise ToolDefinitionError(tool, 'has an empty name; set name = "..."')
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise ToolDefinitionError(
             name, "has a name the API would refuse: it must match ^[a-zA-Z0-9_-]{1,64}$"
         )
@@ -127,10 +127,16 @@ def _structuring_checker(tool: str, root: ObjectNode, cls: type) -> Checker:
     return check
 
 
+def _describe_leaf(exc: BaseException, type_: Any = None) -> str:
+    # An attrs validator's own message names the field and the bound: keep it.
+    return str(exc) or type(exc).__name__
+
+
 def _structure_errors(exc: Exception) -> list[str]:
     if isinstance(exc, cattrs.BaseValidationError):
-        return list(cattrs.transform_error(exc, path="arguments"))
-    return [f"{type(exc).__name__}: {exc}"]
+        texts = cattrs.transform_error(exc, path="arguments", format_exception=_describe_leaf)
+        return [text.removesuffix(" @ arguments") for text in texts]
+    return [_describe_leaf(exc)]
 
 
 class Tool:
