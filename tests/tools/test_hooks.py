@@ -190,3 +190,45 @@ async def test_hooks_do_not_see_arguments_that_are_not_an_object() -> None:
         outcome.content
         == "Error: Invalid arguments: expected arguments to be an object, got: array"
     )
+
+
+async def test_hooks_see_decoded_arguments_and_after_call_sees_the_rewritten_call() -> None:
+    before_inputs: list[Any] = []
+    after_inputs: list[Any] = []
+
+    class Both(ToolHook):
+        def before_call(self, call: ToolCall, ctx: satsuma.ToolContext) -> Any:
+            before_inputs.append(call.input)
+            return Rewrite({"text": "rewritten"})
+
+        def after_call(self, call: ToolCall, outcome: ToolOutcome) -> Any:
+            after_inputs.append(call.input)
+            return None
+
+    runner = ToolRunner([Echo], hooks=Both())
+    (outcome,) = await runner.execute([tool_call("echo", '{"text": "sent as JSON text"}')])
+    assert before_inputs == [{"text": "sent as JSON text"}]
+    assert after_inputs == [{"text": "rewritten"}]
+    assert outcome.content == "echo: rewritten (secret=hunter2)"
+
+
+async def test_time_spent_in_hooks_does_not_count_against_the_tools_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class Slow(ToolHook):
+        async def before_call(self, call: ToolCall, ctx: satsuma.ToolContext) -> Any:
+            await trio.sleep(4)
+            return None
+
+    class Takes3(satsuma.Tool):
+        name = "takes3"
+        description = "Take three seconds"
+        timeout = 5
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            await trio.sleep(3)
+            return "done"
+
+    (outcome,) = await ToolRunner([Takes3], hooks=Slow()).execute([tool_call("takes3")])
+    assert outcome.content == "done"
+    assert outcome.duration == 7

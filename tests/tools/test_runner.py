@@ -362,3 +362,41 @@ def test_runner_exposes_definitions_and_schemas() -> None:
     runner = ToolRunner([Sleep, Crash])
     assert [d.name for d in runner.definitions] == ["sleep", "crash"]
     assert runner.schemas() == [Sleep.schema(), Crash.schema()]
+
+
+async def test_ctx_cancelled_is_readable_from_a_worker_thread_before_the_deadline() -> None:
+    # Real clock: the sync tool polls several times while the call is still live.
+    readings: list[bool] = []
+
+    @satsuma.tool
+    def poll(ctx: satsuma.ToolContext) -> str:
+        """Poll the cancellation flag from a worker thread."""
+        for _ in range(3):
+            readings.append(ctx.cancelled)
+        return "polled"
+
+    (outcome,) = await ToolRunner([poll]).execute([tool_call("poll")])
+    assert outcome.content == "polled"
+    assert readings == [False, False, False]
+
+
+async def test_ctx_cancelled_on_the_trio_thread_follows_the_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    seen: list[bool] = []
+
+    class Watch(satsuma.Tool):
+        name = "watch"
+        description = "Look at ctx.cancelled before and after the deadline"
+        timeout = 1
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            seen.append(ctx.cancelled)
+            try:
+                await trio.sleep(5)
+            finally:
+                seen.append(ctx.cancelled)
+
+    (outcome,) = await ToolRunner([Watch]).execute([tool_call("watch")])
+    assert outcome.error_kind == "timeout"
+    assert seen == [False, True]

@@ -55,8 +55,15 @@ class ToolContext:
         A sync tool (run in a worker thread that the runner abandons at the deadline)
         polls this to stop early; an async tool is simply cancelled by trio.
         """
+        if self._abandoned:
+            return True
+        # A CancelScope may only be read on the trio thread (it looks at trio's clock). In
+        # a worker thread, _abandoned is the answer: the runner sets it the moment it
+        # gives up on the thread.
         scope = self._scope
-        return self._abandoned or (scope is not None and scope.cancel_called)
+        if scope is None or threading.get_ident() != self._trio_thread:
+            return False
+        return scope.cancel_called
 
     def progress(self, text: str) -> None:
         """Report a status line for humans (a ``ToolProgress`` event); never sent to the

@@ -331,7 +331,7 @@ class ToolRunner:
         if env.interrupt is not None and env.interrupt.is_set():
             outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
         else:
-            outcome = await self._attempt(call, env, start)
+            outcome, call = await self._attempt(call, env, start)
         limit = self._max_result_chars
         if limit is not None:
             outcome = truncate(outcome, limit)
@@ -341,23 +341,24 @@ class ToolRunner:
             emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=outcome))
         return outcome
 
-    async def _attempt(self, call: ToolCall, env: _Environment, start: float) -> ToolOutcome:
+    async def _attempt(
+        self, call: ToolCall, env: _Environment, start: float
+    ) -> tuple[ToolOutcome, ToolCall]:
+        """The call's outcome, and the call as it was finally made (decoded, rewritten)."""
         entry = self._entries.get(call.name)
         if entry is None:
-            return error_outcome(call.id, call.name, "unknown_tool", unknown_tool_text(call.name))
-        arguments = call.input
-        if isinstance(arguments, (str, bytes, bytearray)):
+            return error_outcome(
+                call.id, call.name, "unknown_tool", unknown_tool_text(call.name)
+            ), call
+        if isinstance(call.input, (str, bytes, bytearray)):
             try:
-                arguments = json.loads(arguments)
+                call = attrs.evolve(call, input=json.loads(call.input))
             except ValueError as exc:
+                problem = f"expected arguments to be an object, got: invalid JSON ({exc})"
                 return error_outcome(
-                    call.id,
-                    call.name,
-                    "invalid_args",
-                    invalid_args_text(
-                        [f"expected arguments to be an object, got: invalid JSON ({exc})"]
-                    ),
-                )
+                    call.id, call.name, "invalid_args", invalid_args_text([problem])
+                ), call
+        arguments = call.input
         definition = entry.definition
         ctx = ToolContext(
             tool_use_id=call.id,
@@ -373,17 +374,23 @@ class ToolRunner:
         if self._before:
             if not isinstance(arguments, Mapping):
                 errors = [expected_text("arguments", "object", arguments)]
-                return error_outcome(call.id, call.name, "invalid_args", invalid_args_text(errors))
-            decided = await self._run_before(call, arguments, ctx)
+                return error_outcome(
+                    call.id, call.name, "invalid_args", invalid_args_text(errors)
+                ), call
+            decided = await self._run_before(call, ctx)
             if isinstance(decided, ToolOutcome):
-                return decided
-            arguments = decided
+                return decided, call
+            call = decided
+            arguments = call.input
         args, errors = definition.check(arguments)
         if errors:
-            return error_outcome(call.id, call.name, "invalid_args", invalid_args_text(errors))
+            return error_outcome(
+                call.id, call.name, "invalid_args", invalid_args_text(errors)
+            ), call
 
         timeout = definition.timeout if definition.timeout is not None else self._timeout
-        deadline = start + timeout if timeout is not None else math.inf
+        # The tool's deadline counts from when it is entered: hooks have their own.
+        deadline = trio.current_time() + timeout if timeout is not None else math.inf
         crash: Exception | None = None
         raw: object = None
         finished = False
@@ -419,13 +426,13 @@ class ToolRunner:
         if scope.cancel_called:
             assert timeout is not None
             return error_outcome(
-                call.id, call.name, "timeout", timeout_text(timeout), duration=timeout
-            )
+                call.id, call.name, "timeout", timeout_text(timeout), duration=duration
+            ), call
         if crash is not None:
             if isinstance(crash, ToolError):
                 return error_outcome(
                     call.id, call.name, "failed", failed_text(crash.reason), duration=duration
-                )
+                ), call
             # Captured and answered: a crash is the tool's news, not a warning about satsuma.
             logger.info("tool %s (call %s) crashed", call.name, call.id, exc_info=crash)
             return error_outcome(
@@ -435,12 +442,11 @@ class ToolRunner:
                 crashed_text(crash),
                 duration=duration,
                 details=crash_details(crash),
-            )
-        return normalise(raw, call.id, call.name, duration)
+            ), call
+        return normalise(raw, call.id, call.name, duration), call
 
-    async def _run_before(
-        self, call: ToolCall, arguments: Mapping[str, Any], ctx: ToolContext
-    ) -> Mapping[str, Any] | ToolOutcome:
+    async def _run_before(self, call: ToolCall, ctx: ToolContext) -> ToolCall | ToolOutcome:
+        """The call as the hooks leave it (rewritten or not), or the denial."""
         for hook in self._before:
             try:
                 with trio.fail_after(self._hook_timeout):
@@ -452,8 +458,7 @@ class ToolRunner:
             if isinstance(decision, Deny):
                 return error_outcome(call.id, call.name, "denied", denied_text(decision.reason))
             if isinstance(decision, Rewrite) and isinstance(decision.input, Mapping):
-                arguments = decision.input
-                call = attrs.evolve(call, input=dict(arguments))
+                call = attrs.evolve(call, input=dict(decision.input))
                 continue
             return self._hook_failed(
                 call,
@@ -461,7 +466,7 @@ class ToolRunner:
                 "before_call",
                 TypeError(f"returned {decision!r}, not None, Rewrite or Deny"),
             )
-        return arguments
+        return call
 
     async def _run_after(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
         for hook in self._after:

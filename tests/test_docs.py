@@ -1,0 +1,123 @@
+"""Doc examples run as tests (STYLE.md).
+
+For each ``docs/*.md`` page, its ```python blocks are joined in order into one module and
+executed in a fresh namespace, so a later block may use names an earlier block of the same
+page defined. Blocks fenced ```python no-run are skipped. Each block keeps its line
+numbers from the page (everything else becomes blank lines), so a failing assert points
+at ``docs/<page>.md``, line N.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+# The README's example is documentation too.
+PAGES = [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
+
+_FENCE = re.compile(r"^(?P<fence>`{3,})(?P<info>.*)$")
+
+
+def code_blocks(text: str) -> list[tuple[str, int, list[str]]]:
+    """Every fenced block of a page: ``(info string, first line number, lines)``.
+
+    Line numbers start at 1 and point at the block's first line of code.
+    """
+    blocks: list[tuple[str, int, list[str]]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        opening = _FENCE.match(lines[index].strip())
+        index += 1
+        if opening is None:
+            continue
+        fence, info = opening.group("fence"), opening.group("info").strip()
+        start = index + 1
+        body: list[str] = []
+        # A fence closes only with a line of at least as many backticks and nothing else.
+        while index < len(lines) and not re.fullmatch(f"{fence}`*", lines[index].strip()):
+            body.append(lines[index])
+            index += 1
+        index += 1
+        blocks.append((info, start, body))
+    return blocks
+
+
+def runnable_source(page: Path) -> tuple[str, int]:
+    """The page's ```python blocks as one module, each at its own line numbers, and how
+    many blocks it holds."""
+    lines: list[str] = []
+    count = 0
+    for info, start, body in code_blocks(page.read_text(encoding="utf-8")):
+        words = info.split()
+        if not words or words[0] != "python" or "no-run" in words[1:]:
+            continue
+        count += 1
+        lines.extend([""] * (start - 1 - len(lines)))
+        lines.extend(body)
+    return "\n".join(lines) + "\n", count
+
+
+def test_the_docs_exist() -> None:
+    assert {page.name for page in PAGES} >= {"index.md", "tools.md", "testing.md"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+def test_python_blocks_run(page: Path) -> None:
+    source, count = runnable_source(page)
+    assert count > 0, f"{page.name} has no runnable example"
+    # A real module object, registered while it runs, so that attrs, cattrs and
+    # typing.get_type_hints find the classes' module as they would in a user's file.
+    name = f"satsuma_docs_{page.stem}"
+    module = types.ModuleType(name)
+    module.__file__ = str(page)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, str(page), "exec"), module.__dict__)
+    finally:
+        del sys.modules[name]
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings as mkdocs makes them (its default ``toc`` slugs);
+    a ``#`` line inside a fenced block is not a heading."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    in_blocks = {
+        number
+        for _, start, body in code_blocks("\n".join(lines))
+        for number in range(start - 1, start + len(body) + 1)
+    }
+    slugs = set()
+    for number, line in enumerate(lines, start=1):
+        heading = re.fullmatch(r"#{1,6} +(.+?) *", line)
+        if heading is None or number in in_blocks:
+            continue
+        slug = re.sub(r"[^\w\s-]", "", heading.group(1)).strip().lower()
+        slugs.add(re.sub(r"[-\s]+", "-", slug))
+    return slugs
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+def test_relative_links_and_anchors_resolve(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
+        if "://" in target:
+            continue
+        linked = (page.parent / target).resolve() if target else page
+        assert linked.exists(), f"{page.name} links to missing {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in anchors(linked), f"{page.name} links to missing {target}#{anchor}"
+
+
+def test_no_run_is_rare() -> None:
+    # Fragments that cannot run are the exception: examples are checked by running them.
+    for page in PAGES:
+        blocks = code_blocks(page.read_text(encoding="utf-8"))
+        python = [info for info, _, _ in blocks if info.split()[:1] == ["python"]]
+        skipped = [info for info in python if "no-run" in info.split()[1:]]
+        assert len(skipped) <= max(1, len(python) // 10), f"{page.name}: too many no-run blocks"
