@@ -128,34 +128,39 @@ def _compile_spec(tool: str, spec: object, path: str) -> tuple[Node, bool, Any]:
 _Fail = Callable[[str], ToolDefinitionError]
 
 
-def _lengths(spec: Mapping[str, Any], fail: _Fail) -> tuple[int | None, int | None]:
-    bounds = []
-    for option in ("min_length", "max_length"):
-        value = spec.get(option)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 0
-        ):
-            raise fail(f"option {option!r} must be a non-negative integer, got: {value!r}")
-        bounds.append(value)
-    low, high = bounds
+def _is_length(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _bounds(
+    spec: Mapping[str, Any],
+    fail: _Fail,
+    names: tuple[str, str],
+    valid: Callable[[object], bool],
+    kind: str,
+) -> tuple[Any, Any]:
+    """A pair of lower/upper bound options, each checked, the lower not above the upper."""
+    low, high = (spec.get(name) for name in names)
+    for name, value in zip(names, (low, high), strict=True):
+        if value is not None and not valid(value):
+            raise fail(f"option {name!r} must be {kind}, got: {value!r}")
     if low is not None and high is not None and low > high:
-        raise fail(f"has min_length {low} greater than max_length {high}")
+        raise fail(f"has {names[0]} {low} greater than {names[1]} {high}")
     return low, high
+
+
+def _lengths(spec: Mapping[str, Any], fail: _Fail) -> tuple[int | None, int | None]:
+    return _bounds(spec, fail, ("min_length", "max_length"), _is_length, "a non-negative integer")
 
 
 def _numeric_bounds(
     spec: Mapping[str, Any], fail: _Fail
 ) -> tuple[int | float | None, int | float | None]:
-    bounds = []
-    for option in ("minimum", "maximum"):
-        value = spec.get(option)
-        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
-            raise fail(f"option {option!r} must be a number, got: {value!r}")
-        bounds.append(value)
-    low, high = bounds
-    if low is not None and high is not None and low > high:
-        raise fail(f"has minimum {low} greater than maximum {high}")
-    return low, high
+    return _bounds(spec, fail, ("minimum", "maximum"), _is_number, "a number")
 
 
 def _string(
