@@ -4,7 +4,9 @@ The hierarchy::
 
     SatsumaError
     ├── ToolError              raised by a tool's own code: "this call failed, tell the model why"
-    └── ToolDefinitionError    a tool, toolset or runner was declared wrongly (also a TypeError)
+    ├── ToolDefinitionError    a tool, toolset or runner was declared wrongly (also a TypeError)
+    ├── AgentDefinitionError   an Agent subclass was declared wrongly (also a TypeError)
+    └── ModelError             a model call failed and retries could not cure it
 
 Each exception keeps its data as attributes and builds its own message, so every fixed
 text lives in exactly one place.
@@ -12,7 +14,7 @@ text lives in exactly one place.
 
 from __future__ import annotations
 
-__all__ = ["SatsumaError", "ToolDefinitionError", "ToolError"]
+__all__ = ["AgentDefinitionError", "ModelError", "SatsumaError", "ToolDefinitionError", "ToolError"]
 
 
 class SatsumaError(Exception):
@@ -57,3 +59,46 @@ class ToolDefinitionError(SatsumaError, TypeError):
         where = f"parameter {path} " if path is not None else ""
         prefix = f"Tool {tool}: " if tool is not None else ""
         super().__init__(f"{prefix}{where}{problem}")
+
+
+class AgentDefinitionError(SatsumaError, TypeError):
+    """An Agent subclass was declared wrongly; raised when the class is created.
+
+    Attributes:
+        agent: The agent's name (or class name).
+        problem: What is wrong.
+    """
+
+    def __init__(self, agent: str, problem: str) -> None:
+        self.agent = agent
+        self.problem = problem
+        super().__init__(f"Agent {agent}: {problem}")
+
+
+class ModelError(SatsumaError):
+    """A model call failed, and retrying could not cure it (or it was not retryable).
+
+    A run that meets one ends with status ``failed`` and this text as its ``error``; the
+    agent itself goes on serving.
+
+    Attributes:
+        message: What the API (or the connection) said.
+        status: The HTTP status, when there was one.
+        retryable: Whether the failure was of a kind worth retrying (429, 529, 5xx, a
+            dropped connection).
+        retry_after: Seconds the API asked to wait, when it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        super().__init__(f"{status}: {message}" if status is not None else message)

@@ -1,0 +1,81 @@
+"""Conversation values: messages and token usage.
+
+A message's content is kept as the API's own content blocks (dicts in the SDK's "param"
+form), so that thinking blocks, signatures and block types satsuma does not know travel
+back to the API exactly as it sent them. The store knows only these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+__all__ = ["Message", "Role", "Usage"]
+
+Role = Literal["user", "assistant"]
+
+
+def _freeze_blocks(blocks: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(dict(block) for block in blocks)
+
+
+@attrs.frozen(kw_only=True)
+class Message:
+    """One message of a conversation.
+
+    Attributes:
+        role: ``"user"`` or ``"assistant"``.
+        content: The content blocks, as the Messages API takes them (``{"type": "text",
+            ...}``, ``tool_use``, ``tool_result``, ``thinking``, ...).
+    """
+
+    role: Role
+    content: tuple[Mapping[str, Any], ...] = attrs.field(converter=_freeze_blocks)
+
+    @classmethod
+    def user(cls, *blocks: Mapping[str, Any] | str) -> Message:
+        """A user message; strings become text blocks."""
+        return cls(role="user", content=[_block(block) for block in blocks])
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined (what a person would read)."""
+        return "".join(block["text"] for block in self.content if block.get("type") == "text")
+
+    @property
+    def tool_uses(self) -> list[Mapping[str, Any]]:
+        return [block for block in self.content if block.get("type") == "tool_use"]
+
+    @property
+    def tool_results(self) -> list[Mapping[str, Any]]:
+        return [block for block in self.content if block.get("type") == "tool_result"]
+
+
+def _block(block: Mapping[str, Any] | str) -> Mapping[str, Any]:
+    return {"type": "text", "text": block} if isinstance(block, str) else block
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Tokens counted by the API, per turn or summed per run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+    @property
+    def total_input_tokens(self) -> int:
+        """Every input token, cached or not: the size of the prompt the API read."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens

@@ -1,0 +1,81 @@
+"""The Model protocol: what the agent loop needs from a model provider.
+
+A model takes a request (system prompt, messages, tool definitions) and returns the
+assistant's response, reporting text and thinking as they stream and each retry it
+makes. ``AnthropicModel`` is the implementation for the Anthropic Messages API;
+``satsuma.testing`` has ``ScriptedModel`` and ``FunctionModel`` for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from .._messages import Message, Usage
+from ..tools import ToolCall
+
+__all__ = ["Model", "ModelListener", "ModelRequest", "ModelResponse"]
+
+
+@attrs.frozen(kw_only=True)
+class ModelRequest:
+    """One model call.
+
+    Attributes:
+        model: The model id (aliases are resolved before this point).
+        system: The system prompt, or None.
+        messages: The conversation, after the agent's history processor.
+        tools: Tool definitions, as ``Tool.schema()`` gives them.
+        max_tokens: The most tokens the response may have.
+        cache: Ask for prompt caching of the system prompt and tool definitions.
+    """
+
+    model: str
+    system: str | None
+    messages: tuple[Message, ...]
+    tools: tuple[Mapping[str, Any], ...] = ()
+    max_tokens: int = 4096
+    cache: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class ModelResponse:
+    """The assistant's answer to one request.
+
+    Attributes:
+        content: The assistant message's blocks, to be kept in the history as they are.
+        calls: One ToolCall per ``tool_use`` block, in order. Its ``input`` is the raw
+            JSON text when the streamed input did not parse (the runner then answers
+            that call with ``Invalid arguments``; the history block holds ``{}``).
+        stop_reason: The API's stop reason (``end_turn``, ``tool_use``, ``max_tokens``...).
+        usage: Tokens of this call.
+        model: The model that answered.
+    """
+
+    content: tuple[Mapping[str, Any], ...]
+    calls: tuple[ToolCall, ...] = ()
+    stop_reason: str | None = None
+    usage: Usage = attrs.Factory(Usage)
+    model: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(block["text"] for block in self.content if block.get("type") == "text")
+
+
+class ModelListener(Protocol):
+    """Receives what a model reports while it answers."""
+
+    def text(self, delta: str) -> None: ...
+
+    def thinking(self, delta: str) -> None: ...
+
+    def retry(self, attempt: int, delay: float, reason: str) -> None: ...
+
+
+class Model(Protocol):
+    """A model provider. Raise ``ModelError`` for a failure that retries could not cure."""
+
+    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse: ...
