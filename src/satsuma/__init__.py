@@ -1,11 +1,21 @@
 """satsuma: LLM agents whose tool calls run under supervision, on trio.
 
 This module defines nothing: it re-exports the public names of the private modules.
+The agent layer's names are loaded on first use (PEP 562), so that ``import
+satsuma.tools`` alone never loads the agents or the supervisor: tools sit below them.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._exceptions import AgentDefinitionError as AgentDefinitionError
+from ._exceptions import AgentUnavailable as AgentUnavailable
+from ._exceptions import ModelError as ModelError
 from ._exceptions import SatsumaError as SatsumaError
 from ._exceptions import ToolDefinitionError as ToolDefinitionError
 from ._exceptions import ToolError as ToolError
+from ._messages import Message as Message
+from ._messages import Usage as Usage
 from .tools import Batched as Batched
 from .tools import Deny as Deny
 from .tools import ErrorKind as ErrorKind
@@ -36,9 +46,85 @@ from .tools import get_errors as get_errors
 from .tools import has_errors as has_errors
 from .tools import tool as tool
 
+if TYPE_CHECKING:
+    from .agents import MODEL_ALIASES as MODEL_ALIASES
+    from .agents import Agent as Agent
+    from .agents import AgentEvent as AgentEvent
+    from .agents import AgentHandle as AgentHandle
+    from .agents import HistoryProcessor as HistoryProcessor
+    from .agents import KeepAll as KeepAll
+    from .agents import KeepLastExchanges as KeepLastExchanges
+    from .agents import Model as Model
+    from .agents import ModelListener as ModelListener
+    from .agents import ModelRequest as ModelRequest
+    from .agents import ModelResponse as ModelResponse
+    from .agents import ModelRetry as ModelRetry
+    from .agents import RunEnd as RunEnd
+    from .agents import RunResult as RunResult
+    from .agents import RunStart as RunStart
+    from .agents import RunStatus as RunStatus
+    from .agents import TextDelta as TextDelta
+    from .agents import ThinkingDelta as ThinkingDelta
+    from .agents import TokenBudget as TokenBudget
+    from .agents import TurnEnd as TurnEnd
+    from .agents import Verdict as Verdict
+    from .agents import Verifier as Verifier
+    from .agents import VerifyContext as VerifyContext
+    from .agents import event_to_json as event_to_json
+    from .agents import open_agent as open_agent
+
+_AGENT_NAMES = frozenset(
+    {
+        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "HistoryProcessor", "KeepAll",
+        "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
+        "ModelRetry", "RunEnd", "RunResult", "RunStart", "RunStatus", "TextDelta",
+        "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
+        "event_to_json", "open_agent",
+    }
+)  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _AGENT_NAMES:
+        value = getattr(importlib.import_module("satsuma.agents"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'satsuma' has no attribute {name!r}")
+
+
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "MODEL_ALIASES",
+    "Agent",
+    "AgentDefinitionError",
+    "AgentEvent",
+    "AgentHandle",
+    "AgentUnavailable",
+    "HistoryProcessor",
+    "KeepAll",
+    "KeepLastExchanges",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelListener",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelRetry",
+    "RunEnd",
+    "RunResult",
+    "RunStart",
+    "RunStatus",
+    "TextDelta",
+    "ThinkingDelta",
+    "TokenBudget",
+    "TurnEnd",
+    "Usage",
+    "Verdict",
+    "Verifier",
+    "VerifyContext",
+    "event_to_json",
+    "open_agent",
     "Batched",
     "Deny",
     "ErrorKind",

@@ -6,7 +6,8 @@ The hierarchy::
     ├── ToolError              raised by a tool's own code: "this call failed, tell the model why"
     ├── ToolDefinitionError    a tool, toolset or runner was declared wrongly (also a TypeError)
     ├── AgentDefinitionError   an Agent subclass was declared wrongly (also a TypeError)
-    └── ModelError             a model call failed and retries could not cure it
+    ├── ModelError             a model call failed and retries could not cure it
+    └── AgentUnavailable       the agent is not running (closed, or never started)
 
 Each exception keeps its data as attributes and builds its own message, so every fixed
 text lives in exactly one place.
@@ -14,7 +15,14 @@ text lives in exactly one place.
 
 from __future__ import annotations
 
-__all__ = ["AgentDefinitionError", "ModelError", "SatsumaError", "ToolDefinitionError", "ToolError"]
+__all__ = [
+    "AgentDefinitionError",
+    "AgentUnavailable",
+    "ModelError",
+    "SatsumaError",
+    "ToolDefinitionError",
+    "ToolError",
+]
 
 
 class SatsumaError(Exception):
@@ -102,3 +110,17 @@ class ModelError(SatsumaError):
         self.retryable = retryable
         self.retry_after = retry_after
         super().__init__(f"{status}: {message}" if status is not None else message)
+
+
+class AgentUnavailable(SatsumaError):
+    """The agent cannot take a request: it has stopped, or has not started.
+
+    Attributes:
+        agent: The agent's name.
+        reason: Why it is unavailable.
+    """
+
+    def __init__(self, agent: str, reason: str) -> None:
+        self.agent = agent
+        self.reason = reason
+        super().__init__(f"Agent {agent} is unavailable: {reason}")

@@ -1,11 +1,25 @@
-"""Helpers for testing your tools (and, later, agents) without a network.
+"""Helpers for testing your tools and agents without a network.
 
 The pytest plugin (fixtures ``tool_workspace``, ``tool_context``, ``tool_events``) is
 registered automatically when satsuma is installed.
 """
 
+from ._script import Failure as Failure
+from ._script import Reply as Reply
+from ._scripted import FunctionModel as FunctionModel
+from ._scripted import ScriptedModel as ScriptedModel
+from ._scripted import check_conversation as check_conversation
 from ._tools import EventRecorder as EventRecorder
 from ._tools import run_tool as run_tool
 from ._tools import tool_call as tool_call
 
-__all__ = ["EventRecorder", "run_tool", "tool_call"]
+__all__ = [
+    "EventRecorder",
+    "Failure",
+    "FunctionModel",
+    "Reply",
+    "ScriptedModel",
+    "check_conversation",
+    "run_tool",
+    "tool_call",
+]

@@ -39,7 +39,17 @@ logger = logging.getLogger("satsuma.tools")
 
 
 @attrs.frozen(kw_only=True)
-class ToolCallStart:
+class _Tagged:
+    """Where an event comes from. A bare ToolRunner leaves these None; an agent fills
+    them in on every event it reports."""
+
+    agent: str | None = None
+    run_id: str | None = None
+    iteration: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallStart(_Tagged):
     """A call began running (after any wait for a concurrency slot)."""
 
     tool_use_id: str
@@ -48,7 +58,7 @@ class ToolCallStart:
 
 
 @attrs.frozen(kw_only=True)
-class ToolProgress:
+class ToolProgress(_Tagged):
     """A status line from a running tool (``ctx.progress``), for humans only."""
 
     tool_use_id: str
@@ -57,7 +67,7 @@ class ToolProgress:
 
 
 @attrs.frozen(kw_only=True)
-class ToolUpdate:
+class ToolUpdate(_Tagged):
     """A partial result from a running tool (``ctx.update``), for UIs only."""
 
     tool_use_id: str
@@ -67,7 +77,7 @@ class ToolUpdate:
 
 
 @attrs.frozen(kw_only=True)
-class ToolCallEnd:
+class ToolCallEnd(_Tagged):
     """A call ended; ``outcome`` is exactly what the model will be sent."""
 
     tool_use_id: str

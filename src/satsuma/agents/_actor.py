@@ -1,0 +1,340 @@
+"""The agent as an actor: a trio task tree that owns its conversation and serves a
+mailbox, and the handle through which the rest of the program talks to it.
+
+Requests (runs, resets) wait in a bounded mailbox and are served one at a time, in order.
+The conversation is owned by the actor's task; callers get copies.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from os import PathLike, fspath
+from pathlib import Path
+from typing import Any, final
+
+import attrs
+import trio
+
+from .._exceptions import AgentUnavailable
+from .._messages import Message, Usage
+from ._agent import AgentSpec, spec_of
+from ._aliases import resolve_model
+from ._events import AgentEvent
+from ._loop import execute_run
+from ._model import Model
+from ._result import RunResult
+from ._verifiers import as_check
+
+__all__ = ["AgentHandle", "open_agent"]
+
+_run_numbers = itertools.count(1)
+
+
+def _new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex[:12]}"
+
+
+@attrs.define(eq=False)
+class Job:
+    """One queued run."""
+
+    prompt: str
+    run_id: str
+    sink: Callable[[AgentEvent], None] | None
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    done: trio.Event = attrs.Factory(trio.Event)
+    result: RunResult | None = None
+    on_done: Callable[[], None] | None = None
+
+    def abandon(self) -> None:
+        """The caller is gone (or asked to cancel): stop the run, or never start it."""
+        self.scope.cancel()
+
+    def complete(self, result: RunResult) -> None:
+        self.result = result
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done()
+
+
+@attrs.define(eq=False)
+class _Reset:
+    done: trio.Event = attrs.Factory(trio.Event)
+
+
+@final
+class Actor:
+    """The agent's own state, touched only by its task (and by the handle's quick,
+    synchronous methods, which trio never interleaves)."""
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        model: Model,
+        context: Mapping[str, Any] | None,
+        agent_id: str,
+    ) -> None:
+        self.spec = spec
+        self.model = model
+        self.model_id = resolve_model(spec.model) or spec.model
+        self.runner = spec.make_runner()
+        self.tool_schemas = tuple(self.runner.schemas())
+        self.verifiers = [check for check in map(as_check, spec.verifiers) if check is not None]
+        self.context = dict(context or {})
+        working_dir = self.context.get("working_dir")
+        self.working_dir = (
+            Path(fspath(working_dir)) if isinstance(working_dir, (str, PathLike)) else Path.cwd()
+        )
+        self.context_extra = {
+            key: value
+            for key, value in self.context.items()
+            if key not in ("working_dir", "capabilities")
+        }
+        self.agent_id = agent_id
+        self.history: list[Message] = []
+        self.last_usage: Usage | None = None
+        self.steering: list[str] = []
+        self.steer_event = trio.Event()
+        self.current: Job | None = None
+        self.send, self.receive = trio.open_memory_channel[Job | _Reset](spec.mailbox_size)
+        self.handle = AgentHandle(self)
+
+    # --- conversation -----------------------------------------------------------------
+
+    def commit(self, message: Message) -> None:
+        self.history.append(message)
+
+    def replace_last(self, message: Message) -> None:
+        self.history[-1] = message
+
+    def take_steering(self) -> list[str]:
+        texts, self.steering = self.steering, []
+        if self.steer_event.is_set():
+            self.steer_event = trio.Event()
+        return texts
+
+    def has_steering(self) -> bool:
+        return bool(self.steering)
+
+    # --- serving ----------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            async for request in self.receive:
+                if isinstance(request, _Reset):
+                    self.history.clear()
+                    self.last_usage = None
+                    request.done.set()
+                    continue
+                await self._serve_job(request)
+        finally:
+            self._close_mailbox()
+
+    async def _serve_job(self, job: Job) -> None:
+        if job.scope.cancel_called:
+            # Abandoned while it waited: it never starts and leaves no trace.
+            job.complete(RunResult(run_id=job.run_id, output="", status="cancelled"))
+            return
+        self.current = job
+        try:
+            job.complete(await execute_run(self, job))
+        finally:
+            self.current = None
+            if not job.done.is_set():
+                # The agent is being torn down mid-run: execute_run recorded the result.
+                job.complete(
+                    RunResult(
+                        run_id=job.run_id, output="", status="cancelled", error="the agent stopped"
+                    )
+                )
+
+    def _close_mailbox(self) -> None:
+        self.send.close()
+        while True:
+            try:
+                request = self.receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if isinstance(request, _Reset):
+                request.done.set()
+            else:
+                request.complete(
+                    RunResult(
+                        run_id=request.run_id,
+                        output="",
+                        status="cancelled",
+                        error="the agent stopped",
+                    )
+                )
+        self.receive.close()
+
+    async def submit(self, request: Job | _Reset) -> None:
+        try:
+            await self.send.send(request)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise AgentUnavailable(self.spec.name, "it has stopped") from None
+
+
+@final
+class AgentHandle:
+    """How a program talks to a running agent. Returned by ``open_agent``.
+
+    Every method may be called from any task of the trio run. Runs queue in the agent's
+    mailbox and are served one at a time, in order.
+    """
+
+    def __init__(self, actor: Actor) -> None:
+        self._actor = actor
+
+    @property
+    def name(self) -> str:
+        """The agent's declared name."""
+        return self._actor.spec.name
+
+    @property
+    def agent_id(self) -> str:
+        """This agent's id (given to ``open_agent``, or made up)."""
+        return self._actor.agent_id
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """A copy of the conversation so far."""
+        return tuple(self._actor.history)
+
+    async def run(
+        self, prompt: str, *, events: Callable[[AgentEvent], object] | None = None
+    ) -> RunResult:
+        """Run the agent on ``prompt`` and return how the run ended.
+
+        If the caller is cancelled while the run waits or runs, the run is cancelled too
+        (it ends ``cancelled`` with a valid history).
+
+        Args:
+            prompt: The user's message.
+            events: Called with each event of the run, on the trio thread.
+
+        Raises:
+            AgentUnavailable: the agent has stopped.
+        """
+        _check_prompt(prompt)
+        job = Job(prompt=prompt, run_id=_new_run_id(), sink=_callback_sink(events))
+        await self._actor.submit(job)
+        try:
+            await job.done.wait()
+        finally:
+            if not job.done.is_set():
+                job.abandon()
+        assert job.result is not None
+        return job.result
+
+    async def stream(self, prompt: str) -> AsyncIterator[AgentEvent]:
+        """Run the agent on ``prompt``, yielding its events as they happen; the last one
+        is ``RunEnd``. Leaving the loop early cancels the run.
+
+        Raises:
+            AgentUnavailable: the agent has stopped.
+        """
+        _check_prompt(prompt)
+        # Unbounded: a run's events are bounded by its own output, and the agent must
+        # never wait on a slow reader.
+        send, receive = trio.open_memory_channel[AgentEvent](math.inf)
+        job = Job(prompt=prompt, run_id=_new_run_id(), sink=send.send_nowait, on_done=send.close)
+        await self._actor.submit(job)
+        try:
+            async with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            if not job.done.is_set():
+                job.abandon()
+
+    async def steer(self, text: str) -> None:
+        """Send a user message that the model reads at its next turn.
+
+        Tool calls of the current turn not yet started are skipped (the model reads
+        ``Error: Skipped due to queued user message.``). When no run is in progress, the
+        message goes with the next run's prompt.
+        """
+        _check_prompt(text)
+        self._actor.steering.append(text)
+        self._actor.steer_event.set()
+
+    async def cancel(self) -> None:
+        """End the current run as ``cancelled`` (queued runs are not touched)."""
+        current = self._actor.current
+        if current is not None:
+            current.abandon()
+
+    async def reset(self) -> None:
+        """Forget the conversation, after the runs queued before this call.
+
+        Raises:
+            AgentUnavailable: the agent has stopped.
+        """
+        request = _Reset()
+        await self._actor.submit(request)
+        await request.done.wait()
+
+    def __repr__(self) -> str:
+        return f"<AgentHandle {self.name} {self.agent_id}>"
+
+
+def _check_prompt(text: object) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
+
+
+def _callback_sink(
+    events: Callable[[AgentEvent], object] | None,
+) -> Callable[[AgentEvent], None] | None:
+    if events is None:
+        return None
+    if not callable(events):
+        raise TypeError(f"events must be a callable, got: {type(events).__name__}")
+
+    def sink(event: AgentEvent) -> None:
+        events(event)
+
+    return sink
+
+
+@asynccontextmanager
+async def open_agent(
+    agent: type[Any],
+    *,
+    model: Model | None = None,
+    context: Mapping[str, Any] | None = None,
+    agent_id: str | None = None,
+) -> AsyncIterator[AgentHandle]:
+    """Start an agent inside the caller's structured concurrency.
+
+    ``async with satsuma.open_agent(CodingAgent) as agent: await agent.run("...")``. The
+    agent runs until the block exits; a run still in progress then ends ``cancelled``.
+
+    Args:
+        agent: An Agent subclass.
+        model: The model provider (default: ``AnthropicModel()``, from the environment's
+            ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL). Tests pass a ScriptedModel.
+        context: The tools' context mapping (``working_dir``, ``capabilities``, extras).
+        agent_id: This agent's id (made up if not given).
+
+    Raises:
+        TypeError: ``agent`` is not a concrete Agent subclass.
+    """
+    spec = spec_of(agent)
+    if model is None:
+        from ._anthropic import AnthropicModel
+
+        model = AnthropicModel()
+    actor = Actor(spec, model, context, agent_id or f"{spec.name}-{next(_run_numbers)}")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.serve)
+        try:
+            yield actor.handle
+        finally:
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,183 @@
+"""Declaring agents: ``class X(satsuma.Agent)`` with class attributes, checked once when
+the class is created."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Final
+
+import attrs
+
+from .._exceptions import AgentDefinitionError, ToolDefinitionError
+from ..tools import ToolRunner
+from ..tools._strategies import as_strategy
+from ._aliases import MODEL_ALIASES, resolve_model
+from ._history import HistoryProcessor, KeepAll
+from ._verifiers import as_check
+
+__all__ = ["Agent", "AgentSpec"]
+
+_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+@attrs.frozen(kw_only=True)
+class AgentSpec:
+    """An Agent subclass's declaration, checked."""
+
+    name: str
+    model: str
+    tools: tuple[object, ...]
+    system: str | None
+    max_iterations: int
+    max_duration: float | None
+    tool_timeout: float | None
+    verifiers: tuple[object, ...]
+    max_tokens: int
+    runner_options: Mapping[str, Any]
+    loop_guard: int | None
+    history: HistoryProcessor
+    mailbox_size: int
+
+    def make_runner(self) -> ToolRunner:
+        """A fresh runner, with fresh instances of tool classes, for one agent."""
+        return ToolRunner(self.tools, timeout=self.tool_timeout, **self.runner_options)
+
+
+class Agent:
+    """Base class of agents. Declare one with class attributes:
+
+    - ``name`` (required), ``model`` (an alias — ``sonnet``, ``opus``, ``haiku`` — or a
+      model id; default ``sonnet``), ``system``, ``tools`` (as a ToolRunner takes them);
+    - ``max_iterations`` (model calls per run, default 10), ``max_duration`` (seconds
+      per run, default none), ``max_tokens`` (per response, default 4096);
+    - ``tool_timeout`` (the runner's default deadline, 120 s), ``strategy``,
+      ``max_concurrency``, ``hooks``: the ToolRunner options;
+    - ``verifiers``: Verifier classes or instances, or functions;
+    - ``loop_guard``: after this many identical calls in a row (same tool, same
+      arguments) the model is warned, and one more ends the run as failed (default 3;
+      None turns it off);
+    - ``history``: a HistoryProcessor (default KeepAll());
+    - ``mailbox_size``: how many requests may wait for the agent (default 16).
+
+    Start one with ``satsuma.open_agent(X)``. A class meant only as a base for other
+    agents is declared ``class Base(satsuma.Agent, abstract=True)``.
+
+    Raises:
+        AgentDefinitionError: when the class is created, for any mistake.
+    """
+
+    name: ClassVar[str]
+    model: ClassVar[str] = "sonnet"
+    tools: ClassVar[Sequence[object]] = ()
+    system: ClassVar[str | None] = None
+    max_iterations: ClassVar[int] = 10
+    max_duration: ClassVar[float | None] = None
+    tool_timeout: ClassVar[float | None] = 120.0
+    verifiers: ClassVar[Sequence[object]] = ()
+    max_tokens: ClassVar[int] = 4096
+    strategy: ClassVar[Any] = "parallel"
+    max_concurrency: ClassVar[int | None] = None
+    hooks: ClassVar[Any] = None
+    loop_guard: ClassVar[int | None] = 3
+    history: ClassVar[HistoryProcessor] = KeepAll()
+    mailbox_size: ClassVar[int] = 16
+
+    __satsuma_agent__: ClassVar[AgentSpec | None] = None
+
+    def __init_subclass__(cls, *, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__satsuma_agent__ = None if abstract else _declare(cls)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _seconds(value: object) -> bool:
+    return value is None or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    )
+
+
+def _declare(cls: type[Agent]) -> AgentSpec:
+    label = getattr(cls, "name", None)
+    if not isinstance(label, str) or not label:
+        raise AgentDefinitionError(cls.__name__, 'has no name; set name = "..."')
+    if not _NAME.fullmatch(label):
+        raise AgentDefinitionError(label, "name must match [a-zA-Z0-9_-]{1,64}")
+
+    def fail(problem: str) -> AgentDefinitionError:
+        return AgentDefinitionError(label, problem)
+
+    if not isinstance(cls.model, str) or resolve_model(cls.model) is None:
+        raise fail(
+            f"unknown model {cls.model!r}: use an alias ({', '.join(MODEL_ALIASES)}) "
+            "or a model id (claude-...)"
+        )
+    if cls.system is not None and not isinstance(cls.system, str):
+        raise fail(f"system must be a str or None, got: {type(cls.system).__name__}")
+    if not _whole(cls.max_iterations) or cls.max_iterations < 1:
+        raise fail(f"max_iterations must be an integer >= 1, got: {cls.max_iterations!r}")
+    if not _whole(cls.max_tokens) or cls.max_tokens < 1:
+        raise fail(f"max_tokens must be an integer >= 1, got: {cls.max_tokens!r}")
+    if not _whole(cls.mailbox_size) or cls.mailbox_size < 1:
+        raise fail(f"mailbox_size must be an integer >= 1, got: {cls.mailbox_size!r}")
+    if not _seconds(cls.max_duration):
+        raise fail(
+            f"max_duration must be a positive number of seconds or None, got: {cls.max_duration!r}"
+        )
+    if cls.loop_guard is not None and (not _whole(cls.loop_guard) or cls.loop_guard < 1):
+        raise fail(f"loop_guard must be an integer >= 1 or None, got: {cls.loop_guard!r}")
+    if not callable(getattr(cls.history, "process", None)):
+        raise fail(f"history must be a HistoryProcessor, got: {cls.history!r}")
+    if isinstance(cls.tools, (str, bytes)) or not isinstance(cls.tools, Sequence):
+        raise fail(f"tools must be a list, got: {type(cls.tools).__name__}")
+    if isinstance(cls.verifiers, (str, bytes)) or not isinstance(cls.verifiers, Sequence):
+        raise fail(f"verifiers must be a list, got: {type(cls.verifiers).__name__}")
+    for verifier in cls.verifiers:
+        if as_check(verifier) is None:
+            raise fail(
+                f"verifiers must be Verifier classes or instances or functions, got: {verifier!r}"
+            )
+    options: dict[str, Any] = {
+        "strategy": cls.strategy,
+        "max_concurrency": cls.max_concurrency,
+        "hooks": cls.hooks,
+    }
+    spec = AgentSpec(
+        name=label,
+        model=cls.model,
+        tools=tuple(cls.tools),
+        system=cls.system,
+        max_iterations=cls.max_iterations,
+        max_duration=None if cls.max_duration is None else float(cls.max_duration),
+        tool_timeout=cls.tool_timeout,
+        verifiers=tuple(cls.verifiers),
+        max_tokens=cls.max_tokens,
+        runner_options=options,
+        loop_guard=cls.loop_guard,
+        history=cls.history,
+        mailbox_size=cls.mailbox_size,
+    )
+    try:
+        as_strategy(cls.strategy)
+        spec.make_runner()  # every tool checked now: not a tool, duplicate names, options
+    except ToolDefinitionError as exc:
+        raise fail(f"tools: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise fail(str(exc)) from exc
+    return spec
+
+
+def spec_of(agent_class: object) -> AgentSpec:
+    """The checked declaration of an Agent subclass.
+
+    Raises:
+        TypeError: it is not a concrete Agent subclass.
+    """
+    spec = getattr(agent_class, "__satsuma_agent__", None)
+    if not isinstance(agent_class, type) or not issubclass(agent_class, Agent) or spec is None:
+        raise TypeError(f"expected a concrete satsuma.Agent subclass, got: {agent_class!r}")
+    assert isinstance(spec, AgentSpec)
+    return spec

@@ -1,0 +1,108 @@
+"""Events an agent reports while it runs, and their JSON form.
+
+Every event carries the agent's name, the run id and the iteration (the number of the
+model call it belongs to; 0 before the first). Tool events are the ToolRunner's own
+classes with those three fields filled in.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeAlias
+
+import attrs
+import cattrs
+
+from .._messages import Usage
+from ..tools import ToolCallEnd, ToolCallStart, ToolProgress, ToolUpdate
+from ._result import RunResult
+
+__all__ = [
+    "AgentEvent",
+    "ModelRetry",
+    "RunEnd",
+    "RunStart",
+    "TextDelta",
+    "ThinkingDelta",
+    "TurnEnd",
+    "event_to_json",
+]
+
+
+@attrs.frozen(kw_only=True)
+class _RunEvent:
+    agent: str
+    run_id: str
+    iteration: int
+
+
+@attrs.frozen(kw_only=True)
+class RunStart(_RunEvent):
+    """A run began; ``prompt`` is the user's message."""
+
+    prompt: str
+
+
+@attrs.frozen(kw_only=True)
+class TextDelta(_RunEvent):
+    """A piece of the assistant's text, as it streams."""
+
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ThinkingDelta(_RunEvent):
+    """A piece of the assistant's thinking, as it streams."""
+
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ModelRetry(_RunEvent):
+    """A model call failed in a retryable way and is tried again after ``delay`` seconds.
+
+    Text already streamed by the failed attempt is not part of the answer: UIs should
+    drop what they showed of this iteration.
+    """
+
+    attempt: int
+    delay: float
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class TurnEnd(_RunEvent):
+    """A model call ended: its usage and stop reason."""
+
+    usage: Usage
+    stop_reason: str | None
+
+
+@attrs.frozen(kw_only=True)
+class RunEnd(_RunEvent):
+    """The run ended; always the last event of a run."""
+
+    result: RunResult
+
+
+AgentEvent: TypeAlias = (
+    RunStart
+    | TextDelta
+    | ThinkingDelta
+    | ModelRetry
+    | ToolCallStart
+    | ToolProgress
+    | ToolUpdate
+    | ToolCallEnd
+    | TurnEnd
+    | RunEnd
+)
+
+# satsuma's own converter: never cattrs' global one.
+_converter: Final = cattrs.Converter()
+
+
+def event_to_json(event: AgentEvent) -> dict[str, Any]:
+    """An event as a JSON-ready dict, with its class name under ``"type"``."""
+    data: dict[str, Any] = _converter.unstructure(event)
+    data["type"] = type(event).__name__
+    return data

@@ -1,0 +1,356 @@
+"""One run of an agent: gather (call the model) → act (run its tool calls) → repeat until
+the model ends its turn → verify. The run owns its cancel scopes; however it ends —
+completed, out of iterations or time, cancelled, failed, or torn down with its agent —
+the conversation it leaves is valid: every ``tool_use`` has exactly one ``tool_result``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._exceptions import ModelError
+from .._messages import Message, Usage
+from ..tools import ToolCall, ToolOutcome, format_results
+from ..tools._events import ToolEvent
+from ..tools._results import describe_exception, error_outcome
+from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
+from ._model import ModelRequest, ModelResponse
+from ._result import RunResult, RunStatus
+from ._verifiers import VerifyContext, run_verifier, verification_text
+
+if TYPE_CHECKING:
+    from ._actor import Actor, Job
+
+__all__ = ["cancelled_text", "execute_run"]
+
+logger = logging.getLogger("satsuma.agents")
+
+
+def cancelled_text(why: str) -> str:
+    return f"Error: Cancelled: {why} before this tool finished."
+
+
+def loop_guard_nudge(name: str, count: int) -> str:
+    return (
+        f"Note: this is call {count} in a row to {name} with these same arguments. Repeating "
+        "it will not give a different result; change the arguments or take another approach. "
+        "One more identical call ends the run."
+    )
+
+
+def loop_guard_reason(name: str, count: int) -> str:
+    return f"Loop guard: {name} was called {count} times in a row with the same arguments"
+
+
+def _signature(call: ToolCall) -> tuple[str, str]:
+    try:
+        arguments = json.dumps(call.input, sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        arguments = repr(call.input)
+    return call.name, arguments
+
+
+@attrs.define(eq=False)
+class _Listener:
+    run: _Run
+
+    def text(self, delta: str) -> None:
+        run = self.run
+        if run.job.sink is not None:
+            run.emit(
+                TextDelta(agent=run.agent, run_id=run.run_id, iteration=run.iteration, text=delta)
+            )
+
+    def thinking(self, delta: str) -> None:
+        run = self.run
+        if run.job.sink is not None:
+            run.emit(
+                ThinkingDelta(
+                    agent=run.agent, run_id=run.run_id, iteration=run.iteration, text=delta
+                )
+            )
+
+    def retry(self, attempt: int, delay: float, reason: str) -> None:
+        run = self.run
+        run.emit(
+            ModelRetry(
+                agent=run.agent,
+                run_id=run.run_id,
+                iteration=run.iteration,
+                attempt=attempt,
+                delay=delay,
+                reason=reason,
+            )
+        )
+
+
+class _Run:
+    def __init__(self, actor: Actor, job: Job) -> None:
+        self.actor = actor
+        self.job = job
+        self.agent = actor.spec.name
+        self.run_id = job.run_id
+        self.iteration = 0
+        self.usage = Usage()
+        self.messages: list[Message] = []
+        self.pending: list[str] = []  # tool_use ids in the history still without a result
+        self.output = ""
+        self.streak_signature: tuple[str, str] | None = None
+        self.streak = 0
+        self.result: RunResult | None = None
+
+    # --- events and history ---------------------------------------------------------
+
+    def emit(self, event: AgentEvent) -> None:
+        sink = self.job.sink
+        if sink is not None:
+            sink(event)
+
+    def _tool_sink(self) -> Callable[[ToolEvent], None] | None:
+        if self.job.sink is None:
+            return None
+
+        def forward(event: ToolEvent) -> None:
+            self.emit(
+                attrs.evolve(event, agent=self.agent, run_id=self.run_id, iteration=self.iteration)
+            )
+
+        return forward
+
+    def commit(self, message: Message) -> None:
+        self.actor.commit(message)
+        self.messages.append(message)
+
+    def commit_user(self, blocks: Sequence[Any]) -> None:
+        """Add user content, merged into the last message when that is a user message
+        too (the API wants roles to alternate)."""
+        history = self.actor.history
+        if history and history[-1].role == "user":
+            previous = history[-1]
+            merged = Message(role="user", content=[*previous.content, *blocks])
+            self.actor.replace_last(merged)
+            if self.messages and self.messages[-1] is previous:
+                self.messages[-1] = merged
+            else:
+                self.messages.append(merged)
+            return
+        self.commit(Message(role="user", content=list(blocks)))
+
+    def take_steering(self) -> list[dict[str, Any]]:
+        texts = self.actor.take_steering()
+        return [{"type": "text", "text": text} for text in texts]
+
+    # --- the loop ---------------------------------------------------------------------
+
+    async def execute(self) -> RunResult:
+        spec = self.actor.spec
+        self.emit(
+            RunStart(agent=self.agent, run_id=self.run_id, iteration=0, prompt=self.job.prompt)
+        )
+        self.commit_user([{"type": "text", "text": self.job.prompt}, *self.take_steering()])
+        status: RunStatus = "completed"
+        error: str | None = None
+        deadline = (
+            trio.current_time() + spec.max_duration
+            if spec.max_duration is not None
+            else float("inf")
+        )
+        with self.job.scope, trio.CancelScope(deadline=deadline) as deadline_scope:
+            status, error = await self._loop()
+        if self.job.scope.cancelled_caught:
+            status, error = "cancelled", None
+            self._answer_pending("the run was cancelled")
+        elif deadline_scope.cancelled_caught:
+            status, error = "deadline_exceeded", f"max_duration of {spec.max_duration:g}s exceeded"
+            self._answer_pending("the run passed its max_duration")
+        return self.finish(status, error)
+
+    async def _loop(self) -> tuple[RunStatus, str | None]:
+        spec = self.actor.spec
+        while True:
+            steering = self.take_steering()
+            if steering:
+                self.commit_user(steering)
+            if self.iteration >= spec.max_iterations:
+                return "max_iterations", f"max_iterations ({spec.max_iterations}) reached"
+            self.iteration += 1
+            try:
+                response = await self._gather()
+            except ModelError as exc:
+                return "failed", str(exc)
+            except (
+                Exception
+            ) as exc:  # a model implementation's own bug: the run fails, not the actor
+                logger.warning("model %r crashed", self.actor.model, exc_info=exc)
+                return "failed", f"Model crashed: {describe_exception(exc)}"
+            if response.content:
+                self.commit(Message(role="assistant", content=response.content))
+                self.pending = [
+                    block["id"] for block in response.content if block.get("type") == "tool_use"
+                ]
+            self.emit(
+                TurnEnd(
+                    agent=self.agent,
+                    run_id=self.run_id,
+                    iteration=self.iteration,
+                    usage=response.usage,
+                    stop_reason=response.stop_reason,
+                )
+            )
+            if response.stop_reason == "pause_turn":
+                continue  # the API paused a long turn: send it back as it is to go on
+            if response.calls:
+                tripped = await self._act(response.calls)
+                if tripped is not None:
+                    return "failed", tripped
+                continue
+            self.output = response.text
+            if self.actor.has_steering():
+                continue  # the user spoke while the model answered: that is the next turn
+            reason = await self._verify()
+            if reason is None:
+                return "completed", None
+            self.commit_user([{"type": "text", "text": verification_text(reason)}])
+
+    async def _gather(self) -> ModelResponse:
+        actor = self.actor
+        spec = actor.spec
+        messages = actor.spec.history.process(tuple(actor.history), actor.last_usage)
+        request = ModelRequest(
+            model=actor.model_id,
+            system=spec.system,
+            messages=tuple(messages),
+            tools=actor.tool_schemas,
+            max_tokens=spec.max_tokens,
+        )
+        response = await actor.model.respond(request, _Listener(self))
+        self.usage = self.usage + response.usage
+        actor.last_usage = response.usage
+        return response
+
+    async def _act(self, calls: Sequence[ToolCall]) -> str | None:
+        """Run one turn's calls and commit their results; a loop-guard reason if tripped."""
+        actor = self.actor
+        guard = actor.spec.loop_guard
+        streaks = []
+        for call in calls:
+            signature = _signature(call)
+            if signature == self.streak_signature:
+                self.streak += 1
+            else:
+                self.streak_signature, self.streak = signature, 1
+            streaks.append(self.streak)
+        tripped: str | None = None
+        if guard is not None and max(streaks) > guard:
+            worst = max(range(len(calls)), key=lambda index: streaks[index])
+            tripped = loop_guard_reason(calls[worst].name, streaks[worst])
+            outcomes: list[ToolOutcome] = [
+                error_outcome(
+                    call.id, call.name, "denied", f"Error: {tripped}; the run is stopped."
+                )
+                for call in calls
+            ]
+        else:
+            outcomes = await actor.runner.execute(
+                calls,
+                actor.context,
+                interrupt=actor.steer_event,
+                events=self._tool_sink(),
+                agent=actor.handle,
+            )
+            if guard is not None:
+                outcomes = [
+                    _nudged(outcome, loop_guard_nudge(call.name, streak))
+                    if streak == guard and guard > 1
+                    else outcome
+                    for outcome, call, streak in zip(outcomes, calls, streaks, strict=True)
+                ]
+        self.pending = []
+        self.commit_user(format_results(outcomes))
+        return tripped
+
+    async def _verify(self) -> str | None:
+        actor = self.actor
+        if not actor.verifiers:
+            return None
+        ctx = VerifyContext(
+            agent=self.agent,
+            run_id=self.run_id,
+            output=self.output,
+            messages=tuple(actor.history),
+            iteration=self.iteration,
+            working_dir=actor.working_dir,
+            extra=actor.context_extra,
+        )
+        for check in actor.verifiers:
+            reason = await run_verifier(check, ctx)
+            if reason is not None:
+                return reason
+        return None
+
+    # --- ending -----------------------------------------------------------------------
+
+    def _answer_pending(self, why: str) -> None:
+        """Give every tool_use still without a result one, so the history stays valid."""
+        if not self.pending:
+            return
+        names = {
+            block["id"]: block.get("name", "")
+            for message in self.messages
+            if message.role == "assistant"
+            for block in message.content
+            if block.get("type") == "tool_use"
+        }
+        outcomes = [
+            error_outcome(call_id, names.get(call_id, ""), "cancelled", cancelled_text(why))
+            for call_id in self.pending
+        ]
+        self.pending = []
+        self.commit_user(format_results(outcomes))
+
+    def finish(self, status: RunStatus, error: str | None) -> RunResult:
+        if not self.output:
+            for message in reversed(self.messages):
+                if message.role == "assistant" and message.text:
+                    self.output = message.text
+                    break
+        result = RunResult(
+            run_id=self.run_id,
+            output=self.output,
+            status=status,
+            messages=tuple(self.messages),
+            usage=self.usage,
+            iterations=self.iteration,
+            error=error,
+        )
+        self.result = result
+        self.emit(
+            RunEnd(agent=self.agent, run_id=self.run_id, iteration=self.iteration, result=result)
+        )
+        return result
+
+
+def _nudged(outcome: ToolOutcome, nudge: str) -> ToolOutcome:
+    content = outcome.content
+    if isinstance(content, str):
+        return attrs.evolve(outcome, content=f"{content}\n\n{nudge}")
+    return attrs.evolve(outcome, content=[*content, {"type": "text", "text": nudge}])
+
+
+async def execute_run(actor: Actor, job: Job) -> RunResult:
+    """Run one job to its end. If the agent itself is being torn down (an outer
+    cancellation), the run still ends as ``cancelled`` with a valid history, and the
+    cancellation goes on."""
+    run = _Run(actor, job)
+    try:
+        return await run.execute()
+    finally:
+        if run.result is None:
+            run._answer_pending("the agent stopped")
+            run.finish("cancelled", "the agent stopped")

@@ -1,0 +1,38 @@
+"""RunResult: how one run of an agent ended."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from .._messages import Message, Usage
+
+__all__ = ["RunResult", "RunStatus"]
+
+RunStatus = Literal["completed", "max_iterations", "deadline_exceeded", "cancelled", "failed"]
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """The end of a run.
+
+    Attributes:
+        run_id: The run's id (also on every event of the run).
+        output: The final assistant text ("" if there was none).
+        status: ``completed``, ``max_iterations``, ``deadline_exceeded``, ``cancelled``
+            or ``failed``.
+        messages: The messages this run added to the conversation, in order.
+        usage: Tokens summed over the run's model calls.
+        iterations: How many model calls the run made.
+        error: None, or what ended a failed run (the API's message, a loop-guard
+            reason, ...).
+    """
+
+    run_id: str
+    output: str
+    status: RunStatus
+    messages: tuple[Message, ...] = ()
+    usage: Usage = attrs.Factory(Usage)
+    iterations: int = 0
+    error: str | None = None

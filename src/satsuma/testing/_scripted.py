@@ -1,0 +1,148 @@
+"""Models for tests: ScriptedModel plays a list of replies, FunctionModel computes each
+reply from the request. No network, no key."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeAlias, final
+
+import trio
+
+from .._exceptions import ModelError
+from .._messages import Message
+from ..agents._model import ModelListener, ModelRequest, ModelResponse
+from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
+
+__all__ = ["FunctionModel", "ScriptedModel", "check_conversation"]
+
+ScriptItem: TypeAlias = "Reply | str | BaseException"
+
+
+def _prompt_chars(request: ModelRequest) -> int:
+    return sum(len(str(block)) for message in request.messages for block in message.content)
+
+
+async def _play(item: Reply | str, request: ModelRequest, listener: ModelListener) -> ModelResponse:
+    reply = as_reply(item)
+    if reply.thinking:
+        listener.thinking(reply.thinking)
+    if reply.text:
+        # Streamed in word-sized pieces, as a real model would.
+        for piece in re.findall(r"\s*\S+\s*", reply.text) or [reply.text]:
+            listener.text(piece)
+    blocks, calls = reply_blocks(reply)
+    usage = (
+        reply.usage if reply.usage is not None else estimate_usage(reply, _prompt_chars(request))
+    )
+    return ModelResponse(
+        content=tuple(blocks),
+        calls=calls,
+        stop_reason=reply.final_stop_reason,
+        usage=usage,
+        model=request.model,
+    )
+
+
+@final
+class ScriptedModel:
+    """A model that answers with the given replies, in order.
+
+    Each item is a ``str`` (a text reply ending the turn), a ``Reply`` (text, thinking,
+    tool calls), or an exception to raise (``ModelError("...")`` fails the run as an API
+    error would). A call after the last item raises ModelError("ScriptedModel script
+    exhausted ...").
+
+    Attributes:
+        requests: Every ModelRequest received, in order (to assert what was sent).
+    """
+
+    def __init__(self, script: Iterable[ScriptItem], *, delay: float = 0.0) -> None:
+        items = list(script)
+        for item in items:
+            if isinstance(item, Failure):
+                raise TypeError("Failure items are HTTP faults: use them with MessagesServer")
+            if not isinstance(item, (Reply, str, BaseException)):
+                raise TypeError(
+                    f"a script item must be a str, a Reply or an exception, got: {item!r}"
+                )
+        self._script: deque[ScriptItem] = deque(items)
+        self._delay = delay
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        """How many items have not been played yet."""
+        return len(self._script)
+
+    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
+        self.requests.append(request)
+        await trio.sleep(self._delay)
+        if not self._script:
+            raise ModelError(
+                f"ScriptedModel script exhausted after {len(self.requests) - 1} replies"
+            )
+        item = self._script.popleft()
+        if isinstance(item, BaseException):
+            raise item
+        return await _play(item, request, listener)
+
+
+ReplyFunction: TypeAlias = Callable[[ModelRequest], "Reply | str | Awaitable[Reply | str]"]
+
+
+@final
+class FunctionModel:
+    """A model whose every reply is computed by ``fn(request)`` (sync or async), from the
+    conversation so far. ``fn`` may raise ModelError to fail the run."""
+
+    def __init__(self, fn: ReplyFunction) -> None:
+        self._fn = fn
+        self.requests: list[ModelRequest] = []
+
+    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
+        self.requests.append(request)
+        item = self._fn(request)
+        if inspect.isawaitable(item):
+            item = await item
+        else:
+            await trio.lowlevel.checkpoint()
+        if not isinstance(item, (Reply, str)):
+            raise TypeError(f"FunctionModel's function returned {item!r}, not a Reply or str")
+        return await _play(item, request, listener)
+
+
+def check_conversation(messages: Sequence[Message] | Sequence[Mapping[str, Any]]) -> None:
+    """Assert that a conversation is valid for the Messages API: it starts with a user
+    message, roles alternate, and every ``tool_use`` is answered by exactly one
+    ``tool_result`` in the next message (and no tool_result answers nothing).
+
+    Raises:
+        AssertionError: naming the first problem found.
+    """
+    normal = [
+        (m.role, list(m.content)) if isinstance(m, Message) else (m["role"], list(m["content"]))
+        for m in messages
+    ]
+    if not normal:
+        return
+    assert normal[0][0] == "user", "the conversation must start with a user message"
+    for index, (role, content) in enumerate(normal):
+        if index:
+            assert role != normal[index - 1][0], (
+                f"messages {index - 1} and {index} have the same role"
+            )
+        assert content, f"message {index} is empty"
+        asked = [b["id"] for b in content if b.get("type") == "tool_use"]
+        answered_here = [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
+        if role == "user":
+            previous = normal[index - 1][1] if index else []
+            expected = [b["id"] for b in previous if b.get("type") == "tool_use"]
+            assert sorted(answered_here) == sorted(expected), (
+                f"message {index} answers tool_use ids {answered_here}, expected {expected}"
+            )
+        if asked:
+            assert role == "assistant", f"message {index}: tool_use in a user message"
+            assert index + 1 < len(normal), f"message {index}: tool_use {asked} never answered"
