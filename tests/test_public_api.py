@@ -16,6 +16,12 @@ EXPECTED_SATSUMA = {
     "ToolCallEnd", "ToolCallStart", "ToolContext", "ToolDefinition", "ToolDefinitionError",
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
+    # agents
+    "MODEL_ALIASES", "Agent", "AgentDefinitionError", "AgentEvent", "AgentHandle",
+    "AgentUnavailable", "HistoryProcessor", "KeepAll", "KeepLastExchanges", "Message", "Model",
+    "ModelError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
+    "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
+    "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
 }  # fmt: skip
 
 
@@ -43,8 +49,21 @@ def test_tools_exports_match_their_all() -> None:
     assert set(satsuma.tools.__all__) <= EXPECTED_SATSUMA
 
 
+def test_agents_exports_are_all_reexported_by_satsuma() -> None:
+    import satsuma.agents
+
+    assert public_names(satsuma.agents) == set(satsuma.agents.__all__)
+    assert set(satsuma.agents.__all__) <= EXPECTED_SATSUMA
+    for name in satsuma.agents.__all__:
+        assert getattr(satsuma, name) is getattr(satsuma.agents, name)
+
+
 def test_testing_exports() -> None:
-    assert set(satsuma.testing.__all__) == {"EventRecorder", "run_tool", "tool_call"}
+    assert set(satsuma.testing.__all__) == {
+        "EventRecorder", "Failure", "FunctionModel", "Reply", "ScriptedModel",
+        "check_conversation", "run_tool", "tool_call",
+    }  # fmt: skip
+    assert public_names(satsuma.testing) == set(satsuma.testing.__all__)
 
 
 def test_exported_objects_say_they_live_in_private_modules_of_their_layer() -> None:
@@ -57,8 +76,9 @@ def test_exported_objects_say_they_live_in_private_modules_of_their_layer() -> N
 
 
 def test_importing_tools_loads_neither_agents_nor_supervisor() -> None:
+    # `import satsuma` alone too: the agent names load on first use.
     code = (
-        "import sys, satsuma.tools, satsuma.testing;"
+        "import sys, satsuma, satsuma.tools;"
         "loaded = sorted(m for m in sys.modules if m.startswith(('satsuma.agents', 'satsuma.supervisor')));"
         "print(loaded)"
     )

@@ -7,7 +7,9 @@ The conversation is owned by the actor's task; callers get copies.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -30,6 +32,8 @@ from ._result import RunResult
 from ._verifiers import as_check
 
 __all__ = ["AgentHandle", "open_agent"]
+
+logger = logging.getLogger("satsuma.agents")
 
 _run_numbers = itertools.count(1)
 
@@ -227,8 +231,7 @@ class AgentHandle:
         try:
             await job.done.wait()
         finally:
-            if not job.done.is_set():
-                job.abandon()
+            await _abandon(job)
         assert job.result is not None
         return job.result
 
@@ -243,15 +246,20 @@ class AgentHandle:
         # Unbounded: a run's events are bounded by its own output, and the agent must
         # never wait on a slow reader.
         send, receive = trio.open_memory_channel[AgentEvent](math.inf)
-        job = Job(prompt=prompt, run_id=_new_run_id(), sink=send.send_nowait, on_done=send.close)
+
+        def deliver(event: AgentEvent) -> None:
+            # The reader may have left (and closed its end): the run is being cancelled.
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                send.send_nowait(event)
+
+        job = Job(prompt=prompt, run_id=_new_run_id(), sink=deliver, on_done=send.close)
         await self._actor.submit(job)
         try:
             async with receive:
                 async for event in receive:
                     yield event
         finally:
-            if not job.done.is_set():
-                job.abandon()
+            await _abandon(job)
 
     async def steer(self, text: str) -> None:
         """Send a user message that the model reads at its next turn.
@@ -284,6 +292,23 @@ class AgentHandle:
         return f"<AgentHandle {self.name} {self.agent_id}>"
 
 
+# How long a caller that leaves (cancelled, or out of a stream) waits for its run to wind
+# down. Winding down is prompt — tools are cancelled, pending calls answered — so this
+# only bounds a pathological case.
+_WIND_DOWN_SECONDS = 5.0
+
+
+async def _abandon(job: Job) -> None:
+    """If the caller leaves before its run ended, cancel the run and wait (shielded,
+    bounded) until it has: when run() or a stream ends, so has the run, and the history
+    is whole again."""
+    if job.done.is_set():
+        return
+    job.abandon()
+    with trio.move_on_after(_WIND_DOWN_SECONDS, shield=True):
+        await job.done.wait()
+
+
 def _check_prompt(text: object) -> None:
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
@@ -298,7 +323,10 @@ def _callback_sink(
         raise TypeError(f"events must be a callable, got: {type(events).__name__}")
 
     def sink(event: AgentEvent) -> None:
-        events(event)
+        try:
+            events(event)
+        except Exception:  # an observer's bug must not end the run or the agent
+            logger.exception("satsuma event callback %r raised on %r", events, event)
 
     return sink
 

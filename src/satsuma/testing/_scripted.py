@@ -79,12 +79,14 @@ class ScriptedModel:
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
         self.requests.append(request)
-        await trio.sleep(self._delay)
         if not self._script:
             raise ModelError(
                 f"ScriptedModel script exhausted after {len(self.requests) - 1} replies"
             )
+        # Taken before the delay: a call cancelled in flight has used its reply, as a
+        # request to a real API would have.
         item = self._script.popleft()
+        await trio.sleep(self._delay)
         if isinstance(item, BaseException):
             raise item
         return await _play(item, request, listener)
