@@ -11,13 +11,13 @@ import satsuma.testing
 import satsuma.tools
 
 EXPECTED_SATSUMA = {
-    "Batched", "Deny", "ErrorKind", "EventSink", "FunctionTool", "HookDecision", "Interrupt",
+    "Batched", "Deny", "ErrorKind", "EventSink", "FunctionTool", "HookDecision", "Interrupt", "NestedEvent",
     "Parallel", "Rewrite", "SatsumaError", "Sequential", "Strategy", "Tool", "ToolCall",
     "ToolCallEnd", "ToolCallStart", "ToolContext", "ToolDefinition", "ToolDefinitionError",
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
     # agents
-    "MODEL_ALIASES", "Agent", "AgentDefinitionError", "AgentEvent", "AgentHandle",
+    "MODEL_ALIASES", "Agent", "AgentDefinitionError", "AgentEvent", "AgentHandle", "AgentTool",
     "AgentUnavailable", "HistoryProcessor", "KeepAll", "KeepLastExchanges", "Message", "Model",
     "ModelError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",

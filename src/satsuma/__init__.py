@@ -5,8 +5,8 @@ The agent layer's names are loaded on first use (PEP 562), so that ``import
 satsuma.tools`` alone never loads the agents or the supervisor: tools sit below them.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from ._exceptions import AgentDefinitionError as AgentDefinitionError
 from ._exceptions import AgentUnavailable as AgentUnavailable
@@ -23,6 +23,7 @@ from .tools import EventSink as EventSink
 from .tools import FunctionTool as FunctionTool
 from .tools import HookDecision as HookDecision
 from .tools import Interrupt as Interrupt
+from .tools import NestedEvent as NestedEvent
 from .tools import Parallel as Parallel
 from .tools import Rewrite as Rewrite
 from .tools import Sequential as Sequential
@@ -46,11 +47,12 @@ from .tools import get_errors as get_errors
 from .tools import has_errors as has_errors
 from .tools import tool as tool
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from .agents import MODEL_ALIASES as MODEL_ALIASES
     from .agents import Agent as Agent
     from .agents import AgentEvent as AgentEvent
     from .agents import AgentHandle as AgentHandle
+    from .agents import AgentTool as AgentTool
     from .agents import HistoryProcessor as HistoryProcessor
     from .agents import KeepAll as KeepAll
     from .agents import KeepLastExchanges as KeepLastExchanges
@@ -75,7 +77,7 @@ if TYPE_CHECKING:
 
 _AGENT_NAMES = frozenset(
     {
-        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "HistoryProcessor", "KeepAll",
+        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "HistoryProcessor", "KeepAll",
         "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
         "ModelRetry", "RunEnd", "RunResult", "RunStart", "RunStatus", "TextDelta",
         "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
@@ -84,9 +86,9 @@ _AGENT_NAMES = frozenset(
 )  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _AGENT_NAMES:
-        value = getattr(importlib.import_module("satsuma.agents"), name)
+        value = getattr(_importlib.import_module("satsuma.agents"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'satsuma' has no attribute {name!r}")
@@ -100,6 +102,7 @@ __all__ = [
     "AgentDefinitionError",
     "AgentEvent",
     "AgentHandle",
+    "AgentTool",
     "AgentUnavailable",
     "HistoryProcessor",
     "KeepAll",
@@ -132,6 +135,7 @@ __all__ = [
     "FunctionTool",
     "HookDecision",
     "Interrupt",
+    "NestedEvent",
     "Parallel",
     "Rewrite",
     "SatsumaError",

@@ -24,6 +24,7 @@ from ._model import ModelRequest as ModelRequest
 from ._model import ModelResponse as ModelResponse
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
+from ._subagent import AgentTool as AgentTool
 from ._verifiers import Verdict as Verdict
 from ._verifiers import Verifier as Verifier
 from ._verifiers import VerifyContext as VerifyContext
@@ -33,6 +34,7 @@ __all__ = [
     "Agent",
     "AgentEvent",
     "AgentHandle",
+    "AgentTool",
     "HistoryProcessor",
     "KeepAll",
     "KeepLastExchanges",

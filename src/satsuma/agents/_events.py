@@ -13,7 +13,7 @@ import attrs
 import cattrs
 
 from .._messages import Usage
-from ..tools import ToolCallEnd, ToolCallStart, ToolProgress, ToolUpdate
+from ..tools import NestedEvent, ToolCallEnd, ToolCallStart, ToolProgress, ToolUpdate
 from ._result import RunResult
 
 __all__ = [
@@ -93,6 +93,7 @@ AgentEvent: TypeAlias = (
     | ToolProgress
     | ToolUpdate
     | ToolCallEnd
+    | NestedEvent
     | TurnEnd
     | RunEnd
 )

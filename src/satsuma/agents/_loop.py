@@ -22,6 +22,7 @@ from ..tools._results import describe_exception, error_outcome
 from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
 from ._model import ModelRequest, ModelResponse
 from ._result import RunResult, RunStatus
+from ._subagent import subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
 
 if TYPE_CHECKING:
@@ -271,6 +272,10 @@ class _Run:
                     else outcome
                     for outcome, call, streak in zip(outcomes, calls, streaks, strict=True)
                 ]
+        for outcome in outcomes:
+            nested = subagent_usage(outcome.details)
+            if nested is not None:
+                self.usage = self.usage + nested
         self.pending = []
         self.commit_user(format_results(outcomes))
         return tripped

@@ -5,6 +5,7 @@ from .._exceptions import ToolError as ToolError
 from ._calls import ToolCall as ToolCall
 from ._context import ToolContext as ToolContext
 from ._events import EventSink as EventSink
+from ._events import NestedEvent as NestedEvent
 from ._events import ToolCallEnd as ToolCallEnd
 from ._events import ToolCallStart as ToolCallStart
 from ._events import ToolEvent as ToolEvent
@@ -40,6 +41,7 @@ __all__ = [
     "FunctionTool",
     "HookDecision",
     "Interrupt",
+    "NestedEvent",
     "Parallel",
     "Rewrite",
     "Sequential",

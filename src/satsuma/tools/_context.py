@@ -11,7 +11,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from ._events import Emitter, ToolProgress, ToolUpdate
+from ._events import Emitter, NestedEvent, ToolProgress, ToolUpdate
 from ._results import Content, _check_content
 
 __all__ = ["ToolContext"]
@@ -87,7 +87,12 @@ class ToolContext:
             )
         )
 
-    def _emit(self, event: ToolProgress | ToolUpdate) -> None:
+    def forward(self, event: object) -> None:
+        """Report an event of a run nested in this call (a sub-agent's), as a
+        ``NestedEvent`` under this call; never sent to the model."""
+        self._emit(NestedEvent(tool_use_id=self.tool_use_id, tool_name=self.tool_name, event=event))
+
+    def _emit(self, event: ToolProgress | ToolUpdate | NestedEvent) -> None:
         emitter = self._emitter
         if emitter is None or self._ended:
             return
@@ -98,7 +103,7 @@ class ToolContext:
         with contextlib.suppress(trio.RunFinishedError):
             trio.from_thread.run_sync(self._emit_if_running, event, trio_token=self._trio_token)
 
-    def _emit_if_running(self, event: ToolProgress | ToolUpdate) -> None:
+    def _emit_if_running(self, event: ToolProgress | ToolUpdate | NestedEvent) -> None:
         if not self._ended and self._emitter is not None:
             self._emitter.emit(event)
 

@@ -28,6 +28,7 @@ from ._results import Content, ToolOutcome
 
 __all__ = [
     "EventSink",
+    "NestedEvent",
     "ToolCallEnd",
     "ToolCallStart",
     "ToolEvent",
@@ -85,7 +86,16 @@ class ToolCallEnd(_Tagged):
     outcome: ToolOutcome
 
 
-ToolEvent: TypeAlias = ToolCallStart | ToolProgress | ToolUpdate | ToolCallEnd
+@attrs.frozen(kw_only=True)
+class NestedEvent(_Tagged):
+    """An event of a run nested inside this call (a sub-agent's), reported under it."""
+
+    tool_use_id: str
+    tool_name: str
+    event: Any
+
+
+ToolEvent: TypeAlias = ToolCallStart | ToolProgress | ToolUpdate | ToolCallEnd | NestedEvent
 EventSink: TypeAlias = "Callable[[ToolEvent], object] | trio.MemorySendChannel[Any]"
 
 
@@ -135,7 +145,7 @@ class ChannelEmitter:
                 self._dead = True
                 return
         key = None
-        if isinstance(event, ToolProgress | ToolUpdate):
+        if isinstance(event, (ToolProgress, ToolUpdate)):
             key = (type(event).__name__, event.tool_use_id)
             waiting = self._pending.get(key)
             if waiting is not None:
