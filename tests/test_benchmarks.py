@@ -53,3 +53,33 @@ def test_measurements_are_importable_and_return_their_fields() -> None:
     assert isinstance(overhead["target_met"], bool)
     assert set(overhead["samples"]) == {"floor", "parallel", "sequential"}
     assert isinstance(module.measure_parallel_io(5), float)
+
+
+AGENT_LOOP_SCRIPT = ROOT / "benchmarks" / "agent_loop.py"
+
+AGENT_LOOP_ROW_NAMES = (
+    "loop overhead (µs/turn)",
+    "memory per idle agent (KiB)",
+    "concurrent 3-turn runs (s)",
+)
+
+
+def test_agent_loop_quick_run_prints_the_table() -> None:
+    result = subprocess.run(
+        [sys.executable, str(AGENT_LOOP_SCRIPT.relative_to(ROOT)), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        encoding="utf-8",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "trio" in out
+    assert "machine:" in out
+    lines = out.splitlines()
+    for name in AGENT_LOOP_ROW_NAMES:
+        row = next((line for line in lines if line.startswith(name)), None)
+        assert row is not None, f"no row {name!r} in:\n{out}"
+        assert row.endswith(("target met", "target MISSED")), row
