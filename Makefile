@@ -21,6 +21,7 @@ lint: sync
 
 bench: sync
 	$(UV) run --locked python benchmarks/runner_overhead.py
+	$(UV) run --locked python benchmarks/agent_loop.py
 
 sync: $(UV)
 	$(UV) sync --locked --quiet
