@@ -17,7 +17,7 @@ EXPECTED_SATSUMA = {
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
     # agents
-    "MODEL_ALIASES", "Agent", "AgentDefinitionError", "AgentEvent", "AgentHandle", "AgentTool",
+    "MODEL_ALIASES", "Agent", "AgentDefinitionError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
     "AgentUnavailable", "HistoryProcessor", "KeepAll", "KeepLastExchanges", "Message", "Model",
     "ModelError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
@@ -60,7 +60,7 @@ def test_agents_exports_are_all_reexported_by_satsuma() -> None:
 
 def test_testing_exports() -> None:
     assert set(satsuma.testing.__all__) == {
-        "EventRecorder", "Failure", "FunctionModel", "Reply", "ScriptedModel",
+        "EventRecorder", "Failure", "FunctionModel", "MessagesServer", "Reply", "ScriptedModel",
         "check_conversation", "run_tool", "tool_call",
     }  # fmt: skip
     assert public_names(satsuma.testing) == set(satsuma.testing.__all__)

@@ -53,6 +53,7 @@ if _typing.TYPE_CHECKING:
     from .agents import AgentEvent as AgentEvent
     from .agents import AgentHandle as AgentHandle
     from .agents import AgentTool as AgentTool
+    from .agents import AnthropicModel as AnthropicModel
     from .agents import HistoryProcessor as HistoryProcessor
     from .agents import KeepAll as KeepAll
     from .agents import KeepLastExchanges as KeepLastExchanges
@@ -77,7 +78,7 @@ if _typing.TYPE_CHECKING:
 
 _AGENT_NAMES = frozenset(
     {
-        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "HistoryProcessor", "KeepAll",
+        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "HistoryProcessor", "KeepAll",
         "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
         "ModelRetry", "RunEnd", "RunResult", "RunStart", "RunStatus", "TextDelta",
         "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
@@ -104,6 +105,7 @@ __all__ = [
     "AgentHandle",
     "AgentTool",
     "AgentUnavailable",
+    "AnthropicModel",
     "HistoryProcessor",
     "KeepAll",
     "KeepLastExchanges",

@@ -1,20 +1,39 @@
 """The Anthropic Messages API wire format: the one place that builds and parses its dicts.
 
 Everything else in satsuma works with its own attrs classes; only this module knows the
-shape of a tool definition, a ``tool_use`` block and a ``tool_result`` block on the wire.
-It imports nothing of satsuma so that every layer may use it.
+shape of a tool definition, a ``tool_use`` block and a ``tool_result`` block on the wire,
+of a request's parameters, of an error body, and of a message and its stream events
+(read by AnthropicModel, written by the test server, so that the two agree).
+It imports nothing of satsuma so that every layer may use it, and not the SDK either,
+whose import takes seconds.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, TypeAlias
+
+import attrs
 
 __all__ = [
+    "MessageLike",
+    "StreamAccumulator",
+    "StreamedMessage",
     "anthropic_tool",
+    "error_object",
+    "error_status",
+    "error_type",
+    "message_object",
+    "message_params",
     "openai_function",
     "parse_tool_use",
+    "plain",
+    "request_params",
+    "stream_events",
+    "system_params",
+    "tool_params",
     "tool_result_block",
 ]
 
@@ -69,3 +88,395 @@ def parse_tool_use(block: object) -> tuple[str, str, object] | None:
         except AttributeError:
             return None
     return None
+
+
+# --- Requests --------------------------------------------------------------------------
+
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+class MessageLike(Protocol):
+    """What the codec needs of a conversation message (``satsuma.Message`` has it)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def content(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+def plain(value: Any) -> Any:
+    """A deep copy of ``value`` made of dicts and lists only, as the SDK serialises them
+    (a frozen message holds tuples and read-only mappings)."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+def message_params(messages: Iterable[MessageLike]) -> list[dict[str, Any]]:
+    """The ``messages`` parameter: one ``{role, content}`` dict per message."""
+    return [{"role": message.role, "content": plain(message.content)} for message in messages]
+
+
+def system_params(system: str | None, *, cache: bool) -> list[dict[str, Any]]:
+    """The ``system`` parameter as text blocks (none for an empty prompt, which the API
+    rejects); with ``cache``, the last block carries the cache breakpoint."""
+    if not system:
+        return []
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": system}]
+    if cache:
+        blocks[-1]["cache_control"] = dict(_EPHEMERAL)
+    return blocks
+
+
+def tool_params(tools: Iterable[Mapping[str, Any]], *, cache: bool) -> list[dict[str, Any]]:
+    """The ``tools`` parameter, copied; with ``cache``, the last definition carries the
+    cache breakpoint (the API caches every tool up to and including it)."""
+    out = [plain(tool) for tool in tools]
+    if cache and out:
+        out[-1]["cache_control"] = dict(_EPHEMERAL)
+    return out
+
+
+def request_params(
+    *,
+    model: str,
+    system: str | None,
+    messages: Iterable[MessageLike],
+    tools: Iterable[Mapping[str, Any]] = (),
+    max_tokens: int,
+    cache: bool,
+) -> dict[str, Any]:
+    """Keyword arguments for ``client.messages.create`` (without ``stream``)."""
+    params: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "messages": message_params(messages),
+    }
+    if system_blocks := system_params(system, cache=cache):
+        params["system"] = system_blocks
+    if tool_definitions := tool_params(tools, cache=cache):
+        params["tools"] = tool_definitions
+    return params
+
+
+# --- Errors ----------------------------------------------------------------------------
+
+# The API's error types by HTTP status (https://docs.anthropic.com/en/api/errors). An error
+# sent as an ``error`` event inside a stream arrives on a 200 response, so its type is the
+# only way to know which status it stands for.
+_ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_STATUSES: dict[str, int] = {kind: status for status, kind in _ERROR_TYPES.items()}
+
+
+def error_type(status: int) -> str:
+    """The API's error type for an HTTP status."""
+    if status in _ERROR_TYPES:
+        return _ERROR_TYPES[status]
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def error_status(kind: str | None) -> int | None:
+    """The HTTP status that an API error type stands for, or None for an unknown type."""
+    return _STATUSES.get(kind) if kind is not None else None
+
+
+def error_object(kind: str, message: str) -> dict[str, Any]:
+    """An error body, as the API sends it in an HTTP response or an ``error`` event."""
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+# --- Responses -------------------------------------------------------------------------
+
+
+def message_object(
+    *,
+    id: str,
+    model: str,
+    content: Iterable[Mapping[str, Any]],
+    stop_reason: str | None,
+    usage: Mapping[str, int],
+) -> dict[str, Any]:
+    """A complete (non-streamed) ``message`` object."""
+    return {
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": plain(list(content)),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": dict(usage),
+    }
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    size = max(1, -(-len(text) // count))
+    return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+def stream_events(
+    *,
+    id: str,
+    model: str,
+    content: Sequence[Mapping[str, Any]],
+    stop_reason: str | None,
+    usage: Mapping[str, int],
+    tool_inputs: Mapping[str, str] | None = None,
+    pieces: int = 3,
+) -> list[dict[str, Any]]:
+    """The raw stream events of a message, as the API sends them with ``stream: true``.
+
+    Text, thinking and tool input are each split into about ``pieces`` deltas.
+    ``tool_inputs`` maps a ``tool_use`` id to the raw JSON text to stream for it (which
+    may not even parse); otherwise the block's ``input`` is serialised.
+    """
+    raw_inputs = tool_inputs or {}
+    start_usage = {key: value for key, value in usage.items() if key != "output_tokens"}
+    # As the API does: message_start counts output tokens so far, message_delta the total.
+    start_usage["output_tokens"] = min(1, usage.get("output_tokens", 0))
+    start = message_object(id=id, model=model, content=[], stop_reason=None, usage=start_usage)
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    for index, block in enumerate(content):
+        kind = block.get("type")
+        opening: dict[str, Any]
+        deltas: list[dict[str, Any]] = []
+        if kind == "text":
+            opening = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"], pieces)]
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": p}
+                for p in _pieces(block["thinking"], pieces)
+            ]
+            deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
+        elif kind == "tool_use":
+            opening = {**plain(block), "input": {}}
+            text = raw_inputs.get(block["id"], None)
+            if text is None:
+                text = json.dumps(block.get("input", {}))
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p} for p in _pieces(text, pieces)
+            ]
+        else:
+            opening = plain(block)
+        events.append({"type": "content_block_start", "index": index, "content_block": opening})
+        events.extend({"type": "content_block_delta", "index": index, "delta": d} for d in deltas)
+        events.append({"type": "content_block_stop", "index": index})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return events
+
+
+# --- Reading a stream ------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class StreamedMessage:
+    """An assistant message assembled from stream events.
+
+    Attributes:
+        content: The blocks, in the API's param form, ready to go back into the history.
+        tool_uses: ``(id, name, input)`` for each ``tool_use`` block, in order; ``input``
+            is the raw JSON text when the streamed input did not parse to an object
+            (its block then holds ``{}``).
+        stop_reason: The API's stop reason, or None if the stream never said.
+        model: The model that answered.
+        input_tokens: Uncached input tokens.
+        output_tokens: Output tokens.
+        cache_creation_input_tokens: Input tokens written to the cache.
+        cache_read_input_tokens: Input tokens read from the cache.
+    """
+
+    content: tuple[dict[str, Any], ...]
+    tool_uses: tuple[tuple[str, str, Any], ...]
+    stop_reason: str | None
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+def _no_delta(delta: str) -> None:
+    pass
+
+
+def _without_none(value: Any) -> Any:
+    # The API sends some fields as null (``"citations": null``); they are left out of the
+    # history, as the SDK's ``model_dump(exclude_none=True)`` would.
+    if isinstance(value, Mapping):
+        return {key: _without_none(item) for key, item in value.items() if item is not None}
+    if isinstance(value, (list, tuple)):
+        return [_without_none(item) for item in value]
+    return value
+
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+_EventHandler: TypeAlias = "Callable[[StreamAccumulator, Mapping[str, Any]], None]"
+_DeltaHandler: TypeAlias = (
+    "Callable[[StreamAccumulator, int, dict[str, Any], Mapping[str, Any]], None]"
+)
+
+
+@attrs.define(eq=False)
+class StreamAccumulator:
+    """Builds the assistant message from the raw events of one streamed response (the
+    decoded JSON of each Server-Sent Event), in stream order.
+
+    The SDK's own accumulator (``messages.stream()``) parses each tool input as it arrives
+    and raises when the model streamed JSON that does not parse, losing the whole
+    response; here only that call is marked (its raw text kept), so the runner answers it
+    with ``Invalid arguments`` and the other calls of the turn still run.
+
+    Attributes:
+        on_text: Called with each text delta.
+        on_thinking: Called with each thinking delta.
+        complete: Whether ``message_stop`` has arrived.
+        error: The ``error`` object of an ``error`` event (``{"type", "message"}``), or None.
+    """
+
+    on_text: Callable[[str], None] = _no_delta
+    on_thinking: Callable[[str], None] = _no_delta
+    complete: bool = attrs.field(default=False, init=False)
+    error: dict[str, Any] | None = attrs.field(default=None, init=False)
+    _blocks: dict[int, dict[str, Any]] = attrs.field(factory=dict, init=False)
+    _json: dict[int, list[str]] = attrs.field(factory=dict, init=False)
+    _raw_inputs: dict[int, str] = attrs.field(factory=dict, init=False)
+    _model: str = attrs.field(default="", init=False)
+    _stop_reason: str | None = attrs.field(default=None, init=False)
+    _usage: dict[str, int] = attrs.field(factory=dict, init=False)
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """Take one event. Unknown event types (``ping``, future ones) are ignored."""
+        handler = self._ON_EVENT.get(event.get("type", ""))
+        if handler is not None:
+            handler(self, event)
+
+    def _message_start(self, event: Mapping[str, Any]) -> None:
+        message = event["message"]
+        self._model = message.get("model") or ""
+        self._count(message.get("usage") or {})
+
+    def _block_start(self, event: Mapping[str, Any]) -> None:
+        # Kept as the API gave it, so that block types satsuma does not know
+        # (redacted_thinking, server tool results...) go back to it unchanged.
+        self._blocks[event["index"]] = _without_none(event["content_block"])
+
+    def _block_delta(self, event: Mapping[str, Any]) -> None:
+        index, delta = event["index"], event["delta"]
+        handler = self._ON_DELTA.get(delta.get("type", ""))
+        if handler is not None:
+            handler(self, index, self._blocks[index], delta)
+
+    def _text(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        block["text"] = block.get("text", "") + delta["text"]
+        self.on_text(delta["text"])
+
+    def _thinking(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        block["thinking"] = block.get("thinking", "") + delta["thinking"]
+        self.on_thinking(delta["thinking"])
+
+    def _signature(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        block["signature"] = delta["signature"]
+
+    def _input_json(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        self._json.setdefault(index, []).append(delta["partial_json"])
+
+    def _citation(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        block.setdefault("citations", []).append(_without_none(delta["citation"]))
+
+    _ON_DELTA: ClassVar[dict[str, _DeltaHandler]] = {
+        "text_delta": _text,
+        "thinking_delta": _thinking,
+        "signature_delta": _signature,
+        "input_json_delta": _input_json,
+        "citations_delta": _citation,
+    }
+
+    def _block_stop(self, event: Mapping[str, Any]) -> None:
+        index = event["index"]
+        if index not in self._json:
+            return  # an input given whole in content_block_start, or no input at all
+        text = "".join(self._json.pop(index))
+        try:
+            value = json.loads(text) if text.strip() else {}
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            self._blocks[index]["input"] = value
+        else:
+            # The API takes only an object as a tool_use input: the history gets {} while
+            # the call keeps what the model really sent.
+            self._blocks[index]["input"] = {}
+            self._raw_inputs[index] = text
+
+    def _message_delta(self, event: Mapping[str, Any]) -> None:
+        self._stop_reason = (event.get("delta") or {}).get("stop_reason")
+        self._count(event.get("usage") or {})
+
+    def _message_stop(self, event: Mapping[str, Any]) -> None:
+        self.complete = True
+
+    def _error(self, event: Mapping[str, Any]) -> None:
+        error = event.get("error")
+        self.error = dict(error) if isinstance(error, Mapping) else {"type": None, "message": ""}
+
+    def _count(self, usage: Mapping[str, Any]) -> None:
+        # message_delta's counts are cumulative, so a later figure replaces an earlier one.
+        for key in _USAGE_KEYS:
+            if isinstance(usage.get(key), int):
+                self._usage[key] = usage[key]
+
+    _ON_EVENT: ClassVar[dict[str, _EventHandler]] = {
+        "message_start": _message_start,
+        "content_block_start": _block_start,
+        "content_block_delta": _block_delta,
+        "content_block_stop": _block_stop,
+        "message_delta": _message_delta,
+        "message_stop": _message_stop,
+        "error": _error,
+    }
+
+    def result(self) -> StreamedMessage:
+        """The message as assembled so far."""
+        content = tuple(self._blocks[index] for index in sorted(self._blocks))
+        tool_uses = tuple(
+            (block["id"], block["name"], self._raw_inputs.get(index, block.get("input", {})))
+            for index, block in sorted(self._blocks.items())
+            if block.get("type") == "tool_use"
+        )
+        return StreamedMessage(
+            content=content,
+            tool_uses=tool_uses,
+            stop_reason=self._stop_reason,
+            model=self._model,
+            **self._usage,
+        )

@@ -83,7 +83,7 @@ async def test_a_multi_turn_run_with_parallel_tool_calls(autojump_clock: trio.ab
     first, _, third = model.requests
     assert first.system == "You help."
     assert [t["name"] for t in first.tools] == ["lookup", "slow"]
-    assert first.model == "claude-sonnet-4-5"
+    assert first.model == "claude-sonnet-5-5"
     assert len(first.messages) == 1
     assert len(third.messages) == 5
 

@@ -6,6 +6,7 @@ from ._actor import AgentHandle as AgentHandle
 from ._actor import open_agent as open_agent
 from ._agent import Agent as Agent
 from ._aliases import MODEL_ALIASES as MODEL_ALIASES
+from ._anthropic import AnthropicModel as AnthropicModel
 from ._events import AgentEvent as AgentEvent
 from ._events import ModelRetry as ModelRetry
 from ._events import RunEnd as RunEnd
@@ -35,6 +36,7 @@ __all__ = [
     "AgentEvent",
     "AgentHandle",
     "AgentTool",
+    "AnthropicModel",
     "HistoryProcessor",
     "KeepAll",
     "KeepLastExchanges",

@@ -355,14 +355,21 @@ async def open_agent(
         TypeError: ``agent`` is not a concrete Agent subclass.
     """
     spec = spec_of(agent)
+    owned = None
     if model is None:
         from ._anthropic import AnthropicModel
 
-        model = AnthropicModel()
+        model = owned = AnthropicModel()
     actor = Actor(spec, model, context, agent_id or f"{spec.name}-{next(_run_numbers)}")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(actor.serve)
-        try:
-            yield actor.handle
-        finally:
-            nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.serve)
+            try:
+                yield actor.handle
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        if owned is not None:
+            # The client built here is closed here; one passed in belongs to the caller.
+            with trio.CancelScope(shield=True):
+                await owned.aclose()

@@ -6,10 +6,12 @@ from typing import Final
 
 __all__ = ["MODEL_ALIASES", "resolve_model"]
 
+# The newest model of each family that the pinned anthropic SDK (2.12) lists; the SDK
+# warns when a request names a model past its deprecation date, so keep this current.
 MODEL_ALIASES: Final[dict[str, str]] = {
-    "sonnet": "claude-sonnet-4-5",
-    "opus": "claude-opus-4-5",
-    "haiku": "claude-haiku-4-5",
+    "sonnet": "claude-sonnet-5-5",
+    "opus": "claude-opus-5-5",
+    "haiku": "claude-haiku-5-5",
 }
 
 

@@ -9,6 +9,7 @@ from ._script import Reply as Reply
 from ._scripted import FunctionModel as FunctionModel
 from ._scripted import ScriptedModel as ScriptedModel
 from ._scripted import check_conversation as check_conversation
+from ._server import MessagesServer as MessagesServer
 from ._tools import EventRecorder as EventRecorder
 from ._tools import run_tool as run_tool
 from ._tools import tool_call as tool_call
@@ -17,6 +18,7 @@ __all__ = [
     "EventRecorder",
     "Failure",
     "FunctionModel",
+    "MessagesServer",
     "Reply",
     "ScriptedModel",
     "check_conversation",

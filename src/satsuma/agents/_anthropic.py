@@ -1,0 +1,254 @@
+"""AnthropicModel: the Model for the Anthropic Messages API, through the official SDK.
+
+Every call streams, so that text and thinking reach the listener as they are written, and
+the message is assembled from the raw events by ``_codec.StreamAccumulator`` rather than
+by the SDK's ``messages.stream()``, whose accumulator raises on a tool input that is not
+valid JSON and so loses the whole response for one bad call.
+
+Retries are satsuma's own (the SDK's are turned off) so that each one is reported to the
+listener, and so that a stream that breaks mid-message or an ``error`` event inside it is
+retried like a 529 is.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import random
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, final
+
+import trio
+
+from .. import _codec
+from .._exceptions import ModelError
+from .._messages import Usage
+from ..tools import ToolCall
+from ._model import ModelListener, ModelRequest, ModelResponse
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = ["AnthropicModel"]
+
+
+@final
+class AnthropicModel:
+    """The Model for the Anthropic Messages API.
+
+    Each response is streamed; text and thinking deltas go to the listener as they come.
+    429, 529 and other 5xx answers, dropped connections and timeouts, a stream that
+    breaks off, and an ``overloaded_error`` or ``api_error`` event inside a stream are
+    retried up to ``max_retries`` times, after an exponential backoff (the n-th retry
+    waits up to ``backoff_base * 2**(n - 1)`` seconds, at most ``backoff_cap``; with
+    ``jitter``, a random time up to that), or after what the API's ``retry-after`` header
+    asked for (also at most ``backoff_cap``). Each retry is reported with
+    ``listener.retry`` before the wait.
+
+    A tool_use whose streamed input is not valid JSON does not fail the response: its
+    block holds ``{}`` and its ToolCall keeps the raw text, so that only that call is
+    answered with ``Invalid arguments``.
+
+    Args:
+        client: The client to use. By default one is built from the environment
+            (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``); ``aclose()`` closes only a
+            client built here. Its own retry setting is ignored.
+        max_retries: Retries after the first attempt (0 for none).
+        backoff_base: The longest wait before the first retry, in seconds.
+        backoff_cap: The longest wait before any retry, in seconds.
+        jitter: Wait a random time up to the backoff ("full jitter"), so that many
+            clients failing together do not retry together.
+
+    Raises:
+        ValueError: A negative retry count or backoff.
+    """
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic | None = None,
+        *,
+        max_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        jitter: bool = True,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, got: {max_retries}")
+        if backoff_base < 0 or backoff_cap < 0:
+            raise ValueError(
+                f"backoffs must be 0 or more, got: base {backoff_base}, cap {backoff_cap}"
+            )
+        # Imported here rather than at the top: the SDK takes seconds to import, and
+        # importing satsuma.agents should not cost that to code that never calls a model.
+        import anthropic
+
+        self._owns_client = client is None
+        self.client: anthropic.AsyncAnthropic = (
+            client if client is not None else anthropic.AsyncAnthropic()
+        )
+        # A copy that shares the connection pool; retries are ours, each one reported.
+        self._api = self.client.with_options(max_retries=0)
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.jitter = jitter
+
+    async def aclose(self) -> None:
+        """Close the client if this model built it (a client passed in is its owner's)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> AnthropicModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
+        """Send one request, streaming, and return the assistant's response.
+
+        Raises:
+            ModelError: The API refused the request (``retryable`` False, raised at once
+                with the API's own message), or retries ran out (``retryable`` True, with
+                the last failure's message and status).
+        """
+        params = _codec.request_params(
+            model=request.model,
+            system=request.system,
+            messages=request.messages,
+            tools=request.tools,
+            max_tokens=request.max_tokens,
+            cache=request.cache,
+        )
+        attempt = 0
+        while True:
+            try:
+                return await self._respond_once(params, request.model, listener)
+            except ModelError as error:
+                if not error.retryable or attempt >= self.max_retries:
+                    raise
+                attempt += 1
+                delay = self._delay(attempt, error.retry_after)
+                listener.retry(attempt, delay, str(error))
+            # Outside the except block, so that a cancel during the wait is not chained
+            # to the failure it was waiting after.
+            await trio.sleep(delay)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(self.backoff_cap, retry_after)
+        # The exponent is bounded so that a huge max_retries cannot overflow a float.
+        ceiling = min(self.backoff_cap, self.backoff_base * 2.0 ** min(attempt - 1, 64))
+        return random.uniform(0.0, ceiling) if self.jitter else ceiling
+
+    async def _respond_once(
+        self, params: dict[str, Any], model: str, listener: ModelListener
+    ) -> ModelResponse:
+        import anthropic
+        import httpx2
+
+        accumulator = _codec.StreamAccumulator(on_text=listener.text, on_thinking=listener.thinking)
+        failure: ModelError | None = None
+        try:
+            stream = await self._api.messages.create(**params, stream=True)
+            async with stream:
+                # The raw Server-Sent Events, not the SDK's parsed ones: on an ``error``
+                # event the SDK raises from inside its event generator and leaves the
+                # generators under it suspended, which trio reports with a ResourceWarning
+                # each. So the stream is read to its end (the API closes it after an
+                # error) and the failure raised afterwards.
+                async for sse in anthropic.AsyncStream.raw_events(stream.response):
+                    if failure is not None or not sse.data:
+                        continue
+                    try:
+                        event = json.loads(sse.data)
+                    except ValueError:
+                        failure = ModelError(
+                            f"stream interrupted: an event is not JSON: {sse.data[:100]!r}",
+                            retryable=True,
+                        )
+                        continue
+                    accumulator.feed(event)
+                    if accumulator.error is not None:
+                        failure = _stream_error(accumulator.error)
+        except anthropic.APIStatusError as exc:
+            raise _status_error(exc) from exc
+        except anthropic.APIConnectionError as exc:  # APITimeoutError too
+            cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+            raise ModelError(f"{exc.message}{cause}", retryable=True) from exc
+        except httpx2.TransportError as exc:
+            # The SDK turns transport errors into APIConnectionError only while it sends
+            # the request; one that breaks the stream afterwards comes through as it is.
+            if failure is None:
+                raise ModelError(f"stream interrupted: {exc}", retryable=True) from exc
+        if failure is not None:
+            raise failure
+        if not accumulator.complete:
+            raise ModelError("stream interrupted: it ended before message_stop", retryable=True)
+        message = accumulator.result()
+        return ModelResponse(
+            content=message.content,
+            calls=tuple(ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses),
+            stop_reason=message.stop_reason,
+            usage=Usage(
+                input_tokens=message.input_tokens,
+                output_tokens=message.output_tokens,
+                cache_creation_input_tokens=message.cache_creation_input_tokens,
+                cache_read_input_tokens=message.cache_read_input_tokens,
+            ),
+            model=message.model or model,
+        )
+
+
+def _retryable(status: int | None) -> bool:
+    return status is not None and (status in (408, 429) or status >= 500)
+
+
+def _status_error(exc: anthropic.APIStatusError) -> ModelError:
+    return ModelError(
+        exc.api_message or exc.message,
+        status=exc.status_code,
+        retryable=_retryable(exc.status_code),
+        retry_after=_retry_after(exc.response.headers),
+    )
+
+
+def _stream_error(error: Mapping[str, Any]) -> ModelError:
+    # An ``error`` event inside a stream that began with 200: its type tells what the
+    # status would have been (an overloaded_error is a 529).
+    status = _codec.error_status(error.get("type"))
+    message = str(error.get("message") or error.get("type") or "error event in the stream")
+    return ModelError(message, status=status, retryable=_retryable(status))
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the API asked to wait: ``retry-after-ms``, or ``retry-after`` in seconds or
+    as an HTTP date; None when it did not say (or said nonsense)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        seconds: float | None
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            seconds = _seconds_until(value) if name == "retry-after" else None
+        if seconds is not None and math.isfinite(seconds):
+            return max(0.0, seconds)
+    return None
+
+
+def _seconds_until(http_date: str) -> float | None:
+    try:
+        moment = email.utils.parsedate_to_datetime(http_date)
+    except (TypeError, ValueError):
+        return None
+    return moment.timestamp() - time.time()

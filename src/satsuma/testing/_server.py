@@ -1,0 +1,438 @@
+"""MessagesServer: a loopback HTTP server that speaks the Anthropic Messages API.
+
+Tests point the real ``AsyncAnthropic`` client at it and get scripted replies, plain or
+streamed, and the faults a real API produces (429, 529, 5xx, a stream cut short, an
+``error`` event in a stream, a slow answer), with no network and no key.
+
+The wire shapes come from ``satsuma._codec``; this module only speaks HTTP/1.1 (with h11)
+and Server-Sent Events.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import itertools
+import json
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from functools import partial
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeAlias, final
+
+import attrs
+import h11
+import trio
+
+from .. import _codec
+from .._exceptions import ModelError
+from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = ["MessagesServer", "ServerAnswer", "ServerScriptItem"]
+
+ServerAnswer: TypeAlias = "Reply | str | Failure | Exception"
+"""What the server answers one request with."""
+
+ServerScriptItem: TypeAlias = (
+    "ServerAnswer | Callable[[dict[str, Any]], ServerAnswer | Awaitable[ServerAnswer]]"
+)
+"""A script item: an answer, or a function of the request body that returns one."""
+
+_MESSAGES_PATH = "/v1/messages"
+_RECEIVE_SIZE = 65536
+
+
+# --- What to send ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class _JSONAnswer:
+    status: int
+    body: Mapping[str, Any]
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class _StreamAnswer:
+    events: list[dict[str, Any]]
+    # Events after which the connection is dropped with no end to the body, or None.
+    cut_after: int | None = None
+    # An ``error`` event's body, sent after the events (then the connection is closed).
+    error: Mapping[str, Any] | None = None
+
+
+@attrs.frozen
+class _Drop:
+    """Close the connection without answering."""
+
+
+_Answer: TypeAlias = "_JSONAnswer | _StreamAnswer | _Drop"
+
+
+def _error(status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
+    return _JSONAnswer(status, _codec.error_object(_codec.error_type(status), message), headers)
+
+
+def _header_seconds(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
+
+
+def _sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+def _check_item(item: object, where: str, *, function_allowed: bool = True) -> None:
+    if isinstance(item, Failure):
+        if item.kind not in _FAILURES:
+            raise ValueError(f"{where}: unknown Failure kind {item.kind!r}")
+    elif not isinstance(item, (Reply, str, Exception)) and not (
+        function_allowed and callable(item)
+    ):
+        raise TypeError(
+            f"{where} must be a str, a Reply, a Failure, an exception"
+            f"{' or a function of the request body' if function_allowed else ''}, got: {item!r}"
+        )
+
+
+@final
+class MessagesServer:
+    """A loopback Anthropic Messages API for tests, played from a script.
+
+    Each ``POST /v1/messages`` takes the next script item:
+
+    - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
+      request has ``"stream": true``, else one JSON message);
+    - an exception: a 500 ``api_error`` with the exception's text (a ``ModelError`` with
+      a ``status`` gives that status, and its ``retry_after`` a ``retry-after`` header);
+    - a ``Failure``: the injected fault (``Failure.rate_limited()``,
+      ``Failure.overloaded()``, ``Failure.cut_stream(reply)``, ...);
+    - a function of the request body (a dict), sync or async, returning one of the above.
+
+    A request after the last item gets a 500 saying that the script is exhausted, so a
+    test that asks for more than it scripted fails clearly. Other paths get a 404.
+
+    Use it as an async context manager; it serves from a task of its own until the block
+    ends::
+
+        async with MessagesServer(["Hello!"]) as server:
+            async with server.client() as client:
+                message = await client.messages.create(...)
+            assert server.requests[0]["model"] == ...
+
+    Attributes:
+        requests: The JSON body of every request to ``/v1/messages``, in order.
+        host: The loopback address it listens on.
+    """
+
+    def __init__(self, script: Iterable[ServerScriptItem], *, host: str = "127.0.0.1") -> None:
+        items = list(script)
+        for index, item in enumerate(items):
+            _check_item(item, f"script[{index}]")
+        self.host = host
+        self.requests: list[dict[str, Any]] = []
+        self._script: deque[ServerScriptItem] = deque(items)
+        self._played = 0
+        self._response_ids = itertools.count(1)
+        self._message_ids = itertools.count(1)
+        self._state = _State.NEW
+        self._base_url = ""
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+        self._clients: list[anthropic.AsyncAnthropic] = []
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT`` of the running server.
+
+        Raises:
+            RuntimeError: The server is not running.
+        """
+        if self._state is not _State.RUNNING:
+            raise RuntimeError(f"the MessagesServer is {self._state.value}, not running")
+        return self._base_url
+
+    @property
+    def remaining(self) -> int:
+        """How many script items have not been played yet."""
+        return len(self._script)
+
+    def client(self, **options: Any) -> anthropic.AsyncAnthropic:
+        """An ``AsyncAnthropic`` client for this server: a test key, no SDK retries.
+
+        The server closes the clients it made when it stops, so a test need not.
+
+        Args:
+            **options: More ``AsyncAnthropic`` arguments (they override the defaults).
+        """
+        # Imported here: the SDK takes seconds to import, and this package is loaded by
+        # the pytest plugin in every session.
+        import anthropic
+
+        settings: dict[str, Any] = {
+            "api_key": "test-key",
+            "base_url": self.base_url,
+            "max_retries": 0,
+            **options,
+        }
+        client = anthropic.AsyncAnthropic(**settings)
+        self._clients.append(client)
+        return client
+
+    async def __aenter__(self) -> MessagesServer:
+        if self._state is not _State.NEW:
+            raise RuntimeError("a MessagesServer can be started only once")
+        listeners = await trio.open_tcp_listeners(0, host=self.host)
+        host, port = listeners[0].socket.getsockname()[:2]
+        self._base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        # The sockets listen already, so a client may connect before the task first runs.
+        # Connections are served in this nursery too, so that a crash of one (a script
+        # function that raised) comes out in one exception group, not two nested ones.
+        self._nursery.start_soon(
+            partial(
+                trio.serve_listeners,
+                self._serve_connection,
+                listeners,
+                handler_nursery=self._nursery,
+            )
+        )
+        self._state = _State.RUNNING
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._nursery is not None and self._nursery_manager is not None
+        with trio.CancelScope(shield=True):
+            for client in self._clients:
+                await client.close()
+        self._state = _State.CLOSED
+        self._nursery.cancel_scope.cancel()
+        # The body's own exception is not handed to the nursery, which would wrap it in an
+        # ExceptionGroup: it propagates as it is once the server's tasks are gone. Only a
+        # crash of the server itself (a bug, or a script function that raised) comes out
+        # of the nursery.
+        await self._nursery_manager.__aexit__(None, None, None)
+
+    # --- HTTP ----------------------------------------------------------------------------
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        connection = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request = await _receive_request(stream, connection)
+                if request is None:
+                    return
+                answer = await self._answer(*request)
+                if not await self._send(stream, connection, answer):
+                    return
+                if connection.our_state is h11.MUST_CLOSE:
+                    return
+                connection.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            # The client went away (a timeout, a closed client) or spoke no HTTP: that
+            # connection is over, the server goes on. trio closes the stream.
+            return
+
+    async def _send(
+        self, stream: trio.SocketStream, connection: h11.Connection, answer: _Answer
+    ) -> bool:
+        """Send an answer; whether the connection may serve another request."""
+        request_id = ("request-id", f"req_test_{next(self._response_ids)}")
+        if isinstance(answer, _Drop):
+            return False
+        if isinstance(answer, _JSONAnswer):
+            data = json.dumps(answer.body).encode()
+            headers = [
+                ("content-type", "application/json"),
+                ("content-length", str(len(data))),
+                request_id,
+                *answer.headers,
+            ]
+            await _write(
+                stream, connection, h11.Response(status_code=answer.status, headers=headers)
+            )
+            await _write(stream, connection, h11.Data(data=data), h11.EndOfMessage())
+            return True
+        headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache"), request_id]
+        # No content-length: h11 sends the body chunked, as the API does.
+        await _write(stream, connection, h11.Response(status_code=200, headers=headers))
+        events = answer.events if answer.cut_after is None else answer.events[: answer.cut_after]
+        for event in events:
+            await _write(stream, connection, h11.Data(data=_sse(event["type"], event)))
+        if answer.cut_after is not None:
+            # Closed with the chunked body unfinished: the client sees the peer hang up
+            # mid-message, as when a connection drops.
+            return False
+        if answer.error is not None:
+            await _write(stream, connection, h11.Data(data=_sse("error", answer.error)))
+        await _write(stream, connection, h11.EndOfMessage())
+        return answer.error is None
+
+    # --- The script ----------------------------------------------------------------------
+
+    async def _answer(self, request: h11.Request, body: bytes) -> _Answer:
+        method = request.method.decode("ascii", "replace")
+        path = request.target.decode("ascii", "replace").split("?", 1)[0]
+        if method != "POST" or path != _MESSAGES_PATH:
+            return _error(404, f"Not found: {method} {path}")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return _error(400, "The request body is not valid JSON")
+        if not isinstance(payload, dict):
+            return _error(400, "The request body must be a JSON object")
+        missing = [key for key in ("model", "max_tokens", "messages") if key not in payload]
+        if missing:
+            return _error(400, f"{missing[0]}: Field required")
+        self.requests.append(payload)
+        if not self._script:
+            return _error(500, f"MessagesServer script exhausted after {self._played} requests")
+        item = self._script.popleft()
+        self._played += 1
+        if not callable(item):
+            return await self._play(item, payload, len(body))
+        answer = item(payload)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        where = f"the function at script[{self._played - 1}] returned"
+        _check_item(answer, where, function_allowed=False)
+        return await self._play(answer, payload, len(body))
+
+    async def _play(self, item: object, payload: dict[str, Any], prompt_chars: int) -> _Answer:
+        stream = payload.get("stream") is True
+        if isinstance(item, Failure):
+            return await _FAILURES[item.kind](self, item, payload, prompt_chars, stream)
+        if isinstance(item, ModelError):
+            headers = []
+            if item.retry_after is not None:
+                headers.append(("retry-after", _header_seconds(item.retry_after)))
+            return _error(item.status or 500, item.message, *headers)
+        if isinstance(item, Exception):
+            return _error(500, str(item))
+        assert isinstance(item, (Reply, str))
+        return self._reply(as_reply(item), payload, prompt_chars, stream)
+
+    def _reply(
+        self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _JSONAnswer | _StreamAnswer:
+        blocks, calls = reply_blocks(reply)
+        # Usage's fields are named as the API names them.
+        usage = attrs.asdict(estimate_usage(reply, prompt_chars))
+        message_id = f"msg_test_{next(self._message_ids)}"
+        model = str(payload.get("model", ""))
+        stop_reason = reply.final_stop_reason
+        if not stream:
+            return _JSONAnswer(
+                200,
+                _codec.message_object(
+                    id=message_id, model=model, content=blocks, stop_reason=stop_reason, usage=usage
+                ),
+            )
+        raw_inputs = {call.id: call.input for call in calls if isinstance(call.input, str)}
+        events = _codec.stream_events(
+            id=message_id,
+            model=model,
+            content=blocks,
+            stop_reason=stop_reason,
+            usage=usage,
+            tool_inputs=raw_inputs,
+        )
+        return _StreamAnswer(events)
+
+    async def _status(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        headers = []
+        if failure.retry_after is not None:
+            headers.append(("retry-after", _header_seconds(failure.retry_after)))
+        status = failure.status or 500
+        return _error(status, failure.message or _codec.error_type(status), *headers)
+
+    async def _cut(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        if not stream:
+            return _Drop()
+        answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
+        assert isinstance(answer, _StreamAnswer)
+        return _StreamAnswer(answer.events, cut_after=failure.after_events)
+
+    async def _error_event(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        message = failure.message or "Overloaded"
+        if not stream:
+            # Without a stream there is no event to send: the API answers with the status.
+            return _error(529, message)
+        answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
+        assert isinstance(answer, _StreamAnswer)
+        error = _codec.error_object("overloaded_error", message)
+        return _StreamAnswer(answer.events[: failure.after_events], error=error)
+
+    async def _slow(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        await trio.sleep(failure.delay)
+        return await self._play(failure.then or "", payload, prompt_chars)
+
+
+_FailureHandler: TypeAlias = Callable[
+    [MessagesServer, Failure, dict[str, Any], int, bool], Awaitable[_Answer]
+]
+
+# Failure.kind -> how the server plays it.
+_FAILURES: dict[str, _FailureHandler] = {
+    "status": MessagesServer._status,
+    "cut": MessagesServer._cut,
+    "error_event": MessagesServer._error_event,
+    "slow": MessagesServer._slow,
+}
+
+
+async def _write(stream: trio.SocketStream, connection: h11.Connection, *events: h11.Event) -> None:
+    for event in events:
+        data = connection.send(event)
+        if data:
+            await stream.send_all(data)
+
+
+async def _next_event(stream: trio.SocketStream, connection: h11.Connection) -> Any:
+    while True:
+        event = connection.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        # An empty read (the client closed) tells h11 about the end of the input.
+        connection.receive_data(await stream.receive_some(_RECEIVE_SIZE))
+
+
+async def _receive_request(
+    stream: trio.SocketStream, connection: h11.Connection
+) -> tuple[h11.Request, bytes] | None:
+    """The next request and its body, or None when the client closed the connection."""
+    request = await _next_event(stream, connection)
+    if not isinstance(request, h11.Request):
+        return None
+    body = bytearray()
+    while True:
+        event = await _next_event(stream, connection)
+        if isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            return request, bytes(body)
+        else:
+            return None

@@ -1,0 +1,180 @@
+"""The wire format: request parameters, error bodies, and the stream accumulator (fed
+with events as the API sends them, including block types satsuma does not know)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from satsuma import _codec
+from satsuma._messages import Message
+
+
+def test_request_params_leave_out_an_empty_system_prompt_and_no_tools() -> None:
+    params = _codec.request_params(
+        model="m", system="", messages=[Message.user("hi")], max_tokens=10, cache=True
+    )
+    assert params == {
+        "model": "m",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+
+
+def test_cache_breakpoints_go_on_the_last_system_block_and_tool() -> None:
+    tools = [{"name": name, "description": name, "input_schema": {}} for name in "abc"]
+    params = _codec.request_params(
+        model="m", system="sys", messages=[], tools=tools, max_tokens=10, cache=True
+    )
+    assert params["system"] == [
+        {"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert ["cache_control" in tool for tool in params["tools"]] == [False, False, True]
+    assert all("cache_control" not in tool for tool in tools)
+
+
+def test_messages_become_plain_dicts_and_lists() -> None:
+    frozen = types.MappingProxyType(
+        {"type": "tool_result", "tool_use_id": "t", "content": ({"type": "text", "text": "x"},)}
+    )
+    message = Message(role="user", content=[frozen])
+    (param,) = _codec.message_params([message])
+    assert param == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "x"}]}
+        ],
+    }
+    assert type(param["content"][0]) is dict
+
+
+def test_error_types_and_statuses() -> None:
+    assert _codec.error_type(529) == "overloaded_error"
+    assert _codec.error_type(503) == "api_error"
+    assert _codec.error_type(418) == "invalid_request_error"
+    assert _codec.error_status("overloaded_error") == 529
+    assert _codec.error_status("rate_limit_error") == 429
+    assert _codec.error_status("something_new") is None
+    assert _codec.error_status(None) is None
+    assert _codec.error_object("api_error", "boom") == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "boom"},
+    }
+
+
+def accumulate(events: list[dict[str, Any]]) -> tuple[_codec.StreamAccumulator, list[str]]:
+    texts: list[str] = []
+    accumulator = _codec.StreamAccumulator(on_text=texts.append)
+    for event in events:
+        accumulator.feed(event)
+    return accumulator, texts
+
+
+CONTENT = [
+    {"type": "thinking", "thinking": "Hmm, let me see.", "signature": "sig"},
+    {"type": "text", "text": "Calling two tools."},
+    {"type": "tool_use", "id": "t1", "name": "ping", "input": {"host": "a"}},
+    {"type": "tool_use", "id": "t2", "name": "read", "input": {}},
+]
+USAGE = {
+    "input_tokens": 10,
+    "output_tokens": 20,
+    "cache_creation_input_tokens": 3,
+    "cache_read_input_tokens": 4,
+}
+
+
+def test_stream_events_accumulate_back_to_the_message() -> None:
+    events = _codec.stream_events(
+        id="msg_1",
+        model="m",
+        content=CONTENT,
+        stop_reason="tool_use",
+        usage=USAGE,
+        tool_inputs={"t2": '{"path": '},
+    )
+    accumulator, texts = accumulate(events)
+    assert accumulator.complete
+    assert "".join(texts) == "Calling two tools."
+    message = accumulator.result()
+    assert list(message.content) == CONTENT
+    assert message.tool_uses == (("t1", "ping", {"host": "a"}), ("t2", "read", '{"path": '))
+    assert message.stop_reason == "tool_use"
+    assert message.model == "m"
+    assert (message.input_tokens, message.output_tokens) == (10, 20)
+    assert (message.cache_creation_input_tokens, message.cache_read_input_tokens) == (3, 4)
+
+
+def test_a_stream_cut_short_is_not_complete() -> None:
+    events = _codec.stream_events(
+        id="msg_1", model="m", content=CONTENT, stop_reason="tool_use", usage=USAGE
+    )
+    accumulator, _ = accumulate(events[:5])
+    assert not accumulator.complete
+
+
+def test_blocks_satsuma_does_not_know_are_kept_as_the_api_gave_them() -> None:
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"model": "m", "usage": {"input_tokens": 5}}},
+        {"type": "ping"},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "redacted_thinking", "data": "EncryptedBlob=="},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "server_tool_use", "id": "s1", "name": "web_search"},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"query": "trio"}'},
+        },
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "text", "text": "", "citations": None},
+        },
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Hi"}},
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {
+                "type": "citations_delta",
+                "citation": {"type": "char_location", "cited_text": "x", "document_title": None},
+            },
+        },
+        {"type": "content_block_stop", "index": 2},
+        {"type": "something_new", "detail": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 9},
+        },
+        {"type": "message_stop"},
+    ]
+    accumulator, _ = accumulate(events)
+    message = accumulator.result()
+    assert list(message.content) == [
+        {"type": "redacted_thinking", "data": "EncryptedBlob=="},
+        {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {"query": "trio"}},
+        {"type": "text", "text": "Hi", "citations": [{"type": "char_location", "cited_text": "x"}]},
+    ]
+    # A server tool runs at the API: it is not a call for satsuma to make.
+    assert message.tool_uses == ()
+    assert (message.input_tokens, message.output_tokens) == (5, 9)
+
+
+def test_an_error_event_is_recorded() -> None:
+    accumulator, _ = accumulate(
+        [
+            {"type": "message_start", "message": {"model": "m", "usage": {}}},
+            _codec.error_object("overloaded_error", "Overloaded"),
+        ]
+    )
+    assert accumulator.error == {"type": "overloaded_error", "message": "Overloaded"}
+    assert not accumulator.complete
