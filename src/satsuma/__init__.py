@@ -8,10 +8,12 @@ satsuma.tools`` alone never loads the agents or the supervisor: tools sit below 
 import importlib as _importlib
 import typing as _typing
 
+from ._exceptions import AgentCrashed as AgentCrashed
 from ._exceptions import AgentDefinitionError as AgentDefinitionError
 from ._exceptions import AgentUnavailable as AgentUnavailable
 from ._exceptions import ModelError as ModelError
 from ._exceptions import SatsumaError as SatsumaError
+from ._exceptions import SupervisorGaveUp as SupervisorGaveUp
 from ._exceptions import ToolDefinitionError as ToolDefinitionError
 from ._exceptions import ToolError as ToolError
 from ._messages import Message as Message
@@ -100,6 +102,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "MODEL_ALIASES",
     "Agent",
+    "AgentCrashed",
     "AgentDefinitionError",
     "AgentEvent",
     "AgentHandle",
@@ -143,6 +146,7 @@ __all__ = [
     "SatsumaError",
     "Sequential",
     "Strategy",
+    "SupervisorGaveUp",
     "Tool",
     "ToolCall",
     "ToolCallEnd",

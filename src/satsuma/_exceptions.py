@@ -7,7 +7,9 @@ The hierarchy::
     ├── ToolDefinitionError    a tool, toolset or runner was declared wrongly (also a TypeError)
     ├── AgentDefinitionError   an Agent subclass was declared wrongly (also a TypeError)
     ├── ModelError             a model call failed and retries could not cure it
-    └── AgentUnavailable       the agent is not running (closed, or never started)
+    ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
+    ├── AgentCrashed           the agent crashed while serving this call
+    └── SupervisorGaveUp       a supervisor passed its restart intensity and stopped
 
 Each exception keeps its data as attributes and builds its own message, so every fixed
 text lives in exactly one place.
@@ -124,3 +126,44 @@ class AgentUnavailable(SatsumaError):
         self.agent = agent
         self.reason = reason
         super().__init__(f"Agent {agent} is unavailable: {reason}")
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+class AgentCrashed(SatsumaError):
+    """The agent crashed while this call was in flight (or queued): the call will not be
+    answered. A supervisor restarts the agent; the next call goes to the new one.
+
+    Attributes:
+        agent: The agent's name.
+        cause: The exception that crashed it.
+    """
+
+    def __init__(self, agent: str, cause: BaseException) -> None:
+        self.agent = agent
+        self.cause = cause
+        super().__init__(f"Agent {agent} crashed: {_describe(cause)}")
+
+
+class SupervisorGaveUp(SatsumaError):
+    """A supervisor saw more than ``max_restarts`` restarts within ``within`` seconds: it
+    stopped all its children and failed (to its own supervisor, or out of its ``async
+    with``).
+
+    Attributes:
+        supervisor: The supervisor's name.
+        child: The id of the child whose exit went over the limit.
+        cause: That child's last crash (None if it exited normally).
+    """
+
+    def __init__(self, supervisor: str, child: str, cause: BaseException | None) -> None:
+        self.supervisor = supervisor
+        self.child = child
+        self.cause = cause
+        last = _describe(cause) if cause is not None else "it kept exiting"
+        super().__init__(
+            f"Supervisor {supervisor} gave up: too many restarts; last: child {child}: {last}"
+        )

@@ -157,16 +157,34 @@ async def test_a_model_error_fails_the_run_and_the_agent_goes_on() -> None:
     assert again.output == "recovered"
 
 
-async def test_a_crashing_model_fails_the_run_not_the_agent() -> None:
+async def test_a_bug_in_the_model_crashes_the_agent_and_its_caller_gets_agent_crashed() -> None:
     def broken(request: satsuma.ModelRequest) -> str:
         raise RuntimeError("bug in my model")
 
-    async with satsuma.open_agent(Helper, model=FunctionModel(broken)) as agent:
-        result = await agent.run("go")
-        assert result.status == "failed"
-        assert result.error == "Model crashed: RuntimeError: bug in my model"
-        result = await agent.run("again")
-        assert result.status == "failed"
+    crashes: list[satsuma.AgentCrashed] = []
+    ends: list[Any] = []
+    handles: list[satsuma.AgentHandle] = []
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with satsuma.open_agent(Helper, model=FunctionModel(broken)) as agent:
+            handles.append(agent)
+            try:
+                await agent.run(
+                    "go", events=lambda e: ends.append(e) if isinstance(e, RunEnd) else None
+                )
+            except satsuma.AgentCrashed as exc:
+                crashes.append(exc)
+                raise
+    # Without a supervisor, a crash ends the open_agent block, as a crash in a nursery does.
+    assert info.value.subgroup(RuntimeError) is not None
+    (crash,) = crashes
+    assert str(crash) == "Agent helper crashed: RuntimeError: bug in my model"
+    assert isinstance(crash.cause, RuntimeError)
+    # The run still ended, with a valid history, before the agent went down.
+    assert ends[0].result.status == "failed"
+    assert ends[0].result.error == "the agent crashed: RuntimeError: bug in my model"
+    check_conversation(handles[0].history)
+    with pytest.raises(satsuma.AgentUnavailable):
+        await handles[0].run("again")
 
 
 async def test_an_unparseable_tool_input_fails_only_that_call(

@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from os import PathLike, fspath
 from pathlib import Path
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import attrs
 import trio
 
-from .._exceptions import AgentUnavailable
+from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message, Usage
 from ._agent import AgentSpec, spec_of
 from ._aliases import resolve_model
@@ -52,6 +52,7 @@ class Job:
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     done: trio.Event = attrs.Factory(trio.Event)
     result: RunResult | None = None
+    error: BaseException | None = None
     on_done: Callable[[], None] | None = None
 
     def abandon(self) -> None:
@@ -60,9 +61,23 @@ class Job:
 
     def complete(self, result: RunResult) -> None:
         self.result = result
+        self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        """The run will not be answered: its caller raises ``error``."""
+        self.error = error
+        self._finish()
+
+    def _finish(self) -> None:
         self.done.set()
         if self.on_done is not None:
             self.on_done()
+
+    def stopped(self) -> None:
+        """The agent stopped (not crashed) before or while serving this job."""
+        self.complete(
+            RunResult(run_id=self.run_id, output="", status="cancelled", error="the agent stopped")
+        )
 
 
 @attrs.define(eq=False)
@@ -81,6 +96,8 @@ class Actor:
         model: Model,
         context: Mapping[str, Any] | None,
         agent_id: str,
+        history: list[Message] | None = None,
+        handle_target: Target | None = None,
     ) -> None:
         self.spec = spec
         self.model = model
@@ -99,13 +116,15 @@ class Actor:
             if key not in ("working_dir", "capabilities")
         }
         self.agent_id = agent_id
-        self.history: list[Message] = []
+        # Shared with later incarnations when a supervisor restarts the agent.
+        self.history: list[Message] = history if history is not None else []
+        self.alive = True
         self.last_usage: Usage | None = None
         self.steering: list[str] = []
         self.steer_event = trio.Event()
         self.current: Job | None = None
         self.send, self.receive = trio.open_memory_channel[Job | _Reset](spec.mailbox_size)
-        self.handle = AgentHandle(self)
+        self.handle = AgentHandle(handle_target if handle_target is not None else self)
 
     # --- conversation -----------------------------------------------------------------
 
@@ -127,7 +146,11 @@ class Actor:
     # --- serving ----------------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the mailbox until cancelled. An exception raised here is a crash: the
+        calls still waiting fail with AgentCrashed, and the exception goes on (to the
+        supervisor, or out of ``open_agent``)."""
         task_status.started()
+        crash: AgentCrashed | None = None
         try:
             async for request in self.receive:
                 if isinstance(request, _Reset):
@@ -136,8 +159,12 @@ class Actor:
                     request.done.set()
                     continue
                 await self._serve_job(request)
+        except Exception as exc:
+            crash = AgentCrashed(self.spec.name, exc)
+            raise
         finally:
-            self._close_mailbox()
+            self.alive = False
+            self._close_mailbox(crash)
 
     async def _serve_job(self, job: Job) -> None:
         if job.scope.cancel_called:
@@ -145,19 +172,20 @@ class Actor:
             job.complete(RunResult(run_id=job.run_id, output="", status="cancelled"))
             return
         self.current = job
+        returned = False
         try:
-            job.complete(await execute_run(self, job))
+            result = await execute_run(self, job)
+            returned = True
+        except Exception as exc:
+            job.fail(AgentCrashed(self.spec.name, exc))
+            raise
         finally:
             self.current = None
-            if not job.done.is_set():
-                # The agent is being torn down mid-run: execute_run recorded the result.
-                job.complete(
-                    RunResult(
-                        run_id=job.run_id, output="", status="cancelled", error="the agent stopped"
-                    )
-                )
+            if not returned and not job.done.is_set():
+                job.stopped()  # torn down mid-run: an outer cancellation
+        job.complete(result)
 
-    def _close_mailbox(self) -> None:
+    def _close_mailbox(self, crash: AgentCrashed | None) -> None:
         self.send.close()
         while True:
             try:
@@ -166,16 +194,28 @@ class Actor:
                 break
             if isinstance(request, _Reset):
                 request.done.set()
+            elif crash is not None:
+                request.fail(AgentCrashed(self.spec.name, crash.cause))
             else:
-                request.complete(
-                    RunResult(
-                        run_id=request.run_id,
-                        output="",
-                        status="cancelled",
-                        error="the agent stopped",
-                    )
-                )
+                request.stopped()
         self.receive.close()
+
+    # The target protocol (see AgentHandle): an open_agent handle addresses this actor.
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    async def acquire(self) -> Actor:
+        if not self.alive:
+            raise AgentUnavailable(self.spec.name, "it has stopped")
+        return self
+
+    def current_actor(self) -> Actor | None:
+        return self if self.alive else None
+
+    def conversation(self) -> list[Message]:
+        return self.history
 
     async def submit(self, request: Job | _Reset) -> None:
         try:
@@ -184,31 +224,64 @@ class Actor:
             raise AgentUnavailable(self.spec.name, "it has stopped") from None
 
 
+class Target(Protocol):
+    """What an AgentHandle addresses: one actor (``open_agent``), or a supervised child
+    whose actor changes with each restart."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def agent_id(self) -> str: ...
+
+    async def acquire(self) -> Actor:
+        """The actor to serve a call now, waiting for a restart if need be.
+
+        Raises:
+            AgentUnavailable: there is none (stopped, or not back in time).
+        """
+        ...
+
+    def current_actor(self) -> Actor | None: ...
+
+    def conversation(self) -> list[Message]: ...
+
+
 @final
 class AgentHandle:
-    """How a program talks to a running agent. Returned by ``open_agent``.
+    """How a program talks to a running agent. Returned by ``open_agent`` and by a
+    supervisor's ``start_child`` — in which case it addresses the child, not one
+    incarnation of it, and stays valid across restarts.
 
     Every method may be called from any task of the trio run. Runs queue in the agent's
     mailbox and are served one at a time, in order.
     """
 
-    def __init__(self, actor: Actor) -> None:
-        self._actor = actor
+    def __init__(self, target: Target) -> None:
+        self._target = target
 
     @property
     def name(self) -> str:
         """The agent's declared name."""
-        return self._actor.spec.name
+        return self._target.name
 
     @property
     def agent_id(self) -> str:
-        """This agent's id (given to ``open_agent``, or made up)."""
-        return self._actor.agent_id
+        """This agent's id (given when it was started, or made up)."""
+        return self._target.agent_id
 
     @property
     def history(self) -> tuple[Message, ...]:
         """A copy of the conversation so far."""
-        return tuple(self._actor.history)
+        return tuple(self._target.conversation())
+
+    @property
+    def _actor(self) -> Actor:
+        # For satsuma's own use (AgentTool reaches the parent's model through it).
+        actor = self._target.current_actor()
+        if actor is None:
+            raise AgentUnavailable(self.name, "it is not running")
+        return actor
 
     async def run(
         self, prompt: str, *, events: Callable[[AgentEvent], object] | None = None
@@ -223,15 +296,20 @@ class AgentHandle:
             events: Called with each event of the run, on the trio thread.
 
         Raises:
-            AgentUnavailable: the agent has stopped.
+            AgentUnavailable: the agent has stopped (or, supervised, did not come back
+                from a restart in time).
+            AgentCrashed: the agent crashed before answering; ``cause`` says why.
         """
         _check_prompt(prompt)
         job = Job(prompt=prompt, run_id=_new_run_id(), sink=_callback_sink(events))
-        await self._actor.submit(job)
+        actor = await self._target.acquire()
+        await actor.submit(job)
         try:
             await job.done.wait()
         finally:
             await _abandon(job)
+        if job.error is not None:
+            raise job.error
         assert job.result is not None
         return job.result
 
@@ -241,6 +319,7 @@ class AgentHandle:
 
         Raises:
             AgentUnavailable: the agent has stopped.
+            AgentCrashed: the agent crashed before the run ended.
         """
         _check_prompt(prompt)
         # Unbounded: a run's events are bounded by its own output, and the agent must
@@ -253,13 +332,16 @@ class AgentHandle:
                 send.send_nowait(event)
 
         job = Job(prompt=prompt, run_id=_new_run_id(), sink=deliver, on_done=send.close)
-        await self._actor.submit(job)
+        actor = await self._target.acquire()
+        await actor.submit(job)
         try:
             async with receive:
                 async for event in receive:
                     yield event
         finally:
             await _abandon(job)
+        if job.error is not None:
+            raise job.error
 
     async def steer(self, text: str) -> None:
         """Send a user message that the model reads at its next turn.
@@ -267,16 +349,20 @@ class AgentHandle:
         Tool calls of the current turn not yet started are skipped (the model reads
         ``Error: Skipped due to queued user message.``). When no run is in progress, the
         message goes with the next run's prompt.
+
+        Raises:
+            AgentUnavailable: the agent is not running.
         """
         _check_prompt(text)
-        self._actor.steering.append(text)
-        self._actor.steer_event.set()
+        actor = self._actor
+        actor.steering.append(text)
+        actor.steer_event.set()
 
     async def cancel(self) -> None:
         """End the current run as ``cancelled`` (queued runs are not touched)."""
-        current = self._actor.current
-        if current is not None:
-            current.abandon()
+        actor = self._target.current_actor()
+        if actor is not None and actor.current is not None:
+            actor.current.abandon()
 
     async def reset(self) -> None:
         """Forget the conversation, after the runs queued before this call.
@@ -285,7 +371,8 @@ class AgentHandle:
             AgentUnavailable: the agent has stopped.
         """
         request = _Reset()
-        await self._actor.submit(request)
+        actor = await self._target.acquire()
+        await actor.submit(request)
         await request.done.wait()
 
     def __repr__(self) -> str:

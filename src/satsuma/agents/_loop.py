@@ -184,12 +184,9 @@ class _Run:
             try:
                 response = await self._gather()
             except ModelError as exc:
+                # What retries could not cure fails the run; anything else raised by the
+                # model is a bug, and crashes the agent (a supervisor restarts it).
                 return "failed", str(exc)
-            except (
-                Exception
-            ) as exc:  # a model implementation's own bug: the run fails, not the actor
-                logger.warning("model %r crashed", self.actor.model, exc_info=exc)
-                return "failed", f"Model crashed: {describe_exception(exc)}"
             if response.content:
                 self.commit(Message(role="assistant", content=response.content))
                 self.pending = [
@@ -350,11 +347,16 @@ def _nudged(outcome: ToolOutcome, nudge: str) -> ToolOutcome:
 
 async def execute_run(actor: Actor, job: Job) -> RunResult:
     """Run one job to its end. If the agent itself is being torn down (an outer
-    cancellation), the run still ends as ``cancelled`` with a valid history, and the
-    cancellation goes on."""
+    cancellation) or crashes, the run still ends — ``cancelled`` or ``failed`` — with a
+    valid history, and the cancellation or the crash goes on."""
     run = _Run(actor, job)
     try:
         return await run.execute()
+    except Exception as exc:
+        if run.result is None:
+            run._answer_pending("the agent crashed")
+            run.finish("failed", f"the agent crashed: {describe_exception(exc)}")
+        raise
     finally:
         if run.result is None:
             run._answer_pending("the agent stopped")
