@@ -17,11 +17,15 @@ EXPECTED_SATSUMA = {
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
     # agents
-    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorGaveUp", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
+    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
     "AgentUnavailable", "HistoryProcessor", "KeepAll", "KeepLastExchanges", "Message", "Model",
     "ModelError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
     "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
+    # supervision
+    "Backoff", "ChildCrashed", "ChildExited", "ChildInfo", "ChildRestarted", "ChildSpec",
+    "ChildStarted", "RestartType", "Supervisor", "SupervisorEvent", "SupervisorGaveUp",
+    "SupervisorStrategy",
 }  # fmt: skip
 
 
@@ -47,6 +51,14 @@ def test_satsuma_exports_exactly_the_documented_names() -> None:
 def test_tools_exports_match_their_all() -> None:
     assert public_names(satsuma.tools) == set(satsuma.tools.__all__)
     assert set(satsuma.tools.__all__) <= EXPECTED_SATSUMA
+
+
+def test_supervisor_exports_are_all_reexported_by_satsuma() -> None:
+    import satsuma.supervisor
+
+    assert public_names(satsuma.supervisor) == set(satsuma.supervisor.__all__)
+    for name in satsuma.supervisor.__all__:
+        assert getattr(satsuma, name) is getattr(satsuma.supervisor, name)
 
 
 def test_agents_exports_are_all_reexported_by_satsuma() -> None:

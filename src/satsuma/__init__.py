@@ -13,7 +13,7 @@ from ._exceptions import AgentDefinitionError as AgentDefinitionError
 from ._exceptions import AgentUnavailable as AgentUnavailable
 from ._exceptions import ModelError as ModelError
 from ._exceptions import SatsumaError as SatsumaError
-from ._exceptions import SupervisorGaveUp as SupervisorGaveUp
+from ._exceptions import SupervisorFailed as SupervisorFailed
 from ._exceptions import ToolDefinitionError as ToolDefinitionError
 from ._exceptions import ToolError as ToolError
 from ._messages import Message as Message
@@ -77,6 +77,18 @@ if _typing.TYPE_CHECKING:
     from .agents import VerifyContext as VerifyContext
     from .agents import event_to_json as event_to_json
     from .agents import open_agent as open_agent
+    from .supervisor import Backoff as Backoff
+    from .supervisor import ChildCrashed as ChildCrashed
+    from .supervisor import ChildExited as ChildExited
+    from .supervisor import ChildInfo as ChildInfo
+    from .supervisor import ChildRestarted as ChildRestarted
+    from .supervisor import ChildSpec as ChildSpec
+    from .supervisor import ChildStarted as ChildStarted
+    from .supervisor import RestartType as RestartType
+    from .supervisor import Supervisor as Supervisor
+    from .supervisor import SupervisorEvent as SupervisorEvent
+    from .supervisor import SupervisorGaveUp as SupervisorGaveUp
+    from .supervisor import SupervisorStrategy as SupervisorStrategy
 
 _AGENT_NAMES = frozenset(
     {
@@ -89,17 +101,42 @@ _AGENT_NAMES = frozenset(
 )  # fmt: skip
 
 
+_SUPERVISOR_NAMES = frozenset(
+    {
+        "Backoff", "ChildCrashed", "ChildExited", "ChildInfo", "ChildRestarted", "ChildSpec",
+        "ChildStarted", "RestartType", "Supervisor", "SupervisorEvent", "SupervisorGaveUp",
+        "SupervisorStrategy",
+    }
+)  # fmt: skip
+
+
 def __getattr__(name: str) -> _typing.Any:
     if name in _AGENT_NAMES:
-        value = getattr(_importlib.import_module("satsuma.agents"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'satsuma' has no attribute {name!r}")
+        module = "satsuma.agents"
+    elif name in _SUPERVISOR_NAMES:
+        module = "satsuma.supervisor"
+    else:
+        raise AttributeError(f"module 'satsuma' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Backoff",
+    "ChildCrashed",
+    "ChildExited",
+    "ChildInfo",
+    "ChildRestarted",
+    "ChildSpec",
+    "ChildStarted",
+    "RestartType",
+    "Supervisor",
+    "SupervisorEvent",
+    "SupervisorGaveUp",
+    "SupervisorStrategy",
     "MODEL_ALIASES",
     "Agent",
     "AgentCrashed",
@@ -146,7 +183,7 @@ __all__ = [
     "SatsumaError",
     "Sequential",
     "Strategy",
-    "SupervisorGaveUp",
+    "SupervisorFailed",
     "Tool",
     "ToolCall",
     "ToolCallEnd",

@@ -9,7 +9,7 @@ The hierarchy::
     ├── ModelError             a model call failed and retries could not cure it
     ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
     ├── AgentCrashed           the agent crashed while serving this call
-    └── SupervisorGaveUp       a supervisor passed its restart intensity and stopped
+    └── SupervisorFailed       a supervisor gave up (restart intensity) or a child failed to start
 
 Each exception keeps its data as attributes and builds its own message, so every fixed
 text lives in exactly one place.
@@ -148,22 +148,29 @@ class AgentCrashed(SatsumaError):
         super().__init__(f"Agent {agent} crashed: {_describe(cause)}")
 
 
-class SupervisorGaveUp(SatsumaError):
-    """A supervisor saw more than ``max_restarts`` restarts within ``within`` seconds: it
-    stopped all its children and failed (to its own supervisor, or out of its ``async
-    with``).
+class SupervisorFailed(SatsumaError):
+    """A supervisor stopped all its children and failed: more than ``max_restarts``
+    restarts within ``within`` seconds, or a child that could not start. It fails to its
+    own supervisor (which handles it as a crash of that child) or out of its ``async
+    with``.
 
     Attributes:
         supervisor: The supervisor's name.
-        child: The id of the child whose exit went over the limit.
-        cause: That child's last crash (None if it exited normally).
+        child: The id of the child that caused it.
+        cause: That child's last crash (None if it kept exiting normally).
+        reason: ``"too many restarts"`` or ``"could not start"``.
     """
 
-    def __init__(self, supervisor: str, child: str, cause: BaseException | None) -> None:
+    def __init__(
+        self,
+        supervisor: str,
+        child: str,
+        cause: BaseException | None,
+        reason: str = "too many restarts",
+    ) -> None:
         self.supervisor = supervisor
         self.child = child
         self.cause = cause
+        self.reason = reason
         last = _describe(cause) if cause is not None else "it kept exiting"
-        super().__init__(
-            f"Supervisor {supervisor} gave up: too many restarts; last: child {child}: {last}"
-        )
+        super().__init__(f"Supervisor {supervisor} gave up ({reason}): child {child}: {last}")

@@ -1,0 +1,29 @@
+"""Supervision: OTP-style restart strategies for agents, supervisors and services."""
+
+from ._children import ChildSpec as ChildSpec
+from ._children import RestartType as RestartType
+from ._events import ChildCrashed as ChildCrashed
+from ._events import ChildExited as ChildExited
+from ._events import ChildRestarted as ChildRestarted
+from ._events import ChildStarted as ChildStarted
+from ._events import SupervisorEvent as SupervisorEvent
+from ._events import SupervisorGaveUp as SupervisorGaveUp
+from ._supervisor import Backoff as Backoff
+from ._supervisor import ChildInfo as ChildInfo
+from ._supervisor import Supervisor as Supervisor
+from ._supervisor import SupervisorStrategy as SupervisorStrategy
+
+__all__ = [
+    "Backoff",
+    "ChildCrashed",
+    "ChildExited",
+    "ChildInfo",
+    "ChildRestarted",
+    "ChildSpec",
+    "ChildStarted",
+    "RestartType",
+    "Supervisor",
+    "SupervisorEvent",
+    "SupervisorGaveUp",
+    "SupervisorStrategy",
+]

@@ -1,0 +1,255 @@
+"""What a supervisor supervises: child specs, the kinds of child (agent, supervisor,
+service), and the record a supervisor keeps of each child across its incarnations."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+import attrs
+import trio
+
+from .._exceptions import AgentUnavailable
+from .._messages import Message
+from ..agents._actor import Actor, AgentHandle
+from ..agents._agent import Agent, spec_of
+from ..agents._model import Model
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
+
+__all__ = ["ChildSpec", "RestartType"]
+
+RestartType: TypeAlias = Literal["permanent", "transient", "temporary"]
+_RESTARTS = ("permanent", "transient", "temporary")
+
+
+def _restart_type(instance: object, attribute: object, value: str) -> None:
+    if value not in _RESTARTS:
+        raise ValueError(f"restart must be one of {', '.join(_RESTARTS)}, got: {value!r}")
+
+
+def _timeout(instance: object, attribute: object, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"shutdown_timeout must be a positive number of seconds, got: {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ChildSpec:
+    """How to run one child.
+
+    Attributes:
+        child: An Agent subclass, a Supervisor, or any object with
+            ``async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED)``.
+        id: Unique among the supervisor's children (default: the agent's name, the
+            supervisor's name, or the service's class name).
+        name: A name to look the child up by (``sup.lookup(name)``).
+        restart: ``permanent`` (always restarted), ``transient`` (restarted after a
+            crash only) or ``temporary`` (never restarted).
+        shutdown_timeout: Seconds the child is given to finish once cancelled, when it
+            is stopped.
+        options: For an agent: ``model``, ``context``, ``agent_id`` (as ``open_agent``).
+    """
+
+    child: Any = attrs.field(kw_only=False)
+    id: str | None = None
+    name: str | None = None
+    restart: RestartType = attrs.field(default="permanent", validator=_restart_type)
+    shutdown_timeout: float = attrs.field(default=5.0, validator=_timeout)
+    options: Mapping[str, Any] = attrs.Factory(dict)
+
+
+class _State(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"  # terminated by terminate_child, or by the supervisor's shutdown
+    EXITED = "exited"  # ended and not to be restarted
+
+
+class _Started:
+    """A task_status for a child's ``serve``: the supervisor waits on ``ready``."""
+
+    def __init__(self, child: Child) -> None:
+        self._child = child
+
+    def started(self, value: object = None) -> None:
+        self._child.mark_running()
+
+
+class _Kind(Protocol):
+    kind: Literal["worker", "supervisor"]
+
+    def default_id(self) -> str: ...
+
+    def handle(self, child: Child) -> object: ...
+
+    async def serve(self, child: Child, status: _Started) -> None: ...
+
+
+@attrs.define(eq=False)
+class _AgentKind:
+    agent: type[Agent]
+    model: Model | None
+    context: Mapping[str, Any] | None
+    agent_id: str | None
+    kind: Literal["worker", "supervisor"] = "worker"
+
+    def default_id(self) -> str:
+        return spec_of(self.agent).name
+
+    def handle(self, child: Child) -> AgentHandle:
+        assert isinstance(child.target, _AgentTarget)
+        return AgentHandle(child.target)
+
+    async def serve(self, child: Child, status: _Started) -> None:
+        spec = spec_of(self.agent)
+        model = self.model
+        owned = None
+        if model is None:
+            from ..agents._anthropic import AnthropicModel
+
+            model = owned = AnthropicModel()
+        target = child.target
+        assert isinstance(target, _AgentTarget)
+        actor = Actor(
+            spec,
+            model,
+            self.context,
+            target.agent_id,
+            history=child.conversation,
+            handle_target=target,
+        )
+        child.actor = actor
+        try:
+            await actor.serve(task_status=status)
+        finally:
+            child.actor = None
+            if owned is not None:
+                with trio.CancelScope(shield=True):
+                    await owned.aclose()
+
+
+@attrs.define(eq=False)
+class _SupervisorKind:
+    supervisor: Supervisor
+    kind: Literal["worker", "supervisor"] = "supervisor"
+
+    def default_id(self) -> str:
+        return self.supervisor.name
+
+    def handle(self, child: Child) -> Supervisor:
+        return self.supervisor
+
+    async def serve(self, child: Child, status: _Started) -> None:
+        await self.supervisor.serve(task_status=status)
+
+
+@attrs.define(eq=False)
+class _ServiceKind:
+    service: Any
+    kind: Literal["worker", "supervisor"] = "worker"
+
+    def default_id(self) -> str:
+        return type(self.service).__name__
+
+    def handle(self, child: Child) -> object:
+        return self.service
+
+    async def serve(self, child: Child, status: _Started) -> None:
+        await self.service.serve(task_status=status)
+
+
+def kind_of(spec: ChildSpec) -> _Kind:
+    """The kind of child a spec names.
+
+    Raises:
+        TypeError: it is none of an Agent subclass, a Supervisor, a serve-object; or
+            options were given to a child that takes none.
+    """
+    from ._supervisor import Supervisor
+
+    child = spec.child
+    options = dict(spec.options)
+    if isinstance(child, type) and issubclass(child, Agent):
+        spec_of(child)  # a concrete, checked Agent
+        unknown = set(options) - {"model", "context", "agent_id"}
+        if unknown:
+            raise TypeError(f"unknown agent options: {', '.join(sorted(unknown))}")
+        return _AgentKind(
+            child, options.get("model"), options.get("context"), options.get("agent_id")
+        )
+    if options:
+        raise TypeError(f"options apply to agents only, got: {', '.join(sorted(options))}")
+    if isinstance(child, Supervisor):
+        return _SupervisorKind(child)
+    if callable(getattr(child, "serve", None)) and not isinstance(child, type):
+        return _ServiceKind(child)
+    raise TypeError(
+        "a child must be an Agent subclass, a Supervisor, or an object with "
+        f"async def serve(self, *, task_status), got: {child!r}"
+    )
+
+
+@attrs.define(eq=False)
+class Child:
+    """The supervisor's record of one child, across its incarnations."""
+
+    spec: ChildSpec
+    id: str
+    kind: _Kind
+    state: _State = _State.STARTING
+    incarnation: int = 0
+    scope: trio.CancelScope | None = None
+    finished: trio.Event = attrs.Factory(trio.Event)
+    changed: trio.Event = attrs.Factory(trio.Event)
+    actor: Actor | None = None
+    conversation: list[Message] = attrs.Factory(list)
+    last_error: BaseException | None = None
+    target: object = None
+    handle: object = None
+
+    def set_state(self, state: _State) -> None:
+        self.state = state
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def mark_running(self) -> None:
+        self.set_state(_State.RUNNING)
+
+
+@attrs.define(eq=False)
+class _AgentTarget:
+    """What a supervised agent's handle addresses: the child, whichever incarnation is
+    running now."""
+
+    child: Child
+    agent_id: str
+    call_timeout: float = 30.0
+
+    @property
+    def name(self) -> str:
+        return spec_of(self.child.spec.child).name
+
+    async def acquire(self) -> Actor:
+        child = self.child
+        with trio.move_on_after(self.call_timeout):
+            while True:
+                actor = child.actor
+                if actor is not None and actor.alive and child.state is _State.RUNNING:
+                    return actor
+                if child.state in (_State.STOPPED, _State.EXITED, _State.STOPPING):
+                    raise AgentUnavailable(self.name, f"it is {child.state.value}")
+                await child.changed.wait()
+        raise AgentUnavailable(
+            self.name, f"it did not come back from a restart within {self.call_timeout:g}s"
+        )
+
+    def current_actor(self) -> Actor | None:
+        actor = self.child.actor
+        return actor if actor is not None and actor.alive else None
+
+    def conversation(self) -> list[Message]:
+        return self.child.conversation

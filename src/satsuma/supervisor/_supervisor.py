@@ -1,0 +1,535 @@
+"""Supervisor: starts children in order, restarts them by OTP rules, stops them in reverse
+order, and gives up (failing to its own supervisor) past its restart intensity.
+
+Each child runs in its own task and cancel scope in the supervisor's nursery; a child's
+exception never reaches the nursery (it is reported to the supervisor's control loop,
+which decides). The control loop is the only place children are started and stopped
+after start-up, so decisions never race one another.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeAlias, final
+
+import attrs
+import trio
+
+from .._exceptions import SupervisorFailed
+from ._children import (
+    Child,
+    ChildSpec,
+    RestartType,
+    _AgentKind,
+    _AgentTarget,
+    _Started,
+    _State,
+    kind_of,
+)
+from ._events import (
+    ChildCrashed,
+    ChildExited,
+    ChildRestarted,
+    ChildStarted,
+    SupervisorEvent,
+    SupervisorGaveUp,
+)
+
+__all__ = ["Backoff", "ChildInfo", "Supervisor", "SupervisorStrategy"]
+
+logger = logging.getLogger("satsuma.supervisor")
+
+SupervisorStrategy: TypeAlias = Literal["one_for_one", "one_for_all", "rest_for_one"]
+_STRATEGIES = ("one_for_one", "one_for_all", "rest_for_one")
+
+
+@attrs.frozen
+class Backoff:
+    """Wait before a restart: ``base * 2**(n - 1)`` seconds for the n-th restart within
+    the intensity window, at most ``cap``."""
+
+    base: float = 0.1
+    cap: float = 5.0
+
+    def delay(self, restarts: int) -> float:
+        return float(min(self.cap, self.base * 2.0 ** max(restarts - 1, 0)))
+
+
+@attrs.frozen(kw_only=True)
+class ChildInfo:
+    """One entry of ``which_children()``."""
+
+    id: str
+    child: Any
+    state: str
+    restart: RestartType
+    kind: Literal["worker", "supervisor"]
+
+
+@attrs.frozen
+class _Exit:
+    child: Child
+    incarnation: int
+    error: BaseException | None
+    reported: bool = False  # a failed start has had its ChildCrashed event already
+
+
+def _describe(exc: BaseException) -> str:
+    leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc]
+    return "; ".join(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__ for e in leaves)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _unwrap(exc: Exception) -> Exception:
+    # A crash inside a child's own nursery comes wrapped: report the single cause.
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@final
+class Supervisor:
+    """Supervises children by OTP rules. See docs/supervision.md.
+
+    Args:
+        strategy: ``one_for_one`` (restart the child that ended), ``one_for_all``
+            (restart them all), ``rest_for_one`` (restart it and those started after it).
+        max_restarts: Restarts allowed within ``within`` seconds; one more and the
+            supervisor stops every child and fails with SupervisorFailed.
+        within: The intensity window, in seconds.
+        children: Agent subclasses, Supervisors, serve-objects, or ChildSpecs, started in
+            order when the supervisor starts.
+        backoff: Wait before restarts (default: restart at once).
+        name: The supervisor's name (in events and errors).
+        events: Called with each supervisor event (ChildStarted, ChildExited,
+            ChildCrashed, ChildRestarted, SupervisorGaveUp).
+        call_timeout: How long a call to a restarting agent waits for it to come back.
+
+    Use it as ``async with Supervisor(...) as sup:`` in any trio program, as a child of
+    another supervisor, or run it as a service with ``await sup.serve_until_signalled()``.
+    """
+
+    def __init__(
+        self,
+        strategy: SupervisorStrategy = "one_for_one",
+        *,
+        max_restarts: int = 3,
+        within: float = 5.0,
+        children: Iterable[object] = (),
+        backoff: Backoff | None = None,
+        name: str = "supervisor",
+        events: Callable[[SupervisorEvent], object] | None = None,
+        call_timeout: float = 30.0,
+    ) -> None:
+        if strategy not in _STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(_STRATEGIES)}, got: {strategy!r}")
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an integer >= 0, got: {max_restarts!r}")
+        if not isinstance(within, (int, float)) or isinstance(within, bool) or not within > 0:
+            raise ValueError(f"within must be a positive number of seconds, got: {within!r}")
+        self.strategy: SupervisorStrategy = strategy
+        self.max_restarts = max_restarts
+        self.within = float(within)
+        self.backoff = backoff
+        self.name = name
+        self._events = events
+        self.call_timeout = call_timeout
+        self._initial = [self._as_spec(child) for child in children]
+        self._children: list[Child] = []
+        self._nursery: trio.Nursery | None = None
+        self._exits_send, self._exits = trio.open_memory_channel[_Exit](math.inf)
+        self._restart_times: deque[float] = deque()
+        self._running = False
+        self._manager: Any = None
+
+    # --- public API -----------------------------------------------------------------
+
+    async def start_child(
+        self,
+        child: object,
+        *,
+        id: str | None = None,
+        name: str | None = None,
+        restart: RestartType = "permanent",
+        shutdown_timeout: float = 5.0,
+        **options: Any,
+    ) -> Any:
+        """Start a child now and return its handle once it is running: an AgentHandle
+        for an agent (valid across its restarts), the Supervisor itself, or the service
+        object.
+
+        Raises:
+            ValueError: the id or name is taken, or an option is wrong.
+            TypeError: ``child`` cannot be supervised.
+            SupervisorFailed: the child failed to start.
+        """
+        spec = ChildSpec(
+            child, id=id, name=name, restart=restart, shutdown_timeout=shutdown_timeout,
+            options=options,
+        )  # fmt: skip
+        record = self._add(spec)
+        await self._start(record)
+        if record.state is not _State.RUNNING:
+            self._children.remove(record)
+            raise SupervisorFailed(self.name, record.id, record.last_error, "could not start")
+        return record.handle
+
+    async def terminate_child(self, id: str) -> None:
+        """Stop a child (it is given its shutdown timeout); its spec stays, to
+        ``restart_child`` or ``delete_child`` later.
+
+        Raises:
+            KeyError: no child has that id.
+        """
+        child = self._get(id)
+        await self._stop(child)
+
+    async def restart_child(self, id: str) -> Any:
+        """Start a stopped or exited child again (or restart a running one).
+
+        Raises:
+            KeyError: no child has that id.
+            SupervisorFailed: it failed to start.
+        """
+        child = self._get(id)
+        await self._stop(child)
+        await self._start(child)
+        if child.state is not _State.RUNNING:
+            raise SupervisorFailed(self.name, child.id, child.last_error, "could not start")
+        return child.handle
+
+    async def delete_child(self, id: str) -> None:
+        """Stop a child if it runs, and forget its spec."""
+        child = self._get(id)
+        await self._stop(child)
+        self._children.remove(child)
+
+    def which_children(self) -> list[ChildInfo]:
+        """Every child, in start order: id, child, state, restart type, kind."""
+        return [
+            ChildInfo(
+                id=c.id,
+                child=c.spec.child,
+                state=c.state.value,
+                restart=c.spec.restart,
+                kind=c.kind.kind,
+            )
+            for c in self._children
+        ]
+
+    def count_children(self) -> dict[str, int]:
+        """``specs``, ``active`` (running), ``supervisors`` and ``workers``."""
+        return {
+            "specs": len(self._children),
+            "active": sum(c.state is _State.RUNNING for c in self._children),
+            "supervisors": sum(c.kind.kind == "supervisor" for c in self._children),
+            "workers": sum(c.kind.kind == "worker" for c in self._children),
+        }
+
+    def lookup(self, name: str) -> Any:
+        """The handle of the child registered under ``name``.
+
+        Raises:
+            KeyError: no child has that name.
+        """
+        for child in self._children:
+            if child.spec.name == name:
+                return child.handle
+        raise KeyError(f"supervisor {self.name} has no child named {name!r}")
+
+    # --- running --------------------------------------------------------------------
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled (then stop the children, last started first, each given
+        its shutdown timeout), or until giving up (then raise SupervisorFailed).
+
+        Raises:
+            SupervisorFailed: too many restarts, or a child failed to start.
+        """
+        if self._running:
+            raise RuntimeError(f"supervisor {self.name} is already running")
+        self._running = True
+        self._children = []
+        self._restart_times.clear()
+        failure: SupervisorFailed | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    await self._start_initial()
+                    task_status.started()
+                    await self._control()
+                except SupervisorFailed as exc:
+                    # Raised below, outside the nursery, so that it is not wrapped in a group.
+                    failure = exc
+                finally:
+                    # Ordered shutdown, even when the supervisor itself is cancelled.
+                    with trio.CancelScope(shield=True):
+                        await self._stop_all()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._running = False
+            self._nursery = None
+        if failure is not None:
+            raise failure
+
+    async def _start_initial(self) -> None:
+        for spec in self._initial:
+            child = self._add(spec)
+            await self._start(child)
+            if child.state is not _State.RUNNING:
+                self._emit(
+                    SupervisorGaveUp(
+                        supervisor=self.name, child_id=child.id, reason="could not start"
+                    )
+                )
+                raise SupervisorFailed(self.name, child.id, child.last_error, "could not start")
+
+    async def __aenter__(self) -> Supervisor:
+        self._manager = trio.open_nursery()
+        nursery = await self._manager.__aenter__()
+        try:
+            await nursery.start(self.serve)
+        except BaseException:
+            # Nothing else runs in the nursery yet: close it and report the start failure
+            # itself, not wrapped in a group.
+            await self._manager.__aexit__(None, None, None)
+            raise
+        self._outer = nursery
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback_: TracebackType | None,
+    ) -> bool | None:
+        self._outer.cancel_scope.cancel()
+        try:
+            return await self._manager.__aexit__(exc_type, exc_value, traceback_)  # type: ignore[no-any-return]
+        except BaseExceptionGroup as group:
+            # As a nursery would, but without the group where one error says it all: the
+            # body's own exception, or the supervisor's failure.
+            others = group.subgroup(
+                lambda e: e is not exc_value and not isinstance(e, BaseExceptionGroup)
+            )
+            if others is None:
+                return False  # only the body's exception: it goes on as it was
+            leaves = _leaves(group)
+            if len(leaves) == 1 and isinstance(leaves[0], SupervisorFailed):
+                raise leaves[0] from None
+            raise
+
+    async def serve_until_signalled(
+        self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
+    ) -> None:
+        """Run as a service: serve until one of ``signals`` arrives, then shut down
+        gracefully (children stopped last first, each within its shutdown timeout)."""
+        async with trio.open_nursery() as nursery:
+            with trio.open_signal_receiver(*signals) as received:
+                await nursery.start(self.serve)
+                async for signum in received:
+                    logger.info("supervisor %s: signal %s, shutting down", self.name, signum)
+                    break
+            nursery.cancel_scope.cancel()
+
+    # --- internals ------------------------------------------------------------------
+
+    def _as_spec(self, child: object) -> ChildSpec:
+        return child if isinstance(child, ChildSpec) else ChildSpec(child)
+
+    def _add(self, spec: ChildSpec) -> Child:
+        if self._nursery is None:
+            raise RuntimeError(f"supervisor {self.name} is not running")
+        kind = kind_of(spec)
+        child_id = spec.id or kind.default_id()
+        if any(c.id == child_id for c in self._children):
+            raise ValueError(f"supervisor {self.name} already has a child with id {child_id!r}")
+        if spec.name is not None and any(c.spec.name == spec.name for c in self._children):
+            raise ValueError(f"supervisor {self.name} already has a child named {spec.name!r}")
+        child = Child(spec=spec, id=child_id, kind=kind)
+        if isinstance(kind, _AgentKind):
+            child.target = _AgentTarget(child, kind.agent_id or child_id, self.call_timeout)
+        child.handle = kind.handle(child)
+        self._children.append(child)
+        return child
+
+    def _get(self, id: str) -> Child:
+        for child in self._children:
+            if child.id == id:
+                return child
+        raise KeyError(f"supervisor {self.name} has no child with id {id!r}")
+
+    def _emit(self, event: SupervisorEvent) -> None:
+        if self._events is not None:
+            try:
+                self._events(event)
+            except Exception:  # an observer's bug must not take the supervisor down
+                logger.exception("supervisor event callback raised on %r", event)
+
+    async def _start(self, child: Child) -> bool:
+        """Start one incarnation and wait until it runs (True) or fails to start."""
+        assert self._nursery is not None
+        child.incarnation += 1
+        child.finished = trio.Event()
+        child.scope = trio.CancelScope()
+        child.set_state(_State.STARTING)
+        self._nursery.start_soon(self._run_child, child, child.incarnation, child.scope)
+        while child.state is _State.STARTING and not child.finished.is_set():
+            await child.changed.wait()
+        running = child.state is _State.RUNNING
+        if running:
+            self._emit(
+                ChildStarted(supervisor=self.name, child_id=child.id, incarnation=child.incarnation)
+            )
+        return running
+
+    async def _run_child(self, child: Child, incarnation: int, scope: trio.CancelScope) -> None:
+        error: Exception | None = None
+        try:
+            # Shielded from the supervisor's own cancellation: children are stopped one at
+            # a time, last started first, by _stop_all (through their own scope), never
+            # all at once by a cancellation sweeping the nursery.
+            with trio.CancelScope(shield=True), scope:
+                await child.kind.serve(child, _Started(child))
+        except Exception as exc:
+            error = _unwrap(exc)
+        finally:
+            if child.incarnation == incarnation:
+                child.finished.set()
+        if child.incarnation != incarnation:
+            return
+        if error is not None:
+            child.last_error = error
+        if scope.cancel_called:
+            # Stopped by us: _stop reports it. An error raised while stopping is only logged.
+            if error is not None:
+                logger.warning(
+                    "supervisor %s: child %s raised while stopping: %s",
+                    self.name,
+                    child.id,
+                    _describe(error),
+                )
+            return
+        if child.state is _State.STARTING:
+            child.set_state(_State.EXITED)  # failed to start: _start's caller decides
+            if error is not None:
+                self._emit_crash(child, error)
+            return
+        restart = child.spec.restart
+        will_restart = restart == "permanent" or (restart == "transient" and error is not None)
+        # Callers of a child about to be restarted wait for it rather than fail at once.
+        child.set_state(_State.RESTARTING if will_restart else _State.EXITED)
+        self._exits_send.send_nowait(_Exit(child, incarnation, error))
+
+    def _emit_crash(self, child: Child, error: BaseException) -> None:
+        logger.warning("supervisor %s: child %s crashed: %s", self.name, child.id, _describe(error))
+        self._emit(
+            ChildCrashed(
+                supervisor=self.name,
+                child_id=child.id,
+                error=_describe(error),
+                traceback="".join(traceback.format_exception(error)),
+            )
+        )
+
+    async def _stop(self, child: Child) -> None:
+        """Cancel a child and give it its shutdown timeout to finish."""
+        if child.scope is None or child.finished.is_set():
+            # Not running (ended, or waiting for a restart): it just stays down.
+            if child.state is not _State.STOPPED:
+                child.set_state(_State.STOPPED)
+            return
+        child.set_state(_State.STOPPING)
+        child.scope.cancel()
+        with trio.move_on_after(child.spec.shutdown_timeout) as waited:
+            await child.finished.wait()
+        if waited.cancelled_caught:
+            logger.warning(
+                "supervisor %s: child %s still running %gs after it was cancelled",
+                self.name,
+                child.id,
+                child.spec.shutdown_timeout,
+            )
+        child.set_state(_State.STOPPED)
+        self._emit(ChildExited(supervisor=self.name, child_id=child.id, reason="shutdown"))
+
+    async def _stop_all(self) -> None:
+        for child in reversed(self._children):
+            await self._stop(child)
+
+    async def _control(self) -> None:
+        async for exit_ in self._exits:
+            child = exit_.child
+            if child.incarnation != exit_.incarnation or child not in self._children:
+                continue  # an old incarnation, or a child deleted since
+            if exit_.reported:
+                pass
+            elif exit_.error is not None:
+                self._emit_crash(child, exit_.error)
+            else:
+                self._emit(ChildExited(supervisor=self.name, child_id=child.id, reason="normal"))
+            restart = child.spec.restart
+            if restart == "temporary" or (restart == "transient" and exit_.error is None):
+                if restart == "temporary":
+                    self._children.remove(child)
+                continue
+            if child.state is not _State.RESTARTING:
+                continue  # stopped or restarted by hand meanwhile
+            now = trio.current_time()
+            self._restart_times.append(now)
+            while self._restart_times and self._restart_times[0] <= now - self.within:
+                self._restart_times.popleft()
+            if len(self._restart_times) > self.max_restarts:
+                self._emit(
+                    SupervisorGaveUp(
+                        supervisor=self.name, child_id=child.id, reason="too many restarts"
+                    )
+                )
+                raise SupervisorFailed(self.name, child.id, exit_.error)
+            await self._restart(child, len(self._restart_times))
+
+    async def _restart(self, failed: Child, restarts: int) -> None:
+        index = self._children.index(failed)
+        if self.strategy == "one_for_one":
+            group = [failed]
+        elif self.strategy == "one_for_all":
+            group = list(self._children)
+        else:
+            group = self._children[index:]
+        # Children stopped on purpose (terminate_child) stay stopped.
+        group = [c for c in group if c is failed or c.state is _State.RUNNING]
+        for child in reversed(group):
+            if child is not failed:
+                await self._stop(child)
+        for child in group:
+            child.set_state(_State.RESTARTING)
+        delay = self.backoff.delay(restarts) if self.backoff is not None else 0.0
+        if delay:
+            await trio.sleep(delay)
+        for child in group:
+            if child not in self._children or child.state is not _State.RESTARTING:
+                continue  # deleted or stopped by hand during the backoff
+            if await self._start(child):
+                self._emit(
+                    ChildRestarted(
+                        supervisor=self.name, child_id=child.id, restarts=restarts, delay=delay
+                    )
+                )
+            else:
+                # Failed to start again: that is one more exit to judge.
+                child.set_state(_State.RESTARTING)
+                self._exits_send.send_nowait(
+                    _Exit(child, child.incarnation, child.last_error, reported=True)
+                )
