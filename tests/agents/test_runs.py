@@ -157,8 +157,11 @@ async def test_a_model_error_fails_the_run_and_the_agent_goes_on() -> None:
     assert again.output == "recovered"
 
 
-async def test_a_bug_in_the_model_crashes_the_agent_and_its_caller_gets_agent_crashed() -> None:
-    def broken(request: satsuma.ModelRequest) -> str:
+async def test_a_bug_in_the_model_crashes_the_agent_and_its_caller_gets_agent_crashed(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def broken(request: satsuma.ModelRequest) -> str:
+        await trio.sleep(1)  # the caller is waiting for its answer by then
         raise RuntimeError("bug in my model")
 
     crashes: list[satsuma.AgentCrashed] = []
