@@ -429,3 +429,17 @@ async def test_shutdown_ends_runs_in_flight_as_cancelled_with_a_valid_history(
         nursery.start_soon(client)
     assert results[0].status == "cancelled"
     check_conversation(handles[0].history)
+
+
+async def test_serve_until_signalled_shuts_down_gracefully_on_sigterm(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    import os
+    import signal
+
+    a, b = Worker("a"), Worker("b")
+    sup = Supervisor(children=[ChildSpec(a, id="a"), ChildSpec(b, id="b")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve_until_signalled)
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert journal == ["start a", "start b", "stop b", "stop a"]

@@ -332,17 +332,22 @@ class Supervisor:
             raise
 
     async def serve_until_signalled(
-        self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
+        self,
+        signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
+        *,
+        task_status: Any = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run as a service: serve until one of ``signals`` arrives, then shut down
-        gracefully (children stopped last first, each within its shutdown timeout)."""
-        async with trio.open_nursery() as nursery:
-            with trio.open_signal_receiver(*signals) as received:
+        gracefully (children stopped last first, each within its shutdown timeout).
+        Call it from the main thread (Python delivers signals there)."""
+        with trio.open_signal_receiver(*signals) as received:
+            async with trio.open_nursery() as nursery:
                 await nursery.start(self.serve)
+                task_status.started()
                 async for signum in received:
                     logger.info("supervisor %s: signal %s, shutting down", self.name, signum)
                     break
-            nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
 
     # --- internals ------------------------------------------------------------------
 
