@@ -146,7 +146,9 @@ class Supervisor:
         self._events = events
         self.call_timeout = call_timeout
         self._initial = [self._as_spec(child) for child in children]
-        self._children: list[Child] = []
+        self._children: list[Child] = []  # in start order
+        self._by_id: dict[str, Child] = {}
+        self._by_name: dict[str, Child] = {}
         self._nursery: trio.Nursery | None = None
         self._exits_send, self._exits = trio.open_memory_channel[_Exit](math.inf)
         self._restart_times: deque[float] = deque()
@@ -181,7 +183,7 @@ class Supervisor:
         record = self._add(spec)
         await self._start(record)
         if record.state is not _State.RUNNING:
-            self._children.remove(record)
+            self._forget(record)
             raise SupervisorFailed(self.name, record.id, record.last_error, "could not start")
         return record.handle
 
@@ -213,7 +215,7 @@ class Supervisor:
         """Stop a child if it runs, and forget its spec."""
         child = self._get(id)
         await self._stop(child)
-        self._children.remove(child)
+        self._forget(child)
 
     def which_children(self) -> list[ChildInfo]:
         """Every child, in start order: id, child, state, restart type, kind."""
@@ -243,10 +245,10 @@ class Supervisor:
         Raises:
             KeyError: no child has that name.
         """
-        for child in self._children:
-            if child.spec.name == name:
-                return child.handle
-        raise KeyError(f"supervisor {self.name} has no child named {name!r}")
+        try:
+            return self._by_name[name].handle
+        except KeyError:
+            raise KeyError(f"supervisor {self.name} has no child named {name!r}") from None
 
     # --- running --------------------------------------------------------------------
 
@@ -261,6 +263,8 @@ class Supervisor:
             raise RuntimeError(f"supervisor {self.name} is already running")
         self._running = True
         self._children = []
+        self._by_id = {}
+        self._by_name = {}
         self._restart_times.clear()
         failure: SupervisorFailed | None = None
         try:
@@ -359,22 +363,31 @@ class Supervisor:
             raise RuntimeError(f"supervisor {self.name} is not running")
         kind = kind_of(spec)
         child_id = spec.id or kind.default_id()
-        if any(c.id == child_id for c in self._children):
+        if child_id in self._by_id:
             raise ValueError(f"supervisor {self.name} already has a child with id {child_id!r}")
-        if spec.name is not None and any(c.spec.name == spec.name for c in self._children):
+        if spec.name is not None and spec.name in self._by_name:
             raise ValueError(f"supervisor {self.name} already has a child named {spec.name!r}")
         child = Child(spec=spec, id=child_id, kind=kind)
         if isinstance(kind, _AgentKind):
             child.target = _AgentTarget(child, kind.agent_id or child_id, self.call_timeout)
         child.handle = kind.handle(child)
         self._children.append(child)
+        self._by_id[child_id] = child
+        if spec.name is not None:
+            self._by_name[spec.name] = child
         return child
 
+    def _forget(self, child: Child) -> None:
+        self._children.remove(child)
+        del self._by_id[child.id]
+        if child.spec.name is not None:
+            del self._by_name[child.spec.name]
+
     def _get(self, id: str) -> Child:
-        for child in self._children:
-            if child.id == id:
-                return child
-        raise KeyError(f"supervisor {self.name} has no child with id {id!r}")
+        try:
+            return self._by_id[id]
+        except KeyError:
+            raise KeyError(f"supervisor {self.name} has no child with id {id!r}") from None
 
     def _emit(self, event: SupervisorEvent) -> None:
         if self._events is not None:
@@ -440,6 +453,8 @@ class Supervisor:
 
     def _emit_crash(self, child: Child, error: BaseException) -> None:
         logger.warning("supervisor %s: child %s crashed: %s", self.name, child.id, _describe(error))
+        if self._events is None:
+            return  # formatting a traceback nobody reads costs more than the restart
         self._emit(
             ChildCrashed(
                 supervisor=self.name,
@@ -477,7 +492,7 @@ class Supervisor:
     async def _control(self) -> None:
         async for exit_ in self._exits:
             child = exit_.child
-            if child.incarnation != exit_.incarnation or child not in self._children:
+            if child.incarnation != exit_.incarnation or self._by_id.get(child.id) is not child:
                 continue  # an old incarnation, or a child deleted since
             if exit_.reported:
                 pass
@@ -488,13 +503,14 @@ class Supervisor:
             restart = child.spec.restart
             if restart == "temporary" or (restart == "transient" and exit_.error is None):
                 if restart == "temporary":
-                    self._children.remove(child)
+                    self._forget(child)
                 continue
             if child.state is not _State.RESTARTING:
                 continue  # stopped or restarted by hand meanwhile
             now = trio.current_time()
             self._restart_times.append(now)
-            while self._restart_times and self._restart_times[0] <= now - self.within:
+            # A restart exactly `within` seconds old still counts (OTP: R >= Now - Period).
+            while self._restart_times and self._restart_times[0] < now - self.within:
                 self._restart_times.popleft()
             if len(self._restart_times) > self.max_restarts:
                 self._emit(
@@ -513,18 +529,23 @@ class Supervisor:
             group = list(self._children)
         else:
             group = self._children[index:]
-        # Children stopped on purpose (terminate_child) stay stopped.
-        group = [c for c in group if c is failed or c.state is _State.RUNNING]
+        # As OTP does: the others in the group are stopped, last started first; the
+        # temporary ones among them are forgotten, and every other spec in the group is
+        # started again — also one that had ended or was stopped by hand before.
         for child in reversed(group):
             if child is not failed:
                 await self._stop(child)
+        for child in group:
+            if child is not failed and child.spec.restart == "temporary":
+                self._forget(child)
+        group = [c for c in group if c is failed or c.spec.restart != "temporary"]
         for child in group:
             child.set_state(_State.RESTARTING)
         delay = self.backoff.delay(restarts) if self.backoff is not None else 0.0
         if delay:
             await trio.sleep(delay)
         for child in group:
-            if child not in self._children or child.state is not _State.RESTARTING:
+            if self._by_id.get(child.id) is not child or child.state is not _State.RESTARTING:
                 continue  # deleted or stopped by hand during the backoff
             if await self._start(child):
                 self._emit(
