@@ -105,6 +105,7 @@ class _Run:
         self.streak_signature: tuple[str, str] | None = None
         self.streak = 0
         self.result: RunResult | None = None
+        self.before: tuple[int, Message | None] | None = None
 
     # --- events and history ---------------------------------------------------------
 
@@ -154,6 +155,10 @@ class _Run:
         self.emit(
             RunStart(agent=self.agent, run_id=self.run_id, iteration=0, prompt=self.job.prompt)
         )
+        history = self.actor.history
+        # What the conversation was before this run, to go back to if the model never
+        # answers it (see _roll_back).
+        self.before = (len(history), history[-1] if history else None)
         self.commit_user([{"type": "text", "text": self.job.prompt}, *self.take_steering()])
         status: RunStatus = "completed"
         error: str | None = None
@@ -316,7 +321,26 @@ class _Run:
         self.pending = []
         self.commit_user(format_results(outcomes))
 
+    def _roll_back(self) -> None:
+        """Take this run's prompt out of the conversation again when the model never
+        answered it (the run failed, crashed or was cancelled before any answer).
+
+        Otherwise the prompt would stay, and the next run's prompt would be joined to it
+        in one user message: a prompt that is too long, or that crashes the model, would
+        fail every run after it.
+        """
+        if self.before is None or any(m.role == "assistant" for m in self.messages):
+            return
+        length, last = self.before
+        history = self.actor.history
+        del history[length:]
+        if last is not None and history and history[-1] is not last:
+            history[-1] = last  # the prompt had been merged into this user message
+        self.messages = []
+
     def finish(self, status: RunStatus, error: str | None) -> RunResult:
+        if status != "completed":
+            self._roll_back()
         if not self.output:
             for message in reversed(self.messages):
                 if message.role == "assistant" and message.text:
