@@ -17,7 +17,7 @@ EXPECTED_SATSUMA = {
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
     # agents
-    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
+    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
     "AgentUnavailable", "HistoryProcessor", "KeepAll", "KeepLastExchanges", "Message", "Model",
     "ModelError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",

@@ -13,6 +13,7 @@ from ._exceptions import AgentDefinitionError as AgentDefinitionError
 from ._exceptions import AgentUnavailable as AgentUnavailable
 from ._exceptions import ModelError as ModelError
 from ._exceptions import SatsumaError as SatsumaError
+from ._exceptions import StoreError as StoreError
 from ._exceptions import SupervisorFailed as SupervisorFailed
 from ._exceptions import ToolDefinitionError as ToolDefinitionError
 from ._exceptions import ToolError as ToolError
@@ -182,6 +183,7 @@ __all__ = [
     "Rewrite",
     "SatsumaError",
     "Sequential",
+    "StoreError",
     "Strategy",
     "SupervisorFailed",
     "Tool",

@@ -9,6 +9,7 @@ The hierarchy::
     ├── ModelError             a model call failed and retries could not cure it
     ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
     ├── AgentCrashed           the agent crashed while serving this call
+    ├── StoreError             the store cannot be opened, read or written (names the file)
     └── SupervisorFailed       a supervisor gave up (restart intensity) or a child failed to start
 
 Each exception keeps its data as attributes and builds its own message, so every fixed
@@ -174,3 +175,18 @@ class SupervisorFailed(SatsumaError):
         self.reason = reason
         last = _describe(cause) if cause is not None else "it kept exiting"
         super().__init__(f"Supervisor {supervisor} gave up ({reason}): child {child}: {last}")
+
+
+class StoreError(SatsumaError):
+    """The store cannot do what was asked: its file is corrupt, not writable, of a newer
+    schema, or the disk is full. What was committed before stays committed.
+
+    Attributes:
+        location: The store's file (or another description of where it is).
+        problem: What went wrong.
+    """
+
+    def __init__(self, location: str, problem: str) -> None:
+        self.location = location
+        self.problem = problem
+        super().__init__(f"Store {location}: {problem}")

@@ -1,0 +1,21 @@
+"""Durable state: conversations, run records and the tool-call journal."""
+
+from .._exceptions import StoreError as StoreError
+from ._base import Store as Store
+from ._memory import MemoryStore as MemoryStore
+from ._records import JournalEntry as JournalEntry
+from ._records import RunRecord as RunRecord
+from ._records import RunRecordStatus as RunRecordStatus
+from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
+from ._sqlite import SQLiteStore as SQLiteStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "JournalEntry",
+    "MemoryStore",
+    "RunRecord",
+    "RunRecordStatus",
+    "SQLiteStore",
+    "Store",
+    "StoreError",
+]

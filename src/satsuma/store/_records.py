@@ -1,0 +1,68 @@
+"""What a store keeps besides messages: run records and tool-call journal entries."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from .._messages import Usage
+
+__all__ = ["JournalEntry", "RunRecord", "RunRecordStatus"]
+
+RunRecordStatus: TypeAlias = Literal[
+    "running", "interrupted", "completed", "max_iterations", "deadline_exceeded", "cancelled",
+    "failed",
+]  # fmt: skip
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """One run of an agent, as stored.
+
+    Attributes:
+        run_id: The run's id.
+        agent_id: The agent it belongs to.
+        status: ``running`` while it runs, ``interrupted`` once found running by an agent
+            that started afresh (the process stopped or the agent crashed), else the
+            RunResult status it ended with.
+        prompt: The user's prompt.
+        started_at: When it started (seconds since the epoch).
+        ended_at: When it ended, or None.
+        usage: Tokens it used.
+        error: What ended a failed run, or None.
+    """
+
+    run_id: str
+    agent_id: str
+    status: RunRecordStatus
+    prompt: str
+    started_at: float
+    ended_at: float | None = None
+    usage: Usage = attrs.Factory(Usage)
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class JournalEntry:
+    """One tool call, recorded as started before the tool runs and as finished after.
+
+    Attributes:
+        run_id: The run the call belongs to.
+        tool_use_id: The call's id.
+        tool_name: The tool.
+        input: The arguments it was run with.
+        finished: Whether the call's outcome was recorded.
+        content: The outcome's content (when finished).
+        is_error: The outcome's is_error (when finished).
+        error_kind: The outcome's error_kind (when finished).
+    """
+
+    run_id: str
+    tool_use_id: str
+    tool_name: str
+    input: Any
+    finished: bool = False
+    content: Any = None
+    is_error: bool = False
+    error_kind: str | None = None

@@ -1,0 +1,406 @@
+"""SQLiteStore: the Store interface on a SQLite file (stdlib sqlite3, WAL mode).
+
+One connection, used by one worker thread at a time (a capacity limiter of 1): every
+database call runs off the trio thread, writes never contend with each other, and so no
+caller ever sees "database is locked". Each Store call is one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from os import PathLike, fspath
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar, final
+
+import trio
+
+from .._exceptions import StoreError
+from .._messages import Message, Usage
+from ._records import JournalEntry, RunRecord, RunRecordStatus
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+T = TypeVar("T")
+
+# Each entry moves the schema from the previous version to its own; never edit one that
+# has shipped, add the next.
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        """CREATE TABLE messages (
+            agent_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            PRIMARY KEY (agent_id, seq)
+        )""",
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            agent_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            usage TEXT NOT NULL,
+            error TEXT
+        )""",
+        "CREATE INDEX runs_by_agent ON runs (agent_id, started_at)",
+        """CREATE TABLE tool_calls (
+            run_id TEXT NOT NULL,
+            tool_use_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            tool_name TEXT NOT NULL,
+            input TEXT NOT NULL,
+            finished INTEGER NOT NULL DEFAULT 0,
+            content TEXT,
+            is_error INTEGER NOT NULL DEFAULT 0,
+            error_kind TEXT,
+            PRIMARY KEY (run_id, tool_use_id)
+        )""",
+    ),
+}
+SCHEMA_VERSION: Final = max(_MIGRATIONS)
+
+
+def _usage_json(usage: Usage) -> str:
+    return json.dumps(
+        [
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ]
+    )
+
+
+def _usage(text: str) -> Usage:
+    a, b, c, d = json.loads(text)
+    return Usage(
+        input_tokens=a, output_tokens=b, cache_creation_input_tokens=c, cache_read_input_tokens=d
+    )
+
+
+def _run(row: tuple[Any, ...]) -> RunRecord:
+    run_id, agent_id, status, prompt, started_at, ended_at, usage, error = row
+    return RunRecord(
+        run_id=run_id,
+        agent_id=agent_id,
+        status=status,
+        prompt=prompt,
+        started_at=started_at,
+        ended_at=ended_at,
+        usage=_usage(usage),
+        error=error,
+    )
+
+
+_RUN_COLUMNS: Final = "run_id, agent_id, status, prompt, started_at, ended_at, usage, error"
+
+
+@final
+class SQLiteStore:
+    """A Store in a SQLite file.
+
+    Args:
+        path: The database file; its folder is created if needed.
+        durability: ``"normal"`` (default: a committed change survives the process being
+            killed, as SQLite's WAL mode with ``synchronous=NORMAL`` guarantees) or
+            ``"full"`` (it also survives a power cut, at the cost of an fsync per commit).
+
+    Raises:
+        StoreError: (when first used) the file is corrupt or not a database, cannot be
+            written, or has a schema newer than this satsuma knows.
+    """
+
+    def __init__(
+        self, path: str | PathLike[str], *, durability: Literal["normal", "full"] = "normal"
+    ) -> None:
+        if durability not in ("normal", "full"):
+            raise ValueError(f"durability must be 'normal' or 'full', got: {durability!r}")
+        self.path = Path(fspath(path))
+        self._durability = durability
+        self._connection: sqlite3.Connection | None = None
+        self._limiter = trio.CapacityLimiter(1)
+        self._opening = trio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the file now (it is opened on first use otherwise), so that a bad file is
+        reported at start."""
+        async with self._opening:
+            if self._connection is not None:
+                return
+            if self._closed:
+                raise StoreError(str(self.path), "the store is closed")
+            self._connection = await trio.to_thread.run_sync(self._connect, limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        """Close the file. Calls made after fail with StoreError."""
+        async with self._opening:
+            self._closed = True
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                await trio.to_thread.run_sync(connection.close, limiter=self._limiter)
+
+    async def __aenter__(self) -> SQLiteStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _connect(self) -> sqlite3.Connection:
+        where = str(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(where, f"cannot create its folder: {exc.strerror or exc}") from exc
+        try:
+            connection = sqlite3.connect(
+                where, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(where, f"cannot be opened: {exc}") from exc
+        try:
+            self._prepare(connection)
+        except StoreError:
+            connection.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            connection.close()
+            raise StoreError(where, _explain(exc)) from exc
+        return connection
+
+    def _prepare(self, connection: sqlite3.Connection) -> None:
+        where = str(self.path)
+        check = connection.execute("PRAGMA quick_check").fetchone()
+        if check is None or check[0] != "ok":
+            raise StoreError(where, f"the database is corrupt (quick_check: {check and check[0]})")
+        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise StoreError(where, f"cannot use WAL mode (journal_mode stays {mode})")
+        connection.execute(f"PRAGMA synchronous={self._durability.upper()}")
+        connection.execute("PRAGMA foreign_keys=ON")
+        connection.execute("BEGIN IMMEDIATE")  # also proves the file is writable
+        try:
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS satsuma_schema (version INTEGER NOT NULL)"
+            )
+            row = connection.execute("SELECT max(version) FROM satsuma_schema").fetchone()
+            current = row[0] or 0
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    where,
+                    f"its schema is version {current}, newer than this satsuma knows "
+                    f"({SCHEMA_VERSION}); upgrade satsuma to use it",
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
+                    connection.execute(statement)
+                connection.execute("INSERT INTO satsuma_schema (version) VALUES (?)", (version,))
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._connection is None:
+            await self.open()
+
+        def run() -> T:
+            connection = self._connection
+            if connection is None:
+                raise StoreError(str(self.path), "the store is closed")
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(connection)
+                    connection.execute("COMMIT")
+                except BaseException:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StoreError(str(self.path), _explain(exc)) from exc
+            return result
+
+        # Not abandoned on cancel: a transaction is short, and it either commits whole or
+        # not at all; waiting for it keeps the connection in one piece.
+        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+
+    # --- conversations ------------------------------------------------------------------
+
+    async def load_messages(self, agent_id: str) -> list[Message]:
+        def work(db: sqlite3.Connection) -> list[Message]:
+            rows = db.execute(
+                "SELECT role, content FROM messages WHERE agent_id = ? ORDER BY seq", (agent_id,)
+            ).fetchall()
+            return [Message(role=role, content=json.loads(content)) for role, content in rows]
+
+        return await self._call(work)
+
+    async def write_tail(self, agent_id: str, start: int, messages: Sequence[Message]) -> None:
+        rows = [
+            (agent_id, start + offset, message.role, json.dumps(list(message.content)))
+            for offset, message in enumerate(messages)
+        ]
+
+        def work(db: sqlite3.Connection) -> None:
+            count = db.execute(
+                "SELECT count(*) FROM messages WHERE agent_id = ?", (agent_id,)
+            ).fetchone()[0]
+            if start > count:
+                raise StoreError(
+                    str(self.path),
+                    f"write_tail at {start} past the end ({count}) of agent {agent_id!r}",
+                )
+            db.execute("DELETE FROM messages WHERE agent_id = ? AND seq >= ?", (agent_id, start))
+            db.executemany(
+                "INSERT INTO messages (agent_id, seq, role, content) VALUES (?, ?, ?, ?)", rows
+            )
+
+        await self._call(work)
+
+    # --- runs ---------------------------------------------------------------------------
+
+    async def start_run(self, record: RunRecord) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.run_id,
+                    record.agent_id,
+                    record.status,
+                    record.prompt,
+                    record.started_at,
+                    record.ended_at,
+                    _usage_json(record.usage),
+                    record.error,
+                ),
+            )
+
+        await self._call(work)
+
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        status: RunRecordStatus,
+        ended_at: float,
+        usage: Usage,
+        error: str | None,
+    ) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, usage = ?, error = ? WHERE run_id = ?",
+                (status, ended_at, _usage_json(usage), error, run_id),
+            )
+
+        await self._call(work)
+
+    async def runs(self, agent_id: str) -> list[RunRecord]:
+        def work(db: sqlite3.Connection) -> list[RunRecord]:
+            rows = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE agent_id = ? ORDER BY started_at, rowid",
+                (agent_id,),
+            ).fetchall()
+            return [_run(row) for row in rows]
+
+        return await self._call(work)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        def work(db: sqlite3.Connection) -> RunRecord | None:
+            row = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return _run(row) if row is not None else None
+
+        return await self._call(work)
+
+    async def mark_interrupted(self, agent_id: str) -> list[RunRecord]:
+        def work(db: sqlite3.Connection) -> list[RunRecord]:
+            rows = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE agent_id = ? AND status = 'running' "
+                "ORDER BY started_at, rowid",
+                (agent_id,),
+            ).fetchall()
+            db.execute(
+                "UPDATE runs SET status = 'interrupted' WHERE agent_id = ? AND status = 'running'",
+                (agent_id,),
+            )
+            return [_run((*row[:2], "interrupted", *row[3:])) for row in rows]
+
+        return await self._call(work)
+
+    # --- the tool-call journal ------------------------------------------------------------
+
+    async def call_started(self, run_id: str, tool_use_id: str, tool_name: str, input: Any) -> None:
+        encoded = json.dumps(input)
+
+        def work(db: sqlite3.Connection) -> None:
+            position = db.execute(
+                "SELECT count(*) FROM tool_calls WHERE run_id = ?", (run_id,)
+            ).fetchone()[0]
+            db.execute(
+                "INSERT OR REPLACE INTO tool_calls (run_id, tool_use_id, position, tool_name, input) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (run_id, tool_use_id, position, tool_name, encoded),
+            )
+
+        await self._call(work)
+
+    async def call_finished(
+        self, run_id: str, tool_use_id: str, *, content: Any, is_error: bool, error_kind: str | None
+    ) -> None:
+        encoded = json.dumps(content)
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE tool_calls SET finished = 1, content = ?, is_error = ?, error_kind = ? "
+                "WHERE run_id = ? AND tool_use_id = ?",
+                (encoded, int(is_error), error_kind, run_id, tool_use_id),
+            )
+
+        await self._call(work)
+
+    async def calls(self, run_id: str) -> list[JournalEntry]:
+        def work(db: sqlite3.Connection) -> list[JournalEntry]:
+            rows = db.execute(
+                "SELECT tool_use_id, tool_name, input, finished, content, is_error, error_kind "
+                "FROM tool_calls WHERE run_id = ? ORDER BY position",
+                (run_id,),
+            ).fetchall()
+            return [
+                JournalEntry(
+                    run_id=run_id,
+                    tool_use_id=tool_use_id,
+                    tool_name=tool_name,
+                    input=json.loads(input),
+                    finished=bool(finished),
+                    content=json.loads(content) if content is not None else None,
+                    is_error=bool(is_error),
+                    error_kind=error_kind,
+                )
+                for tool_use_id, tool_name, input, finished, content, is_error, error_kind in rows
+            ]
+
+        return await self._call(work)
+
+
+def _explain(exc: sqlite3.Error) -> str:
+    """A clear sentence for SQLite's errors a user can cause."""
+    text = str(exc)
+    lowered = text.lower()
+    if "not a database" in lowered or "malformed" in lowered:
+        return f"the file is not a SQLite database, or is corrupt ({text})"
+    if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:
+        return f"the file cannot be written ({text})"
+    if "disk is full" in lowered or "disk i/o" in lowered:
+        return f"the disk is full or failing; nothing of this change was written ({text})"
+    return text
