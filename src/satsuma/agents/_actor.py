@@ -23,11 +23,13 @@ import trio
 
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message, Usage
+from ..store import RunRecord, Store
 from ._agent import AgentSpec, spec_of
 from ._aliases import resolve_model
 from ._events import AgentEvent
 from ._loop import execute_run
 from ._model import Model
+from ._persist import Persistence
 from ._result import RunResult
 from ._verifiers import as_check
 
@@ -54,6 +56,7 @@ class Job:
     result: RunResult | None = None
     error: BaseException | None = None
     on_done: Callable[[], None] | None = None
+    resume: RunRecord | None = None  # set when the job resumes an interrupted run
 
     def abandon(self) -> None:
         """The caller is gone (or asked to cancel): stop the run, or never start it."""
@@ -98,11 +101,16 @@ class Actor:
         agent_id: str,
         history: list[Message] | None = None,
         handle_target: Target | None = None,
+        store: Store | None = None,
     ) -> None:
         self.spec = spec
         self.model = model
         self.model_id = resolve_model(spec.model) or spec.model
-        self.runner = spec.make_runner()
+        self.persistence = Persistence(store, agent_id) if store is not None else None
+        self.interrupted: list[RunRecord] = []
+        self.runner = spec.make_runner(
+            [self.persistence.journal(self._current_run_id)] if self.persistence else ()
+        )
         self.tool_schemas = tuple(self.runner.schemas())
         self.verifiers = [check for check in map(as_check, spec.verifiers) if check is not None]
         self.context = dict(context or {})
@@ -129,10 +137,31 @@ class Actor:
     # --- conversation -----------------------------------------------------------------
 
     def commit(self, message: Message) -> None:
+        if self.persistence is not None:
+            self.persistence.changed(len(self.history))
         self.history.append(message)
 
     def replace_last(self, message: Message) -> None:
+        if self.persistence is not None:
+            self.persistence.changed(len(self.history) - 1)
         self.history[-1] = message
+
+    def changed_from(self, index: int) -> None:
+        """The conversation changed from ``index`` on (a roll-back, a reset)."""
+        if self.persistence is not None:
+            self.persistence.changed(index)
+
+    async def flush(self) -> None:
+        """Write what changed in the conversation to the store (no-op without one).
+
+        Raises:
+            StoreError: the store could not write it.
+        """
+        if self.persistence is not None:
+            await self.persistence.flush(self.history)
+
+    def _current_run_id(self) -> str:
+        return self.current.run_id if self.current is not None else ""
 
     def take_steering(self) -> list[str]:
         texts, self.steering = self.steering, []
@@ -149,12 +178,23 @@ class Actor:
         """Serve the mailbox until cancelled. An exception raised here is a crash: the
         calls still waiting fail with AgentCrashed, and the exception goes on (to the
         supervisor, or out of ``open_agent``)."""
+        if self.persistence is not None:
+            # Loaded before the agent counts as started: a bad store fails the start.
+            messages, self.interrupted = await self.persistence.load()
+            self.history[:] = messages
         task_status.started()
         crash: AgentCrashed | None = None
         try:
+            if self.spec.resume_interrupted:
+                for record in self.interrupted:
+                    await self._serve_job(
+                        Job(prompt=record.prompt, run_id=record.run_id, sink=None, resume=record)
+                    )
             async for request in self.receive:
                 if isinstance(request, _Reset):
                     self.history.clear()
+                    self.changed_from(0)
+                    await self.flush()
                     self.last_usage = None
                     request.done.set()
                     continue
@@ -302,6 +342,35 @@ class AgentHandle:
         """
         _check_prompt(prompt)
         job = Job(prompt=prompt, run_id=_new_run_id(), sink=_callback_sink(events))
+        return await self._serve(job)
+
+    async def resume(
+        self, run_id: str, *, events: Callable[[AgentEvent], object] | None = None
+    ) -> RunResult:
+        """Go on with a run that a crash or a kill interrupted (its record says
+        ``interrupted``): calls it had finished keep their journaled outcomes, calls it
+        had not are run again only for tools declared ``idempotent = True`` (the others
+        are answered ``Error: Interrupted: ...``), and the loop goes on.
+
+        Raises:
+            ValueError: the agent has no store, or the run is not an interrupted run of
+                this agent.
+            AgentUnavailable: the agent has stopped.
+        """
+        actor = await self._target.acquire()
+        if actor.persistence is None:
+            raise ValueError(f"agent {self.name} has no store: only a stored run can be resumed")
+        record = await actor.persistence.store.get_run(run_id)
+        if record is None or record.agent_id != actor.agent_id:
+            raise ValueError(f"agent {actor.agent_id} has no run {run_id!r}")
+        if record.status != "interrupted":
+            raise ValueError(
+                f"run {run_id} ended {record.status}; only an interrupted run can be resumed"
+            )
+        job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
+        return await self._serve(job)
+
+    async def _serve(self, job: Job) -> RunResult:
         actor = await self._target.acquire()
         await actor.submit(job)
         try:
@@ -425,6 +494,7 @@ async def open_agent(
     model: Model | None = None,
     context: Mapping[str, Any] | None = None,
     agent_id: str | None = None,
+    store: Store | None = None,
 ) -> AsyncIterator[AgentHandle]:
     """Start an agent inside the caller's structured concurrency.
 
@@ -436,7 +506,11 @@ async def open_agent(
         model: The model provider (default: ``AnthropicModel()``, from the environment's
             ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL). Tests pass a ScriptedModel.
         context: The tools' context mapping (``working_dir``, ``capabilities``, extras).
-        agent_id: This agent's id (made up if not given).
+        agent_id: This agent's id (made up if not given). With a store, the id under
+            which its conversation is kept: an agent started again with the same id
+            loads it and goes on.
+        store: Where the conversation, the run records and the tool-call journal are
+            kept (a SQLiteStore, a MemoryStore); none by default.
 
     Raises:
         TypeError: ``agent`` is not a concrete Agent subclass.
@@ -447,7 +521,11 @@ async def open_agent(
         from ._anthropic import AnthropicModel
 
         model = owned = AnthropicModel()
-    actor = Actor(spec, model, context, agent_id or f"{spec.name}-{next(_run_numbers)}")
+    if store is not None and agent_id is None:
+        raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
+    actor = Actor(
+        spec, model, context, agent_id or f"{spec.name}-{next(_run_numbers)}", store=store
+    )
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.serve)

@@ -38,10 +38,22 @@ class AgentSpec:
     loop_guard: int | None
     history: HistoryProcessor
     mailbox_size: int
+    resume_interrupted: bool = False
 
-    def make_runner(self) -> ToolRunner:
-        """A fresh runner, with fresh instances of tool classes, for one agent."""
-        return ToolRunner(self.tools, timeout=self.tool_timeout, **self.runner_options)
+    def make_runner(self, extra_hooks: Sequence[object] = ()) -> ToolRunner:
+        """A fresh runner, with fresh instances of tool classes, for one agent;
+        ``extra_hooks`` run after the declared hooks."""
+        options = dict(self.runner_options)
+        if extra_hooks:
+            declared = options.get("hooks")
+            if declared is None:
+                declared_list: list[object] = []
+            elif isinstance(declared, (list, tuple)):
+                declared_list = list(declared)
+            else:
+                declared_list = [declared]
+            options["hooks"] = [*declared_list, *extra_hooks]
+        return ToolRunner(self.tools, timeout=self.tool_timeout, **options)
 
 
 class Agent:
@@ -58,7 +70,9 @@ class Agent:
       arguments) the model is warned, and one more ends the run as failed (default 3;
       None turns it off);
     - ``history``: a HistoryProcessor (default KeepAll());
-    - ``mailbox_size``: how many requests may wait for the agent (default 16).
+    - ``mailbox_size``: how many requests may wait for the agent (default 16);
+    - ``resume_interrupted``: with a store, resume the runs a crash or a kill
+      interrupted when the agent starts again (default False).
 
     Start one with ``satsuma.open_agent(X)``. A class meant only as a base for other
     agents is declared ``class Base(satsuma.Agent, abstract=True)``.
@@ -82,6 +96,7 @@ class Agent:
     loop_guard: ClassVar[int | None] = 3
     history: ClassVar[HistoryProcessor] = KeepAll()
     mailbox_size: ClassVar[int] = 16
+    resume_interrupted: ClassVar[bool] = False
 
     __satsuma_agent__: ClassVar[AgentSpec | None] = None
 
@@ -129,6 +144,8 @@ def _declare(cls: type[Agent]) -> AgentSpec:
         )
     if cls.loop_guard is not None and (not _whole(cls.loop_guard) or cls.loop_guard < 1):
         raise fail(f"loop_guard must be an integer >= 1 or None, got: {cls.loop_guard!r}")
+    if not isinstance(cls.resume_interrupted, bool):
+        raise fail(f"resume_interrupted must be True or False, got: {cls.resume_interrupted!r}")
     if not callable(getattr(cls.history, "process", None)):
         raise fail(f"history must be a HistoryProcessor, got: {cls.history!r}")
     if isinstance(cls.tools, (str, bytes)) or not isinstance(cls.tools, Sequence):
@@ -159,6 +176,7 @@ def _declare(cls: type[Agent]) -> AgentSpec:
         loop_guard=cls.loop_guard,
         history=cls.history,
         mailbox_size=cls.mailbox_size,
+        resume_interrupted=cls.resume_interrupted,
     )
     try:
         as_strategy(cls.strategy)

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._exceptions import ModelError
+from .._exceptions import ModelError, StoreError
 from .._messages import Message, Usage
 from ..tools import ToolCall, ToolOutcome, format_results
 from ..tools._events import ToolEvent
 from ..tools._results import describe_exception, error_outcome
 from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
 from ._model import ModelRequest, ModelResponse
+from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome
 from ._result import RunResult, RunStatus
 from ._subagent import subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
@@ -155,11 +156,6 @@ class _Run:
         self.emit(
             RunStart(agent=self.agent, run_id=self.run_id, iteration=0, prompt=self.job.prompt)
         )
-        history = self.actor.history
-        # What the conversation was before this run, to go back to if the model never
-        # answers it (see _roll_back).
-        self.before = (len(history), history[-1] if history else None)
-        self.commit_user([{"type": "text", "text": self.job.prompt}, *self.take_steering()])
         status: RunStatus = "completed"
         error: str | None = None
         deadline = (
@@ -168,7 +164,11 @@ class _Run:
             else float("inf")
         )
         with self.job.scope, trio.CancelScope(deadline=deadline) as deadline_scope:
-            status, error = await self._loop()
+            try:
+                status, error = await self._begin_and_loop()
+            except StoreError as exc:
+                # What was committed stays; the run ends here with the store's reason.
+                status, error = "failed", str(exc)
         if self.job.scope.cancelled_caught:
             status, error = "cancelled", None
             self._answer_pending("the run was cancelled")
@@ -176,6 +176,58 @@ class _Run:
             status, error = "deadline_exceeded", f"max_duration of {spec.max_duration:g}s exceeded"
             self._answer_pending("the run passed its max_duration")
         return self.finish(status, error)
+
+    async def _begin_and_loop(self) -> tuple[RunStatus, str | None]:
+        actor = self.actor
+        history = actor.history
+        if self.job.resume is not None:
+            await self._repair(self.run_id, rerun=True)
+            last = history[-1] if history else None
+            if last is not None and last.role == "assistant":
+                # The run had its answer; only its end was not recorded.
+                self.output = last.text
+                return "completed", None
+        else:
+            if dangling_tool_uses(history):
+                previous = actor.interrupted[-1].run_id if actor.interrupted else ""
+                await self._repair(previous, rerun=False)
+            # What the conversation was before this run, to go back to if the model never
+            # answers it (see _roll_back).
+            self.before = (len(history), history[-1] if history else None)
+            self.commit_user([{"type": "text", "text": self.job.prompt}, *self.take_steering()])
+            if actor.persistence is not None:
+                await actor.persistence.start_run(self.run_id, self.job.prompt)
+        return await self._loop()
+
+    async def _repair(self, run_id: str, *, rerun: bool) -> None:
+        """Answer the calls a crash or a kill left without a result: a finished call with
+        its journaled outcome; an unfinished one by running it again if ``rerun`` and its
+        tool is idempotent, else with the fixed Interrupted text."""
+        actor = self.actor
+        tool_uses = dangling_tool_uses(actor.history)
+        if not tool_uses:
+            return
+        journal = {}
+        if actor.persistence is not None and run_id:
+            journal = {e.tool_use_id: e for e in await actor.persistence.store.calls(run_id)}
+        idempotent = {d.name for d in actor.runner.definitions if d.idempotent}
+        answers: dict[str, ToolOutcome] = {}
+        again: list[ToolCall] = []
+        for block in tool_uses:
+            entry = journal.get(block["id"])
+            if entry is not None and entry.finished:
+                answers[block["id"]] = journaled_outcome(entry)
+            elif rerun and block.get("name") in idempotent:
+                again.append(ToolCall(block["id"], block["name"], block.get("input", {})))
+            else:
+                answers[block["id"]] = interrupted_outcome(block)
+        if again:
+            for outcome in await actor.runner.execute(
+                again, actor.context, events=self._tool_sink(), agent=actor.handle
+            ):
+                answers[outcome.tool_use_id] = outcome
+        self.commit_user(format_results([answers[block["id"]] for block in tool_uses]))
+        await actor.flush()
 
     async def _loop(self) -> tuple[RunStatus, str | None]:
         spec = self.actor.spec
@@ -186,6 +238,8 @@ class _Run:
             if self.iteration >= spec.max_iterations:
                 return "max_iterations", f"max_iterations ({spec.max_iterations}) reached"
             self.iteration += 1
+            # Committed before every model call: a kill now loses nothing sent so far.
+            await self.actor.flush()
             try:
                 response = await self._gather()
             except ModelError as exc:
@@ -260,6 +314,8 @@ class _Run:
                 for call in calls
             ]
         else:
+            # The assistant's tool_use message is committed before any call starts.
+            await actor.flush()
             outcomes = await actor.runner.execute(
                 calls,
                 actor.context,
@@ -336,6 +392,7 @@ class _Run:
         del history[length:]
         if last is not None and history and history[-1] is not last:
             history[-1] = last  # the prompt had been merged into this user message
+        self.actor.changed_from(len(history) - 1 if last is not None else 0)
         self.messages = []
 
     def finish(self, status: RunStatus, error: str | None) -> RunResult:
@@ -372,7 +429,8 @@ def _nudged(outcome: ToolOutcome, nudge: str) -> ToolOutcome:
 async def execute_run(actor: Actor, job: Job) -> RunResult:
     """Run one job to its end. If the agent itself is being torn down (an outer
     cancellation) or crashes, the run still ends — ``cancelled`` or ``failed`` — with a
-    valid history, and the cancellation or the crash goes on."""
+    valid history, and the cancellation or the crash goes on. With a store, the
+    conversation and the run record are written at the end in every case."""
     run = _Run(actor, job)
     try:
         return await run.execute()
@@ -385,3 +443,28 @@ async def execute_run(actor: Actor, job: Job) -> RunResult:
         if run.result is None:
             run._answer_pending("the agent stopped")
             run.finish("cancelled", "the agent stopped")
+        if actor.persistence is not None:
+            await _save_end(actor, run)
+
+
+async def _save_end(actor: Actor, run: _Run) -> None:
+    # Shielded, so that a cancelled run is recorded too; bounded, so that a stuck disk
+    # cannot hold a shutdown forever.
+    assert actor.persistence is not None and run.result is not None
+    with trio.move_on_after(_SAVE_SECONDS, shield=True):
+        try:
+            await actor.flush()
+            result = run.result
+            await actor.persistence.end_run(
+                result.run_id, result.status, result.usage, result.error
+            )
+        except StoreError:
+            logger.warning(
+                "agent %s: could not record the end of run %s",
+                actor.agent_id,
+                run.run_id,
+                exc_info=True,
+            )
+
+
+_SAVE_SECONDS = 10.0

@@ -15,6 +15,7 @@ from .._messages import Message
 from ..agents._actor import Actor, AgentHandle
 from ..agents._agent import Agent, spec_of
 from ..agents._model import Model
+from ..store import Store
 
 if TYPE_CHECKING:
     from ._supervisor import Supervisor
@@ -49,7 +50,8 @@ class ChildSpec:
             crash only) or ``temporary`` (never restarted).
         shutdown_timeout: Seconds the child is given to finish once cancelled, when it
             is stopped.
-        options: For an agent: ``model``, ``context``, ``agent_id`` (as ``open_agent``).
+        options: For an agent: ``model``, ``context``, ``agent_id``, ``store`` (as
+            ``open_agent``). With a store, a restarted agent reloads its conversation.
     """
 
     child: Any = attrs.field(kw_only=False)
@@ -95,6 +97,7 @@ class _AgentKind:
     model: Model | None
     context: Mapping[str, Any] | None
     agent_id: str | None
+    store: Store | None = None
     kind: Literal["worker", "supervisor"] = "worker"
 
     def default_id(self) -> str:
@@ -121,6 +124,7 @@ class _AgentKind:
             target.agent_id,
             history=child.conversation,
             handle_target=target,
+            store=self.store,
         )
         child.actor = actor
         try:
@@ -175,11 +179,15 @@ def kind_of(spec: ChildSpec) -> _Kind:
     options = dict(spec.options)
     if isinstance(child, type) and issubclass(child, Agent):
         spec_of(child)  # a concrete, checked Agent
-        unknown = set(options) - {"model", "context", "agent_id"}
+        unknown = set(options) - {"model", "context", "agent_id", "store"}
         if unknown:
             raise TypeError(f"unknown agent options: {', '.join(sorted(unknown))}")
         return _AgentKind(
-            child, options.get("model"), options.get("context"), options.get("agent_id")
+            child,
+            options.get("model"),
+            options.get("context"),
+            options.get("agent_id"),
+            options.get("store"),
         )
     if options:
         raise TypeError(f"options apply to agents only, got: {', '.join(sorted(options))}")

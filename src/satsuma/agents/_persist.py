@@ -1,0 +1,123 @@
+"""An agent's link to its store: the conversation written back before each model call and
+before tools run, run records, the tool-call journal, and the repair of calls that a crash
+or a kill left without a result."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from .._exceptions import StoreError
+from .._messages import Message, Usage
+from ..store import JournalEntry, RunRecord, RunRecordStatus, Store
+from ..tools import ToolCall, ToolContext, ToolHook, ToolOutcome
+from ..tools._results import INTERRUPTED_TEXT, error_outcome
+
+__all__ = ["Persistence", "dangling_tool_uses"]
+
+logger = logging.getLogger("satsuma.agents")
+
+
+def dangling_tool_uses(history: Sequence[Message]) -> list[dict[str, Any]]:
+    """The tool_use blocks of the last message when it is an assistant message whose
+    calls were never answered (the process stopped, or the agent crashed, mid-tool)."""
+    if not history or history[-1].role != "assistant":
+        return []
+    return [dict(block) for block in history[-1].content if block.get("type") == "tool_use"]
+
+
+def journaled_outcome(entry: JournalEntry) -> ToolOutcome:
+    """The recorded outcome of a finished call, as the model first saw it."""
+    return ToolOutcome(
+        tool_use_id=entry.tool_use_id,
+        tool_name=entry.tool_name,
+        content=entry.content,
+        is_error=entry.is_error,
+        error_kind=entry.error_kind,  # type: ignore[arg-type]
+    )
+
+
+def interrupted_outcome(tool_use: dict[str, Any]) -> ToolOutcome:
+    return error_outcome(tool_use["id"], tool_use.get("name", ""), "interrupted", INTERRUPTED_TEXT)
+
+
+@attrs.define(eq=False)
+class Persistence:
+    """Writes one agent's state to its store."""
+
+    store: Store
+    agent_id: str
+    dirty_from: int | None = None  # the first message not yet written as it stands
+
+    def changed(self, index: int) -> None:
+        if self.dirty_from is None or index < self.dirty_from:
+            self.dirty_from = max(index, 0)
+
+    async def load(self) -> tuple[list[Message], list[RunRecord]]:
+        messages = await self.store.load_messages(self.agent_id)
+        interrupted = await self.store.mark_interrupted(self.agent_id)
+        return messages, interrupted
+
+    async def flush(self, history: Sequence[Message]) -> None:
+        """Write the changed tail of the conversation (one transaction). On failure the
+        tail stays marked, and the next flush writes it again."""
+        start = self.dirty_from
+        if start is None:
+            return
+        start = min(start, len(history))
+        await self.store.write_tail(self.agent_id, start, history[start:])
+        self.dirty_from = None
+
+    async def start_run(self, run_id: str, prompt: str) -> None:
+        await self.store.start_run(
+            RunRecord(
+                run_id=run_id,
+                agent_id=self.agent_id,
+                status="running",
+                prompt=prompt,
+                started_at=time.time(),
+            )
+        )
+
+    async def end_run(
+        self, run_id: str, status: RunRecordStatus, usage: Usage, error: str | None
+    ) -> None:
+        await self.store.end_run(
+            run_id, status=status, ended_at=time.time(), usage=usage, error=error
+        )
+
+    def journal(self, current_run: Any) -> JournalHook:
+        return JournalHook(self.store, current_run)
+
+
+@attrs.define(eq=False)
+class JournalHook(ToolHook):
+    """Records each call as started just before it runs, and its outcome after (the last
+    hook on both sides, so it records what the tool really got and what the model gets).
+
+    A store that cannot record fails the call closed, with the store's error."""
+
+    store: Store
+    current_run: Any  # a callable giving the run id of the run in progress
+
+    async def before_call(self, call: ToolCall, ctx: ToolContext) -> None:
+        await self.store.call_started(self.current_run(), call.id, call.name, call.input)
+        return None
+
+    async def after_call(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        try:
+            await self.store.call_finished(
+                self.current_run(),
+                call.id,
+                content=outcome.content,
+                is_error=outcome.is_error,
+                error_kind=outcome.error_kind,
+            )
+        except StoreError:
+            # The outcome stands; on resume this call counts as unfinished.
+            logger.warning("could not journal the outcome of call %s", call.id, exc_info=True)
+        return None
