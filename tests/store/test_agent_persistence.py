@@ -284,3 +284,15 @@ async def test_a_supervised_agent_restarted_after_a_crash_reloads_its_conversati
     assert stored[0].text == "remember me"
     runs = await SQLiteStore(tmp_path / "s.db").runs("sec-9")
     assert [r.status for r in runs] == ["completed", "failed", "completed"]
+
+
+async def test_a_bad_database_file_fails_open_agent_at_start_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"not a database " * 500)
+    with pytest.raises(satsuma.StoreError, match="is not a SQLite database, or is corrupt"):
+        async with satsuma.open_agent(
+            Secretary, model=ScriptedModel([]), store=SQLiteStore(path), agent_id="a"
+        ):
+            pytest.fail("the agent must not start")

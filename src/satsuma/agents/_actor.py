@@ -523,6 +523,8 @@ async def open_agent(
         model = owned = AnthropicModel()
     if store is not None and agent_id is None:
         raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
+    if store is not None:
+        await store.open()  # a bad file is a plain StoreError here, before anything starts
     actor = Actor(
         spec, model, context, agent_id or f"{spec.name}-{next(_run_numbers)}", store=store
     )
