@@ -22,6 +22,8 @@ lint: sync
 bench: sync
 	$(UV) run --locked python benchmarks/runner_overhead.py
 	$(UV) run --locked python benchmarks/agent_loop.py
+	$(UV) run --locked python benchmarks/supervisor.py
+	$(UV) run --locked python benchmarks/store.py
 
 sync: $(UV)
 	$(UV) sync --locked --quiet

@@ -219,6 +219,40 @@ async def test_a_new_run_after_an_interrupted_one_first_answers_its_calls(store:
     assert contents[0] == "sent to bob"
     assert contents[1].startswith("Error: Interrupted:")  # not resumed: nothing is re-run
     assert side_effects == []
+    # The new run went past the interrupted one, which can no longer be resumed.
+    killed = await store.get_run("run_killed")
+    assert killed is not None and killed.status == "cancelled"
+    async with satsuma.open_agent(
+        Secretary, model=ScriptedModel([]), store=store, agent_id="sec-1"
+    ) as agent:
+        with pytest.raises(ValueError, match="only an interrupted run can be resumed"):
+            await agent.resume("run_killed")
+
+
+async def test_the_prompt_is_stored_before_the_run_record(store: Store) -> None:
+    order: list[str] = []
+
+    class Spy:
+        def __init__(self, inner: Store) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            method = getattr(self.inner, name)
+
+            async def spied(*args: Any, **kwargs: Any) -> Any:
+                order.append(name)
+                return await method(*args, **kwargs)
+
+            return spied
+
+    async with satsuma.open_agent(
+        Secretary,
+        model=ScriptedModel(["ok"]),
+        store=Spy(store),
+        agent_id="spy",  # type: ignore[arg-type]
+    ) as agent:
+        await agent.run("hello")
+    assert order.index("write_tail") < order.index("start_run")
 
 
 async def test_resume_refuses_what_cannot_be_resumed(store: Store) -> None:

@@ -367,6 +367,9 @@ class AgentHandle:
             raise ValueError(
                 f"run {run_id} ended {record.status}; only an interrupted run can be resumed"
             )
+        # Only while no later run has gone past it (that run answered its open calls).
+        if record.run_id not in {r.run_id for r in actor.interrupted}:
+            raise ValueError(f"run {run_id} can no longer be resumed: a later run went past it")
         job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
         return await self._serve(job)
 

@@ -191,11 +191,24 @@ class _Run:
             if dangling_tool_uses(history):
                 previous = actor.interrupted[-1].run_id if actor.interrupted else ""
                 await self._repair(previous, rerun=False)
+            if actor.persistence is not None and actor.interrupted:
+                # A new run goes past the interrupted ones: they can no longer be resumed.
+                for record in actor.interrupted:
+                    await actor.persistence.end_run(
+                        record.run_id,
+                        "cancelled",
+                        record.usage,
+                        f"interrupted, and not resumed before run {self.run_id} started",
+                    )
+                actor.interrupted = []
             # What the conversation was before this run, to go back to if the model never
             # answers it (see _roll_back).
             self.before = (len(history), history[-1] if history else None)
             self.commit_user([{"type": "text", "text": self.job.prompt}, *self.take_steering()])
             if actor.persistence is not None:
+                # The prompt is stored before the run record, so that a record always
+                # finds its prompt in the conversation (a kill may fall between the two).
+                await actor.flush()
                 await actor.persistence.start_run(self.run_id, self.job.prompt)
         return await self._loop()
 

@@ -88,6 +88,7 @@ class MemoryStore:
 
     async def call_started(self, run_id: str, tool_use_id: str, tool_name: str, input: Any) -> None:
         await trio.lowlevel.checkpoint()
+        # dicts keep insertion order: a call run again keeps its place in the journal.
         self._calls.setdefault(run_id, {})[tool_use_id] = JournalEntry(
             run_id=run_id, tool_use_id=tool_use_id, tool_name=tool_name, input=input
         )

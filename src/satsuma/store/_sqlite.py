@@ -252,8 +252,9 @@ class SQLiteStore:
         ]
 
         def work(db: sqlite3.Connection) -> None:
+            # max(seq) walks the primary key's index; count(*) would read every row.
             count = db.execute(
-                "SELECT count(*) FROM messages WHERE agent_id = ?", (agent_id,)
+                "SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = ?", (agent_id,)
             ).fetchone()[0]
             if start > count:
                 raise StoreError(
@@ -347,9 +348,12 @@ class SQLiteStore:
             position = db.execute(
                 "SELECT count(*) FROM tool_calls WHERE run_id = ?", (run_id,)
             ).fetchone()[0]
+            # A call run again (an idempotent one, on resume) keeps its place in the journal.
             db.execute(
-                "INSERT OR REPLACE INTO tool_calls (run_id, tool_use_id, position, tool_name, input) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO tool_calls (run_id, tool_use_id, position, tool_name, input) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, tool_use_id) DO UPDATE SET "
+                "tool_name = excluded.tool_name, input = excluded.input, finished = 0, "
+                "content = NULL, is_error = 0, error_kind = NULL",
                 (run_id, tool_use_id, position, tool_name, encoded),
             )
 
