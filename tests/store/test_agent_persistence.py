@@ -330,3 +330,18 @@ async def test_a_bad_database_file_fails_open_agent_at_start_with_a_clear_error(
             Secretary, model=ScriptedModel([]), store=SQLiteStore(path), agent_id="a"
         ):
             pytest.fail("the agent must not start")
+
+
+async def test_a_run_interrupted_before_an_earlier_restart_can_still_be_resumed(
+    store: Store,
+) -> None:
+    await interrupted_state(store, finished=True)
+    async with satsuma.open_agent(
+        Secretary, model=ScriptedModel([]), store=store, agent_id="sec-1"
+    ):
+        pass  # started and stopped again without resuming (as a second kill would)
+    async with satsuma.open_agent(
+        Secretary, model=ScriptedModel(["Done."]), store=store, agent_id="sec-1"
+    ) as agent:
+        result = await agent.resume("run_killed")
+    assert result.status == "completed"

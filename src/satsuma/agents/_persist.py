@@ -59,8 +59,10 @@ class Persistence:
 
     async def load(self) -> tuple[list[Message], list[RunRecord]]:
         messages = await self.store.load_messages(self.agent_id)
-        interrupted = await self.store.mark_interrupted(self.agent_id)
-        return messages, interrupted
+        await self.store.mark_interrupted(self.agent_id)
+        # Every run still interrupted, also one an earlier start found and did not resume.
+        runs = await self.store.runs(self.agent_id)
+        return messages, [record for record in runs if record.status == "interrupted"]
 
     async def flush(self, history: Sequence[Message]) -> None:
         """Write the changed tail of the conversation (one transaction). On failure the
