@@ -345,3 +345,14 @@ async def test_a_run_interrupted_before_an_earlier_restart_can_still_be_resumed(
     ) as agent:
         result = await agent.resume("run_killed")
     assert result.status == "completed"
+
+
+async def test_a_resumed_run_stays_completed_when_a_new_run_follows(store: Store) -> None:
+    await interrupted_state(store, finished=True)
+    async with satsuma.open_agent(
+        Secretary, model=ScriptedModel(["Resumed.", "Next."]), store=store, agent_id="sec-1"
+    ) as agent:
+        await agent.resume("run_killed")
+        await agent.run("next")
+    killed = await store.get_run("run_killed")
+    assert killed is not None and killed.status == "completed"

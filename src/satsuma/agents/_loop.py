@@ -181,6 +181,8 @@ class _Run:
         actor = self.actor
         history = actor.history
         if self.job.resume is not None:
+            # Resumed now: no later run may close it as abandoned.
+            actor.interrupted = [r for r in actor.interrupted if r.run_id != self.run_id]
             await self._repair(self.run_id, rerun=True)
             last = history[-1] if history else None
             if last is not None and last.role == "assistant":
