@@ -356,3 +356,28 @@ async def test_a_resumed_run_stays_completed_when_a_new_run_follows(store: Store
         await agent.run("next")
     killed = await store.get_run("run_killed")
     assert killed is not None and killed.status == "completed"
+
+
+async def test_two_hundred_agents_on_one_sqlite_store_lose_nothing(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "shared.db") as store:
+
+        async def one(n: int) -> None:
+            model = ScriptedModel(
+                [Reply(tool_calls=[("read_inbox", {"folder": f"f{n}"})]), f"agent {n} done"]
+            )
+            async with satsuma.open_agent(
+                Secretary, model=model, store=store, agent_id=f"a{n}"
+            ) as agent:
+                result = await agent.run(f"task {n}")
+                assert result.status == "completed", result.error
+
+        async with trio.open_nursery() as nursery:
+            for n in range(200):
+                nursery.start_soon(one, n)
+        for n in range(200):
+            stored = await store.load_messages(f"a{n}")
+            check_conversation(stored)
+            assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+            assert stored[-1].text == f"agent {n} done"
+            (record,) = await store.runs(f"a{n}")
+            assert record.status == "completed"
