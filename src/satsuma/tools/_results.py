@@ -141,6 +141,10 @@ def denied_text(reason: str) -> str:
     return f"Error: Denied: {reason}"
 
 
+def capability_denied_text(capability: str) -> str:
+    return f"Error: Tool capability denied: {capability}"
+
+
 def invalid_result_text(problem: str) -> str:
     return f"Error: Invalid tool result: {problem}"
 

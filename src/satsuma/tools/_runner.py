@@ -29,6 +29,7 @@ from ._hooks import CompiledHook, Deny, Rewrite, compile_hooks
 from ._results import (
     SKIPPED_TEXT,
     ToolOutcome,
+    capability_denied_text,
     crash_details,
     crashed_text,
     denied_text,
@@ -360,6 +361,13 @@ class ToolRunner:
                 ), call
         arguments = call.input
         definition = entry.definition
+        # Fails closed before anything else looks at the call: hooks and validation
+        # included, a tool the context does not allow never gets further.
+        missing = definition.capabilities - env.capabilities
+        if missing:
+            return error_outcome(
+                call.id, call.name, "denied", capability_denied_text(min(missing))
+            ), call
         ctx = ToolContext(
             tool_use_id=call.id,
             tool_name=call.name,

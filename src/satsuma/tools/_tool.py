@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, ClassVar, Final, Generic, TypeVar, overload
 
@@ -43,6 +43,8 @@ class ToolDefinition:
         input_schema: The JSON Schema of the arguments.
         timeout: The tool's own deadline in seconds, or None for the runner's.
         idempotent: Whether running it twice is harmless (used when resuming).
+        capabilities: What the context must grant before the tool may run (``read``,
+            ``write``, ``shell``, ``network``, or a name of the user's own).
         is_async: Whether ``run`` is a coroutine function (else it runs in a thread).
         check: Raw arguments to ``(arguments for run, error texts)``.
     """
@@ -55,6 +57,7 @@ class ToolDefinition:
     idempotent: bool
     is_async: bool
     check: Checker = attrs.field(repr=False)
+    capabilities: frozenset[str] = frozenset()
 
     def schema(self) -> dict[str, Any]:
         return anthropic_tool(self.name, self.description, self.input_schema)
@@ -114,6 +117,19 @@ def _validate_common(
     return name, inspect.cleandoc(description), label or name, timeout, idempotent
 
 
+def _validate_capabilities(tool: str, capabilities: object) -> frozenset[str]:
+    if isinstance(capabilities, str) or not isinstance(capabilities, Iterable):
+        raise ToolDefinitionError(
+            tool, f"capabilities must be a set or list of names, got: {capabilities!r}"
+        )
+    names = frozenset(capabilities)
+    if not all(isinstance(name, str) and name for name in names):
+        raise ToolDefinitionError(
+            tool, f"capabilities must be non-empty strings, got: {sorted(map(repr, names))}"
+        )
+    return names
+
+
 def _structuring_checker(tool: str, root: ObjectNode, cls: type) -> Checker:
     def check(arguments: object) -> tuple[Any, list[str]]:
         cleaned, errors = check_arguments(root, arguments)
@@ -144,7 +160,9 @@ class Tool:
 
     Set ``name``, ``description`` and ``parameters`` (a spec dict or an attrs class), or
     ``input_schema`` (a raw JSON Schema) instead of ``parameters``; optionally ``label``,
-    ``timeout`` and ``idempotent``; and define ``async def run(self, args, ctx)`` or a
+    ``timeout``, ``idempotent`` and ``capabilities`` (what the context must grant, e.g.
+    ``{"read"}``: without it the call fails closed with ``Tool capability denied``); and
+    define ``async def run(self, args, ctx)`` or a
     sync ``def run`` (run in a worker thread). See docs/tools.md.
 
     A subclass meant only as a base for other tools is declared with
@@ -161,6 +179,7 @@ class Tool:
     input_schema: ClassVar[Mapping[str, Any] | None] = None
     timeout: ClassVar[float | None] = None
     idempotent: ClassVar[bool] = False
+    capabilities: ClassVar[Iterable[str]] = frozenset()
 
     __satsuma_definition__: ClassVar[ToolDefinition | None] = None
 
@@ -219,6 +238,7 @@ def _define_class(cls: type[Tool]) -> ToolDefinition:
         idempotent=idempotent,
         is_async=inspect.iscoroutinefunction(run),
         check=check,
+        capabilities=_validate_capabilities(name, cls.capabilities),
     )
 
 
@@ -315,6 +335,7 @@ def _make_function_tool(
     label: str | None,
     timeout: float | None,
     idempotent: bool,
+    capabilities: Iterable[str],
 ) -> FunctionTool:
     if not callable(fn):
         raise ToolDefinitionError(None, f"@tool needs a function, got: {type(fn).__name__}")
@@ -343,6 +364,7 @@ def _make_function_tool(
         idempotent=tool_idempotent,
         is_async=inspect.iscoroutinefunction(fn),
         check=_function_checker(root, to_structure),
+        capabilities=_validate_capabilities(tool_name, capabilities),
     )
     return FunctionTool(fn, definition, context_param=context_param, is_method=is_method)
 
@@ -359,6 +381,7 @@ def tool(
     label: str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    capabilities: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -371,13 +394,15 @@ def tool(
     label: str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    capabilities: Iterable[str] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a plain (async or sync) function a tool.
 
     The schema comes from the type hints, the description from the docstring (the text
     before its first section), each parameter's description from its ``Args:`` section.
     A parameter annotated ``ToolContext`` receives the context and is not in the schema.
-    Use it bare (``@tool``) or with options (``@tool(name="...", timeout=5)``).
+    Use it bare (``@tool``) or with options (``@tool(name="...", timeout=5)``);
+    ``capabilities`` names what the context must grant before the tool may run.
 
     Raises:
         ToolDefinitionError: at decoration, for any declaration mistake.
@@ -388,6 +413,7 @@ def tool(
         "label": label,
         "timeout": timeout,
         "idempotent": idempotent,
+        "capabilities": capabilities,
     }
     if fn is None:
         return lambda inner: _make_function_tool(inner, **options)
