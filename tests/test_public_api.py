@@ -53,6 +53,21 @@ def test_tools_exports_match_their_all() -> None:
     assert set(satsuma.tools.__all__) <= EXPECTED_SATSUMA
 
 
+def test_builtin_tools_exports() -> None:
+    import satsuma.tools.builtin as builtin
+
+    assert set(builtin.__all__) == {
+        "Bash", "DateResolver", "EditFile", "HttpFetch", "ListDir", "PathEscapes", "ReadFile",
+        "Search", "WriteFile",
+    }  # fmt: skip
+    assert public_names(builtin) == set(builtin.__all__)
+    names = {getattr(builtin, name).name for name in builtin.__all__ if name != "PathEscapes"}
+    assert names == {
+        "bash", "date_resolver", "edit_file", "http_fetch", "list_dir", "read_file", "search",
+        "write_file",
+    }  # fmt: skip
+
+
 def test_supervisor_exports_are_all_reexported_by_satsuma() -> None:
     import satsuma.supervisor
 
@@ -90,7 +105,7 @@ def test_exported_objects_say_they_live_in_private_modules_of_their_layer() -> N
 def test_importing_tools_loads_neither_agents_nor_supervisor() -> None:
     # `import satsuma` alone too: the agent names load on first use.
     code = (
-        "import sys, satsuma, satsuma.tools;"
+        "import sys, satsuma, satsuma.tools, satsuma.tools.builtin;"
         "loaded = sorted(m for m in sys.modules if m.startswith(('satsuma.agents', 'satsuma.supervisor')));"
         "print(loaded)"
     )

@@ -1,0 +1,159 @@
+"""The ``bash`` tool: a shell command in the workspace, in a process group of its own."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
+
+import trio
+
+from ..._exceptions import ToolError
+from .._context import ToolContext
+from .._results import ToolResult
+from .._tool import Tool
+from ._process import HeadTail, run_in_group
+from ._sandbox import Workspace
+
+__all__ = ["Bash"]
+
+_FALLBACK_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+_MARKER_ROOM: Final = 100  # characters kept free for the "bytes omitted" marker
+
+
+class Bash(Tool):
+    """Runs ``bash -c <command>`` in the workspace root.
+
+    Subclass it to change a limit or the environment::
+
+        class ProjectBash(Bash):
+            env = {"PYTHONPATH": "src"}
+            env_allowlist = (*Bash.env_allowlist, "VIRTUAL_ENV")
+            default_timeout = 300.0
+    """
+
+    name = "bash"
+    description = (
+        "Run a shell command with bash -c in the workspace directory and return its output "
+        "(stdout and stderr merged). A non-zero exit is reported as 'Exit code: N' followed "
+        "by the output. Long output keeps its beginning and its end. The command is stopped, "
+        "with every process it started, when its timeout passes. Commands cannot read from "
+        "stdin; do not start servers or interactive programs."
+    )
+    capabilities = frozenset({"shell"})
+    parameters: ClassVar[Any] = {
+        "command": {
+            "type": "string",
+            "required": True,
+            "min_length": 1,
+            "description": "The command line, run with bash -c",
+        },
+        "timeout": {
+            "type": "number",
+            "minimum": 0.1,
+            "description": "Seconds before the command is stopped (default 60)",
+        },
+    }
+
+    default_timeout: ClassVar[float] = 60.0
+    """Seconds a command may run when the call gives no ``timeout``."""
+    kill_grace: ClassVar[float] = 2.0
+    """Seconds between SIGTERM and SIGKILL when the group is stopped (DESIGN: at most 5)."""
+    max_output_chars: ClassVar[int] = 100_000
+    """Output kept: half from the start, half from the end."""
+    env_allowlist: ClassVar[tuple[str, ...]] = (
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TERM",
+        "TZ",
+        "TMPDIR",
+    )
+    """Variables passed through from satsuma's own environment; nothing else is."""
+    env: ClassVar[Mapping[str, str]] = {}
+    """Variables set for every command, on top of the allowlisted ones."""
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if os.name != "posix":
+            raise ToolError("bash needs a POSIX system (Linux or macOS)")
+        workspace = Workspace.of(ctx)
+        requested = args.get("timeout", self.default_timeout)
+        limit = self._time_limit(float(requested))
+        # Room is left for the marker, so that the runner's own cap (100,000 by default)
+        # does not cut the text a second time.
+        kept = max(self.max_output_chars - _MARKER_ROOM, 2)
+        half = kept // 2
+        try:
+            result = await run_in_group(
+                ["bash", "-c", args["command"]],
+                cwd=workspace.real_root,
+                env=self._environment(),
+                time_limit=limit,
+                grace=min(self.kill_grace, 5.0),
+                output=HeadTail(half, kept - half),
+            )
+        except FileNotFoundError:
+            raise ToolError("bash was not found on PATH") from None
+        output = _render(result.output)
+        details = {
+            "exit_code": result.returncode,
+            "pid": result.pid,
+            "timed_out": result.timed_out,
+            "output_bytes": result.output.total,
+            "omitted_bytes": result.output.omitted,
+        }
+        if result.timed_out:
+            text = (
+                f"Command timed out after {limit:g}s; it was stopped with every process it started."
+            )
+            return ToolResult(f"{text}\n\n{output}", is_error=True, details=details)
+        if result.returncode != 0:
+            return ToolResult(
+                f"Exit code: {_describe_status(result.returncode)}\n\n{output}",
+                is_error=True,
+                details=details,
+            )
+        return ToolResult(output, details=details)
+
+    def _time_limit(self, requested: float) -> float:
+        # The tool's own deadline (set by the runner) wins; the command is stopped early
+        # enough that the group can be killed and the output returned before it.
+        remaining = trio.current_effective_deadline() - trio.current_time()
+        if math.isinf(remaining):
+            return requested
+        room = remaining - min(self.kill_grace, 5.0) - 0.1
+        return max(min(requested, room), min(requested, 0.1))
+
+    def _environment(self) -> dict[str, str]:
+        environment = {name: os.environ[name] for name in self.env_allowlist if name in os.environ}
+        environment.setdefault("PATH", _FALLBACK_PATH)
+        environment.update(self.env)
+        return environment
+
+
+def _render(output: HeadTail) -> str:
+    head = output.head.decode("utf-8", errors="replace")
+    if not output.omitted:
+        text = head + output.tail.decode("utf-8", errors="replace")
+    else:
+        tail = output.tail.decode("utf-8", errors="replace")
+        text = f"{head}\n\n[... {output.omitted:,} bytes of output omitted ...]\n\n{tail}"
+    return text if text.strip() else "(no output)"
+
+
+def _describe_status(returncode: int) -> str:
+    if returncode >= 0:
+        return str(returncode)
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"{returncode} (killed by {name})"
