@@ -301,13 +301,23 @@ def _open_dir(target: Resolved) -> Iterator[int]:
     except FileNotFoundError:
         raise ToolError(f"No such directory: {target.display}") from None
     except OSError as exc:
-        if exc.errno == errno.ENOTDIR:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            # Linux answers ENOTDIR for a symlink opened with O_DIRECTORY | O_NOFOLLOW too.
+            if stat.S_ISLNK(_lstat_mode(target)):
+                raise ToolError(
+                    f"Directory changed while it was opened: {target.display}"
+                ) from None
             raise ToolError(f"Not a directory: {target.display} (use read_file)") from None
         raise ToolError(f"Cannot open {target.display}: {exc.strerror}") from None
     try:
         yield fd
     finally:
         os.close(fd)
+
+
+def _lstat_mode(target: Resolved) -> int:
+    info = target.lstat() if target.name is not None else None
+    return info.st_mode if info is not None else 0
 
 
 def _is_binary(file: BinaryIO) -> bool:

@@ -137,18 +137,38 @@ class Workspace:
         pending = self._relative_parts(path, path)
         pending.reverse()  # a stack: the next component is at the end
         stack: list[tuple[int, str]] = []  # open directories below the root, with names
+        # With create_parents, directories that do not exist yet. Past the first missing
+        # one nothing can be a symlink, so the rest of the path is walked by name only,
+        # and nothing is created until the whole path is known to stay inside the root:
+        # a refused call leaves the workspace as it was.
+        missing: list[str] = []
         root_fd = os.open(self.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        hops = 0
+        changes = 0  # symlinks followed, and entries that changed under us
+
+        def counted(what: str) -> None:
+            nonlocal changes
+            changes += 1
+            if changes > MAX_SYMLINKS:
+                raise ToolError(f"{what}: {path}")
+
         try:
             while pending:
                 part = pending.pop()
                 if part == "..":
-                    if not stack:
+                    if missing:
+                        missing.pop()
+                    elif stack:
+                        os.close(stack.pop()[0])
+                    else:
                         raise PathEscapes(path)
-                    os.close(stack.pop()[0])
+                    continue
+                names = [name for _, name in stack]
+                if missing:
+                    if not pending:
+                        return self._create(root_fd, stack, missing, part, path)
+                    missing.append(part)
                     continue
                 current = stack[-1][0] if stack else root_fd
-                names = [name for _, name in stack]
                 try:
                     info = os.stat(part, dir_fd=current, follow_symlinks=False)
                 except FileNotFoundError:
@@ -158,17 +178,17 @@ class Workspace:
                         raise ToolError(
                             f"No such directory: {_join([*names, part])} (on the way to {path})"
                         ) from None
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, dir_fd=current)
-                    pending.append(part)  # look again: it may be someone else's by now
+                    missing.append(part)
                     continue
                 except OSError as exc:
                     raise ToolError(f"Cannot reach {path}: {exc.strerror}") from None
                 if stat.S_ISLNK(info.st_mode):
-                    hops += 1
-                    if hops > MAX_SYMLINKS:
-                        raise ToolError(f"Too many levels of symbolic links: {path}")
-                    target = os.readlink(part, dir_fd=current)
+                    counted("Too many levels of symbolic links")
+                    try:
+                        target = os.readlink(part, dir_fd=current)
+                    except OSError:  # no longer a symlink, or gone: look again
+                        pending.append(part)
+                        continue
                     if target.startswith("/"):
                         target_parts = self._relative_parts(target, path)
                         while stack:
@@ -182,24 +202,20 @@ class Workspace:
                 try:
                     fd = os.open(part, _DIR_FLAGS, dir_fd=current)
                 except OSError as exc:
-                    if exc.errno == errno.ELOOP:  # it became a symlink since the stat
-                        hops += 1
-                        if hops > MAX_SYMLINKS:
-                            raise ToolError(f"Too many levels of symbolic links: {path}") from None
+                    # Linux says ENOTDIR, not ELOOP, for a symlink opened with
+                    # O_DIRECTORY | O_NOFOLLOW: either way, look at the entry again.
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                        if exc.errno == errno.ENOTDIR and _is_plain(_lstat_mode(part, current)):
+                            raise ToolError(
+                                f"Not a directory: {_join([*names, part])} (on the way to {path})"
+                            ) from None
+                        counted("Cannot reach it, it keeps changing")
                         pending.append(part)
-                        continue
-                    if exc.errno == errno.ENOTDIR:
-                        raise ToolError(
-                            f"Not a directory: {_join([*names, part])} (on the way to {path})"
-                        ) from None
-                    if exc.errno == errno.ENOENT:
-                        pending.append(part)  # removed since the stat: look again
-                        hops += 1
-                        if hops > MAX_SYMLINKS:
-                            raise ToolError(f"Cannot reach {path}: it keeps changing") from None
                         continue
                     raise ToolError(f"Cannot reach {path}: {exc.strerror}") from None
                 stack.append((fd, part))
+            if missing:  # "new/x/..": a directory that does not exist
+                raise ToolError(f"No such directory: {path}")
             # The path names a directory (the root, or one ending in ``..`` and the like).
             if stack:
                 fd, _ = stack[-1]
@@ -216,6 +232,30 @@ class Workspace:
             if root_fd != -1:
                 os.close(root_fd)
 
+    def _create(
+        self,
+        root_fd: int,
+        stack: list[tuple[int, str]],
+        missing: list[str],
+        name: str,
+        path: str,
+    ) -> Resolved:
+        """Create the ``missing`` directories below the last open one, each opened with
+        O_NOFOLLOW as it is made; return where ``name`` goes."""
+        for part in missing:
+            current = stack[-1][0] if stack else root_fd
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=current)
+            try:
+                fd = os.open(part, _DIR_FLAGS, dir_fd=current)
+            except OSError as exc:
+                # Someone else put something there since we looked: not followed.
+                raise ToolError(
+                    f"Cannot create the directories of {path}: {exc.strerror}"
+                ) from None
+            stack.append((fd, part))
+        return self._result(root_fd, stack, name)
+
     @staticmethod
     def _result(root_fd: int, stack: list[tuple[int, str]], name: str) -> Resolved:
         # The directory holding ``name`` is handed to the caller; dup it so that the
@@ -223,6 +263,18 @@ class Workspace:
         holder = stack[-1][0] if stack else root_fd
         names = [entry for _, entry in stack]
         return Resolved(dir_fd=os.dup(holder), name=name, display=_join([*names, name]))
+
+
+def _lstat_mode(name: str, dir_fd: int) -> int:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return 0
+
+
+def _is_plain(mode: int) -> bool:
+    """A file, FIFO, socket or device: an entry that exists and can never be walked."""
+    return mode != 0 and not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode)
 
 
 def _join(names: list[str]) -> str:
