@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,28 @@ STORE_ROW_NAMES = (
 def test_store_quick_run_prints_the_table() -> None:
     for row in _quick_rows(STORE_SCRIPT, STORE_ROW_NAMES).values():
         assert row.endswith("no target"), row
+
+
+BUILTIN_TOOLS_SCRIPT = ROOT / "benchmarks" / "builtin_tools.py"
+
+BUILTIN_TOOLS_ROW_NAMES = (
+    "read_file 4 KiB (µs/call)",
+    "read_file vs read_text (µs/call)",
+    "sandbox resolve (µs/call)",
+    "write_file 4 KiB (µs/call)",
+    "write_file vs fsync (µs/call)",
+    "bash true (ms/call)",
+    "bash large output (s)",
+    "bash large output, RSS growth (KiB)",
+    "search literal (ms/search)",
+    "search, empty directory (ms/search)",
+)
+
+
+def test_builtin_tools_quick_run_prints_the_table() -> None:
+    for name, row in _quick_rows(BUILTIN_TOOLS_SCRIPT, BUILTIN_TOOLS_ROW_NAMES).items():
+        # Cells are two spaces apart or more: name, size, built-in, floor, ratio, added, notes.
+        cells = re.split(r"\s{2,}", row.strip())
+        assert cells[0] == name and len(cells) == 7, cells
+        float(cells[2].replace(",", ""))  # the built-in's figure is a number
+        assert cells[-1].startswith(("floor:", "grep not found", "ru_maxrss")), row
