@@ -23,7 +23,8 @@ bench: sync
 	$(UV) run --locked python benchmarks/runner_overhead.py
 	$(UV) run --locked python benchmarks/agent_loop.py
 	$(UV) run --locked python benchmarks/supervisor.py
-	$(UV) run --locked python benchmarks/store.py benchmarks/builtin_tools.py
+	$(UV) run --locked python benchmarks/store.py
+	$(UV) run --locked python benchmarks/builtin_tools.py
 
 sync: $(UV)
 	$(UV) sync --locked --quiet
