@@ -86,11 +86,10 @@ class Bash(Tool):
             raise ToolError("bash needs a POSIX system (Linux or macOS)")
         workspace = Workspace.of(ctx)
         requested = args.get("timeout", self.default_timeout)
-        limit = self._time_limit(float(requested))
-        # Room is left for the marker, so that the runner's own cap (100,000 by default)
-        # does not cut the text a second time.
-        kept = max(self.max_output_chars - _MARKER_ROOM, 2)
-        half = kept // 2
+        limit = self._time_limit(float(requested), ctx)
+        # Bytes are kept generously (a character is at most 4 bytes in UTF-8); the cut
+        # itself is made in characters when the output is rendered.
+        chars = max(self.max_output_chars, 2 * _MARKER_ROOM)
         try:
             result = await run_in_group(
                 ["bash", "-c", args["command"]],
@@ -98,17 +97,17 @@ class Bash(Tool):
                 env=self._environment(),
                 time_limit=limit,
                 grace=min(self.kill_grace, 5.0),
-                output=HeadTail(half, kept - half),
+                output=HeadTail(4 * chars, 2 * chars),
             )
         except FileNotFoundError:
             raise ToolError("bash was not found on PATH") from None
-        output = _render(result.output)
+        output, omitted = _render(result.output, chars)
         details = {
             "exit_code": result.returncode,
             "pid": result.pid,
             "timed_out": result.timed_out,
             "output_bytes": result.output.total,
-            "omitted_bytes": result.output.omitted,
+            "omitted_bytes": omitted,
         }
         if result.timed_out:
             text = (
@@ -123,14 +122,18 @@ class Bash(Tool):
             )
         return ToolResult(output, details=details)
 
-    def _time_limit(self, requested: float) -> float:
-        # The tool's own deadline (set by the runner) wins; the command is stopped early
-        # enough that the group can be killed and the output returned before it.
-        remaining = trio.current_effective_deadline() - trio.current_time()
+    def _time_limit(self, requested: float, ctx: ToolContext) -> float:
+        # The tool's own deadline (the runner's, for this call) wins: the command is
+        # stopped early enough that the group can be killed and the output returned
+        # before it. A deadline of whoever called execute() is not the tool's business:
+        # when it passes, the call is cancelled (and the group killed) like any other.
+        scope = ctx._scope
+        deadline = scope.deadline if scope is not None else math.inf
+        remaining = deadline - trio.current_time()
         if math.isinf(remaining):
             return requested
         room = remaining - min(self.kill_grace, 5.0) - 0.1
-        return max(min(requested, room), min(requested, 0.1))
+        return round(max(min(requested, room), min(requested, 0.1)), 1)
 
     def _environment(self) -> dict[str, str]:
         environment = {name: os.environ[name] for name in self.env_allowlist if name in os.environ}
@@ -139,14 +142,33 @@ class Bash(Tool):
         return environment
 
 
-def _render(output: HeadTail) -> str:
-    head = output.head.decode("utf-8", errors="replace")
-    if not output.omitted:
-        text = head + output.tail.decode("utf-8", errors="replace")
+def _render(output: HeadTail, limit: int) -> tuple[str, int]:
+    """The output as text of at most ``limit`` characters, its head and tail kept around
+    a marker when it is longer; and how many bytes the marker stands for.
+
+    Decoded with surrogateescape so that the bytes left out can be counted exactly;
+    undecodable bytes become U+FFFD only in the text returned."""
+    if output.omitted == 0:  # every byte is at hand
+        whole = (output.head + output.tail).decode("utf-8", errors="surrogateescape")
+        if len(whole) <= limit:
+            return _shown(whole) if whole.strip() else "(no output)", 0
+        first, last = whole, whole
     else:
-        tail = output.tail.decode("utf-8", errors="replace")
-        text = f"{head}\n\n[... {output.omitted:,} bytes of output omitted ...]\n\n{tail}"
-    return text if text.strip() else "(no output)"
+        first = output.head.decode("utf-8", errors="surrogateescape")
+        last = output.tail.decode("utf-8", errors="surrogateescape")
+    half = (limit - _MARKER_ROOM) // 2
+    first, last = first[:half], last[-half:]
+    omitted = output.total - _byte_length(first) - _byte_length(last)
+    text = f"{first}\n\n[... {omitted:,} bytes of output omitted ...]\n\n{last}"
+    return _shown(text), omitted
+
+
+def _byte_length(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogateescape"))
+
+
+def _shown(text: str) -> str:
+    return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
 
 
 def _describe_status(returncode: int) -> str:
