@@ -17,7 +17,7 @@ EXPECTED_SATSUMA = {
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
     # agents
-    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
+    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "MCPServerError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
     "AgentUnavailable", "HistoryProcessor", "KeepAll", "KeepLastExchanges", "Message", "Model",
     "ModelError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
@@ -66,6 +66,14 @@ def test_builtin_tools_exports() -> None:
         "bash", "date_resolver", "edit_file", "http_fetch", "list_dir", "read_file", "search",
         "write_file",
     }  # fmt: skip
+
+
+def test_mcp_exports() -> None:
+    import satsuma.tools.mcp as mcp
+
+    assert set(mcp.__all__) == {"MCPServer", "MCPServerError", "MCPTool"}
+    assert public_names(mcp) == set(mcp.__all__)
+    assert mcp.MCPServerError is satsuma.MCPServerError
 
 
 def test_supervisor_exports_are_all_reexported_by_satsuma() -> None:

@@ -11,6 +11,7 @@ import typing as _typing
 from ._exceptions import AgentCrashed as AgentCrashed
 from ._exceptions import AgentDefinitionError as AgentDefinitionError
 from ._exceptions import AgentUnavailable as AgentUnavailable
+from ._exceptions import MCPServerError as MCPServerError
 from ._exceptions import ModelError as ModelError
 from ._exceptions import SatsumaError as SatsumaError
 from ._exceptions import StoreError as StoreError
@@ -183,6 +184,7 @@ __all__ = [
     "Rewrite",
     "SatsumaError",
     "Sequential",
+    "MCPServerError",
     "StoreError",
     "Strategy",
     "SupervisorFailed",

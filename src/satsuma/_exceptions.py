@@ -10,6 +10,7 @@ The hierarchy::
     ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
     ├── AgentCrashed           the agent crashed while serving this call
     ├── StoreError             the store cannot be opened, read or written (names the file)
+    ├── MCPServerError         an MCP server could not start, or exited under ``serve``
     └── SupervisorFailed       a supervisor gave up (restart intensity) or a child failed to start
 
 Each exception keeps its data as attributes and builds its own message, so every fixed
@@ -190,3 +191,22 @@ class StoreError(SatsumaError):
         self.location = location
         self.problem = problem
         super().__init__(f"Store {location}: {problem}")
+
+
+class MCPServerError(SatsumaError):
+    """An MCP server could not start, or it exited.
+
+    Out of ``async with MCPServer(...)`` only for a server that did not start; out of
+    ``serve`` also for one that exited (a crash, which its supervisor restarts). Calls to
+    a server that has gone do not raise: the model reads ``Error: MCP server NAME exited:
+    ...``.
+
+    Attributes:
+        server: The server's name.
+        problem: What went wrong (``did not start: ...``, ``exited: ...``).
+    """
+
+    def __init__(self, server: str, problem: str) -> None:
+        self.server = server
+        self.problem = problem
+        super().__init__(f"MCP server {server} {problem}")

@@ -108,9 +108,14 @@ class Actor:
         self.model_id = resolve_model(spec.model) or spec.model
         self.persistence = Persistence(store, agent_id) if store is not None else None
         self.interrupted: list[RunRecord] = []
-        self.runner = spec.make_runner(
-            [self.persistence.journal(self._current_run_id)] if self.persistence else ()
+        self.extra_hooks = (
+            [self.persistence.journal(self._current_run_id)] if self.persistence else []
         )
+        # Tool servers list their tools once running: until serve() has started them,
+        # the runner holds the other tools only.
+        self.tool_sources = spec.tool_sources
+        self.source_generations: tuple[int, ...] | None = None
+        self.runner = spec.make_runner(self.extra_hooks, with_sources=not self.tool_sources)
         self.tool_schemas = tuple(self.runner.schemas())
         self.verifiers = [check for check in map(as_check, spec.verifiers) if check is not None]
         self.context = dict(context or {})
@@ -182,6 +187,31 @@ class Actor:
             # Loaded before the agent counts as started: a bad store fails the start.
             messages, self.interrupted = await self.persistence.load()
             self.history[:] = messages
+        async with trio.open_nursery() as sources:
+            # Tool servers not already running start with the agent and stop with it;
+            # one that cannot start fails the agent's start.
+            for source in self.tool_sources:
+                if not getattr(source, "running", False):
+                    await sources.start(source.serve_quietly)  # type: ignore[attr-defined]
+            self.refresh_tools()
+            try:
+                await self._serve_mailbox(task_status)
+            finally:
+                sources.cancel_scope.cancel()
+
+    def refresh_tools(self) -> None:
+        """Rebuild the runner when a tool server's tool list has changed (or on the
+        first call, once the servers run)."""
+        if not self.tool_sources:
+            return
+        generations = tuple(getattr(source, "generation", 0) for source in self.tool_sources)
+        if generations == self.source_generations:
+            return
+        self.runner = self.spec.make_runner(self.extra_hooks)
+        self.tool_schemas = tuple(self.runner.schemas())
+        self.source_generations = generations
+
+    async def _serve_mailbox(self, task_status: trio.TaskStatus[None]) -> None:
         task_status.started()
         crash: AgentCrashed | None = None
         try:

@@ -40,9 +40,17 @@ class AgentSpec:
     mailbox_size: int
     resume_interrupted: bool = False
 
-    def make_runner(self, extra_hooks: Sequence[object] = ()) -> ToolRunner:
+    @property
+    def tool_sources(self) -> tuple[object, ...]:
+        """The tools entries that are servers of tools (MCP servers), not tools."""
+        return tuple(item for item in self.tools if is_tool_source(item))
+
+    def make_runner(
+        self, extra_hooks: Sequence[object] = (), *, with_sources: bool = True
+    ) -> ToolRunner:
         """A fresh runner, with fresh instances of tool classes, for one agent;
-        ``extra_hooks`` run after the declared hooks."""
+        ``extra_hooks`` run after the declared hooks. ``with_sources=False`` leaves out
+        the tools of tool servers (which list their tools only once running)."""
         options = dict(self.runner_options)
         if extra_hooks:
             declared = options.get("hooks")
@@ -53,14 +61,22 @@ class AgentSpec:
             else:
                 declared_list = [declared]
             options["hooks"] = [*declared_list, *extra_hooks]
-        return ToolRunner(self.tools, timeout=self.tool_timeout, **options)
+        tools = self.tools if with_sources else [t for t in self.tools if not is_tool_source(t)]
+        return ToolRunner(tools, timeout=self.tool_timeout, **options)
+
+
+def is_tool_source(item: object) -> bool:
+    """Whether ``item`` is a server of tools (an MCPServer) rather than a tool: it
+    lists its tools once it runs, and an agent starts it unless it is running already."""
+    return getattr(type(item), "__satsuma_tool_source__", False) is True
 
 
 class Agent:
     """Base class of agents. Declare one with class attributes:
 
     - ``name`` (required), ``model`` (an alias — ``sonnet``, ``opus``, ``haiku`` — or a
-      model id; default ``sonnet``), ``system``, ``tools`` (as a ToolRunner takes them);
+      model id; default ``sonnet``), ``system``, ``tools`` (as a ToolRunner takes them,
+      and MCP servers: the agent starts one with itself unless it is already running);
     - ``max_iterations`` (model calls per run, default 10), ``max_duration`` (seconds
       per run, default none), ``max_tokens`` (per response, default 4096);
     - ``tool_timeout`` (the runner's default deadline, 120 s), ``strategy``,
@@ -180,7 +196,7 @@ def _declare(cls: type[Agent]) -> AgentSpec:
     )
     try:
         as_strategy(cls.strategy)
-        spec.make_runner()  # every tool checked now: not a tool, duplicate names, options
+        spec.make_runner(with_sources=False)  # every tool checked now: names, options
     except ToolDefinitionError as exc:
         raise fail(f"tools: {exc}") from exc
     except (TypeError, ValueError) as exc:

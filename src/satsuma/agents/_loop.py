@@ -294,6 +294,7 @@ class _Run:
         actor = self.actor
         spec = actor.spec
         messages = actor.spec.history.process(tuple(actor.history), actor.last_usage)
+        actor.refresh_tools()  # an MCP server may have announced new tools since
         request = ModelRequest(
             model=actor.model_id,
             system=spec.system,
