@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Final, final
 
+import httpx2
 import mcp.types as mcp_types
 import trio
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
@@ -173,6 +174,8 @@ class MCPServer:
             result = await session.call_tool(name, arguments, progress_callback=report)
         except MCPError as exc:
             if exc.error.code == mcp_types.CONNECTION_CLOSED:
+                # Over HTTP this may be the first sign: the server is gone either way.
+                self._connection_lost()
                 # The process is going: its last words on stderr say why, once read.
                 with trio.move_on_after(1.0):
                     await self._stderr_done.wait()
@@ -257,7 +260,8 @@ class MCPServer:
             if crash_on_exit or not self._started:
                 raise
         except BaseException:  # cancelled (stopped), or a bug: not an exit of the server
-            self.state = State.STOPPED
+            if self.state is not State.EXITED:
+                self.state = State.STOPPED
             raise
         finally:
             self._session = None
@@ -294,15 +298,32 @@ class MCPServer:
                     self._exit_detail = self._describe_exit()
                     logger.warning("MCP server %s exited: %s", self.name, self._exit_detail)
                     raise MCPServerError(self.name, f"exited: {self._exit_detail}")
-        except* MCPServerError as group:
-            raise _first(group) from None
-        except* (MCPError, OSError) as group:
-            exc = _first(group)
-            detail = _describe(exc, self._stderr_tail)
-            if self._started:
-                self._exit_detail = detail
-                raise MCPServerError(self.name, f"exited: {detail}") from exc
-            raise MCPServerError(self.name, f"did not start: {detail}") from exc
+        except BaseException as exc:
+            raise self._explain(exc) from None
+
+    def _explain(self, exc: BaseException) -> BaseException:
+        """What to raise for what came out of the transport and the session: the SDK
+        wraps everything in exception groups, several levels deep."""
+        leaves = _leaves(exc)
+        cancelled = next((leaf for leaf in leaves if isinstance(leaf, trio.Cancelled)), None)
+        if cancelled is not None:
+            # Stopped by whoever runs us: what the transport raised while it was torn
+            # down (an HTTP server already gone, say) is noise, and Cancelled goes on.
+            for leaf in leaves:
+                if leaf is not cancelled:
+                    logger.debug("MCP server %s: while stopping: %r", self.name, leaf)
+            return cancelled
+        for leaf in leaves:
+            if isinstance(leaf, MCPServerError):
+                return leaf
+        for leaf in leaves:
+            if isinstance(leaf, (MCPError, OSError, httpx2.HTTPError)):
+                detail = _describe(leaf, self._stderr_tail)
+                if self._started:
+                    self._exit_detail = detail
+                    return MCPServerError(self.name, f"exited: {detail}")
+                return MCPServerError(self.name, f"did not start: {detail}")
+        return exc  # a bug: raised as it is
 
     @contextlib.asynccontextmanager
     async def _transport(self, nursery: trio.Nursery) -> AsyncIterator[tuple[Any, Any]]:
@@ -474,10 +495,10 @@ class _EndWatcher:
         return getattr(self._inner, name)
 
 
-def _first(group: BaseExceptionGroup[Any]) -> Any:
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _describe(exc: BaseException | None, stderr_tail: str) -> str:
