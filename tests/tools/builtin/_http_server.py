@@ -22,12 +22,15 @@ Every route answers HEAD with its headers only.
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
 import h11
 import trio
 import trio.testing
+
+# Reading h11 events off a stream is the same job as in satsuma's own loopback server.
+from satsuma.testing._server import _next_event
 
 __all__ = ["BIG_SIZE", "HttpTestServer", "serve"]
 
@@ -200,15 +203,6 @@ async def _send(stream: trio.SocketStream, connection: h11.Connection, event: h1
     data = connection.send(event)
     if data:
         await stream.send_all(data)
-
-
-async def _next_event(stream: trio.SocketStream, connection: h11.Connection) -> Any:
-    while True:
-        event = connection.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        # An empty read (the client closed) tells h11 about the end of the input.
-        connection.receive_data(await stream.receive_some(CHUNK))
 
 
 async def _wait_for_hangup(stream: trio.SocketStream) -> None:
