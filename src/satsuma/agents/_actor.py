@@ -187,17 +187,28 @@ class Actor:
             # Loaded before the agent counts as started: a bad store fails the start.
             messages, self.interrupted = await self.persistence.load()
             self.history[:] = messages
-        async with trio.open_nursery() as sources:
-            # Tool servers not already running start with the agent and stop with it;
-            # one that cannot start fails the agent's start.
-            for source in self.tool_sources:
-                if not getattr(source, "running", False):
-                    await sources.start(source.serve_quietly)  # type: ignore[attr-defined]
-            self.refresh_tools()
-            try:
-                await self._serve_mailbox(task_status)
-            finally:
-                sources.cancel_scope.cancel()
+        if not self.tool_sources:
+            await self._serve_mailbox(task_status)
+            return
+        try:
+            async with trio.open_nursery() as sources:
+                # Tool servers not already running start with the agent and stop with
+                # it; one that cannot start fails the agent's start.
+                for source in self.tool_sources:
+                    if not getattr(source, "running", False):
+                        await sources.start(source.serve_quietly)  # type: ignore[attr-defined]
+                self.refresh_tools()
+                try:
+                    await self._serve_mailbox(task_status)
+                finally:
+                    sources.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The servers end quietly when cancelled, so the one exception is the
+            # agent's own (a crash, a server that could not start): raised as it is,
+            # as it would be without servers.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     def refresh_tools(self) -> None:
         """Rebuild the runner when a tool server's tool list has changed (or on the
@@ -561,13 +572,21 @@ async def open_agent(
     actor = Actor(
         spec, model, context, agent_id or f"{spec.name}-{next(_run_numbers)}", store=store
     )
+    started = False
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.serve)
+            started = True
             try:
                 yield actor.handle
             finally:
                 nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # A start that failed (a tool server that cannot start) is one plain exception,
+        # as a bad store is: the block never ran.
+        if not started and len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     finally:
         if owned is not None:
             # The client built here is closed here; one passed in belongs to the caller.
