@@ -175,11 +175,9 @@ async def test_invalid_arguments_never_reach_the_server(log: Path) -> None:
 async def test_the_runner_deadline_cancels_the_call_on_the_server(log: Path) -> None:
     async with fault_server(log) as srv:
         runner = satsuma.ToolRunner([srv], timeout=0.5)
-        start = trio.current_time()
         hung, quick = await runner.execute(
             [tool_call("hang", {"tag": "deadline"}), tool_call("structured", {"n": 2})]
         )
-        assert trio.current_time() - start < 3
         await wait_for_line(log, "hang-cancelled deadline")
         # The connection is still good after a cancelled call.
         (after,) = await runner.execute([tool_call("structured", {"n": 3})])
