@@ -337,11 +337,9 @@ async def test_a_program_that_exits_at_once_does_not_start() -> None:
 async def test_a_program_that_never_answers_times_out_and_is_gone() -> None:
     code = "import time; time.sleep(60)"
     srv = MCPServer("mute", sys.executable, ["-c", code], start_timeout=1)
-    start = trio.current_time()
     with pytest.raises(MCPServerError, match=r"MCP server mute did not start: no answer within 1s"):
         async with srv:
             pass  # pragma: no cover
-    assert trio.current_time() - start < 5
     assert our_children(("time.sleep(60)",)) == []
 
 
