@@ -1,56 +1,330 @@
-"""The ``satsuma`` command and its demo."""
+"""The ``satsuma`` command, driven end to end as a subprocess, offline.
+
+``run`` and ``chat`` talk to a MessagesServer in the test's own trio loop through the real
+SDK (ANTHROPIC_BASE_URL); ``demo`` brings its own unless a key is set.
+"""
 
 from __future__ import annotations
 
-import subprocess
+import json
+import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import trio
 
-from satsuma._demo import CALLS, run_demo
+import satsuma
+from satsuma._demo import scripted_answer
 from satsuma.cli import main
+from satsuma.testing import MessagesServer, Reply
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENTS = '''
+import satsuma
 
 
-def test_demo_answers_every_call_once_with_each_kind_of_outcome() -> None:
-    lines: list[str] = []
-    # The real clock: the demo has a sync tool, and an autojump clock would see its worker
-    # thread as idle time and jump to the deadline. The demo takes about 0.6 s.
-    outcomes = trio.run(run_demo, lines.append)
-    assert [o.tool_use_id for o in outcomes] == [call.id for call in CALLS]
-    assert [o.error_kind for o in outcomes] == [
-        None, None, "crashed", "timeout", "invalid_args", "unknown_tool", "failed",
-    ]  # fmt: skip
-    assert lines[0].startswith("satsuma demo: offline")
-    assert any("progress toolu_02 writing section 4/4" in line for line in lines)
-    assert any(line.startswith("wall time") for line in lines)
+@satsuma.tool
+async def add(a: int, b: int) -> str:
+    """Add two numbers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return str(a + b)
 
 
-def test_satsuma_demo_runs_as_a_command() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "satsuma.cli", "demo"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+class Calc(satsuma.Agent):
+    name = "calc"
+    tools = [add]
+
+
+class Base(satsuma.Agent, abstract=True):
+    pass
+
+
+not_an_agent = 3
+'''
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This process's environment without any Anthropic setting, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    return {**env, "COLUMNS": "200", "PYTHONUNBUFFERED": "1", **extra}
+
+
+async def satsuma_command(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run ``python -m satsuma.cli ARGS``; its exit status, stdout and stderr."""
+    result = await trio.run_process(
+        [sys.executable, "-m", "satsuma.cli", *args],
+        cwd=cwd,
+        env=env if env is not None else environment(),
+        capture_stdout=True,
+        capture_stderr=True,
         check=False,
     )
-    assert result.returncode == 0, result.stderr
-    assert "Error: Tool timed out after 0.5s" in result.stdout
-    assert "Error: Unknown tool: send_email" in result.stdout
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
-def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "calc_agents.py").write_text(AGENTS)
+    return tmp_path
+
+
+def on(server: MessagesServer, **extra: str) -> dict[str, str]:
+    return environment(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=server.base_url, **extra)
+
+
+# --- demo ------------------------------------------------------------------------------
+
+
+def table_row(out: str, name: str) -> str:
+    match = re.search(rf"│ {name}\s+│ (.*?)\s+│", out)
+    assert match is not None, out
+    return match.group(1)
+
+
+async def test_the_demo_runs_offline_and_shows_what_satsuma_is_for() -> None:
+    status, out, err = await satsuma_command("demo")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("satsuma demo: offline — no ANTHROPIC_API_KEY")
+    # Parallel calls, each with its own outcome; progress from the long one.
+    for expected in (
+        'researcher → fetch_weather(city="Lisbon")',
+        "✓ fetch_weather",
+        "✓ find_flights",
+        "researcher … draft_agenda: day 3/3",
+        "✗ check_venue  ",
+        "crashed  Error: Tool crashed: ConnectionResetError",
+        "✗ hotel_rates  1.00s  timeout  Error: Tool timed out after 1s",
+        "researcher run completed",
+        # The verifier sends the model back; the second draft passes.
+        "verifier sends the writer back: the briefing must say what weather to expect",
+        "writer: Briefing: three days in Lisbon, workshops in the mornings. Weather: sunny, 19°C.",
+        # The injected crash, seen by the caller and by the supervisor, then the restart.
+        "the caller got AgentCrashed: Agent writer crashed: RuntimeError: simulated bug",
+        "supervisor team: writer crashed: RuntimeError: simulated bug",
+        "supervisor team: writer restarted (restart 1)",
+        # The restarted agent still has the briefing it wrote before the crash.
+        "writer: Title: Lisbon offsite — sunny, 19°C",
+    ):
+        assert expected in out, expected
+    # The calls ran in parallel: all five started before the first ended.
+    starts = [i for i, line in enumerate(lines) if "researcher →" in line]
+    ends = [i for i, line in enumerate(lines) if line.lstrip().startswith(("✓", "✗"))]
+    assert len(starts) == 5
+    assert max(starts) < min(ends)
+    assert table_row(out, "runs") == "4  (completed 3, failed 1)"
+    assert table_row(out, "tool calls") == "5  (crashed 1, ok 3, timeout 1)"
+    assert table_row(out, "model calls") == "5"
+    assert table_row(out, "agent crashes") == "1 (1 restarted)"
+    assert re.fullmatch(r"\d+ in, \d+ out", table_row(out, "tokens"))
+    assert "Traceback" not in out + err
+
+
+async def test_with_a_key_the_demo_uses_the_api_it_is_pointed_at() -> None:
+    # The "real API" path, against a loopback server playing the same conversation.
+    async with MessagesServer([scripted_answer] * 10) as server:
+        url = server.base_url
+        status, out, err = await satsuma_command("demo", env=on(server))
+    assert status == 0, err
+    assert out.splitlines()[0].startswith("satsuma demo: ANTHROPIC_API_KEY is set")
+    assert url in out.splitlines()[0]
+    assert len(server.requests) == 5
+    systems = {str(request["system"]) for request in server.requests}
+    assert len(systems) == 2  # both agents
+    assert "writer: Title: Lisbon offsite — sunny, 19°C" in out
+
+
+# --- run -------------------------------------------------------------------------------
+
+
+SUM = [Reply(text="Adding.", tool_calls=[("add", {"a": 2, "b": 3})]), "The sum is 5."]
+
+
+async def test_run_shows_the_run_and_its_answer(project: Path) -> None:
+    async with MessagesServer(SUM) as server:
+        status, out, err = await satsuma_command(
+            "run", "calc_agents:Calc", "What is 2 + 3?", cwd=project, env=on(server)
+        )
+    assert status == 0, err
+    assert out.splitlines() == [
+        "calc ← What is 2 + 3?",
+        "calc: Adding.",
+        "  calc → add(a=2, b=3)",
+        out.splitlines()[3],
+        "calc: The sum is 5.",
+        out.splitlines()[5],
+    ]
+    assert re.fullmatch(r"  ✓ add  \d\.\d\ds  ok  5", out.splitlines()[3])
+    assert re.fullmatch(
+        r"calc run completed after 2 model calls, \d+ in / \d+ out tokens", out.splitlines()[5]
+    )
+    assert server.requests[0]["model"] == satsuma.MODEL_ALIASES["sonnet"]
+    assert err == ""
+
+
+async def test_run_json_prints_every_event_as_one_json_line(project: Path) -> None:
+    async with MessagesServer(SUM) as server:
+        status, out, err = await satsuma_command(
+            "run", "calc_agents.py:Calc", "What is 2 + 3?", "--json", cwd=project, env=on(server)
+        )
+    assert status == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    kinds = [event["type"] for event in events]
+    assert kinds[0] == "RunStart"
+    assert kinds[-1] == "RunEnd"
+    assert kinds.count("TurnEnd") == 2
+    assert [k for k in kinds if k.startswith("ToolCall")] == ["ToolCallStart", "ToolCallEnd"]
+    end = next(event for event in events if event["type"] == "ToolCallEnd")
+    assert end["outcome"]["content"] == "5"
+    assert end["outcome"]["is_error"] is False
+    assert events[-1]["result"]["status"] == "completed"
+    assert events[-1]["result"]["output"] == "The sum is 5."
+    assert {event["run_id"] for event in events} == {events[0]["run_id"]}
+    assert "".join(e["text"] for e in events if e["type"] == "TextDelta") == "Adding.The sum is 5."
+
+
+async def test_run_options_override_the_class(project: Path) -> None:
+    loop = Reply(tool_calls=[("add", {"a": 1, "b": 1})])
+    async with MessagesServer([loop, loop, loop]) as server:
+        status, _out, err = await satsuma_command(
+            "run",
+            "calc_agents:Calc",
+            "Loop",
+            "--model",
+            "claude-test-1",
+            "--max-iterations",
+            "2",
+            cwd=project,
+            env=on(server),
+        )
+    assert status == 1
+    assert err.strip() == "satsuma: run max_iterations: max_iterations (2) reached"
+    assert [request["model"] for request in server.requests] == ["claude-test-1"] * 2
+
+
+async def test_run_with_a_store_keeps_the_conversation(project: Path) -> None:
+    async with MessagesServer(["Noted: 42.", "It was 42."]) as server:
+        args = ("--store", str(project / "state.db"))
+        first = await satsuma_command(
+            "run", "calc_agents:Calc", "Remember 42", *args, cwd=project, env=on(server)
+        )
+        second = await satsuma_command(
+            "run", "calc_agents:Calc", "What was it?", *args, cwd=project, env=on(server)
+        )
+    assert first[0] == 0, first[2]
+    assert second[0] == 0, second[2]
+    assert "calc: It was 42." in second[1]
+    texts = [str(message["content"]) for message in server.requests[1]["messages"]]
+    assert len(texts) == 3
+    assert "Remember 42" in texts[0]
+    assert "Noted: 42." in texts[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nosuch:Calc",), "satsuma: error: no module named 'nosuch'"),
+        (("calc_agents:Nope",), "satsuma: error: calc_agents has no attribute 'Nope'"),
+        (
+            ("calc_agents:not_an_agent",),
+            "satsuma: error: calc_agents:not_an_agent is not an Agent subclass (it is 3)",
+        ),
+        (
+            ("calc_agents:Base",),
+            "satsuma: error: calc_agents:Base is an abstract Agent: name a concrete subclass",
+        ),
+        (
+            ("calc_agents",),
+            "satsuma: error: expected MODULE:AgentClass or path/to/file.py:AgentClass, "
+            "got: 'calc_agents'",
+        ),
+        (("missing.py:Calc",), "satsuma: error: no such file: missing.py"),
+        (
+            ("broken:Agent",),
+            "satsuma: error: importing broken failed: ZeroDivisionError: division by zero",
+        ),
+        (
+            ("calc_agents:Calc", "--model", "no such model"),
+            "satsuma: error: Agent calc: unknown model 'no such model': use an alias "
+            "(sonnet, opus, haiku) or a model id (claude-...)",
+        ),
+    ],
+    ids=["module", "attribute", "not-agent", "abstract", "no-colon", "file", "raises", "model"],
+)
+async def test_mistakes_are_one_line_and_exit_2(
+    project: Path, args: tuple[str, ...], message: str
+) -> None:
+    (project / "broken.py").write_text("1 / 0\n")
+    status, out, err = await satsuma_command(
+        "run", args[0], "hi", *args[1:], cwd=project, env=environment(ANTHROPIC_API_KEY="k")
+    )
+    assert (status, out, err.strip()) == (2, "", message)
+
+
+async def test_no_key_is_one_line(project: Path) -> None:
+    status, out, err = await satsuma_command("run", "calc_agents:Calc", "hi", cwd=project)
+    assert (status, out) == (2, "")
+    assert err.strip() == (
+        "satsuma: error: ANTHROPIC_API_KEY is not set (`satsuma demo` runs offline without one)"
+    )
+
+
+async def test_a_bad_key_fails_the_run_with_the_apis_message(project: Path) -> None:
+    refused = satsuma.ModelError("invalid x-api-key", status=401)
+    async with MessagesServer([refused]) as server:
+        status, _out, err = await satsuma_command(
+            "run", "calc_agents:Calc", "hi", cwd=project, env=on(server)
+        )
+    assert status == 1
+    assert err.strip().splitlines() == [err.strip()]
+    assert err.startswith("satsuma: run failed: ")
+    assert "401" in err
+    assert "invalid x-api-key" in err
+    assert "Traceback" not in err
+
+
+async def test_an_unreachable_api_fails_after_its_retries(project: Path) -> None:
+    with trio.socket.socket() as sock:  # a port that was free a moment ago
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = environment(ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}")
+    status, out, err = await satsuma_command("run", "calc_agents:Calc", "hi", cwd=project, env=env)
+    assert status == 1
+    assert err.strip() == (
+        f"satsuma: run failed: Connection error. (all attempts to connect to 127.0.0.1:{port} failed)"
+    )
+    assert out.count("model call retried") == 3
+    assert "Traceback" not in out + err
+
+
+async def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["fly"])
     assert info.value.code == 2
     assert "invalid choice: 'fly'" in capsys.readouterr().err
 
 
+async def test_a_bad_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "a:B", "hi", "--max-iterations", "0"])
+    assert info.value.code == 2
+    assert "must be 1 or more, got: 0" in capsys.readouterr().err
+
+
 def test_the_tools_quickstart_example_runs() -> None:
+    import subprocess
+
     result = subprocess.run(
         [sys.executable, "examples/tools_quickstart.py"],
-        cwd=Path(__file__).parents[1],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,

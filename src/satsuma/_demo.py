@@ -1,147 +1,323 @@
-"""``satsuma demo``: tools running under supervision, offline, in a couple of seconds.
+"""``satsuma demo``: a small supervised team of agents, shown live.
 
-One model turn asks for seven tool calls at once; the runner runs them in parallel,
-each under its own deadline, and every call comes back as exactly one outcome: a
-success, progress from a long tool, a crash that is captured, a hang that times out, an
-invalid argument, an unknown tool, and a command-level failure.
+Two agents under one supervisor prepare a briefing. The researcher asks for five tool
+calls in one turn; they run in parallel, each under its own deadline: two succeed, a long
+one reports progress, one crashes (captured: the model reads the error and goes on) and
+one hangs until its timeout. The writer turns the notes into a briefing; its verifier
+sends the first draft back. Then a bug in the writer's model wrapper (injected on
+purpose) crashes the agent: the supervisor restarts it and, its conversation kept in a
+SQLite store, it answers the same request as if nothing had happened.
+
+With no ANTHROPIC_API_KEY the agents talk to satsuma's own loopback Messages API server,
+which plays the scripted conversation in ``scripted_answer``; with a key, to the real API.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
 
 import trio
+from rich.console import Console
 
-from .tools import (
-    ToolCall,
-    ToolCallEnd,
-    ToolCallStart,
-    ToolContext,
-    ToolEvent,
-    ToolOutcome,
-    ToolProgress,
-    ToolRunner,
-    format_results,
-    tool,
+from ._exceptions import AgentCrashed
+from ._live import open_live_view
+from ._tally import Tally
+from .agents import (
+    Agent,
+    AgentEvent,
+    AnthropicModel,
+    Model,
+    ModelListener,
+    ModelRequest,
+    ModelResponse,
+    Verdict,
+    VerifyContext,
 )
+from .store import SQLiteStore
+from .supervisor import ChildSpec, Supervisor, SupervisorEvent
+from .testing import MessagesServer, Reply
+from .tools import ToolContext, tool
+
+__all__ = ["run_demo", "scripted_answer"]
+
+RESEARCH_PROMPT: Final = "Prepare the notes for next week's team offsite in Lisbon."
+TITLE_PROMPT: Final = "Give the briefing a title."
+_CRASH: Final = "simulated bug in the model wrapper (injected by the demo)"
+
+
+# --- the tools -------------------------------------------------------------------------
 
 
 @tool
 async def fetch_weather(city: str) -> str:
-    """Look up the current weather for a city.
+    """The weather forecast for a city.
 
     Args:
         city: The city's name.
     """
-    await trio.sleep(0.3)
-    return f"{city}: 14°C, light rain"
+    await trio.sleep(0.4)
+    return f"{city}: sunny, 19°C, light wind"
 
 
 @tool
-async def build_report(sections: int, ctx: ToolContext) -> str:
-    """Build a report, one section at a time.
+async def find_flights(origin: str, destination: str) -> str:
+    """Direct flights between two cities next week.
 
     Args:
-        sections: How many sections to write.
+        origin: Where from.
+        destination: Where to.
     """
-    for section in range(1, sections + 1):
-        ctx.progress(f"writing section {section}/{sections}")
-        await trio.sleep(0.15)
-    return f"report with {sections} sections"
+    await trio.sleep(0.6)
+    return f"{origin} → {destination}: 3 direct flights a day, 3h05"
 
 
 @tool
-async def flaky_lookup(key: str) -> str:
-    """Look a key up in a service that has a bug.
+async def draft_agenda(days: int, ctx: ToolContext) -> str:
+    """Draft an agenda, one day at a time (slow: reports progress).
 
     Args:
-        key: The key.
+        days: How many days the offsite lasts.
     """
-    await trio.sleep(0.1)
-    raise ConnectionResetError(f"service dropped the connection while reading {key!r}")
+    for day in range(1, days + 1):
+        ctx.progress(f"day {day}/{days}")
+        await trio.sleep(0.35)
+    return f"agenda for {days} days: workshops in the mornings, city in the afternoons"
 
 
-@tool(timeout=0.5)
-async def stuck_query(sql: str) -> str:
-    """Run a query against a database that never answers.
+@tool
+async def check_venue(name: str) -> str:
+    """Check a venue's availability in the booking service (which has a bug).
 
     Args:
-        sql: The query.
+        name: The venue.
+    """
+    await trio.sleep(0.2)
+    raise ConnectionResetError(f"booking service dropped the connection while reading {name!r}")
+
+
+@tool(timeout=1.0)
+async def hotel_rates(city: str) -> str:
+    """Hotel rates from a partner database (which never answers).
+
+    Args:
+        city: The city.
     """
     await trio.sleep_forever()
     return "unreachable"
 
 
-@tool
-def count_words(text: str) -> tuple[str, str, bool] | str:
-    """Count the words of a text (a sync tool: it runs in a worker thread).
-
-    Args:
-        text: The text.
-    """
-    words = len(text.split())
-    if words == 0:
-        return ("ok", "no words at all", True)
-    return f"{words} words"
+# --- the agents ------------------------------------------------------------------------
 
 
-CALLS = [
-    ToolCall("toolu_01", "fetch_weather", {"city": "Lisbon"}),
-    ToolCall("toolu_02", "build_report", {"sections": 4}),
-    ToolCall("toolu_03", "flaky_lookup", {"key": "user:42"}),
-    ToolCall("toolu_04", "stuck_query", {"sql": "select 1"}),
-    ToolCall("toolu_05", "count_words", {"text": 17}),
-    ToolCall("toolu_06", "send_email", {"to": "ops@example.com"}),
-    ToolCall("toolu_07", "count_words", {"text": "   "}),
-]
+def mentions_the_weather(ctx: VerifyContext) -> Verdict:
+    """The briefing must tell people what weather to expect."""
+    if "°C" in ctx.output:
+        return Verdict.ok()
+    reason = "the briefing must say what weather to expect (with the temperature)"
+    narrate = ctx.extra.get("narrate")
+    if callable(narrate):
+        narrate(f"verifier sends the writer back: {reason}")
+    return Verdict.retry(reason)
 
 
-def _printer(write: Callable[[str], None], started: float) -> Callable[[ToolEvent], None]:
-    def on_event(event: ToolEvent) -> None:
-        at = f"{trio.current_time() - started:5.2f}s"
-        if isinstance(event, ToolCallStart):
-            write(f"{at}  start    {event.tool_use_id} {event.tool_name}({event.input})")
-        elif isinstance(event, ToolProgress):
-            write(f"{at}  progress {event.tool_use_id} {event.text}")
-        elif isinstance(event, ToolCallEnd):
-            kind = event.outcome.error_kind or "ok"
-            write(f"{at}  end      {event.tool_use_id} {kind}")
-
-    return on_event
-
-
-def _summary(outcomes: list[ToolOutcome], wall: float) -> list[str]:
-    kinds = Counter(outcome.error_kind or "ok" for outcome in outcomes)
-    busy = sum(outcome.duration for outcome in outcomes)
-    lines = ["", "What the model gets back (one tool_result per tool_use, in order):"]
-    for block in format_results(outcomes):
-        flag = "is_error" if block["is_error"] else "ok      "
-        lines.append(f"  {block['tool_use_id']}  {flag}  {block['content']}")
-    lines += [
-        "",
-        f"{'calls':<22}{len(outcomes)}",
-        *(f"{'  ' + kind:<22}{count}" for kind, count in sorted(kinds.items())),
-        f"{'tool time, summed':<22}{busy:.2f}s",
-        f"{'wall time':<22}{wall:.2f}s (the calls ran in parallel)",
-    ]
-    return lines
-
-
-async def run_demo(write: Callable[[str], None]) -> list[ToolOutcome]:
-    """Run the demo turn, writing its lines through ``write``; return the outcomes."""
-    write("satsuma demo: offline, no model needed. One turn asks for 7 tool calls.")
-    runner = ToolRunner(
-        [fetch_weather, build_report, flaky_lookup, stuck_query, count_words], timeout=10
+class Researcher(Agent):
+    name = "researcher"
+    model = "haiku"
+    system = (
+        "You research facts for a team offsite. Call every tool you need in one turn, "
+        "then write short notes, saying plainly what you could not find out."
     )
+    tools = (fetch_weather, find_flights, draft_agenda, check_venue, hotel_rates)
+    tool_timeout = 10.0
+    max_tokens = 1024
+
+
+class Writer(Agent):
+    name = "writer"
+    model = "haiku"
+    system = "You write short, friendly briefings for a team from research notes."
+    verifiers = (mentions_the_weather,)
+    max_tokens = 1024
+
+
+# --- the scripted conversation (offline) -----------------------------------------------
+
+
+def _blocks(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        block
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+    ]
+
+
+def _user_texts(body: Mapping[str, Any]) -> list[str]:
+    texts = []
+    for message in body["messages"]:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            texts.extend(block["text"] for block in content if block.get("type") == "text")
+    return texts
+
+
+def _result_text(block: Mapping[str, Any]) -> str:
+    content = block.get("content", "")
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content)
+    return str(content)
+
+
+def scripted_answer(body: dict[str, Any]) -> Reply | str:
+    """The scripted model: answers each request from its agent and its conversation, so
+    the answers do not depend on the order in which concurrent requests arrive."""
+    system = body.get("system", "")
+    if not isinstance(system, str):
+        system = " ".join(block.get("text", "") for block in system)
+    if system.startswith("You research"):
+        results = [block for block in _blocks(body) if block.get("type") == "tool_result"]
+        if not results:
+            return Reply(
+                text="I'll look everything up at once.",
+                tool_calls=[
+                    ("fetch_weather", {"city": "Lisbon"}),
+                    ("find_flights", {"origin": "Berlin", "destination": "Lisbon"}),
+                    ("draft_agenda", {"days": 3}),
+                    ("check_venue", {"name": "LX Factory"}),
+                    ("hotel_rates", {"city": "Lisbon"}),
+                ],
+            )
+        found = [_result_text(block) for block in results if not block.get("is_error")]
+        failed = [_result_text(block) for block in results if block.get("is_error")]
+        return "Notes: " + "; ".join(found) + ". Could not check: " + "; ".join(failed) + "."
+    texts = _user_texts(body)
+    if texts and texts[-1] == TITLE_PROMPT:
+        # Drawn from the briefing earlier in the conversation: a writer that lost its
+        # conversation in the crash could not give this answer.
+        briefings = [
+            block["text"]
+            for message in body["messages"]
+            if message["role"] == "assistant" and isinstance(message["content"], list)
+            for block in message["content"]
+            if "Weather: " in block.get("text", "")
+        ]
+        if not briefings:
+            return "Title: I have no briefing to give a title to."
+        return f"Title: Lisbon offsite — {briefings[-1].split('Weather: ')[1].split('.')[0]}"
+    if texts and texts[-1].startswith("Verification failed"):
+        return (
+            "Briefing: three days in Lisbon, workshops in the mornings. "
+            "Weather: sunny, 19°C. Flights: 3 a day from Berlin. Book hotels by phone."
+        )
+    return "Briefing: three days in Lisbon, workshops in the mornings. Book hotels by phone."
+
+
+# --- the injected crash ----------------------------------------------------------------
+
+
+class _BugOnce:
+    """A model wrapper with a bug: its first answer to the title request raises."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.crashed = False
+
+    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
+        last = request.messages[-1]
+        if not self.crashed and last.text == TITLE_PROMPT:
+            self.crashed = True
+            raise RuntimeError(_CRASH)
+        return await self.model.respond(request, listener)
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+async def run_demo(console: Console, *, live: bool | None = None) -> Tally:
+    """Run the demo, drawing on ``console``; return what it counted."""
+    tally = Tally()
     started = trio.current_time()
-    outcomes = await runner.execute(CALLS, events=_printer(write, started))
-    for line in _summary(outcomes, trio.current_time() - started):
-        write(line)
-    return outcomes
+    key = os.environ.get("ANTHROPIC_API_KEY")
+    if key:
+        console.print(
+            "satsuma demo: ANTHROPIC_API_KEY is set, so the agents use the real Anthropic API "
+            f"({os.environ.get('ANTHROPIC_BASE_URL') or 'api.anthropic.com'})."
+        )
+        async with AnthropicModel() as model:
+            await _team(console, model, tally, live)
+    else:
+        console.print(
+            "satsuma demo: offline — no ANTHROPIC_API_KEY, so the agents talk to satsuma's "
+            "loopback Messages API server, which plays a scripted conversation."
+        )
+        async with MessagesServer([scripted_answer] * 40) as server:
+            model = AnthropicModel(server.client(), backoff_base=0.01)
+            await _team(console, model, tally, live)
+    console.print(tally.table(trio.current_time() - started))
+    return tally
 
 
-def main(write: Callable[[str], Any] = print) -> int:
-    trio.run(run_demo, write)
-    return 0
+async def _team(console: Console, model: Model, tally: Tally, live: bool | None) -> None:
+    with tempfile.TemporaryDirectory(prefix="satsuma-demo-") as folder:
+        store = SQLiteStore(Path(folder) / "state.db")
+        async with open_live_view(console, live=live) as view:
+
+            def on_agent(event: AgentEvent) -> None:
+                view.agent_event(event)
+                tally.agent_event(event)
+
+            def on_supervisor(event: SupervisorEvent) -> None:
+                view.supervisor_event(event)
+                tally.supervisor_event(event)
+
+            async with Supervisor(
+                "one_for_one",
+                name="team",
+                max_restarts=3,
+                within=10.0,
+                events=on_supervisor,
+                children=[
+                    ChildSpec(
+                        Researcher, name="researcher", options=_options(model, store, "researcher")
+                    ),
+                    ChildSpec(
+                        Writer,
+                        name="writer",
+                        options={
+                            **_options(_BugOnce(model), store, "writer"),
+                            "context": {"narrate": view.say},
+                        },
+                    ),
+                ],
+            ) as team:
+                await _play(view.say, team, on_agent)
+        await store.aclose()
+
+
+def _options(model: Model, store: SQLiteStore, agent_id: str) -> dict[str, Any]:
+    return {"model": model, "store": store, "agent_id": agent_id}
+
+
+async def _play(
+    say: Callable[[str], None], team: Supervisor, on_agent: Callable[[AgentEvent], None]
+) -> None:
+    researcher, writer = team.lookup("researcher"), team.lookup("writer")
+    notes = await researcher.run(RESEARCH_PROMPT, events=on_agent)
+    await writer.run(f"Write the briefing from these notes: {notes.output}", events=on_agent)
+    try:
+        await writer.run(TITLE_PROMPT, events=on_agent)
+    except AgentCrashed as crash:
+        say(f"the caller got AgentCrashed: {crash}")
+    # The same handle reaches the restarted agent (a call waits for the restart), which
+    # loaded its conversation from the store: its answer draws on the earlier briefing.
+    say("asking the restarted writer again")
+    await writer.run(TITLE_PROMPT, events=on_agent)
+    say(f"the writer's conversation survived the crash: {len(writer.history)} messages")

@@ -1,0 +1,306 @@
+"""The live view of the ``satsuma`` command: what agents, tools and supervisors are doing.
+
+On a terminal it is a rich ``Live`` area: each run in progress is a tree (the agent and
+its prompt, the text it streams, its tool calls with spinners, elapsed time and the
+latest progress line); a finished run is printed above the area for good, each call with
+its outcome coloured by kind. Supervisor events are printed as lines as they come.
+
+Anywhere else (a pipe, a file, CI) it degrades to plain lines, one per event worth
+reading, with no escape codes and no redraws.
+
+The area is refreshed by a trio task at 8 Hz, not by rich's refresh thread, so the view
+owns no thread that could outlive it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import trio
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+from rich.tree import Tree
+
+from .agents import (
+    AgentEvent,
+    ModelRetry,
+    RunEnd,
+    RunStart,
+    TextDelta,
+    TurnEnd,
+)
+from .supervisor import (
+    ChildCrashed,
+    ChildExited,
+    ChildRestarted,
+    ChildStarted,
+    SupervisorEvent,
+    SupervisorGaveUp,
+)
+from .tools import NestedEvent, ToolCallEnd, ToolCallStart, ToolOutcome, ToolProgress
+
+__all__ = ["LiveView", "open_live_view", "outcome_style"]
+
+# One style per outcome kind; a kind not listed here is shown as a failure.
+_STYLES: Final[dict[str, str]] = {
+    "ok": "green",
+    "is_error": "yellow",
+    "timeout": "bright_yellow",
+    "crashed": "bold red",
+    "failed": "red",
+    "invalid_args": "magenta",
+    "unknown_tool": "magenta",
+    "invalid_result": "magenta",
+    "denied": "bright_red",
+    "cancelled": "bright_black",
+    "skipped": "bright_black",
+    "interrupted": "bright_black",
+}
+_RUN_STYLES: Final[dict[str, str]] = {
+    "completed": "green",
+    "cancelled": "bright_black",
+}
+_REFRESH: Final = 1 / 8
+_ARGUMENTS_SHOWN: Final = 60
+_RESULT_SHOWN: Final = 80
+
+
+def outcome_kind(outcome: ToolOutcome) -> str:
+    """``ok``, ``is_error`` (the tool ran but says it failed) or the error kind."""
+    if outcome.error_kind is not None:
+        return outcome.error_kind
+    return "is_error" if outcome.is_error else "ok"
+
+
+def outcome_style(kind: str) -> str:
+    """The colour an outcome kind is shown in."""
+    return _STYLES.get(kind, "red")
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _arguments(value: Any) -> str:
+    if isinstance(value, dict):
+        shown = ", ".join(f"{key}={json.dumps(item)}" for key, item in value.items())
+    else:
+        shown = json.dumps(value) if not isinstance(value, str) else value
+    return _shorten(shown, _ARGUMENTS_SHOWN)
+
+
+@attrs.define
+class _Call:
+    name: str
+    arguments: str
+    started: float
+    progress: str | None = None
+    outcome: ToolOutcome | None = None
+
+
+@attrs.define
+class _Run:
+    agent: str
+    prompt: str
+    started: float
+    text: str = ""
+    calls: dict[str, _Call] = attrs.Factory(dict)
+
+
+@attrs.define(eq=False)
+class LiveView:
+    """Shows agent and supervisor events on a console.
+
+    Feed it with ``agent_event`` (an agent run's ``events=``) and ``supervisor_event``
+    (a Supervisor's ``events=``); ``say`` prints a line of narration. ``live`` is True
+    for the redrawn area, False for plain lines (the default: whether the console is a
+    terminal). Use it through ``open_live_view``, which refreshes the area.
+    """
+
+    console: Console
+    live: bool
+    _runs: dict[str, _Run] = attrs.Factory(dict)
+    _area: Live | None = None
+
+    # --- events in -----------------------------------------------------------------
+
+    def agent_event(self, event: AgentEvent) -> None:
+        """Take one event of an agent run."""
+        if isinstance(event, NestedEvent):
+            inner = event.event
+            if isinstance(inner, ToolProgress | ToolCallStart):
+                what = inner.text if isinstance(inner, ToolProgress) else inner.tool_name
+                self._progress(event.run_id, event.tool_use_id, f"{event.tool_name}: {what}")
+            return
+        if isinstance(event, RunStart):
+            self._runs[event.run_id] = _Run(event.agent, event.prompt, trio.current_time())
+            self._line(Text.assemble((f"{event.agent}", "bold cyan"), " ← ", event.prompt))
+            return
+        run = self._runs.get(event.run_id or "")
+        if run is None:
+            return  # a run that began before the view was attached
+        if isinstance(event, TextDelta):
+            run.text += event.text
+        elif isinstance(event, ModelRetry):
+            run.text = ""  # what the failed attempt streamed is not part of the answer
+            self._line(
+                Text(
+                    f"{run.agent}: model call retried in {event.delay:.1f}s ({event.reason})",
+                    "yellow",
+                )
+            )
+        elif isinstance(event, TurnEnd):
+            if run.text.strip():
+                self._line(Text.assemble((f"{run.agent}", "bold cyan"), ": ", run.text.strip()))
+            run.text = ""
+        elif isinstance(event, ToolCallStart):
+            run.calls[event.tool_use_id] = _Call(
+                event.tool_name, _arguments(event.input), trio.current_time()
+            )
+            if not self.live:
+                self._line(Text(f"  {run.agent} → {event.tool_name}({_arguments(event.input)})"))
+        elif isinstance(event, ToolProgress):
+            self._progress(event.run_id, event.tool_use_id, event.text)
+        elif isinstance(event, ToolCallEnd):
+            call = run.calls.get(event.tool_use_id)
+            if call is not None:
+                call.outcome = event.outcome
+            if not self.live:
+                self._line(Text("  ").append(self._outcome_text(event.tool_name, event.outcome)))
+        elif isinstance(event, RunEnd):
+            del self._runs[event.run_id]
+            if self.live:
+                self._line(self._tree(run, final=True))
+            result = event.result
+            usage = result.usage
+            self._line(
+                Text.assemble(
+                    (f"{run.agent}", "bold cyan"),
+                    " run ",
+                    (result.status, _RUN_STYLES.get(result.status, "red")),
+                    f" after {result.iterations} model call{'s' * (result.iterations != 1)},"
+                    f" {usage.input_tokens} in / {usage.output_tokens} out tokens",
+                    f": {result.error}" if result.error else "",
+                )
+            )
+
+    def supervisor_event(self, event: SupervisorEvent) -> None:
+        """Take one event of a supervisor."""
+        where = f"supervisor {event.supervisor}: {event.child_id}"
+        if isinstance(event, ChildStarted):
+            text = Text(
+                f"{where} started" + (f" (#{event.incarnation})" if event.incarnation > 1 else ""),
+                "blue",
+            )
+        elif isinstance(event, ChildCrashed):
+            text = Text(f"{where} crashed: {event.error}", "bold red")
+        elif isinstance(event, ChildRestarted):
+            text = Text(f"{where} restarted (restart {event.restarts})", "bold blue")
+        elif isinstance(event, ChildExited):
+            text = Text(f"{where} exited ({event.reason})", "blue")
+        elif isinstance(event, SupervisorGaveUp):
+            text = Text(f"{where} made the supervisor give up: {event.reason}", "bold red")
+        else:  # pragma: no cover - the union is closed
+            return
+        self._line(text)
+
+    def say(self, text: str | Text) -> None:
+        """Print a line of narration (above the live area on a terminal)."""
+        self._line(text)
+
+    # --- rendering -----------------------------------------------------------------
+
+    def renderable(self) -> RenderableType:
+        """What the live area shows now: one tree per run in progress."""
+        return Group(*(self._tree(run, final=False) for run in self._runs.values()))
+
+    def _tree(self, run: _Run, *, final: bool) -> Tree:
+        now = trio.current_time()
+        elapsed = now - run.started
+        label = Text.assemble((run.agent, "bold cyan"), f"  {elapsed:.1f}s")
+        tree = Tree(label, guide_style="bright_black")
+        if run.text.strip() and not final:
+            tree.add(Text(_shorten(run.text.strip(), 100), "italic"))
+        for call in run.calls.values():
+            if call.outcome is not None:
+                tree.add(self._outcome_text(call.name, call.outcome, call.arguments))
+            else:
+                line = Text(f"{call.name}({call.arguments})  {now - call.started:.1f}s")
+                if call.progress:
+                    line.append(f"  {call.progress}", "cyan")
+                tree.add(Spinner("dots", text=line, style="cyan") if not final else line)
+        return tree
+
+    @staticmethod
+    def _outcome_text(name: str, outcome: ToolOutcome, arguments: str | None = None) -> Text:
+        kind = outcome_kind(outcome)
+        style = outcome_style(kind)
+        mark = "✓" if kind == "ok" else "✗"
+        call = f"{name}({arguments})" if arguments is not None else name
+        return Text.assemble(
+            (f"{mark} {call}", style),
+            f"  {outcome.duration:.2f}s  ",
+            (kind, style),
+            "  ",
+            (_shorten(outcome.text, _RESULT_SHOWN), "bright_black" if kind == "ok" else style),
+        )
+
+    def _progress(self, run_id: str | None, tool_use_id: str, text: str) -> None:
+        run = self._runs.get(run_id or "")
+        call = run.calls.get(tool_use_id) if run is not None else None
+        if call is None or run is None:
+            return
+        call.progress = text
+        if not self.live:
+            self._line(Text(f"  {run.agent} … {call.name}: {text}", "cyan"))
+
+    def _line(self, renderable: RenderableType) -> None:
+        # Printed through the console: on a terminal, Live keeps its area below it.
+        self.console.print(renderable, highlight=False, soft_wrap=not self.live)
+
+    def refresh(self) -> None:
+        """Redraw the live area now."""
+        if self._area is not None:
+            self._area.update(self.renderable(), refresh=True)
+
+
+@asynccontextmanager
+async def open_live_view(
+    console: Console | None = None, *, live: bool | None = None
+) -> AsyncIterator[LiveView]:
+    """A LiveView for the block; on a terminal, its area is redrawn until the block ends.
+
+    Args:
+        console: Where to draw (default: a Console on stdout).
+        live: Force the redrawn area on or off (default: on for a terminal).
+    """
+    console = console or Console()
+    view = LiveView(console, console.is_terminal if live is None else live)
+    if not view.live:
+        yield view
+        return
+    with Live(view.renderable(), console=console, auto_refresh=False, transient=True) as area:
+        view._area = area
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_keep_refreshing, view)
+                try:
+                    yield view
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            view._area = None
+            area.update(Group(), refresh=True)
+
+
+async def _keep_refreshing(view: LiveView) -> None:
+    while True:
+        view.refresh()
+        await trio.sleep(_REFRESH)

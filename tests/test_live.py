@@ -1,0 +1,167 @@
+"""The live view, rendered to text by rich's recording console: what a user sees."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import trio
+from rich.console import Console
+
+from satsuma import (
+    ChildCrashed,
+    ChildRestarted,
+    RunEnd,
+    RunResult,
+    RunStart,
+    TextDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolOutcome,
+    ToolProgress,
+    TurnEnd,
+    Usage,
+)
+from satsuma._live import LiveView
+
+RUN = {"agent": "researcher", "run_id": "run_1", "iteration": 1}
+
+
+def recording_console() -> Console:
+    return Console(
+        record=True, width=100, force_terminal=True, color_system=None, file=io.StringIO()
+    )
+
+
+def start(view: LiveView, call_id: str, name: str, arguments: dict[str, object]) -> None:
+    view.agent_event(ToolCallStart(**RUN, tool_use_id=call_id, tool_name=name, input=arguments))
+
+
+def end(view: LiveView, call_id: str, name: str, **outcome: object) -> None:
+    result = ToolOutcome(tool_use_id=call_id, tool_name=name, **outcome)  # type: ignore[arg-type]
+    view.agent_event(ToolCallEnd(**RUN, tool_use_id=call_id, tool_name=name, outcome=result))
+
+
+def text_of(console: Console) -> list[str]:
+    # Spinner frames depend on the wall clock: every frame reads as "*".
+    frames = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+    lines = console.export_text().splitlines()
+    return [re.sub(f"[{frames}]", "*", line).rstrip() for line in lines]
+
+
+async def test_a_run_in_progress_is_a_tree_of_calls_with_spinners_and_outcomes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    console = recording_console()
+    view = LiveView(console, live=True)
+    view.agent_event(RunStart(**RUN, prompt="Prepare the notes"))
+    start(view, "t1", "fetch_weather", {"city": "Lisbon"})
+    start(view, "t2", "draft_agenda", {"days": 3})
+    start(view, "t3", "hotel_rates", {"city": "Lisbon"})
+    start(view, "t4", "check_venue", {"name": "LX"})
+    view.agent_event(TextDelta(**RUN, text="Looking it all up."))
+    await trio.sleep(0.5)
+    view.agent_event(
+        ToolProgress(**RUN, tool_use_id="t2", tool_name="draft_agenda", text="day 2/3")
+    )
+    end(view, "t1", "fetch_weather", content="Lisbon: sunny, 19°C", is_error=False, duration=0.4)
+    end(
+        view,
+        "t3",
+        "hotel_rates",
+        content="Error: Tool timed out after 1s",
+        is_error=True,
+        error_kind="timeout",
+        duration=1.0,
+    )
+    end(
+        view,
+        "t4",
+        "check_venue",
+        content="Error: Tool crashed: ConnectionResetError: dropped",
+        is_error=True,
+        error_kind="crashed",
+        duration=0.2,
+    )
+    console.print(view.renderable())
+    lines = text_of(console)
+    assert lines[0] == "researcher ← Prepare the notes"
+    assert lines[1:] == [
+        "researcher  0.5s",
+        "├── Looking it all up.",
+        '├── ✓ fetch_weather(city="Lisbon")  0.40s  ok  Lisbon: sunny, 19°C',
+        "├── * draft_agenda(days=3)  0.5s  day 2/3",
+        '├── ✗ hotel_rates(city="Lisbon")  1.00s  timeout  Error: Tool timed out after 1s',
+        '└── ✗ check_venue(name="LX")  0.20s  crashed  Error: Tool crashed: ConnectionResetError: dropped',
+    ]
+
+
+async def test_a_finished_run_is_printed_for_good_and_leaves_the_area(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    console = recording_console()
+    view = LiveView(console, live=True)
+    view.agent_event(RunStart(**RUN, prompt="Go"))
+    start(view, "t1", "fetch_weather", {"city": "Oslo"})
+    end(view, "t1", "fetch_weather", content="Oslo: 2°C", is_error=False, duration=0.25)
+    view.agent_event(TextDelta(**RUN, text="Cold."))
+    view.agent_event(
+        TurnEnd(**RUN, usage=Usage(input_tokens=12, output_tokens=3), stop_reason="end_turn")
+    )
+    result = RunResult(
+        run_id="run_1",
+        output="Cold.",
+        status="completed",
+        usage=Usage(input_tokens=12, output_tokens=3),
+        iterations=1,
+    )
+    view.agent_event(RunEnd(**RUN, result=result))
+    console.print(view.renderable())
+    assert text_of(console) == [
+        "researcher ← Go",
+        "researcher: Cold.",
+        "researcher  0.0s",
+        '└── ✓ fetch_weather(city="Oslo")  0.25s  ok  Oslo: 2°C',
+        "researcher run completed after 1 model call, 12 in / 3 out tokens",
+    ]
+
+
+async def test_without_a_terminal_every_event_is_one_plain_line() -> None:
+    console = Console(record=True, width=100, force_terminal=False, file=io.StringIO())
+    view = LiveView(console, live=False)
+    view.agent_event(RunStart(**RUN, prompt="Go"))
+    start(view, "t1", "draft_agenda", {"days": 2})
+    view.agent_event(
+        ToolProgress(**RUN, tool_use_id="t1", tool_name="draft_agenda", text="day 1/2")
+    )
+    end(view, "t1", "draft_agenda", content="done", is_error=False, duration=0.7)
+    view.supervisor_event(
+        ChildCrashed(supervisor="team", child_id="writer", error="RuntimeError: bug", traceback="")
+    )
+    view.supervisor_event(ChildRestarted(supervisor="team", child_id="writer", restarts=1, delay=0))
+    text = console.export_text()
+    assert "\x1b" not in text
+    assert text.splitlines() == [
+        "researcher ← Go",
+        "  researcher → draft_agenda(days=2)",
+        "  researcher … draft_agenda: day 1/2",
+        "  ✓ draft_agenda  0.70s  ok  done",
+        "supervisor team: writer crashed: RuntimeError: bug",
+        "supervisor team: writer restarted (restart 1)",
+    ]
+
+
+async def test_outcomes_are_coloured_by_kind() -> None:
+    console = Console(
+        record=True, width=100, force_terminal=True, color_system="truecolor", file=io.StringIO()
+    )
+    view = LiveView(console, live=False)
+    view.agent_event(RunStart(**RUN, prompt="Go"))
+    end(view, "t1", "a", content="fine", is_error=False)
+    end(view, "t2", "b", content="Error: Tool crashed: X", is_error=True, error_kind="crashed")
+    html = console.export_html(inline_styles=True)
+    ok_colour = re.search(r'<span style="color: (#[0-9a-f]+)[^"]*">✓ a', html)
+    crash_colour = re.search(r'<span style="color: (#[0-9a-f]+)[^"]*font-weight: bold">✗ b', html)
+    assert ok_colour is not None, html
+    assert crash_colour is not None, html
+    assert ok_colour.group(1) != crash_colour.group(1)
