@@ -59,6 +59,7 @@ if _typing.TYPE_CHECKING:
     from .agents import AgentTool as AgentTool
     from .agents import AnthropicModel as AnthropicModel
     from .agents import HistoryProcessor as HistoryProcessor
+    from .agents import JsonLinesLog as JsonLinesLog
     from .agents import KeepAll as KeepAll
     from .agents import KeepLastExchanges as KeepLastExchanges
     from .agents import Model as Model
@@ -94,7 +95,7 @@ if _typing.TYPE_CHECKING:
 
 _AGENT_NAMES = frozenset(
     {
-        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "HistoryProcessor", "KeepAll",
+        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "HistoryProcessor", "JsonLinesLog", "KeepAll",
         "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
         "ModelRetry", "RunEnd", "RunResult", "RunStart", "RunStatus", "TextDelta",
         "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
@@ -149,6 +150,7 @@ __all__ = [
     "AgentUnavailable",
     "AnthropicModel",
     "HistoryProcessor",
+    "JsonLinesLog",
     "KeepAll",
     "KeepLastExchanges",
     "Message",

@@ -302,6 +302,7 @@ class StreamedMessage:
             (its block then holds ``{}``).
         stop_reason: The API's stop reason, or None if the stream never said.
         model: The model that answered.
+        id: The message id the API gave (``msg_...``), or "" if the stream never said.
         input_tokens: Uncached input tokens.
         output_tokens: Output tokens.
         cache_creation_input_tokens: Input tokens written to the cache.
@@ -312,6 +313,7 @@ class StreamedMessage:
     tool_uses: tuple[tuple[str, str, Any], ...]
     stop_reason: str | None
     model: str
+    id: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
@@ -371,6 +373,7 @@ class StreamAccumulator:
     _json: dict[int, list[str]] = attrs.field(factory=dict, init=False)
     _raw_inputs: dict[int, str] = attrs.field(factory=dict, init=False)
     _model: str = attrs.field(default="", init=False)
+    _id: str = attrs.field(default="", init=False)
     _stop_reason: str | None = attrs.field(default=None, init=False)
     _usage: dict[str, int] = attrs.field(factory=dict, init=False)
 
@@ -383,6 +386,7 @@ class StreamAccumulator:
     def _message_start(self, event: Mapping[str, Any]) -> None:
         message = event["message"]
         self._model = message.get("model") or ""
+        self._id = message.get("id") or ""
         self._count(message.get("usage") or {})
 
     def _block_start(self, event: Mapping[str, Any]) -> None:
@@ -478,5 +482,6 @@ class StreamAccumulator:
             tool_uses=tool_uses,
             stop_reason=self._stop_reason,
             model=self._model,
+            id=self._id,
             **self._usage,
         )

@@ -19,6 +19,7 @@ from ._history import HistoryProcessor as HistoryProcessor
 from ._history import KeepAll as KeepAll
 from ._history import KeepLastExchanges as KeepLastExchanges
 from ._history import TokenBudget as TokenBudget
+from ._jsonlog import JsonLinesLog as JsonLinesLog
 from ._model import Model as Model
 from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest
@@ -38,6 +39,7 @@ __all__ = [
     "AgentTool",
     "AnthropicModel",
     "HistoryProcessor",
+    "JsonLinesLog",
     "KeepAll",
     "KeepLastExchanges",
     "Message",

@@ -16,11 +16,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from os import PathLike, fspath
 from pathlib import Path
-from typing import Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 import attrs
 import trio
 
+from .. import _telemetry
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message, Usage
 from ..store import RunRecord, Store
@@ -32,6 +33,9 @@ from ._model import Model
 from ._persist import Persistence
 from ._result import RunResult
 from ._verifiers import as_check
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 __all__ = ["AgentHandle", "open_agent"]
 
@@ -57,6 +61,9 @@ class Job:
     error: BaseException | None = None
     on_done: Callable[[], None] | None = None
     resume: RunRecord | None = None  # set when the job resumes an interrupted run
+    # The requester's OpenTelemetry context: the run happens in the agent's task, and its
+    # span is the child of the caller's span (a tool's, for a sub-agent), not the agent's.
+    trace_context: Context | None = attrs.Factory(_telemetry.current_context)
 
     def abandon(self) -> None:
         """The caller is gone (or asked to cancel): stop the run, or never start it."""

@@ -205,6 +205,7 @@ class AnthropicModel:
                 cache_read_input_tokens=message.cache_read_input_tokens,
             ),
             model=message.model or model,
+            id=message.id,
         )
 
 

@@ -104,6 +104,18 @@ _converter: Final = cattrs.Converter()
 
 def event_to_json(event: AgentEvent) -> dict[str, Any]:
     """An event as a JSON-ready dict, with its class name under ``"type"``."""
+    return any_event_to_json(event)
+
+
+def any_event_to_json(event: object) -> dict[str, Any]:
+    """``event_to_json`` for any attrs event: an agent's, a tool's, a supervisor's (whose
+    classes this layer may not import).
+
+    Raises:
+        TypeError: ``event`` is not an instance of an attrs class.
+    """
+    if not attrs.has(type(event)):
+        raise TypeError(f"an event must be an attrs class instance, got: {type(event).__name__}")
     data: dict[str, Any] = _converter.unstructure(event)
     data["type"] = type(event).__name__
     return data

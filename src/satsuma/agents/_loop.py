@@ -2,6 +2,10 @@
 the model ends its turn → verify. The run owns its cancel scopes; however it ends —
 completed, out of iterations or time, cancelled, failed, or torn down with its agent —
 the conversation it leaves is valid: every ``tool_use`` has exactly one ``tool_result``.
+
+With an OpenTelemetry TracerProvider configured, a run is an ``invoke_agent`` span and
+each model call a ``chat`` span inside it (see ``_tracing``); the runner's
+``execute_tool`` spans nest under the run's span, which is current in the run's task.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .. import _telemetry
 from .._exceptions import ModelError, StoreError
 from .._messages import Message, Usage
 from ..tools import ToolCall, ToolOutcome, format_results
 from ..tools._events import ToolEvent
 from ..tools._results import describe_exception, error_outcome
+from . import _tracing
 from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
 from ._model import ModelRequest, ModelResponse
 from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome
@@ -80,6 +86,7 @@ class _Listener:
 
     def retry(self, attempt: int, delay: float, reason: str) -> None:
         run = self.run
+        _tracing.retried(run.chat, attempt, delay, reason)
         run.emit(
             ModelRetry(
                 agent=run.agent,
@@ -106,6 +113,7 @@ class _Run:
         self.streak_signature: tuple[str, str] | None = None
         self.streak = 0
         self.result: RunResult | None = None
+        self.chat = _telemetry.null_scope()  # the model call's span, while one runs
         self.before: tuple[int, Message | None] | None = None
 
     # --- events and history ---------------------------------------------------------
@@ -302,7 +310,10 @@ class _Run:
             tools=actor.tool_schemas,
             max_tokens=spec.max_tokens,
         )
-        response = await actor.model.respond(request, _Listener(self))
+        with _tracing.start_chat(request) as chat:
+            self.chat = chat
+            response = await actor.model.respond(request, _Listener(self))
+            _tracing.end_chat(chat, response)
         self.usage = self.usage + response.usage
         actor.last_usage = response.usage
         return response
@@ -448,6 +459,23 @@ async def execute_run(actor: Actor, job: Job) -> RunResult:
     valid history, and the cancellation or the crash goes on. With a store, the
     conversation and the run record are written at the end in every case."""
     run = _Run(actor, job)
+    with _tracing.start_run(
+        agent=run.agent,
+        model=actor.model_id,
+        agent_id=actor.agent_id,
+        run_id=run.run_id,
+        parent=job.trace_context,
+    ) as span:
+        try:
+            return await _execute(actor, run)
+        finally:
+            # Before the span's exit, which then adds a crash's exception (or marks an
+            # outer cancellation) on top of what the result says.
+            if run.result is not None:
+                _tracing.end_run(span, run.result)
+
+
+async def _execute(actor: Actor, run: _Run) -> RunResult:
     try:
         return await run.execute()
     except Exception as exc:

@@ -52,6 +52,8 @@ class ModelResponse:
         stop_reason: The API's stop reason (``end_turn``, ``tool_use``, ``max_tokens``...).
         usage: Tokens of this call.
         model: The model that answered.
+        id: The provider's id for this response (the Messages API's ``msg_...``), or ""
+            when the model has none (scripted models).
     """
 
     content: tuple[Mapping[str, Any], ...]
@@ -59,6 +61,7 @@ class ModelResponse:
     stop_reason: str | None = None
     usage: Usage = attrs.Factory(Usage)
     model: str = ""
+    id: str = ""
 
     @property
     def text(self) -> str:

@@ -5,6 +5,9 @@ scope, whose deadline is the tool's ``timeout`` or else the runner's. Whatever h
 inside — a return of any form, ToolError, a crash, an exception group, a hang, a result
 that is not a result — becomes one ToolOutcome; nothing a tool does reaches its siblings.
 ``trio.Cancelled``, ``KeyboardInterrupt`` and ``SystemExit`` are never captured.
+
+With an OpenTelemetry TracerProvider configured, each call is an ``execute_tool`` span
+(see ``satsuma._telemetry``), current while the call's hooks and tool run.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import Any, Protocol, final
 
 import attrs
 import trio
+from opentelemetry.trace import Tracer
 
+from .. import _telemetry
 from .._exceptions import ToolDefinitionError, ToolError
 from ._calls import ToolCall, as_call
 from ._context import ToolContext
@@ -132,6 +137,7 @@ class _Environment:
     interrupt: Interrupt | None
     trio_thread: int
     trio_token: trio.lowlevel.TrioToken
+    tracer: Tracer | None  # None: no TracerProvider configured, no spans
 
 
 def _parse_context(
@@ -272,6 +278,7 @@ class ToolRunner:
             interrupt=interrupt,
             trio_thread=threading.get_ident(),
             trio_token=trio.lowlevel.current_trio_token(),
+            tracer=_telemetry.tracer(),
         )
         outcomes: list[ToolOutcome | None] = [None] * len(call_list)
         if isinstance(emitter, ChannelEmitter):
@@ -325,6 +332,33 @@ class ToolRunner:
                 self._limiter.release_on_behalf_of(slot)
 
     async def _run_started(self, call: ToolCall, env: _Environment) -> ToolOutcome:
+        if env.tracer is None:
+            return await self._run_supervised(call, env)
+        # Started in the call's own task, so the span is current for the hooks and the
+        # tool (and a sub-agent the tool runs); a call's task inherits the context of
+        # the task that spawned it, so the span's parent is execute's caller's span.
+        scope = _telemetry.start_span(
+            env.tracer,
+            f"execute_tool {call.name}",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+            },
+        )
+        with scope:
+            outcome = await self._run_supervised(call, env)
+            scope.set(
+                {
+                    "satsuma.tool.outcome": outcome.error_kind or "ok",
+                    "satsuma.tool.duration": outcome.duration,
+                }
+            )
+            if outcome.error_kind is not None:
+                scope.fail(outcome.error_kind)
+            return outcome
+
+    async def _run_supervised(self, call: ToolCall, env: _Environment) -> ToolOutcome:
         emitter = env.emitter
         if emitter is not None:
             emitter.emit(ToolCallStart(tool_use_id=call.id, tool_name=call.name, input=call.input))
@@ -443,6 +477,8 @@ class ToolRunner:
                 ), call
             # Captured and answered: a crash is the tool's news, not a warning about satsuma.
             logger.info("tool %s (call %s) crashed", call.name, call.id, exc_info=crash)
+            if env.tracer is not None:
+                _telemetry.record_on_current_span(crash)
             return error_outcome(
                 call.id,
                 call.name,
