@@ -2,22 +2,29 @@
 # locked environment in .venv/ (uv.lock pins every dependency's version).
 SHELL := /bin/bash
 export UV_PYTHON_DOWNLOADS := never
+# mkdocs-material prints a banner about its successor on every build; the build is quiet.
+export NO_MKDOCS_2_WARNING := 1
 UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 PY := .venv/bin/python
 
-.PHONY: demo test lint bench sync clean
+.PHONY: demo test lint docs bench sync clean
 
 demo: sync
 	$(UV) run --locked satsuma demo
 
-test: sync lint
+test: sync lint docs
 	$(UV) run --locked pytest
 
 lint: sync
 	$(UV) run --locked ruff check src tests benchmarks examples
 	$(UV) run --locked ruff format --check src tests benchmarks examples
 	$(UV) run --locked mypy
+
+# The documentation site, into .site/ (ignored): --strict fails on any warning, such as a
+# broken link, a page missing from the nav or a docstring griffe cannot read.
+docs: sync
+	$(UV) run --locked mkdocs build --strict --quiet
 
 bench: sync
 	$(UV) run --locked python benchmarks/runner_overhead.py
@@ -34,4 +41,4 @@ $(UV):
 	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 clean:
-	rm -rf .tools .venv .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .tools .venv .pytest_cache .mypy_cache .ruff_cache .site

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,8 +18,8 @@ import trio
 
 import satsuma
 from satsuma._demo import scripted_answer
-from satsuma.cli import main
-from satsuma.testing import MessagesServer, Reply
+from satsuma.cli import _parser, main
+from satsuma.testing import Failure, MessagesServer, Reply
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = '''
@@ -140,6 +141,16 @@ async def test_with_a_key_the_demo_uses_the_api_it_is_pointed_at() -> None:
     systems = {str(request["system"]) for request in server.requests}
     assert len(systems) == 2  # both agents
     assert "writer: Title: Lisbon offsite — sunny, 19°C" in out
+
+
+async def test_the_demo_with_a_bad_key_says_so_in_one_line() -> None:
+    refused = satsuma.ModelError("invalid x-api-key", status=401)
+    async with MessagesServer([refused]) as server:
+        status, _out, err = await satsuma_command("demo", env=on(server))
+    assert status == 1
+    assert err.strip().splitlines() == [
+        "satsuma demo: the researcher's run failed: 401: invalid x-api-key"
+    ]
 
 
 # --- run -------------------------------------------------------------------------------
@@ -334,3 +345,131 @@ def test_the_tools_quickstart_example_runs() -> None:
     assert "'content': 'example.org: 3 replies'" in result.stdout
     assert "count must be >= 1, got: 0" in result.stdout
     assert "Error: Tool timed out after 0.2s" in result.stdout
+
+
+# --- chat, through a pseudo-terminal ---------------------------------------------------
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]|\r")
+
+
+class Terminal:
+    """The user's side of a pseudo-terminal whose other side runs ``satsuma chat``."""
+
+    def __init__(self, master: int) -> None:
+        self.stream = trio.lowlevel.FdStream(master)
+        self.seen = ""
+
+    async def type(self, keys: str) -> None:
+        await self.stream.send_all(keys.encode())
+
+    async def wait_for(self, text: str, *, after: int = 0) -> int:
+        """Read until ``text`` shows on screen past position ``after``; where it ends."""
+        with trio.move_on_after(30):
+            while (found := self.seen.find(text, after)) < 0:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except OSError:  # EIO: the child closed its side
+                    data = b""
+                if not data:
+                    raise AssertionError(f"{text!r} never showed; the screen:\n{self.seen}")
+                self.seen += _ESCAPES.sub("", data.decode(errors="replace"))
+            return found + len(text)
+        raise AssertionError(f"{text!r} did not show in 30 s; the screen:\n{self.seen}")
+
+
+def _take_the_terminal() -> None:  # pragma: no cover - runs in the child, before exec
+    import fcntl
+    import termios
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+async def open_chat(project: Path, server: MessagesServer) -> tuple[trio.Process, Terminal]:
+    master, slave = os.openpty()
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "satsuma.cli", "chat", "calc_agents:Calc"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=project,
+        env=on(server, TERM="xterm-256color"),
+        start_new_session=True,  # a session of its own, whose controlling terminal is ours
+        preexec_fn=_take_the_terminal,
+    )
+    os.close(slave)
+    return process, Terminal(master)
+
+
+async def test_chat_answers_cancels_a_run_with_ctrl_c_and_quits_on_a_second(
+    project: Path,
+) -> None:
+    script = ["Hello! I add numbers.", Failure.slow("too late", delay=60), "Still here."]
+    async with MessagesServer(script) as server:
+        process, terminal = await open_chat(project, server)
+        try:
+            at = await terminal.wait_for("you>")
+            await terminal.type("hi\n")
+            at = await terminal.wait_for("calc: Hello! I add numbers.", after=at)
+            at = await terminal.wait_for("you>", after=at)
+            await terminal.type("take your time\n")
+            at = await terminal.wait_for("calc ← take your time", after=at)
+            with trio.fail_after(30):
+                while len(server.requests) < 2:  # noqa: ASYNC110 - the server has no event for it
+                    await trio.sleep(0.01)
+            await terminal.type("\x03")  # Ctrl-C, turned into SIGINT by the terminal
+            at = await terminal.wait_for("^C: cancelling the run", after=at)
+            at = await terminal.wait_for("calc run cancelled", after=at)
+            at = await terminal.wait_for("you>", after=at)
+            # The session goes on, with its conversation.
+            await terminal.type("still there?\n")
+            at = await terminal.wait_for("calc: Still here.", after=at)
+            at = await terminal.wait_for("you>", after=at)
+            await terminal.type("\x03")  # a Ctrl-C with no run to cancel quits
+            await terminal.wait_for("^C: bye", after=at)
+            with trio.fail_after(30):
+                status = await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await terminal.stream.aclose()
+    assert status == 130
+    assert "Traceback" not in terminal.seen
+    assert len(server.requests) == 3
+    # The session kept its conversation; the cancelled run, which got no answer, left none
+    # of itself behind.
+    assert [
+        [block["text"] for block in message["content"]]
+        for message in server.requests[2]["messages"]
+    ] == [["hi"], ["Hello! I add numbers."], ["still there?"]]
+
+
+async def test_chat_ends_at_end_of_input(project: Path) -> None:
+    async with MessagesServer(["Hello."]) as server:
+        process, terminal = await open_chat(project, server)
+        try:
+            at = await terminal.wait_for("you>")
+            await terminal.type("hi\n")
+            at = await terminal.wait_for("calc: Hello.", after=at)
+            at = await terminal.wait_for("you>", after=at)
+            await terminal.type("\x04")  # Ctrl-D
+            with trio.fail_after(30):
+                status = await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await terminal.stream.aclose()
+    assert status == 0
+    assert "Traceback" not in terminal.seen
+
+
+def test_every_command_on_the_cli_page_parses() -> None:
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", page, flags=re.DOTALL)
+    commands = [line for block in blocks for line in block.splitlines() if line.strip()]
+    assert len(commands) >= 8
+    for line in commands:
+        words = shlex.split(line)
+        assert words[0] == "satsuma", line
+        _parser().parse_args(words[1:])  # exits (failing the test) on a bad option

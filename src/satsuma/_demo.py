@@ -42,11 +42,15 @@ from .supervisor import ChildSpec, Supervisor, SupervisorEvent
 from .testing import MessagesServer, Reply
 from .tools import ToolContext, tool
 
-__all__ = ["run_demo", "scripted_answer"]
+__all__ = ["DemoFailed", "run_demo", "scripted_answer"]
 
 RESEARCH_PROMPT: Final = "Prepare the notes for next week's team offsite in Lisbon."
 TITLE_PROMPT: Final = "Give the briefing a title."
 _CRASH: Final = "simulated bug in the model wrapper (injected by the demo)"
+
+
+class DemoFailed(Exception):
+    """A run the demo needs did not complete (with a key: the API refused, or is down)."""
 
 
 # --- the tools -------------------------------------------------------------------------
@@ -311,6 +315,8 @@ async def _play(
 ) -> None:
     researcher, writer = team.lookup("researcher"), team.lookup("writer")
     notes = await researcher.run(RESEARCH_PROMPT, events=on_agent)
+    if notes.status != "completed":
+        raise DemoFailed(f"the researcher's run {notes.status}: {notes.error}")
     await writer.run(f"Write the briefing from these notes: {notes.output}", events=on_agent)
     try:
         await writer.run(TITLE_PROMPT, events=on_agent)

@@ -76,17 +76,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._exceptions import SatsumaError
 
     errors = Console(stderr=True)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=errors, show_path=False, show_time=False)],
-    )
+    # satsuma's own records only: other libraries' (the SDK's, httpx's) stay at their
+    # defaults, so --log-level debug shows what satsuma does, not every HTTP header.
+    log = logging.getLogger("satsuma")
+    log.setLevel(args.log_level.upper())
+    log.addHandler(RichHandler(console=errors, show_path=False, show_time=False))
     console = Console()
     try:
         if args.command == "demo":
-            from ._demo import run_demo
+            from ._demo import DemoFailed, run_demo
 
-            trio.run(run_demo, console)
+            try:
+                trio.run(run_demo, console)
+            except DemoFailed as failure:
+                errors.print(f"satsuma demo: {failure}", highlight=False, soft_wrap=True)
+                return 1
             return 0
         options = RunOptions(
             model=args.model,
