@@ -22,7 +22,7 @@ from satsuma import (
     TurnEnd,
     Usage,
 )
-from satsuma._live import LiveView
+from satsuma._live import LiveView, open_live_view
 
 RUN = {"agent": "researcher", "run_id": "run_1", "iteration": 1}
 
@@ -165,3 +165,23 @@ async def test_outcomes_are_coloured_by_kind() -> None:
     assert ok_colour is not None, html
     assert crash_colour is not None, html
     assert ok_colour.group(1) != crash_colour.group(1)
+
+
+async def test_the_area_is_brought_up_to_date_before_each_printed_line(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Lines printed between two timed refreshes redraw the area below them: it must not
+    # show a run that has already ended.
+    console = recording_console()
+    async with open_live_view(console, live=True) as view:
+        view.agent_event(RunStart(**RUN, prompt="Go"))
+        start(view, "t1", "slow_tool", {})
+        await trio.sleep(0.5)  # timed refreshes draw the run in progress
+        end(view, "t1", "slow_tool", content="done", is_error=False, duration=0.5)
+        result = RunResult(run_id="run_1", output="", status="completed")
+        view.agent_event(RunEnd(**RUN, result=result))
+        view.say("after the run")
+    text = "\n".join(text_of(console))
+    assert "* slow_tool()" in text  # the area was drawn while the call ran
+    after = text[text.rindex("after the run") :]
+    assert "slow_tool" not in after

@@ -69,6 +69,7 @@ _RUN_STYLES: Final[dict[str, str]] = {
 _REFRESH: Final = 1 / 8
 _ARGUMENTS_SHOWN: Final = 60
 _RESULT_SHOWN: Final = 80
+_PROMPT_SHOWN: Final = 120
 
 
 def outcome_kind(outcome: ToolOutcome) -> str:
@@ -141,7 +142,8 @@ class LiveView:
             return
         if isinstance(event, RunStart):
             self._runs[event.run_id] = _Run(event.agent, event.prompt, trio.current_time())
-            self._line(Text.assemble((f"{event.agent}", "bold cyan"), " ← ", event.prompt))
+            prompt = _shorten(event.prompt, _PROMPT_SHOWN)
+            self._line(Text.assemble((f"{event.agent}", "bold cyan"), " ← ", prompt))
             return
         run = self._runs.get(event.run_id or "")
         if run is None:
@@ -176,7 +178,7 @@ class LiveView:
                 self._line(Text("  ").append(self._outcome_text(event.tool_name, event.outcome)))
         elif isinstance(event, RunEnd):
             del self._runs[event.run_id]
-            if self.live:
+            if self.live and run.calls:
                 self._line(self._tree(run, final=True))
             result = event.result
             usage = result.usage
@@ -262,7 +264,11 @@ class LiveView:
             self._line(Text(f"  {run.agent} … {call.name}: {text}", "cyan"))
 
     def _line(self, renderable: RenderableType) -> None:
-        # Printed through the console: on a terminal, Live keeps its area below it.
+        # Printed through the console: on a terminal, Live draws its area again below
+        # it, so the area is brought up to date first (a run that just ended must not
+        # be drawn again from the last timed refresh).
+        if self._area is not None:
+            self._area.update(self.renderable(), refresh=True)
         self.console.print(renderable, highlight=False, soft_wrap=not self.live)
 
     def refresh(self) -> None:
