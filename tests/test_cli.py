@@ -11,8 +11,11 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -384,7 +387,10 @@ def _take_the_terminal() -> None:  # pragma: no cover - runs in the child, befor
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-async def open_chat(project: Path, server: MessagesServer) -> tuple[trio.Process, Terminal]:
+@asynccontextmanager
+async def open_chat(project: Path, server: MessagesServer) -> AsyncIterator[Chat]:
+    """``satsuma chat`` on a pseudo-terminal; killed at the end of the block if it is
+    still running."""
     master, slave = os.openpty()
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "satsuma.cli", "chat", "calc_agents:Calc"],
@@ -397,42 +403,52 @@ async def open_chat(project: Path, server: MessagesServer) -> tuple[trio.Process
         preexec_fn=_take_the_terminal,
     )
     os.close(slave)
-    return process, Terminal(master)
+    chat = Chat(process, Terminal(master))
+    try:
+        yield chat
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await chat.terminal.stream.aclose()
+
+
+@attrs.define
+class Chat:
+    process: trio.Process
+    terminal: Terminal
+
+    async def wait(self) -> int:
+        with trio.fail_after(30):
+            return await self.process.wait()
 
 
 async def test_chat_answers_cancels_a_run_with_ctrl_c_and_quits_on_a_second(
     project: Path,
 ) -> None:
     script = ["Hello! I add numbers.", Failure.slow("too late", delay=60), "Still here."]
-    async with MessagesServer(script) as server:
-        process, terminal = await open_chat(project, server)
-        try:
-            at = await terminal.wait_for("you>")
-            await terminal.type("hi\n")
-            at = await terminal.wait_for("calc: Hello! I add numbers.", after=at)
-            at = await terminal.wait_for("you>", after=at)
-            await terminal.type("take your time\n")
-            at = await terminal.wait_for("calc ← take your time", after=at)
-            with trio.fail_after(30):
-                while len(server.requests) < 2:  # noqa: ASYNC110 - the server has no event for it
-                    await trio.sleep(0.01)
-            await terminal.type("\x03")  # Ctrl-C, turned into SIGINT by the terminal
-            at = await terminal.wait_for("^C: cancelling the run", after=at)
-            at = await terminal.wait_for("calc run cancelled", after=at)
-            at = await terminal.wait_for("you>", after=at)
-            # The session goes on, with its conversation.
-            await terminal.type("still there?\n")
-            at = await terminal.wait_for("calc: Still here.", after=at)
-            at = await terminal.wait_for("you>", after=at)
-            await terminal.type("\x03")  # a Ctrl-C with no run to cancel quits
-            await terminal.wait_for("^C: bye", after=at)
-            with trio.fail_after(30):
-                status = await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            await terminal.stream.aclose()
+    async with MessagesServer(script) as server, open_chat(project, server) as chat:
+        terminal = chat.terminal
+        at = await terminal.wait_for("you>")
+        await terminal.type("hi\n")
+        at = await terminal.wait_for("calc: Hello! I add numbers.", after=at)
+        at = await terminal.wait_for("you>", after=at)
+        await terminal.type("take your time\n")
+        at = await terminal.wait_for("calc ← take your time", after=at)
+        with trio.fail_after(30):
+            while len(server.requests) < 2:  # noqa: ASYNC110 - the server has no event for it
+                await trio.sleep(0.01)
+        await terminal.type("\x03")  # Ctrl-C, turned into SIGINT by the terminal
+        at = await terminal.wait_for("^C: cancelling the run", after=at)
+        at = await terminal.wait_for("calc run cancelled", after=at)
+        at = await terminal.wait_for("you>", after=at)
+        # The session goes on, with its conversation.
+        await terminal.type("still there?\n")
+        at = await terminal.wait_for("calc: Still here.", after=at)
+        at = await terminal.wait_for("you>", after=at)
+        await terminal.type("\x03")  # a Ctrl-C with no run to cancel quits
+        await terminal.wait_for("^C: bye", after=at)
+        status = await chat.wait()
     assert status == 130
     assert "Traceback" not in terminal.seen
     assert len(server.requests) == 3
@@ -445,21 +461,14 @@ async def test_chat_answers_cancels_a_run_with_ctrl_c_and_quits_on_a_second(
 
 
 async def test_chat_ends_at_end_of_input(project: Path) -> None:
-    async with MessagesServer(["Hello."]) as server:
-        process, terminal = await open_chat(project, server)
-        try:
-            at = await terminal.wait_for("you>")
-            await terminal.type("hi\n")
-            at = await terminal.wait_for("calc: Hello.", after=at)
-            at = await terminal.wait_for("you>", after=at)
-            await terminal.type("\x04")  # Ctrl-D
-            with trio.fail_after(30):
-                status = await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            await terminal.stream.aclose()
+    async with MessagesServer(["Hello."]) as server, open_chat(project, server) as chat:
+        terminal = chat.terminal
+        at = await terminal.wait_for("you>")
+        await terminal.type("hi\n")
+        at = await terminal.wait_for("calc: Hello.", after=at)
+        at = await terminal.wait_for("you>", after=at)
+        await terminal.type("\x04")  # Ctrl-D
+        status = await chat.wait()
     assert status == 0
     assert "Traceback" not in terminal.seen
 
