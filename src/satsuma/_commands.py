@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import signal
 import stat
@@ -18,7 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import attrs
 import trio
@@ -26,7 +25,7 @@ from rich.console import Console
 
 from ._exceptions import AgentDefinitionError
 from ._live import open_live_view
-from .agents import Agent, AgentEvent, AgentHandle, AnthropicModel, RunResult, event_to_json
+from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, RunResult
 from .agents import open_agent as _open_agent
 from .store import SQLiteStore
 
@@ -139,17 +138,14 @@ async def run_once(
     options: RunOptions,
     *,
     console: Console,
-    json_lines: Callable[[str], object] | None = None,
+    json_lines: IO[str] | None = None,
 ) -> RunResult:
     """Run ``agent`` once on ``prompt``: live on ``console``, or, with ``json_lines``,
-    each event as one line of JSON given to it."""
+    each event as one line of JSON written to that file."""
     async with _open(agent, options) as handle:
         if json_lines is not None:
-
-            def write(event: AgentEvent) -> None:
-                json_lines(json.dumps(event_to_json(event), ensure_ascii=False))
-
-            return await handle.run(prompt, events=write)
+            with JsonLinesLog(json_lines) as log:
+                return await handle.run(prompt, events=log)
         async with open_live_view(console) as view:
             return await handle.run(prompt, events=view.agent_event)
 

@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "chat":
             status: int = trio.run(partial(chat, agent, options, console=console))
             return status
-        printer = _print_line if args.json else None
+        printer = sys.stdout if args.json else None
         result = trio.run(
             partial(run_once, agent, args.prompt, options, console=console, json_lines=printer)
         )
@@ -120,11 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.print(f"satsuma: run {result.status}{reason}", highlight=False, soft_wrap=True)
         return 1
     return 0
-
-
-def _print_line(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":
