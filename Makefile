@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 PY := .venv/bin/python
 
-.PHONY: demo test lint docs bench sync clean
+.PHONY: demo test lint docs bench bench-peers sync clean
 
 demo: sync
 	$(UV) run --locked satsuma demo
@@ -32,6 +32,11 @@ bench: sync
 	$(UV) run --locked python benchmarks/supervisor.py
 	$(UV) run --locked python benchmarks/store.py
 	$(UV) run --locked python benchmarks/builtin_tools.py
+
+# satsuma next to the libraries users would pick instead (~12 minutes); rewrites
+# docs/benchmarks.md with the figures and the machine's description.
+bench-peers: sync
+	$(UV) run --locked python benchmarks/run.py
 
 sync: $(UV)
 	$(UV) sync --locked --quiet

@@ -134,3 +134,54 @@ def test_builtin_tools_quick_run_prints_the_table() -> None:
         assert cells[0] == name and len(cells) == 7, cells
         float(cells[2].replace(",", ""))  # the built-in's figure is a number
         assert cells[-1].startswith(("floor:", "grep not found", "ru_maxrss")), row
+
+
+SIDE_BY_SIDE_SCRIPT = ROOT / "benchmarks" / "run.py"
+
+SIDE_BY_SIDE_LIBRARIES = (
+    "satsuma",
+    "anthropic tool_runner",
+    "pydantic-ai",
+    "openai-agents",
+    "plain asyncio loop",
+    "plain loop, streaming",
+)
+
+SIDE_BY_SIDE_SECTIONS = (
+    "1. dispatch",
+    "2. parallel I/O",
+    "3. conversation",
+    "4. many agents",
+    "5. failure handling",
+)
+
+
+def test_side_by_side_quick_run_reports_every_library() -> None:
+    # --quick writes no page: docs/benchmarks.md holds a full run's figures.
+    result = subprocess.run(
+        [sys.executable, str(SIDE_BY_SIDE_SCRIPT.relative_to(ROOT)), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        encoding="utf-8",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "machine:" in out
+    lines = out.splitlines()
+    for section in SIDE_BY_SIDE_SECTIONS:
+        assert any(line.startswith(section) for line in lines), f"no {section!r} in:\n{out}"
+    for library in SIDE_BY_SIDE_LIBRARIES:
+        # A row in each of the five tables; a library whose runs broke says "failed".
+        rows = [line for line in lines if re.match(rf"{re.escape(library)}\s{{2,}}", line)]
+        assert len(rows) == len(SIDE_BY_SIDE_SECTIONS), f"rows of {library!r}:\n{out}"
+        assert not any("failed" in row for row in rows), f"{library!r} failed:\n{out}"
+        assert f"{library}:" in lines, f"no workload 5 texts for {library!r}:\n{out}"
+    # What satsuma's model reads is its contract (DESIGN.md), not a figure.
+    satsuma_texts = lines[lines.index("satsuma:") + 1 : lines.index("satsuma:") + 3]
+    assert satsuma_texts == [
+        "  fail: is_error=true Error: Tool crashed: RuntimeError: disk on fire",
+        "  hang: is_error=true Error: Tool timed out after 0.1s",
+    ], out

@@ -1,0 +1,710 @@
+"""satsuma side by side with the libraries users would pick instead.
+
+Contenders (``_contenders.py``): satsuma; the anthropic SDK's tool runner
+(``client.beta.messages.tool_runner`` with ``beta_async_tool``); pydantic-ai (``Agent``
+with ``Tool``s, its ``AnthropicModel``); the OpenAI Agents SDK (``Agent``,
+``function_tool``, ``Runner``, its ``OpenAIChatCompletionsModel``); and a plain
+hand-written asyncio loop over ``AsyncAnthropic`` as the floor.
+
+Every contender has the same four tools and the same scripted conversation
+(``_conversation.py``) with the same loopback servers (``_servers.py``), which run in a
+thread of this process. Each contender is measured in child processes of its own, so that
+its CPU time and memory are its own and no two event loops share a process. Workloads:
+
+1. dispatch: one turn asking for 1, 10, 100 no-op calls, then a text answer: the whole
+   run with 1 call, and per call beyond the model round trips, (N-call run - 1-call run)
+   / (N - 1), which includes the larger second request the results make. A text-only run
+   (one request) is shown for scale.
+2. parallel I/O: one turn of 20 calls that each sleep 200 ms; wall time of the run.
+3. conversation: 10 turns of 3 no-op calls; runs per second and CPU ms per run (runs
+   one after another), and the peak memory traced by tracemalloc during one run.
+4. many agents: 1,000 runs of 3 turns (2 no-op calls a turn) at once in one process,
+   each in a fresh child process; wall time, and the peak RSS growth over the RSS before
+   the runs (after imports and one warm-up run).
+5. failure handling: one turn of 10 calls where one raises and one hangs past its 1 s
+   timeout (it sleeps 5 s); the wall time, and what the server received as those two
+   calls' tool results.
+
+Figures are medians of several repetitions (``--repeats``); ratios are peer / satsuma.
+Nothing is asserted about the figures; a run that does not end with the scripted answer
+is reported as failed.
+
+    python benchmarks/run.py [--quick] [--repeats N] [--output docs/benchmarks.md]
+
+``--quick`` uses tiny sizes and one repetition, and writes no file unless ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+from _contenders import CONTENDERS, Contender, Sizes
+from _conversation import FINAL_TEXT, prompt
+from _harness import header, median, ratio, table
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    repeats: int = 5
+    dispatch_repeats: int = 20
+    dispatch_calls: tuple[int, ...] = (1, 10, 100)
+    parallel_calls: int = 20
+    conversation_turns: int = 10
+    conversation_calls: int = 3
+    conversation_runs: int = 10
+    many_runs: int = 1_000
+    many_turns: int = 3
+    many_calls: int = 2
+    many_repeats: int = 3
+    failure_calls: int = 10
+    sizes: Sizes = attrs.field(factory=Sizes)
+    # Quick mode only: workload 4 in the same child as the others (its memory is then not
+    # its own), and the contenders' children all at once (their times are then not
+    # comparable). Both only save time for a smoke test.
+    shortcuts: bool = False
+
+
+FULL = Settings()
+QUICK = Settings(
+    repeats=1,
+    dispatch_repeats=1,
+    dispatch_calls=(1, 5),
+    parallel_calls=4,
+    conversation_turns=3,
+    conversation_calls=2,
+    conversation_runs=2,
+    many_runs=10,
+    many_repeats=1,
+    failure_calls=4,
+    sizes=Sizes(sleep=0.05, hang=0.4, hang_timeout=0.1),
+    shortcuts=True,
+)
+
+
+def _settings_to_json(settings: Settings) -> str:
+    return json.dumps(attrs.asdict(settings))
+
+
+def _settings_from_json(text: str) -> Settings:
+    data = json.loads(text)
+    data["sizes"] = Sizes(**data["sizes"])
+    data["dispatch_calls"] = tuple(data["dispatch_calls"])
+    return Settings(**data)
+
+
+def failure_plan(settings: Settings) -> list[tuple[str, int]]:
+    """The calls of workload 5's turn: no-ops around one ``fail`` and one ``hang``."""
+    rest = settings.failure_calls - 2
+    return [("noop", rest // 2), ("fail", 1), ("noop", rest - rest // 2), ("hang", 1)]
+
+
+# --- the child: one contender's measurements ----------------------------------------------
+
+
+def _expect(output: str) -> None:
+    # Not a timing check: a run that did not end as scripted measured the wrong path.
+    if output != FINAL_TEXT:
+        raise RuntimeError(f"the run ended with {output!r}, not {FINAL_TEXT!r}")
+
+
+async def _timed(
+    contender: Contender, text: str, settings: Settings, check: bool = True
+) -> tuple[float, str]:
+    if not settings.shortcuts:
+        gc.collect()
+    start = time.perf_counter()
+    output = await contender.run(text)
+    elapsed = time.perf_counter() - start
+    if check:
+        _expect(output)
+    return elapsed, output
+
+
+async def _measure(contender: Contender, settings: Settings) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    await contender.open()
+    try:
+        # 1. dispatch, interleaved with the one-request run it is compared to.
+        text_only = prompt(1, [])
+        dispatch = {calls: prompt(2, [("noop", calls)]) for calls in settings.dispatch_calls}
+        samples: dict[str, list[float]] = {"text": [], **{str(c): [] for c in dispatch}}
+        for text in (text_only, *dispatch.values()):
+            await _timed(contender, text, settings)  # warm-up
+        for _ in range(settings.dispatch_repeats):
+            samples["text"].append((await _timed(contender, text_only, settings))[0])
+            for calls, text in dispatch.items():
+                samples[str(calls)].append((await _timed(contender, text, settings))[0])
+        out["dispatch"] = samples
+
+        # 2. parallel I/O.
+        text = prompt(2, [("sleep", settings.parallel_calls)])
+        out["parallel"] = [
+            (await _timed(contender, text, settings))[0] for _ in range(settings.repeats)
+        ]
+
+        # 3. a conversation, one run after another.
+        text = prompt(settings.conversation_turns, [("noop", settings.conversation_calls)])
+        await _timed(contender, text, settings)
+        walls, cpus = [], []
+        for _ in range(settings.repeats):
+            gc.collect()
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in range(settings.conversation_runs):
+                _expect(await contender.run(text))
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            _expect(await contender.run(text))
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        out["conversation"] = {"wall": walls, "cpu": cpus, "peak_bytes": peak}
+
+        # 5. failure handling (the server keeps what the model was sent).
+        text = prompt(2, failure_plan(settings), capture=contender.key)
+        runs = [
+            await _timed(contender, text, settings, check=False) for _ in range(settings.repeats)
+        ]
+        out["failure"] = {"wall": [wall for wall, _ in runs], "output": runs[0][1]}
+        if runs[0][1] != FINAL_TEXT:
+            # The raise ended the run before the model heard of the timeout: show what
+            # the model gets for the timeout in a run without the raising call.
+            text = prompt(2, [("noop", 1), ("hang", 1)], capture=f"{contender.key}.hang_alone")
+            out["failure"]["alone_output"] = (await _timed(contender, text, settings, False))[1]
+    finally:
+        await contender.aclose()
+    if settings.shortcuts:
+        out["many"] = await _measure_many(contender, settings)
+    return out
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def _measure_many(contender: Contender, settings: Settings) -> dict[str, Any]:
+    text = prompt(settings.many_turns, [("noop", settings.many_calls)])
+    await contender.open()
+    try:
+        _expect(await contender.run(text))
+        gc.collect()
+        before = _rss_bytes()
+        start, cpu = time.perf_counter(), time.process_time()
+        outputs = await contender.run_many(text, settings.many_runs)
+        wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    finally:
+        await contender.aclose()
+    if len(outputs) != settings.many_runs:
+        raise RuntimeError(f"{len(outputs)} of {settings.many_runs} runs ended")
+    for output in outputs:
+        _expect(output)
+    return {"wall": wall, "cpu": cpu, "rss_before": before, "rss_peak": peak}
+
+
+def child_main(keys: Sequence[str], what: str, settings: Settings, urls: Sequence[str]) -> None:
+    """Measure each contender of ``keys`` in turn; print the figures as one JSON line."""
+    results = {}
+    for key in keys:
+        contender = CONTENDERS[key](settings.sizes, *urls)
+        measure: Callable[[Contender, Settings], Any] = (
+            _measure if what == "main" else _measure_many
+        )
+        if contender.flavour == "trio":
+            results[key] = trio.run(measure, contender, settings)
+        else:
+            results[key] = asyncio.run(measure(contender, settings))
+    print(json.dumps(results))
+
+
+# --- the parent: children, servers, report -------------------------------------------------
+
+
+def _child(
+    keys: Sequence[str], what: str, settings: Settings, urls: Sequence[str]
+) -> dict[str, Any]:
+    """Run ``child_main`` in a fresh interpreter: figures per key, or per key an ``error``."""
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        ",".join(keys),
+        what,
+        _settings_to_json(settings),
+        *urls,
+    ]
+    done = subprocess.run(command, capture_output=True, encoding="utf-8", check=False)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return {
+            key: {"error": lines[-1] if lines else f"exit status {done.returncode}"} for key in keys
+        }
+    results: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results
+
+
+def measure_all(
+    settings: Settings, keys: Sequence[str], progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """Run every workload for every contender in ``keys``; return the raw figures."""
+    from _servers import serve
+
+    results: dict[str, Any] = {}
+    with serve() as servers:
+        urls = (servers.anthropic_url, servers.openai_url)
+
+        def measure(group: Sequence[str]) -> None:
+            labels = ", ".join(CONTENDERS[key].label for key in group)
+            progress(f"{labels}: workloads 1, 2, 3, 5")
+            mains = _child(group, "main", settings, urls)
+            for key in group:
+                main = mains[key]
+                if "failure" in main:
+                    main["failure"]["received"] = servers.captures.get(key)
+                    main["failure"]["received_alone"] = servers.captures.get(f"{key}.hang_alone")
+                many = [main.pop("many")] if "many" in main else []
+                for repeat in range(0 if settings.shortcuts else settings.many_repeats):
+                    progress(
+                        f"{CONTENDERS[key].label}: workload 4, {repeat + 1} of {settings.many_repeats}"
+                    )
+                    many.append(_child([key], "many", settings, urls)[key])
+                results[key] = {"main": main, "many": many or [main]}
+
+        if settings.shortcuts:
+            # One child per event loop, both at once: the interpreters' start-up and the
+            # peers' imports are most of a smoke run.
+            groups = [
+                [key for key in keys if CONTENDERS[key].flavour == flavour]
+                for flavour in ("trio", "asyncio")
+            ]
+            threads = [threading.Thread(target=measure, args=(group,)) for group in groups if group]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        else:
+            for key in keys:
+                measure([key])
+    return {key: results[key] for key in keys}
+
+
+# --- the report ----------------------------------------------------------------------------
+
+# Workload 3's notes: what differs in the requests themselves.
+PROTOCOL_NOTES = {
+    "satsuma": "streams every response (SSE)",
+    "openai_agents": "OpenAI Chat Completions protocol (JSON), not Messages",
+    "plain_stream": "streams every response (SSE)",
+}
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "failed" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    if value is None or base is None:
+        return "-"
+    return ratio(value, base)
+
+
+def _figures(raw: dict[str, Any], settings: Settings) -> dict[str, dict[str, Any]]:
+    """Medians per contender: workload -> figure, None where a run failed."""
+    figures: dict[str, dict[str, Any]] = {}
+    for key, result in raw.items():
+        main, fig = result["main"], {}
+        if "error" not in main:
+            samples = main["dispatch"]
+            one_call = median(samples["1"])
+            fig["dispatch_1"] = one_call * 1e3
+            for calls in settings.dispatch_calls[1:]:
+                fig[f"dispatch_{calls}"] = (
+                    (median(samples[str(calls)]) - one_call) / (calls - 1) * 1e6
+                )
+            fig["dispatch_rt"] = median(samples["text"]) * 1e3
+            fig["parallel"] = median(main["parallel"])
+            conversation = main["conversation"]
+            fig["runs_per_s"] = settings.conversation_runs / median(conversation["wall"])
+            fig["cpu_ms"] = median(conversation["cpu"]) / settings.conversation_runs * 1e3
+            fig["peak_kib"] = conversation["peak_bytes"] / 1024
+            fig["failure_wall"] = median(main["failure"]["wall"])
+            fig["failure_output"] = main["failure"]["output"]
+            fig["received"] = main["failure"].get("received")
+            fig["received_alone"] = main["failure"].get("received_alone")
+        else:
+            fig["error"] = main["error"]
+        many = [run for run in result["many"] if "error" not in run]
+        if many:
+            fig["many_wall"] = median([run["wall"] for run in many])
+            fig["many_cpu"] = median([run["cpu"] for run in many])
+            fig["many_growth_mib"] = (
+                median([run["rss_peak"] - run["rss_before"] for run in many]) / 2**20
+            )
+            fig["many_peak_mib"] = median([run["rss_peak"] for run in many]) / 2**20
+        else:
+            fig["many_error"] = next((run["error"] for run in result["many"]), "not run")
+        figures[key] = fig
+    return figures
+
+
+def _short(text: str, limit: int = 90) -> str:
+    text = json.dumps(text, ensure_ascii=False)[1:-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _received_lines(received: Sequence[Sequence[Any]], where: str) -> list[str]:
+    lines = []
+    for name, is_error, content in received:
+        if name in ("fail", "hang"):
+            flag = "" if is_error is None else f" is_error={str(bool(is_error)).lower()}"
+            lines.append(f"  {name}{where}:{flag} {_short(content)}")
+    return lines
+
+
+def report(raw: dict[str, Any], settings: Settings, keys: Sequence[str]) -> list[str]:
+    figures = _figures(raw, settings)
+    base = figures.get("satsuma", {})
+    labels = {key: CONTENDERS[key].label for key in keys}
+    lines: list[str] = []
+
+    def section(title: str, columns: Sequence[str], rows: list[list[str]]) -> None:
+        lines.extend(["", title, "", *table(columns, rows)])
+
+    def pair(key: str, name: str, digits: int = 1) -> list[str]:
+        value, reference = figures[key].get(name), base.get(name)
+        return [_cell(value, digits), "" if key == "satsuma" else _ratio(value, reference)]
+
+    calls = settings.dispatch_calls
+    rows = []
+    for key in keys:
+        row = [labels[key], *pair(key, "dispatch_1", 2)]
+        for count in calls[1:]:
+            row += pair(key, f"dispatch_{count}")
+        row += [_cell(figures[key].get("dispatch_rt"), 2), figures[key].get("error", "")]
+        rows.append(row)
+    columns = ["library", "1-call run (ms)", "ratio"]
+    for count in calls[1:]:
+        columns += [f"{count} calls (µs/extra call)", "ratio"]
+    section(
+        "1. dispatch: a run of two model requests with 1 no-op call between them; the time"
+        " each further call adds (the N-call run minus the 1-call run, over N - 1)",
+        [*columns, "text-only run (ms)", "notes"],
+        rows,
+    )
+
+    rows = []
+    for key in keys:
+        note = "sequential: calls run one at a time" if key == "anthropic" else ""
+        rows.append([labels[key], *pair(key, "parallel", 3), note])
+    section(
+        f"2. parallel I/O: {settings.parallel_calls} calls sleeping "
+        f"{settings.sizes.sleep * 1000:g} ms each, one turn, wall time",
+        ["library", "wall (s)", "ratio", "notes"],
+        rows,
+    )
+
+    rows = []
+    for key in keys:
+        rows.append(
+            [
+                labels[key],
+                *pair(key, "runs_per_s", 1),
+                *pair(key, "cpu_ms", 1),
+                *pair(key, "peak_kib", 0),
+                PROTOCOL_NOTES.get(key, ""),
+            ]
+        )
+    section(
+        f"3. conversation: {settings.conversation_turns} turns x "
+        f"{settings.conversation_calls} no-op calls, runs one after another",
+        [
+            "library",
+            "runs/s",
+            "ratio",
+            "CPU ms/run",
+            "ratio",
+            "peak traced KiB/run",
+            "ratio",
+            "notes",
+        ],
+        rows,
+    )
+
+    rows = []
+    for key in keys:
+        fig = figures[key]
+        rows.append(
+            [
+                labels[key],
+                *pair(key, "many_wall", 2),
+                *pair(key, "many_cpu", 2),
+                *pair(key, "many_growth_mib", 1),
+                _cell(fig.get("many_peak_mib"), 1),
+                fig.get("many_error", ""),
+            ]
+        )
+    section(
+        f"4. many agents: {settings.many_runs:,} concurrent {settings.many_turns}-turn runs "
+        f"({settings.many_calls} no-op calls a turn), one process each",
+        [
+            "library",
+            "wall (s)",
+            "ratio",
+            "CPU (s)",
+            "ratio",
+            "RSS growth (MiB)",
+            "ratio",
+            "peak RSS (MiB)",
+            "notes",
+        ],
+        rows,
+    )
+
+    rows = []
+    texts = []
+    for key in keys:
+        fig = figures[key]
+        timeout = "no per-tool timeout: waited for the hang" if key == "anthropic" else ""
+        output = fig.get("failure_output")
+        if output is not None and output != FINAL_TEXT:
+            timeout = ", ".join(
+                filter(None, [timeout, f"run did not complete: {_short(output, 60)}"])
+            )
+        rows.append([labels[key], *pair(key, "failure_wall", 3), timeout])
+        texts.append(f"{labels[key]}:")
+        received = fig.get("received")
+        if received is None:
+            texts.append(
+                "  the model got no tool results; the run returned: "
+                + _short(str(fig.get("failure_output")))
+            )
+        texts.extend(_received_lines(received or [], ""))
+        texts.extend(_received_lines(fig.get("received_alone") or [], " (a run without fail)"))
+    sizes = settings.sizes
+    section(
+        f"5. failure handling: {settings.failure_calls} calls, one raises, one sleeps "
+        f"{sizes.hang:g} s past its {sizes.hang_timeout:g} s timeout; wall time",
+        ["library", "wall (s)", "ratio", "notes"],
+        rows,
+    )
+    lines.extend(
+        [
+            "",
+            "5. what the server received as the tool results of the two failing calls:",
+            "",
+            *texts,
+        ]
+    )
+    return lines
+
+
+def machine_lines(keys: Sequence[str]) -> list[str]:
+    versions = sorted({CONTENDERS[key].version() for key in keys if key != "satsuma"})
+    return header("satsuma side by side with peer libraries", *versions)
+
+
+# The page run.py writes; {command} and {report} are filled in. Its Python block runs as a
+# test (tests/test_docs.py runs every ```python block of docs/*.md).
+_PAGE = """\
+# Benchmarks
+
+satsuma side by side with the libraries users would pick instead, measured in one run on
+one machine. Every library gets the same four tools (`noop`, `sleep`, `fail`, `hang`) and
+the same scripted conversation, played by loopback servers in the parent process; each
+library is measured in child processes of its own, so that its CPU time and memory are its
+own. Ratios are peer / satsuma: above 1 the peer takes longer, uses more CPU or memory
+(or, for runs/s, does more runs).
+
+The figures below are one full run; to reproduce them:
+
+```sh
+{command}
+```
+
+`--quick` runs tiny sizes once (the test suite does, to keep the harness working); how
+each figure is taken is described at the top of `benchmarks/run.py`.
+
+## The contenders
+
+| library | how it runs here |
+| --- | --- |
+| satsuma | an `Agent` with the four tools, `open_agent(..., model=AnthropicModel(client))` per run; streams every response |
+| anthropic tool_runner | `client.beta.messages.tool_runner(...)` with `beta_async_tool` tools, `thread=False`, `until_done()` |
+| pydantic-ai | `Agent(AnthropicModel(..., provider=AnthropicProvider(anthropic_client=client)), tools=[Tool(...)])`, `agent.run` |
+| openai-agents | `Agent(model=OpenAIChatCompletionsModel(...), tools=[function_tool(...)])`, `Runner.run`; tracing off |
+| plain asyncio loop | a hand-written loop over `AsyncAnthropic.messages.create`: `asyncio.gather` of the turn's calls, each under `asyncio.wait_for` and `try`/`except` |
+| plain loop, streaming | the same loop over `messages.stream(...)`, as satsuma streams |
+
+What to keep in mind when reading the tables:
+
+- The OpenAI Agents SDK speaks OpenAI's protocol, so it talks to a small loopback Chat
+  Completions endpoint (`benchmarks/_servers.py`, JSON answers) rather than to satsuma's
+  `MessagesServer`; it still makes every HTTP round trip.
+- satsuma streams every response (Server-Sent Events); the anthropic tool runner,
+  pydantic-ai's `agent.run` and the plain loop send non-streaming requests, which cost
+  less to parse. The streaming plain loop is the floor to compare satsuma with.
+- The anthropic SDK's tool runner runs a turn's calls one after another (the `for` loop
+  over the reply's `tool_use` blocks in `_generate_tool_call_response`, anthropic
+  `lib/tools/_beta_runner.py`, which awaits each call), and neither `tool_runner` nor
+  `beta_async_tool` takes a per-tool timeout (the only timeout is the HTTP request's):
+  its workload 2 is sequential, and in workload 5 it waits for the hanging call to end.
+  It runs with `thread=False` (the whole history in each request, as everyone else
+  sends it), since its default server-side thread is not something the loopback server
+  implements.
+- pydantic-ai (`Tool(..., timeout=)`) and openai-agents (`function_tool(..., timeout=)`)
+  have per-tool timeouts. A tool that raises ends a pydantic-ai run with the exception
+  (only `ModelRetry` goes back to the model); openai-agents sends the model a fixed
+  text that hides the exception unless a `failure_error_function` is given.
+- Every HTTP client gets a 600 s timeout for each phase of a request: with the SDKs'
+  default 5 s connect timeout, some of pydantic-ai's 1,000 concurrent runs failed on a
+  loaded machine, their event loop too busy to finish a loopback connect in time.
+- The machine is small and was shared with other work while these ran: expect 10-20 %
+  noise between runs, more for the sub-millisecond figures of workload 1.
+
+## What satsuma returns in workload 5
+
+Whatever a call does, the model gets exactly one `tool_result` for it; a raise and a
+timeout read as below, and the other calls of the turn are untouched:
+
+```python
+import trio
+
+import satsuma
+
+
+@satsuma.tool
+async def fail(n: int) -> str:
+    \"\"\"Fail.
+
+    Args:
+        n: A number.
+    \"\"\"
+    raise RuntimeError("disk on fire")
+
+
+@satsuma.tool(timeout=0.1)
+async def hang(n: int) -> str:
+    \"\"\"Hang for longer than the timeout.
+
+    Args:
+        n: A number.
+    \"\"\"
+    await trio.sleep(5)
+    return "woke up"
+
+
+async def failure_turn() -> None:
+    runner = satsuma.ToolRunner([fail, hang])
+    calls = [
+        {{"id": "toolu_1", "name": "fail", "input": {{"n": 1}}}},
+        {{"id": "toolu_2", "name": "hang", "input": {{"n": 2}}}},
+    ]
+    outcomes = await runner.execute(calls)
+    assert [outcome.content for outcome in outcomes] == [
+        "Error: Tool crashed: RuntimeError: disk on fire",
+        "Error: Tool timed out after 0.1s",
+    ]
+    assert [outcome.error_kind for outcome in outcomes] == ["crashed", "timeout"]
+
+
+trio.run(failure_turn)
+```
+
+## Figures
+
+```text
+{report}
+```
+"""
+
+
+def _markdown(lines: Sequence[str], command: str) -> str:
+    return _PAGE.format(command=command, report="\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--child"]:
+        keys, what, settings_json, *urls = args[1:]
+        child_main(keys.split(","), what, _settings_from_json(settings_json), urls)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition")
+    parser.add_argument("--repeats", type=int, help="repetitions of each figure")
+    parser.add_argument("--only", nargs="+", choices=sorted(CONTENDERS), help="contenders to run")
+    parser.add_argument("--raw", type=Path, help="also write the raw figures to this JSON file")
+    parser.add_argument(
+        "--report-from",
+        type=Path,
+        help="measure nothing: report the raw figures of an earlier --raw file",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"the Markdown page to write (default: {DOCS_PAGE.relative_to(ROOT)}, not with --quick)",
+    )
+    options = parser.parse_args(args)
+    settings = QUICK if options.quick else FULL
+    if options.repeats:
+        settings = attrs.evolve(settings, repeats=options.repeats)
+    keys = [key for key in CONTENDERS if options.only is None or key in options.only]
+    if "satsuma" not in keys:
+        keys.insert(0, "satsuma")
+    output = options.output or (None if options.quick else DOCS_PAGE)
+
+    if options.report_from is not None:
+        saved = json.loads(options.report_from.read_text(encoding="utf-8"))
+        raw, took = saved["raw"], saved["took"]
+        settings = _settings_from_json(saved["settings"])
+        keys = list(raw)
+    else:
+        started = time.perf_counter()
+        raw = measure_all(
+            settings, keys, lambda text: print(f"... {text}", file=sys.stderr, flush=True)
+        )
+        took = time.perf_counter() - started
+        if options.raw is not None:
+            options.raw.write_text(
+                json.dumps({"raw": raw, "took": took, "settings": _settings_to_json(settings)}),
+                encoding="utf-8",
+            )
+    lines = [
+        *machine_lines(keys),
+        f"repetitions: {settings.repeats} (dispatch: {settings.dispatch_repeats}, "
+        f"workload 4: {settings.many_repeats}), medians; took {took:.0f} s",
+        *report(raw, settings, keys),
+    ]
+    print("\n".join(lines))
+    if output is not None:
+        command = "uv run --locked python benchmarks/run.py"
+        output.write_text(_markdown(lines, command), encoding="utf-8")
+        print(f"\nwritten to {output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
