@@ -163,6 +163,7 @@ class Satsuma(Contender):
     label = "satsuma"
     distribution = "satsuma"
     flavour = "trio"
+    stream = True
 
     async def open(self) -> None:
         import satsuma
@@ -183,7 +184,7 @@ class Satsuma(Contender):
 
         self._agent_class = BenchAgent
         self._client = _anthropic_client(self.anthropic_url)
-        self._model = satsuma.AnthropicModel(self._client)
+        self._model = satsuma.AnthropicModel(self._client, stream=self.stream)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -307,6 +308,15 @@ class OpenAIAgents(Contender):
         return str(result.final_output)
 
 
+class SatsumaWhole(Satsuma):
+    """satsuma with ``AnthropicModel(stream=False)``: whole responses, as the
+    non-streaming peers ask for them."""
+
+    key = "satsuma_whole"
+    label = "satsuma, stream=False"
+    stream = False
+
+
 class PlainLoop(Contender):
     """The floor: a hand-written loop over ``AsyncAnthropic.messages.create``, running a
     turn's calls with ``asyncio.gather``, each under ``asyncio.wait_for`` and a
@@ -407,6 +417,7 @@ CONTENDERS: dict[str, type[Contender]] = {
     contender.key: contender
     for contender in (
         Satsuma,
+        SatsumaWhole,
         AnthropicToolRunner,
         PydanticAI,
         OpenAIAgents,

@@ -317,6 +317,7 @@ def measure_all(
 # Workload 3's notes: what differs in the requests themselves.
 PROTOCOL_NOTES = {
     "satsuma": "streams every response (SSE)",
+    "satsuma_whole": "whole responses (JSON)",
     "openai_agents": "OpenAI Chat Completions protocol (JSON), not Messages",
     "plain_stream": "streams every response (SSE)",
 }
@@ -523,7 +524,9 @@ def report(raw: dict[str, Any], settings: Settings, keys: Sequence[str]) -> list
 
 
 def machine_lines(keys: Sequence[str]) -> list[str]:
-    versions = sorted({CONTENDERS[key].version() for key in keys if key != "satsuma"})
+    versions = sorted(
+        {CONTENDERS[key].version() for key in keys if CONTENDERS[key].distribution != "satsuma"}
+    )
     return header("satsuma side by side with peer libraries", *versions)
 
 
@@ -553,6 +556,7 @@ each figure is taken is described at the top of `benchmarks/run.py`.
 | library | how it runs here |
 | --- | --- |
 | satsuma | an `Agent` with the four tools, `open_agent(..., model=AnthropicModel(client))` per run; streams every response |
+| satsuma, stream=False | the same with `AnthropicModel(client, stream=False)`: whole responses, as the non-streaming peers |
 | anthropic tool_runner | `client.beta.messages.tool_runner(...)` with `beta_async_tool` tools, `thread=False`, `until_done()` |
 | pydantic-ai | `Agent(AnthropicModel(..., provider=AnthropicProvider(anthropic_client=client)), tools=[Tool(...)])`, `agent.run` |
 | openai-agents | `Agent(model=OpenAIChatCompletionsModel(...), tools=[function_tool(...)])`, `Runner.run`; tracing off |

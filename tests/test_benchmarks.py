@@ -140,6 +140,7 @@ SIDE_BY_SIDE_SCRIPT = ROOT / "benchmarks" / "run.py"
 
 SIDE_BY_SIDE_LIBRARIES = (
     "satsuma",
+    "satsuma, stream=False",
     "anthropic tool_runner",
     "pydantic-ai",
     "openai-agents",

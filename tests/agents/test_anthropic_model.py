@@ -333,3 +333,83 @@ def test_settings_are_checked() -> None:
         AnthropicModel(max_retries=-1)
     with pytest.raises(ValueError, match="backoffs"):
         AnthropicModel(backoff_base=-0.1)
+
+
+# --- stream=False: whole responses ----------------------------------------------------
+
+
+async def test_without_streaming_the_response_is_the_same_and_the_text_comes_whole() -> None:
+    async with open_harness([FULL_REPLY, FULL_REPLY]) as h:
+        streamed = await h.respond()
+        h.listener.texts.clear()
+        h.listener.thoughts.clear()
+        h.model.stream = False
+        whole = await h.respond()
+    assert h.server.requests[0]["stream"] is True
+    assert "stream" not in h.server.requests[1]
+    assert whole.content == streamed.content
+    assert whole.calls == streamed.calls
+    assert whole.usage == streamed.usage
+    assert whole.stop_reason == streamed.stop_reason == "tool_use"
+    assert whole.id and whole.id != streamed.id
+    assert h.listener.texts == ["Pinging it now."]
+    assert h.listener.thoughts == ["The user wants a ping."]
+
+
+async def test_without_streaming_failures_are_retried_or_refused_the_same_way() -> None:
+    script: list[ServerScriptItem] = [
+        Failure.overloaded(),
+        Failure.rate_limited(retry_after=0.01),
+        "back",
+        Failure.bad_request("prompt is too long"),
+    ]
+    async with open_harness(script, stream=False) as h:
+        response = await h.respond()
+        with pytest.raises(ModelError) as info:
+            await h.respond()
+    assert response.text == "back"
+    assert [reason for _, _, reason in h.listener.retries] == [
+        "529: Overloaded",
+        "429: rate limited",
+    ]
+    assert info.value.status == 400
+    assert not info.value.retryable
+    assert "prompt is too long" in str(info.value)
+
+
+async def test_without_streaming_an_agent_runs_its_tools() -> None:
+    import satsuma
+
+    @satsuma.tool
+    async def double(n: int) -> str:
+        """Double a number.
+
+        Args:
+            n: The number.
+        """
+        return str(2 * n)
+
+    class Doubler(satsuma.Agent):
+        name = "doubler"
+        tools = [double]
+
+    script: list[ServerScriptItem] = [Reply(tool_calls=[("double", {"n": 21})]), "42."]
+    async with MessagesServer(script) as server, server.client() as client:
+        model = AnthropicModel(client, stream=False)
+        async with satsuma.open_agent(Doubler, model=model) as agent:
+            result = await agent.run("Double 21")
+    assert result.status == "completed"
+    assert result.output == "42."
+    assert result.messages[2].content[0]["content"] == "42"
+    assert all("stream" not in request for request in server.requests)
+
+
+async def test_without_streaming_a_response_too_long_to_wait_for_is_a_clear_error() -> None:
+    # The SDK refuses a whole response that could take over 10 minutes: a ModelError
+    # that fails the run, not an exception that crashes the agent.
+    async with open_harness(["never sent"], stream=False) as h:
+        with pytest.raises(ModelError) as info:
+            await h.respond(make_request(max_tokens=64000))
+    assert str(info.value).startswith("stream=False cannot be used here: Streaming is required")
+    assert not info.value.retryable
+    assert h.server.requests == []

@@ -61,6 +61,11 @@ class AnthropicModel:
         backoff_cap: The longest wait before any retry, in seconds.
         jitter: Wait a random time up to the backoff ("full jitter"), so that many
             clients failing together do not retry together.
+        stream: Stream each response (the default), so that text and thinking reach
+            the run's events as the model writes them. With False each response comes
+            whole, as one JSON message: its text is reported in one piece once it has
+            arrived, and reading it costs about half the CPU, which counts for agents
+            that mostly call tools and for services where nothing watches the text live.
 
     Raises:
         ValueError: A negative retry count or backoff.
@@ -74,6 +79,7 @@ class AnthropicModel:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         jitter: bool = True,
+        stream: bool = True,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got: {max_retries}")
@@ -95,6 +101,7 @@ class AnthropicModel:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.jitter = jitter
+        self.stream = stream
 
     async def aclose(self) -> None:
         """Close the client if this model built it (a client passed in is its owner's)."""
@@ -113,7 +120,8 @@ class AnthropicModel:
         await self.aclose()
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
-        """Send one request, streaming, and return the assistant's response.
+        """Send one request (streaming, unless ``stream`` is False) and return the
+        assistant's response.
 
         Raises:
             ModelError: The API refused the request (``retryable`` False, raised at once
@@ -158,6 +166,16 @@ class AnthropicModel:
         accumulator = _codec.StreamAccumulator(on_text=listener.text, on_thinking=listener.thinking)
         failure: ModelError | None = None
         try:
+            if not self.stream:
+                try:
+                    raw = await self._api.messages.with_raw_response.create(**params)
+                except ValueError as exc:
+                    # The SDK refuses, before sending, a whole response that could take
+                    # more than 10 minutes (a large max_tokens): a mistake to state, not
+                    # a bug that crashes the agent.
+                    raise ModelError(f"stream=False cannot be used here: {exc}") from exc
+                _feed_whole(accumulator, raw.http_response.content)
+                return _response(accumulator, model)
             stream = await self._api.messages.create(**params, stream=True)
             async with stream:
                 # The raw Server-Sent Events, not the SDK's parsed ones: on an ``error``
@@ -193,20 +211,45 @@ class AnthropicModel:
             raise failure
         if not accumulator.complete:
             raise ModelError("stream interrupted: it ended before message_stop", retryable=True)
-        message = accumulator.result()
-        return ModelResponse(
-            content=message.content,
-            calls=tuple(ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses),
-            stop_reason=message.stop_reason,
-            usage=Usage(
-                input_tokens=message.input_tokens,
-                output_tokens=message.output_tokens,
-                cache_creation_input_tokens=message.cache_creation_input_tokens,
-                cache_read_input_tokens=message.cache_read_input_tokens,
-            ),
-            model=message.model or model,
-            id=message.id,
+        return _response(accumulator, model)
+
+
+def _feed_whole(accumulator: _codec.StreamAccumulator, body: bytes) -> None:
+    """Feed a whole (non-streamed) message to the accumulator as the events that would
+    have streamed it, so that both ways share one reader of the API's blocks."""
+    try:
+        message = json.loads(body)
+        events = _codec.stream_events(
+            id=message.get("id", ""),
+            model=message.get("model", ""),
+            content=message["content"],
+            stop_reason=message.get("stop_reason"),
+            usage=message.get("usage") or {},
+            pieces=1,
         )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(
+            f"the API's answer is not a message: {type(exc).__name__}: {exc}", retryable=True
+        ) from exc
+    for event in events:
+        accumulator.feed(event)
+
+
+def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelResponse:
+    message = accumulator.result()
+    return ModelResponse(
+        content=message.content,
+        calls=tuple(ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses),
+        stop_reason=message.stop_reason,
+        usage=Usage(
+            input_tokens=message.input_tokens,
+            output_tokens=message.output_tokens,
+            cache_creation_input_tokens=message.cache_creation_input_tokens,
+            cache_read_input_tokens=message.cache_read_input_tokens,
+        ),
+        model=message.model or model,
+        id=message.id,
+    )
 
 
 def _retryable(status: int | None) -> bool:
