@@ -586,7 +586,7 @@ What to keep in mind when reading the tables:
 - Every HTTP client gets a 600 s timeout for each phase of a request: with the SDKs'
   default 5 s connect timeout, some of pydantic-ai's 1,000 concurrent runs failed on a
   loaded machine, their event loop too busy to finish a loopback connect in time.
-- The machine is small and was shared with other work while these ran: expect 10-20 %
+- The machine is small and may be shared with other work: expect 10-20 %
   noise between runs, more for the sub-millisecond figures of workload 1.
 
 ## What satsuma returns in workload 5

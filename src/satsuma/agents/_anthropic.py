@@ -64,8 +64,9 @@ class AnthropicModel:
         stream: Stream each response (the default), so that text and thinking reach
             the run's events as the model writes them. With False each response comes
             whole, as one JSON message: its text is reported in one piece once it has
-            arrived, and reading it costs about half the CPU, which counts for agents
-            that mostly call tools and for services where nothing watches the text live.
+            arrived, and each tool call in it costs about half as much to read, which
+            counts for agents that mostly call tools and for services where nothing
+            watches the text live.
 
     Raises:
         ValueError: A negative retry count or backoff.
