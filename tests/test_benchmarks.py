@@ -24,21 +24,26 @@ def _load_script() -> ModuleType:
     return module
 
 
-def _quick_rows(script: Path, names: tuple[str, ...]) -> dict[str, str]:
-    """Run a benchmark with --quick; check it exits 0 with its header; return its rows."""
+def _run_quick(script: Path, *, timeout: float) -> str:
+    """Run a benchmark with --quick; check it exits 0 with its header; return its output."""
     result = subprocess.run(
         [sys.executable, str(script.relative_to(ROOT)), "--quick"],
         cwd=ROOT,
         capture_output=True,
         encoding="utf-8",
         env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert "trio" in out
-    assert "machine:" in out
+    assert "trio" in result.stdout
+    assert "machine:" in result.stdout
+    return result.stdout
+
+
+def _quick_rows(script: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """Run a benchmark with --quick and return its rows."""
+    out = _run_quick(script, timeout=120)
     lines = out.splitlines()
     rows = {}
     for name in names:
@@ -159,18 +164,7 @@ SIDE_BY_SIDE_SECTIONS = (
 
 def test_side_by_side_quick_run_reports_every_library() -> None:
     # --quick writes no page: docs/benchmarks.md holds a full run's figures.
-    result = subprocess.run(
-        [sys.executable, str(SIDE_BY_SIDE_SCRIPT.relative_to(ROOT)), "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        encoding="utf-8",
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert "machine:" in out
+    out = _run_quick(SIDE_BY_SIDE_SCRIPT, timeout=300)
     lines = out.splitlines()
     for section in SIDE_BY_SIDE_SECTIONS:
         assert any(line.startswith(section) for line in lines), f"no {section!r} in:\n{out}"
