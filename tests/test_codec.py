@@ -178,3 +178,53 @@ def test_an_error_event_is_recorded() -> None:
     )
     assert accumulator.error == {"type": "overloaded_error", "message": "Overloaded"}
     assert not accumulator.complete
+
+
+def test_a_whole_message_reads_as_its_stream_would() -> None:
+    content = [
+        {"type": "thinking", "thinking": "Hmm.", "signature": "sig"},
+        {"type": "text", "text": "Two calls.", "citations": None},
+        {"type": "tool_use", "id": "toolu_1", "name": "ping", "input": {"host": "a"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "ping", "input": [1, 2]},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+    ]
+    usage = {"input_tokens": 7, "output_tokens": 9, "cache_read_input_tokens": 2}
+    message = _codec.message_object(
+        id="msg_1", model="claude-test-1", content=content, stop_reason="tool_use", usage=usage
+    )
+    texts: list[str] = []
+    thoughts: list[str] = []
+    whole = _codec.StreamAccumulator(on_text=texts.append, on_thinking=thoughts.append)
+    whole.feed_message(message)
+    streamed = _codec.StreamAccumulator()
+    for event in _codec.stream_events(
+        id="msg_1",
+        model="claude-test-1",
+        content=content,
+        stop_reason="tool_use",
+        usage=usage,
+        tool_inputs={"toolu_2": "[1, 2]"},
+    ):
+        streamed.feed(event)
+    # The same message either way, a non-object input included; the text comes in one piece.
+    assert whole.complete
+    assert texts == ["Two calls."]
+    assert thoughts == ["Hmm."]
+    result = whole.result()
+    assert result.content[1] == {"type": "text", "text": "Two calls."}
+    assert result.content[3]["input"] == {}
+    assert result.tool_uses == (("toolu_1", "ping", {"host": "a"}), ("toolu_2", "ping", "[1, 2]"))
+    assert result.tool_uses == streamed.result().tool_uses
+    assert result.content[4] == content[4]
+    assert (result.id, result.model, result.stop_reason) == ("msg_1", "claude-test-1", "tool_use")
+    assert (result.input_tokens, result.output_tokens, result.cache_read_input_tokens) == (7, 9, 2)
+
+
+def test_a_whole_message_without_content_is_refused() -> None:
+    accumulator = _codec.StreamAccumulator()
+    try:
+        accumulator.feed_message({"type": "message", "id": "msg_1"})
+    except KeyError as error:
+        assert error.args == ("content",)
+    else:
+        raise AssertionError("a message without content was accepted")

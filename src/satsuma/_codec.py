@@ -383,6 +383,32 @@ class StreamAccumulator:
         if handler is not None:
             handler(self, event)
 
+    def feed_message(self, message: Mapping[str, Any]) -> None:
+        """Take a whole (non-streamed) ``message`` object, as if it had streamed: each
+        text and thinking block is reported in one piece, and the message is complete.
+
+        Raises:
+            KeyError, TypeError: ``message`` is not a message object.
+        """
+        self._message_start({"message": message})
+        for index, block in enumerate(message["content"]):
+            self._block_start({"index": index, "content_block": block})
+            kept = self._blocks[index]
+            kind = kept.get("type")
+            if kind == "text":
+                self.on_text(kept.get("text", ""))
+            elif kind == "thinking":
+                self.on_thinking(kept.get("thinking", ""))
+            elif kind == "tool_use" and not isinstance(kept.get("input", {}), dict):
+                # As for a streamed input that is not an object: {} in the history, the
+                # call keeps what the model sent.
+                self._raw_inputs[index] = json.dumps(kept["input"])
+                kept["input"] = {}
+        self._message_delta(
+            {"delta": {"stop_reason": message.get("stop_reason")}, "usage": message.get("usage")}
+        )
+        self.complete = True
+
     def _message_start(self, event: Mapping[str, Any]) -> None:
         message = event["message"]
         self._model = message.get("model") or ""

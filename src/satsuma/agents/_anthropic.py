@@ -216,24 +216,14 @@ class AnthropicModel:
 
 
 def _feed_whole(accumulator: _codec.StreamAccumulator, body: bytes) -> None:
-    """Feed a whole (non-streamed) message to the accumulator as the events that would
-    have streamed it, so that both ways share one reader of the API's blocks."""
+    """Feed a whole (non-streamed) message to the accumulator, which reads its blocks as
+    it reads a stream's."""
     try:
-        message = json.loads(body)
-        events = _codec.stream_events(
-            id=message.get("id", ""),
-            model=message.get("model", ""),
-            content=message["content"],
-            stop_reason=message.get("stop_reason"),
-            usage=message.get("usage") or {},
-            pieces=1,
-        )
+        accumulator.feed_message(json.loads(body))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ModelError(
             f"the API's answer is not a message: {type(exc).__name__}: {exc}", retryable=True
         ) from exc
-    for event in events:
-        accumulator.feed(event)
 
 
 def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelResponse:
