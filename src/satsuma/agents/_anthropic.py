@@ -64,7 +64,7 @@ class AnthropicModel:
         stream: Stream each response (the default), so that text and thinking reach
             the run's events as the model writes them. With False each response comes
             whole, as one JSON message: its text is reported in one piece once it has
-            arrived, and each tool call in it costs about half as much to read, which
+            arrived, and each tool call in it costs about a third as much to read, which
             counts for agents that mostly call tools and for services where nothing
             watches the text live.
 
