@@ -156,6 +156,28 @@ async def test_the_demo_with_a_bad_key_says_so_in_one_line() -> None:
     ]
 
 
+def test_the_demo_piped_into_a_reader_that_leaves_exits_quietly() -> None:
+    # `satsuma demo | head -2`: the pipe breaks under the live view's next line.
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "satsuma.cli", "demo"],
+        cwd=ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read()
+    status = process.wait(timeout=60)
+    process.stderr.close()
+    assert first.startswith(b"satsuma demo: offline")
+    assert status == 1
+    assert b"Traceback" not in err
+
+
 # --- run -------------------------------------------------------------------------------
 
 

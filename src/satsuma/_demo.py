@@ -253,14 +253,16 @@ async def run_demo(console: Console, *, live: bool | None = None) -> Tally:
     if key:
         console.print(
             "satsuma demo: ANTHROPIC_API_KEY is set, so the agents use the real Anthropic API "
-            f"({os.environ.get('ANTHROPIC_BASE_URL') or 'api.anthropic.com'})."
+            f"({os.environ.get('ANTHROPIC_BASE_URL') or 'api.anthropic.com'}).",
+            soft_wrap=True,
         )
         async with AnthropicModel() as model:
             await _team(console, model, tally, live)
     else:
         console.print(
             "satsuma demo: offline — no ANTHROPIC_API_KEY, so the agents talk to satsuma's "
-            "loopback Messages API server, which plays a scripted conversation."
+            "loopback Messages API server, which plays a scripted conversation.",
+            soft_wrap=True,
         )
         async with MessagesServer([scripted_answer] * 40) as server:
             model = AnthropicModel(server.client(), backoff_base=0.01)

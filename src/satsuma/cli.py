@@ -115,11 +115,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         errors.print("satsuma: interrupted", highlight=False)
         return 130
+    except BaseExceptionGroup as group:
+        # rich raises SystemExit(1) when stdout is a pipe whose reader has gone (`satsuma
+        # demo | head`), after pointing stdout at /dev/null; from inside an event callback
+        # it reaches here wrapped by the nurseries it went through. Leave as it asks.
+        exits, rest = group.split(SystemExit)
+        if exits is None or rest is not None:
+            raise
+        return _exit_status(exits)
     if result.status != "completed":
         reason = f": {result.error}" if result.error else ""
         errors.print(f"satsuma: run {result.status}{reason}", highlight=False, soft_wrap=True)
         return 1
     return 0
+
+
+def _exit_status(group: BaseExceptionGroup[SystemExit]) -> int:
+    first = group.exceptions[0]
+    if isinstance(first, BaseExceptionGroup):
+        return _exit_status(first)
+    return first.code if isinstance(first.code, int) else 1
 
 
 if __name__ == "__main__":
