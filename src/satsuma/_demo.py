@@ -41,6 +41,7 @@ from .store import SQLiteStore
 from .supervisor import ChildSpec, Supervisor, SupervisorEvent
 from .testing import MessagesServer, Reply
 from .tools import ToolContext, tool
+from .tools._results import content_text
 
 __all__ = ["DemoFailed", "run_demo", "scripted_answer"]
 
@@ -173,13 +174,6 @@ def _user_texts(body: Mapping[str, Any]) -> list[str]:
     return texts
 
 
-def _result_text(block: Mapping[str, Any]) -> str:
-    content = block.get("content", "")
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content)
-    return str(content)
-
-
 def scripted_answer(body: dict[str, Any]) -> Reply | str:
     """The scripted model: answers each request from its agent and its conversation, so
     the answers do not depend on the order in which concurrent requests arrive."""
@@ -199,8 +193,12 @@ def scripted_answer(body: dict[str, Any]) -> Reply | str:
                     ("hotel_rates", {"city": "Lisbon"}),
                 ],
             )
-        found = [_result_text(block) for block in results if not block.get("is_error")]
-        failed = [_result_text(block) for block in results if block.get("is_error")]
+        found = [
+            content_text(block.get("content", "")) for block in results if not block.get("is_error")
+        ]
+        failed = [
+            content_text(block.get("content", "")) for block in results if block.get("is_error")
+        ]
         return "Notes: " + "; ".join(found) + ". Could not check: " + "; ".join(failed) + "."
     texts = _user_texts(body)
     if texts and texts[-1] == TITLE_PROMPT:
