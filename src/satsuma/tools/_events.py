@@ -1,25 +1,39 @@
 """Events a ToolRunner reports while calls run, and the sinks that receive them.
 
-Delivery policy (a slow consumer must never stall a tool):
+Delivery policy (a slow or stuck consumer never stalls a tool, and never stalls
+``execute`` for long):
 
 - A callback sink is called synchronously on the trio thread; it must return quickly. If
   it raises, the exception is logged (logger ``satsuma.tools``) and the call goes on.
 - A memory-channel sink never blocks a tool. An event goes straight into the channel when
-  there is room; otherwise it waits in the runner's queue, which a pump task drains into
-  the channel in order. While waiting, progress lines and updates are coalesced: a newer
-  ``ToolProgress`` (or ``ToolUpdate``) for the same call replaces the one not yet
-  delivered, so a chatty tool costs the queue one slot per call. ``ToolCallStart`` and
-  ``ToolCallEnd`` are never dropped or merged, and ``execute`` returns only once every
-  event it queued has been delivered. If the receiving side is closed, further events
-  are dropped.
+  there is room and nothing waits ahead of it; otherwise it waits in the runner's queue,
+  which a pump task drains into the channel in order. While waiting, progress lines and
+  updates are coalesced: a newer ``ToolProgress`` (or ``ToolUpdate``) for the same call
+  replaces the one not yet delivered, so a chatty tool costs the queue one slot per call
+  and kind. ``ToolCallStart`` and ``ToolCallEnd`` are never merged.
+- The queue is bounded. Once ``MAX_QUEUED_EVENTS`` (10,000) events wait, newer
+  ``ToolProgress``, ``ToolUpdate`` and ``NestedEvent`` events are dropped and counted;
+  ``ToolCallStart`` and ``ToolCallEnd`` are still queued, as there are two per call at
+  most.
+- Once the calls are done, ``execute`` waits for the queue to drain only while the reader
+  keeps taking events: if it takes none for ``DRAIN_GRACE`` (1 second), it is stuck, and
+  the events still queued are dropped. A reader that takes each event within the grace
+  gets every event, in order, however long the whole takes.
+- If ``execute`` is cancelled, the queued events that fit in the channel at once are sent
+  without waiting (so a reader with room still sees the ``ToolCallEnd`` of calls ended by
+  the cancellation); the rest are dropped.
+- Dropped events are reported once per ``execute``: one warning on ``satsuma.tools``
+  with how many were lost and why. Once the receiving side is closed, or the reader was
+  found stuck, further events are dropped silently.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, final
 
 import attrs
 import trio
@@ -114,35 +128,63 @@ class CallbackEmitter:
             logger.exception("satsuma event callback %r raised on %r", self.callback, event)
 
 
+MAX_QUEUED_EVENTS = 10_000
+"""How many events a channel sink's queue holds for a reader that is behind. Past it,
+newer ``ToolProgress``, ``ToolUpdate`` and ``NestedEvent`` events are dropped (and
+counted); ``ToolCallStart`` and ``ToolCallEnd`` are still queued, two per call at most."""
+
+DRAIN_GRACE = 1.0
+"""Seconds ``execute``, once its calls are done, waits for a channel's reader to take the
+next queued event before it considers the reader stuck and drops what is left."""
+
+_LIFECYCLE = (ToolCallStart, ToolCallEnd)
+
+
+class _State(enum.Enum):
+    OPEN = "open"  # events are queued and delivered
+    CLOSING = "closing"  # execute is done: deliver what is queued while the reader takes it
+    DEAD = "dead"  # the reader is gone or stuck: every event is dropped, silently
+
+
 @attrs.define(eq=False)
 class _Slot:
     event: ToolEvent
     key: tuple[str, str] | None
 
 
+@final
 @attrs.define(eq=False)
 class ChannelEmitter:
-    """Feeds a memory channel without ever blocking the emitter (see module docstring)."""
+    """Feeds a memory channel without ever blocking the emitter (see module docstring).
+
+    ``execute`` starts ``pump`` in a nursery, emits, calls ``close`` and waits for
+    ``pump`` to return; ``close`` bounds that wait by ``DRAIN_GRACE`` per event.
+    """
 
     channel: trio.MemorySendChannel[Any]
     _queue: deque[_Slot] = attrs.Factory(deque)
+    # The waiting slot of each call's progress (and update) that a newer one replaces; a
+    # slot leaves this table once the pump starts sending it, so nothing overtakes it.
     _pending: dict[tuple[str, str], _Slot] = attrs.Factory(dict)
     _wakeup: trio.Event = attrs.Factory(trio.Event)
-    _sending: bool = False
-    _closed: bool = False
-    _dead: bool = False
+    _state: _State = _State.OPEN
+    _pump_exited: bool = False
+    _send_scope: trio.CancelScope | None = None
+    _overflowed: int = 0
 
     def emit(self, event: ToolEvent) -> None:
-        if self._dead:
+        if self._state is _State.DEAD:
             return
-        if not self._queue and not self._sending:
+        if not self._queue:
+            # Nothing is waiting ahead of it, so going straight in overtakes nothing.
             try:
                 self.channel.send_nowait(event)
-                return
             except trio.WouldBlock:
                 pass
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._dead = True
+                self._die()
+                return
+            else:
                 return
         key = None
         if isinstance(event, (ToolProgress, ToolUpdate)):
@@ -151,6 +193,9 @@ class ChannelEmitter:
             if waiting is not None:
                 waiting.event = event
                 return
+        if len(self._queue) >= MAX_QUEUED_EVENTS and not isinstance(event, _LIFECYCLE):
+            self._overflowed += 1
+            return
         slot = _Slot(event, key)
         if key is not None:
             self._pending[key] = slot
@@ -158,29 +203,109 @@ class ChannelEmitter:
         self._wakeup.set()
 
     def close(self) -> None:
-        """No more events will come; the pump returns once the queue is drained."""
-        self._closed = True
+        """No more events will come from the calls. The pump delivers what is queued for as
+        long as the reader keeps taking events, then returns; if it already returned
+        (cancelled), what fits in the channel now is sent and the rest dropped."""
+        if self._state is not _State.OPEN:
+            return
+        self._state = _State.CLOSING
+        if self._pump_exited:
+            self._finish(stuck=False)
+            return
+        if self._send_scope is not None:
+            # The pump may have waited on this reader for the whole run; from now on,
+            # each event gets DRAIN_GRACE.
+            self._send_scope.deadline = trio.current_time() + DRAIN_GRACE
         self._wakeup.set()
 
     async def pump(self) -> None:
-        while True:
-            while not self._queue:
-                if self._closed or self._dead:
+        """Feed the queue into the channel, in order, until ``close`` and an empty queue,
+        a closed receiver, or a reader that takes nothing for ``DRAIN_GRACE`` after
+        ``close``."""
+        try:
+            while self._state is not _State.DEAD:
+                if not self._queue:
+                    if self._state is _State.CLOSING:
+                        return
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    continue
+                # The head stays queued while it is sent: if the send is cancelled, it is
+                # still first in line for whatever delivers next.
+                slot = self._queue[0]
+                self._unpend(slot)
+                with trio.CancelScope() as scope:
+                    self._send_scope = scope
+                    if self._state is _State.CLOSING:
+                        scope.deadline = trio.current_time() + DRAIN_GRACE
+                    try:
+                        await self.channel.send(slot.event)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        self._die()
+                        return
+                self._send_scope = None
+                # Checked after the scope exits: cancelled_caught is True only for our own
+                # deadline, never for a cancelled execute.
+                if scope.cancelled_caught:
+                    self._finish(stuck=True)
                     return
-                self._wakeup = trio.Event()
-                await self._wakeup.wait()
-            slot = self._queue.popleft()
-            if slot.key is not None:
-                del self._pending[slot.key]
-            if self._dead:
-                continue
-            self._sending = True
+                self._queue.popleft()
+        finally:
+            self._send_scope = None
+            self._pump_exited = True
+            # On cancellation (a cancelled execute) the calls may still be reporting their
+            # ends: push what fits now, and leave the rest for close().
+            self._push_nowait()
+            if self._state is _State.CLOSING:
+                self._finish(stuck=False)
+
+    def _unpend(self, slot: _Slot) -> None:
+        if slot.key is not None and self._pending.get(slot.key) is slot:
+            del self._pending[slot.key]
+
+    def _push_nowait(self) -> None:
+        while self._queue and self._state is not _State.DEAD:
             try:
-                await self.channel.send(slot.event)
+                self.channel.send_nowait(self._queue[0].event)
+            except trio.WouldBlock:
+                return
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._dead = True
-            finally:
-                self._sending = False
+                self._die()
+                return
+            self._unpend(self._queue.popleft())
+
+    def _die(self) -> None:
+        # The receiver is closed: nobody is listening, so nothing is worth a warning.
+        self._state = _State.DEAD
+        self._queue.clear()
+        self._pending.clear()
+
+    def _finish(self, *, stuck: bool) -> None:
+        """Send what fits without waiting, drop the rest, and say once what was lost."""
+        if self._state is _State.DEAD:
+            return
+        self._push_nowait()
+        left = len(self._queue)
+        self._die()
+        problems = []
+        if self._overflowed:
+            problems.append(
+                f"{self._overflowed} progress, update or nested events arrived while "
+                f"{MAX_QUEUED_EVENTS} were already waiting"
+            )
+        if left and stuck:
+            problems.append(
+                f"{left} events were still queued when the reader took nothing for "
+                f"{DRAIN_GRACE:g} s after the calls had ended"
+            )
+        elif left:
+            problems.append(f"{left} events did not fit in the channel when execute was cancelled")
+        if problems:
+            logger.warning(
+                "satsuma dropped %d tool events for an event channel whose reader fell behind: %s",
+                self._overflowed + left,
+                "; ".join(problems),
+            )
 
 
 def make_emitter(sink: object) -> CallbackEmitter | ChannelEmitter | None:
