@@ -128,16 +128,20 @@ async def test_a_before_call_that_raises_denies_the_call() -> None:
     assert ran == []
 
 
-async def test_an_after_call_that_raises_hides_the_content() -> None:
+async def test_an_after_call_that_raises_withholds_the_content_and_says_the_tool_ran() -> None:
     class Broken(ToolHook):
         def after_call(self, call: ToolCall, outcome: ToolOutcome) -> Any:
             raise RuntimeError("redactor crashed")
 
     outcome = await run_with(Broken())
     assert "hunter2" not in str(outcome.content)
-    assert (
-        outcome.content == "Error: Denied: after_call hook failed: RuntimeError: redactor crashed"
+    # Fail closed, but truthfully: a model told "Denied" alone would believe the side
+    # effect never happened, and do it again.
+    assert outcome.content == (
+        "Error: Denied: echo ran, but its result was withheld: "
+        "after_call hook failed: RuntimeError: redactor crashed"
     )
+    assert outcome.error_kind == "denied"
     assert ran == [{"text": "hi"}]
 
 

@@ -22,6 +22,7 @@ import jsonschema.exceptions
 import jsonschema.validators
 
 from .._exceptions import ToolDefinitionError
+from .._jsonvalue import json_problem
 from ._spec import bound_text, enum_text, expected_text, length_text, missing_text
 
 __all__ = ["RawSchema", "compile_input_schema"]
@@ -62,6 +63,10 @@ class RawSchema:
             for key, value in arguments.items()
             if not (value is None and key in self._null_means_absent)
         }
+        # jsonschema takes NaN for a number within any bounds; JSON cannot carry it back.
+        problem = json_problem(cleaned, "")
+        if problem is not None:
+            return cleaned, [problem]
         errors: list[str] = []
         for error in self._validator.iter_errors(cleaned):
             text = _text(error, errors)

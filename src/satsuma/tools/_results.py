@@ -12,6 +12,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from .._codec import tool_result_block
+from .._jsonvalue import JsonProblem, plain_json
 
 __all__ = [
     "ErrorKind",
@@ -118,7 +119,7 @@ def error_outcome(
 
 
 def failed_text(reason: str) -> str:
-    return f"Error: {reason}"
+    return f"Error: {_safe_str(reason)}"
 
 
 def unknown_tool_text(name: str) -> str:
@@ -141,6 +142,16 @@ def denied_text(reason: str) -> str:
     return f"Error: Denied: {reason}"
 
 
+def withheld_text(tool_name: str, problem: str) -> str:
+    """An after_call hook failed: the tool did run, so the model must not read that it
+    did not (it would do it again), but what it returned is not let through."""
+    return f"Error: Denied: {tool_name} ran, but its result was withheld: {problem}"
+
+
+def cancelled_text(why: str) -> str:
+    return f"Error: Cancelled: {why} before this tool finished."
+
+
 def capability_denied_text(capability: str) -> str:
     return f"Error: Tool capability denied: {capability}"
 
@@ -155,20 +166,38 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def _safe_str(value: object) -> str:
+    # A user object whose __str__ raises (or returns a non-str) must not take the
+    # runner down with it: the text then says so, and what it is.
+    try:
+        text = str(value)
+    except Exception as exc:
+        return f"<{type(value).__name__} whose str() failed: {type(exc).__name__}>"
+    return text
+
+
 def describe_exception(exc: BaseException) -> str:
-    """``ExcType: message``; an exception group by its leaves, joined with ``; ``."""
+    """``ExcType: message``; an exception group by its leaves, joined with ``; ``.
+
+    Never raises: an exception whose ``__str__`` fails is named by its type alone."""
     parts = []
     for leaf in leaf_exceptions(exc):
-        message = str(leaf)
-        parts.append(f"{type(leaf).__name__}: {message}" if message else type(leaf).__name__)
+        name = type(leaf).__name__
+        try:
+            message = str(leaf)
+        except Exception:
+            parts.append(f"{name} (its message could not be read)")
+            continue
+        parts.append(f"{name}: {message}" if message else name)
     return "; ".join(parts)
 
 
 def crash_details(exc: BaseException) -> dict[str, Any]:
-    return {
-        "exception": type(exc).__name__,
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception as failure:  # traceback's own guards cover __str__, not every hostile object
+        text = f"<the traceback could not be formatted: {type(failure).__name__}>"
+    return {"exception": type(exc).__name__, "traceback": text}
 
 
 # --- Normalisation of whatever run returned. ---------------------------------------------
@@ -187,16 +216,47 @@ def _short_repr(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_IMAGE_TYPES: Final = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def _image_problem(index: int, source: Mapping[str, Any]) -> str | None:
+    """What the API would refuse in an image block's source, decided before it is sent."""
+    kind = source.get("type")
+    where = f"content block {index} (image)"
+    if kind == "base64":
+        if source.get("media_type") not in _IMAGE_TYPES:
+            return (
+                f"{where} must have a media_type among {', '.join(_IMAGE_TYPES)}, "
+                f"got: {_short_repr(source.get('media_type'))}"
+            )
+        if not isinstance(source.get("data"), str):
+            return (
+                f"{where} must have its data as base64 text (a str), got: "
+                + type(source.get("data")).__name__
+            )
+        return None
+    if kind == "url":
+        if not isinstance(source.get("url"), str):
+            return f"{where} must have a str url"
+        return None
+    return f"{where} must have a source of type 'base64' or 'url', got: {_short_repr(kind)}"
+
+
 def _check_content(content: object) -> tuple[Content | None, str | None]:
-    """The content as satsuma stores it, or a problem text."""
+    """The content as satsuma stores it (plain dicts and lists, finite JSON values only),
+    or a problem text naming the type and where it is."""
     if isinstance(content, str):
         return content, None
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return None, (
+            f"content must be a str or a list of content blocks, got: {type(content).__name__}; "
+            "send binary data as base64 text (an image as an image block)"
+        )
     if not isinstance(content, list | tuple):
         return (
             None,
             f"content must be a str or a list of content blocks, got: {_short_repr(content)}",
         )
-    blocks: list[dict[str, Any]] = []
     for index, block in enumerate(content):
         if not isinstance(block, Mapping):
             return None, f"content block {index} must be a dict, got: {_short_repr(block)}"
@@ -205,12 +265,27 @@ def _check_content(content: object) -> tuple[Content | None, str | None]:
             if not isinstance(block.get("text"), str):
                 return None, f"content block {index} (text) must have a str 'text'"
         elif kind == "image":
-            if not isinstance(block.get("source"), Mapping):
+            source = block.get("source")
+            if not isinstance(source, Mapping):
                 return None, f"content block {index} (image) must have a 'source' dict"
+            problem = _image_problem(index, source)
+            if problem is not None:
+                return None, problem
         else:
-            return None, f"content block {index} has type {kind!r}; expected 'text' or 'image'"
-        blocks.append(dict(block))
+            return (
+                None,
+                f"content block {index} has type {_short_repr(kind)}; expected 'text' or 'image'",
+            )
+    try:
+        blocks = plain_json(content, "content")
+    except JsonProblem as problem:
+        return None, str(problem)
     return blocks, None
+
+
+def _tag(raw: tuple[Any, ...]) -> str | None:
+    first = raw[0]
+    return first if isinstance(first, str) else None
 
 
 def normalise(raw: object, call_id: str, tool_name: str, duration: float) -> ToolOutcome:
@@ -218,9 +293,11 @@ def normalise(raw: object, call_id: str, tool_name: str, duration: float) -> Too
     content: object
     is_error = False
     details: Mapping[str, Any] | None = None
-    if isinstance(raw, str):
-        content = raw
-    elif isinstance(raw, tuple) and raw and raw[0] == "ok" and len(raw) in (2, 3):
+    if isinstance(raw, (str, bytes, bytearray, memoryview)):
+        content = raw  # bytes are refused below, with what to send instead
+    # The tag is compared only once it is known to be a str: an array-like first element
+    # (numpy's) answers == with an array, whose truth value raises.
+    elif isinstance(raw, tuple) and len(raw) in (2, 3) and _tag(raw) == "ok":
         content = raw[1]
         if len(raw) == 3:
             if not isinstance(raw[2], bool):
@@ -234,7 +311,7 @@ def normalise(raw: object, call_id: str, tool_name: str, duration: float) -> Too
                     duration=duration,
                 )
             is_error = raw[2]
-    elif isinstance(raw, tuple) and len(raw) == 2 and raw[0] == "error":
+    elif isinstance(raw, tuple) and len(raw) == 2 and _tag(raw) == "error":
         reason = raw[1]
         if not isinstance(reason, str):
             return error_outcome(

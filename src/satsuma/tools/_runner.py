@@ -4,7 +4,11 @@ Each call runs in its own task (one nursery per unit of the strategy) and its ow
 scope, whose deadline is the tool's ``timeout`` or else the runner's. Whatever happens
 inside — a return of any form, ToolError, a crash, an exception group, a hang, a result
 that is not a result — becomes one ToolOutcome; nothing a tool does reaches its siblings.
-``trio.Cancelled``, ``KeyboardInterrupt`` and ``SystemExit`` are never captured.
+``KeyboardInterrupt``, ``SystemExit`` and a ``trio.Cancelled`` that belongs to a scope
+really being cancelled are never captured; any other BaseException a tool raises
+(``asyncio.CancelledError``, ``GeneratorExit``, a stale ``Cancelled`` re-raised while
+nothing is cancelling the call) is that call's crash. ``docs/failure-semantics.md`` lists
+every case and what the model reads.
 
 With an OpenTelemetry TracerProvider configured, each call is an ``execute_tool`` span
 (see ``satsuma._telemetry``), current while the call's hooks and tool run.
@@ -16,7 +20,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from os import PathLike, fspath
 from pathlib import Path
 from typing import Any, Protocol, final
@@ -27,6 +31,7 @@ from opentelemetry.trace import Tracer
 
 from .. import _telemetry
 from .._exceptions import ToolDefinitionError, ToolError
+from .._jsonvalue import MAX_DEPTH, json_problem
 from ._calls import ToolCall, as_call
 from ._context import ToolContext
 from ._events import ChannelEmitter, Emitter, EventSink, ToolCallEnd, ToolCallStart, make_emitter
@@ -34,6 +39,7 @@ from ._hooks import CompiledHook, Deny, Rewrite, compile_hooks
 from ._results import (
     SKIPPED_TEXT,
     ToolOutcome,
+    cancelled_text,
     capability_denied_text,
     crash_details,
     crashed_text,
@@ -42,19 +48,28 @@ from ._results import (
     error_outcome,
     failed_text,
     invalid_args_text,
-    leaf_exceptions,
     normalise,
     timeout_text,
     truncate,
     unknown_tool_text,
+    withheld_text,
 )
 from ._spec import expected_text
 from ._strategies import Strategy, StrategyName, as_strategy
 from ._tool import FunctionTool, Tool, ToolDefinition, definition_of
 
-__all__ = ["Interrupt", "ToolRunner"]
+__all__ = ["Interrupt", "OutcomeCallback", "ToolRunner"]
 
 logger = logging.getLogger("satsuma.tools")
+
+OutcomeCallback = Callable[["ToolCall", ToolOutcome], Awaitable[None]]
+
+# What the ToolCallEnd of a call cancelled in flight says; an agent answers the model with
+# its own words for why (the run was cancelled, passed its max_duration...).
+_CANCELLED_IN_FLIGHT = cancelled_text("the call was cancelled")
+# How long the finishing steps of a call that already ran (its after_call hooks, the
+# on_outcome callback) may hold off a cancellation, each.
+_FINISH_SECONDS = 10.0
 
 
 class Interrupt(Protocol):
@@ -138,6 +153,7 @@ class _Environment:
     trio_thread: int
     trio_token: trio.lowlevel.TrioToken
     tracer: Tracer | None  # None: no TracerProvider configured, no spans
+    on_outcome: OutcomeCallback | None
 
 
 def _parse_context(
@@ -247,6 +263,7 @@ class ToolRunner:
         interrupt: Interrupt | None = None,
         events: EventSink | None = None,
         agent: Any = None,
+        on_outcome: OutcomeCallback | None = None,
     ) -> list[ToolOutcome]:
         """Run the calls and return one outcome per call, in call order.
 
@@ -260,8 +277,17 @@ class ToolRunner:
             events: A callback or a trio MemorySendChannel receiving ToolCallStart,
                 ToolProgress, ToolUpdate and ToolCallEnd (overrides the runner's).
             agent: The agent handle given to tools as ``ctx.agent``.
+            on_outcome: Awaited with each call and its final outcome as soon as that is
+                known, before its ToolCallEnd; shielded from cancellation (for at most
+                10 seconds), so that a caller keeps every outcome of a call that
+                finished even when ``execute`` is then cancelled (an agent journals
+                them this way). What it raises is logged and does not change the
+                outcome.
 
-        Cancelling ``execute`` cancels every call still running and returns nothing.
+        Cancelling ``execute`` cancels every call still running and returns nothing;
+        each call cancelled in flight still gets its ToolCallEnd (``error_kind``
+        ``cancelled``), and calls that had finished keep the outcome given to
+        ``on_outcome``.
 
         Raises:
             TypeError: a call, the context or the event sink has the wrong shape.
@@ -279,6 +305,7 @@ class ToolRunner:
             trio_thread=threading.get_ident(),
             trio_token=trio.lowlevel.current_trio_token(),
             tracer=_telemetry.tracer(),
+            on_outcome=on_outcome,
         )
         outcomes: list[ToolOutcome | None] = [None] * len(call_list)
         if isinstance(emitter, ChannelEmitter):
@@ -362,19 +389,62 @@ class ToolRunner:
         emitter = env.emitter
         if emitter is not None:
             emitter.emit(ToolCallStart(tool_use_id=call.id, tool_name=call.name, input=call.input))
+        try:
+            outcome, call = await self._outcome(call, env)
+        except BaseException:
+            # Cancelled in flight (or KeyboardInterrupt): the call still ends, for whoever
+            # watches, before the cancellation goes on.
+            if emitter is not None:
+                cancelled = error_outcome(call.id, call.name, "cancelled", _CANCELLED_IN_FLIGHT)
+                emitter.emit(
+                    ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=cancelled)
+                )
+            raise
+        if emitter is not None:
+            emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=outcome))
+        return outcome
+
+    async def _outcome(self, call: ToolCall, env: _Environment) -> tuple[ToolOutcome, ToolCall]:
+        """The call's final outcome (after truncation and the after_call hooks), given to
+        ``on_outcome``; and the call as it was finally made."""
         start = trio.current_time()
         if env.interrupt is not None and env.interrupt.is_set():
             outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
         else:
-            outcome, call = await self._attempt(call, env, start)
+            try:
+                outcome, call = await self._attempt(call, env, start)
+            except Exception as exc:
+                # Not the tool's failure (that is captured inside): a value nothing
+                # foresaw broke satsuma's own handling of this call. It still gets its
+                # one outcome, and its siblings theirs.
+                logger.error("tool %s (call %s): satsuma failed", call.name, call.id, exc_info=exc)
+                outcome = error_outcome(
+                    call.id,
+                    call.name,
+                    "crashed",
+                    crashed_text(exc),
+                    duration=trio.current_time() - start,
+                    details=crash_details(exc),
+                )
         limit = self._max_result_chars
         if limit is not None:
             outcome = truncate(outcome, limit)
-        if self._after:
-            outcome = await self._run_after(call, outcome)
-        if emitter is not None:
-            emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=outcome))
-        return outcome
+        if not self._after and env.on_outcome is None:
+            return outcome, call
+        # The tool has ended: what it did stays true even if the call is cancelled now,
+        # so the finishing steps are shielded (each one bounded).
+        with trio.CancelScope(shield=True):
+            if self._after:
+                outcome = await self._run_after(call, outcome)
+            if env.on_outcome is not None:
+                with trio.move_on_after(_FINISH_SECONDS):
+                    try:
+                        await env.on_outcome(call, outcome)
+                    except Exception:
+                        logger.exception(
+                            "on_outcome callback failed for call %s; the outcome stands", call.id
+                        )
+        return outcome, call
 
     async def _attempt(
         self, call: ToolCall, env: _Environment, start: float
@@ -388,8 +458,11 @@ class ToolRunner:
         if isinstance(call.input, (str, bytes, bytearray)):
             try:
                 call = attrs.evolve(call, input=json.loads(call.input))
-            except ValueError as exc:
-                problem = f"expected arguments to be an object, got: invalid JSON ({exc})"
+            except (ValueError, RecursionError) as exc:
+                if isinstance(exc, RecursionError):
+                    problem = f"arguments are nested more than {MAX_DEPTH} levels deep"
+                else:
+                    problem = f"expected arguments to be an object, got: invalid JSON ({exc})"
                 return error_outcome(
                     call.id, call.name, "invalid_args", invalid_args_text([problem])
                 ), call
@@ -402,6 +475,11 @@ class ToolRunner:
             return error_outcome(
                 call.id, call.name, "denied", capability_denied_text(min(missing))
             ), call
+        # Before hooks see it: input that cannot go back to the API as JSON (NaN, too
+        # deep, an object) would poison the history and every later request.
+        refused = _input_problem(call)
+        if refused is not None:
+            return refused, call
         ctx = ToolContext(
             tool_use_id=call.id,
             tool_name=call.name,
@@ -422,6 +500,10 @@ class ToolRunner:
             decided = await self._run_before(call, ctx)
             if isinstance(decided, ToolOutcome):
                 return decided, call
+            if decided is not call:
+                refused = _input_problem(decided)
+                if refused is not None:
+                    return refused, decided
             call = decided
             arguments = call.input
         args, errors = definition.check(arguments)
@@ -433,7 +515,7 @@ class ToolRunner:
         timeout = definition.timeout if definition.timeout is not None else self._timeout
         # The tool's deadline counts from when it is entered: hooks have their own.
         deadline = trio.current_time() + timeout if timeout is not None else math.inf
-        crash: Exception | None = None
+        crash: BaseException | None = None
         raw: object = None
         finished = False
         try:
@@ -450,14 +532,17 @@ class ToolRunner:
                         limiter=self._thread_limiter,
                     )
             finished = True
-        except Exception as exc:
-            # Any failure of the tool's own, including an exception group from its own
-            # nursery (what is left of it once our scope has taken its Cancelled out).
+        except BaseException as exc:
+            going_on = _propagating_part(exc)
+            if going_on is exc:
+                raise
+            if going_on is not None:
+                raise going_on from None
+            # The tool's own failure, whatever its class: an exception group from its
+            # own nursery (what is left once our scope took its Cancelled out),
+            # asyncio.CancelledError, GeneratorExit, a stale trio.Cancelled...
             crash = exc
             finished = True
-        except BaseExceptionGroup as group:
-            _reraise_cancelled_part(group)
-            raise
         finally:
             ctx._end(abandoned=not finished or scope.cancel_called)
 
@@ -495,7 +580,12 @@ class ToolRunner:
             try:
                 with trio.fail_after(self._hook_timeout):
                     decision = await hook(call, ctx)
-            except Exception as exc:  # TooSlowError included: the hook overran
+            except BaseException as exc:  # TooSlowError included: the hook overran
+                going_on = _propagating_part(exc)
+                if going_on is exc:
+                    raise
+                if going_on is not None:
+                    raise going_on from None
                 return self._hook_failed(call, hook, "before_call", exc)
             if decision is None:
                 continue
@@ -517,7 +607,12 @@ class ToolRunner:
             try:
                 with trio.fail_after(self._hook_timeout):
                     replaced = await hook(call, outcome)
-            except Exception as exc:  # TooSlowError included: the hook overran
+            except BaseException as exc:  # TooSlowError included: the hook overran
+                going_on = _propagating_part(exc)
+                if going_on is exc:
+                    raise
+                if going_on is not None:
+                    raise going_on from None
                 return self._hook_failed(call, hook, "after_call", exc, duration=outcome.duration)
             if replaced is None:
                 continue
@@ -540,29 +635,60 @@ class ToolRunner:
         exc: BaseException,
         duration: float = 0.0,
     ) -> ToolOutcome:
-        # Fails closed: whatever the hook was guarding, the call does not go through.
+        # Fails closed: whatever the hook was guarding, the call does not go through. After
+        # the call, closed means withheld: the model reads that the tool did run.
         if isinstance(exc, trio.TooSlowError):
             problem = f"{stage} hook timed out after {self._hook_timeout:g}s"
         else:
             problem = f"{stage} hook failed: {describe_exception(exc)}"
         logger.warning("tool %s (call %s): %s", call.name, call.id, problem, exc_info=exc)
+        text = denied_text(problem) if stage == "before_call" else withheld_text(call.name, problem)
         return error_outcome(
             call.id,
             call.name,
             "denied",
-            denied_text(problem),
+            text,
             duration=duration,
             details={"hook": repr(hook.owner), **crash_details(exc)},
         )
 
 
-def _reraise_cancelled_part(group: BaseExceptionGroup[BaseException]) -> None:
-    """A tool's own nursery raised a group holding Cancelled (an outer cancellation) and
-    its own errors: let the cancellation through, and log the errors it would hide."""
-    cancelled, rest = group.split(trio.Cancelled)
-    if cancelled is None or rest is None:
-        return
-    if any(not isinstance(leaf, Exception) for leaf in leaf_exceptions(rest)):
-        return  # KeyboardInterrupt or SystemExit: the whole group goes on
-    logger.warning("a tool failed while being cancelled: %s", describe_exception(rest))
-    raise cancelled
+def _input_problem(call: ToolCall) -> ToolOutcome | None:
+    if not isinstance(call.input, Mapping):
+        return None  # validation names what it is instead of an object
+    problem = json_problem(call.input, "")
+    if problem is None:
+        return None
+    return error_outcome(call.id, call.name, "invalid_args", invalid_args_text([problem]))
+
+
+def _really_cancelled() -> bool:
+    # A task inside a scope that is being cancelled sees an effective deadline of -inf;
+    # a Cancelled raised while it is not (kept from an earlier scope and re-raised) is
+    # stale: nothing is cancelling this call.
+    return trio.current_effective_deadline() == -math.inf
+
+
+def _propagating_part(exc: BaseException) -> BaseException | None:
+    """What of an exception raised by user code (a tool, a hook) must go on past the
+    runner, or None when all of it is that call's failure.
+
+    Only KeyboardInterrupt, SystemExit and a Cancelled of a scope really being
+    cancelled go on; everything else is captured, BaseExceptions included.
+    """
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return exc
+    if isinstance(exc, trio.Cancelled):
+        return exc if _really_cancelled() else None
+    if isinstance(exc, BaseExceptionGroup):
+        stopping, _ = exc.split((KeyboardInterrupt, SystemExit))
+        if stopping is not None:
+            return exc  # the whole group goes on, as a KeyboardInterrupt would
+        cancelled, rest = exc.split(trio.Cancelled)
+        if cancelled is None or not _really_cancelled():
+            return None
+        if rest is not None:
+            # The cancellation goes on; the tool's own errors it would hide are logged.
+            logger.warning("a tool failed while being cancelled: %s", describe_exception(rest))
+        return cancelled
+    return None

@@ -20,6 +20,8 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from .._jsonvalue import json_problem
+
 __all__ = [
     "AnyNode",
     "ArrayNode",
@@ -215,6 +217,11 @@ class NumberNode(_NumericNode):
     def check(self, value: Any, path: str, errors: list[str]) -> Any:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             errors.append(expected_text(path, "number", value))
+            return value
+        # NaN compares False with every bound and no JSON can carry it back to the API.
+        problem = json_problem(value, path)
+        if problem is not None:
+            errors.append(problem)
             return value
         self._bounds(value, path, errors)
         return value
