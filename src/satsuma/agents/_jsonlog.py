@@ -1,12 +1,26 @@
-"""JsonLinesLog: events written to a file as JSON lines, for services to ship and grep."""
+"""JsonLinesLog: events written to a file as JSON lines, for services to ship and grep.
+
+The event is turned into its line on the caller's thread (the trio thread, usually),
+which is cheap; the line then goes to a writer thread that each log has for itself. The
+writer takes whatever has queued up, writes it in one go and flushes once per batch, so
+a slow disk slows the log, never the agents. The queue is bounded by
+``MAX_PENDING_LINES``: a writer that far behind is stuck or hopelessly slow, and holding
+more would only trade the disk's problem for a memory problem.
+"""
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import threading
+import time
+import weakref
 from os import PathLike
 from types import TracebackType
-from typing import IO, final
+from typing import IO, cast, final
+
+import attrs
 
 from ._events import any_event_to_json
 
@@ -14,27 +28,47 @@ __all__ = ["JsonLinesLog"]
 
 logger = logging.getLogger("satsuma.agents")
 
+MAX_PENDING_LINES = 10_000
+"""Lines a log holds for its writer thread; past it, newer events are dropped and counted."""
+
+_EXIT_WAIT = 5.0
+"""Seconds the interpreter's exit waits, for all logs together, for lines still queued in
+logs that were never closed; a file that blocks longer must not hang the exit."""
+
 
 @final
 class JsonLinesLog:
     """An event sink that writes each event as one JSON object on its own line.
 
     Each line is ``satsuma.event_to_json(event)`` (the cattrs form, with the event's class
-    name under ``"type"``), written and flushed at once, so that a reader tailing the file
-    (or a log shipper) sees every event as it happens. Any attrs event will do: pass the
-    log as ``events=`` to ``agent.run``/``agent.resume``, to ``Supervisor(events=...)``,
-    to a ``ToolRunner``, or call it with each event of ``agent.stream``::
+    name under ``"type"``). Any attrs event will do: pass the log as ``events=`` to
+    ``agent.run``/``agent.resume``, to ``Supervisor(events=...)``, to a ``ToolRunner``, or
+    call it with each event of ``agent.stream``::
 
         with satsuma.JsonLinesLog("events.jsonl") as log:
             result = await agent.run("Summarise the report", events=log)
 
-    Writing is synchronous, on the trio thread, as every event callback is: give it a
-    local file, not a network mount.
+    Calling the log never waits for the file. The event is serialised at once, on the
+    caller's thread, and the line is handed to the log's own writer thread, which writes
+    what has queued up in one go and flushes after each batch: a reader tailing the file
+    (or a log shipper) sees each event moments after it happened. ``flush`` waits until
+    every line so far is written; ``close`` (or leaving the ``with`` block) writes what is
+    queued, stops the thread and waits for it. A log that is never closed still writes
+    its queued lines when it is garbage-collected, and at interpreter exit (for up to 5
+    seconds, so a stuck file cannot hang the exit).
 
-    A log never fails a run. If a write fails (a full disk, a closed file), the problem
-    is logged once to the ``satsuma.agents`` logger, that event is lost, and later events
-    are tried again. A value that JSON cannot hold (in a tool's ``details``, say) is
-    written as its ``repr``.
+    A log never fails a run:
+
+    - If a write fails (a full disk, a closed file), the problem is logged once to the
+      ``satsuma.agents`` logger, the lines of that batch are lost, and later lines are
+      tried again.
+    - If the writer falls more than ``MAX_PENDING_LINES`` (10,000) lines behind, newer
+      events are dropped until it catches up; that is logged once, as a warning, and
+      ``dropped`` counts them.
+    - A value that JSON cannot hold (in a tool's ``details``, say) is written as its
+      ``repr``. An event that cannot be serialised at all (a value nested too deeply, a
+      cycle, a ``repr`` that raises) is written as a line with its ``"type"``, its plain
+      fields (ids, names) and ``"unserialisable"``, saying what went wrong.
 
     Args:
         target: A path, opened for appending (created if missing) and closed by
@@ -49,63 +83,62 @@ class JsonLinesLog:
 
     def __init__(self, target: str | PathLike[str] | IO[str], *, encoding: str = "utf-8") -> None:
         if isinstance(target, (str, PathLike)):
-            self._file: IO[str] = open(target, "a", encoding=encoding)  # noqa: SIM115  # closed by close()
-            self._owns_file = True
+            file: IO[str] = open(target, "a", encoding=encoding)  # noqa: SIM115  # closed by the writer
+            owns_file = True
         elif callable(getattr(target, "write", None)):
-            self._file = target
-            self._owns_file = False
+            file = target
+            owns_file = False
         else:
             raise TypeError(
                 f"JsonLinesLog takes a path or a text file object, got: {type(target).__name__}"
             )
+        self._file = file
         self._closed = False
-        self._failure_logged = False
+        self._writer = _Writer(file, owns_file=owns_file)
+        # The writer must not refer back to the log, or the log would never be collected.
+        self._finalizer = weakref.finalize(self, self._writer.stop)
+        self._finalizer.atexit = False  # _write_queued_lines_at_exit waits for it instead
 
     @property
     def closed(self) -> bool:
         """Whether ``close`` has been called (events are then dropped, and logged once)."""
         return self._closed
 
+    @property
+    def dropped(self) -> int:
+        """How many events were dropped because the writer was ``MAX_PENDING_LINES``
+        behind."""
+        return self._writer.dropped
+
     def __call__(self, event: object) -> None:
-        """Write one event as a line.
+        """Serialise one event and queue its line for the writer thread; never waits for
+        the file.
 
         Raises:
             TypeError: ``event`` is not an attrs event (a caller's mistake, not I/O).
         """
-        line = json.dumps(any_event_to_json(event), ensure_ascii=False, default=repr) + "\n"
+        line = _line(event)
         if self._closed:
-            self._failed(ValueError("the log is closed"))
+            self._writer.failed(ValueError("the log is closed"))
             return
-        try:
-            self._file.write(line)
-            self._file.flush()
-        except (OSError, ValueError) as exc:  # ValueError: the file object was closed
-            self._failed(exc)
+        self._writer.put(line)
 
-    def _failed(self, exc: Exception) -> None:
-        if self._failure_logged:
-            return
-        self._failure_logged = True
-        name = getattr(self._file, "name", repr(self._file))
-        logger.error(
-            "JsonLinesLog could not write to %s: %s; events are being lost (logged once)",
-            name,
-            exc,
-        )
+    def flush(self) -> None:
+        """Wait until every line queued so far is written and flushed (or lost to a failed
+        write). This blocks the calling thread on the file: a service calls it where it
+        may wait, for instance before handing the file to someone else."""
+        self._writer.wait_written()
 
     def close(self) -> None:
-        """Close the file if the log opened it, else flush it. Calling it again does
+        """Write every queued line, then close the file if the log opened it, else flush
+        it; the writer thread has ended when this returns. Calling it again does
         nothing."""
         if self._closed:
             return
         self._closed = True
-        try:
-            if self._owns_file:
-                self._file.close()
-            else:
-                self._file.flush()
-        except (OSError, ValueError) as exc:
-            self._failed(exc)
+        self._finalizer.detach()
+        self._writer.stop()
+        self._writer.join()
 
     def __enter__(self) -> JsonLinesLog:
         return self
@@ -121,3 +154,166 @@ class JsonLinesLog:
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
         return f"<JsonLinesLog {getattr(self._file, 'name', self._file)!r}{state}>"
+
+
+def _line(event: object) -> str:
+    try:
+        return json.dumps(any_event_to_json(event), ensure_ascii=False, default=repr) + "\n"
+    except Exception as exc:
+        if not attrs.has(type(event)):
+            raise  # not an event: any_event_to_json's TypeError, the caller's mistake
+        # A log never fails a run, and a lost line would hide that the event happened.
+        return _unserialisable_line(event, exc)
+
+
+def _unserialisable_line(event: object, exc: Exception) -> str:
+    data: dict[str, object] = {"type": type(event).__name__}
+    # Only called for attrs events: _line re-raises for anything else.
+    for field in attrs.fields(cast("type[attrs.AttrsInstance]", type(event))):
+        value = getattr(event, field.name, None)
+        # Exact types only: a subclass could carry the very problem being reported.
+        if value is None or type(value) in (str, int, bool):
+            data[field.name] = value
+    try:
+        problem = f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose __str__ raises still has a type
+        problem = type(exc).__name__
+    data["unserialisable"] = f"this event could not be written as JSON: {problem}"
+    return json.dumps(data, ensure_ascii=False) + "\n"
+
+
+@final
+class _Writer:
+    """A log's writer thread and the queue it takes lines from.
+
+    Every method but ``_run`` is called from the log's callers; ``_run`` is the thread.
+    """
+
+    def __init__(self, file: IO[str], *, owns_file: bool) -> None:
+        self._file = file
+        self._owns_file = owns_file
+        self._name = getattr(file, "name", repr(file))
+        lock = threading.Lock()
+        self._lock = lock
+        self._has_lines = threading.Condition(lock)  # the thread waits on this
+        self._progress = threading.Condition(lock)  # flush waits on this
+        self._lines: list[str] = []
+        self._stopping = False
+        self._finished = False
+        self._queued = 0  # lines accepted so far
+        self._written = 0  # lines written, or lost to a failed write, so far
+        self.dropped = 0
+        self._failure_logged = False
+        self._thread = threading.Thread(target=self._run, name="satsuma JsonLinesLog", daemon=True)
+        with _running_lock:
+            _running.add(self)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        with self._lock:
+            if self._stopping:
+                closed = True
+            elif len(self._lines) >= MAX_PENDING_LINES:
+                closed = False
+                self.dropped += 1
+                if self.dropped > 1:
+                    return
+            else:
+                self._lines.append(line)
+                self._queued += 1
+                self._has_lines.notify()
+                return
+        # Logged outside the lock: a logging handler may be slow too.
+        if closed:
+            self.failed(ValueError("the log is closed"))
+        else:
+            logger.warning(
+                "JsonLinesLog writer for %s is %d lines behind; newer events are dropped "
+                "until it catches up (logged once; JsonLinesLog.dropped counts them)",
+                self._name,
+                MAX_PENDING_LINES,
+            )
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._failure_logged:
+                return
+            self._failure_logged = True
+        logger.error(
+            "JsonLinesLog could not write to %s: %s; events are being lost (logged once)",
+            self._name,
+            exc,
+        )
+
+    def wait_written(self) -> None:
+        with self._lock:
+            target = self._queued
+            while self._written < target and not self._finished:
+                self._progress.wait()
+
+    def stop(self) -> None:
+        """Let the thread write what is queued and end; does not wait for it."""
+        with self._lock:
+            self._stopping = True
+            self._has_lines.notify()
+
+    def join(self, timeout: float | None = None) -> None:
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not self._lines and not self._stopping:
+                        self._has_lines.wait()
+                    batch, self._lines = self._lines, []
+                if not batch:
+                    return  # stopping, and everything queued is written
+                self._write("".join(batch))
+                with self._lock:
+                    self._written += len(batch)
+                    self._progress.notify_all()
+        finally:
+            self._end()
+
+    def _write(self, text: str) -> None:
+        try:
+            self._file.write(text)
+            self._file.flush()
+        # Any Exception: a file object of the caller's may raise anything, and an
+        # exception here would end the thread with the queue still filling up.
+        except Exception as exc:
+            self.failed(exc)
+
+    def _end(self) -> None:
+        try:
+            if self._owns_file:
+                self._file.close()
+            else:
+                self._file.flush()
+        except Exception as exc:
+            self.failed(exc)
+        finally:
+            with self._lock:
+                self._finished = True
+                self._progress.notify_all()
+            with _running_lock:
+                _running.discard(self)
+
+
+# Writers whose thread still runs. Their threads are daemons so that a log never closed
+# cannot hang the exit; this hook gives them a bounded moment to write what they hold.
+_running: set[_Writer] = set()
+_running_lock = threading.Lock()
+
+
+@atexit.register
+def _write_queued_lines_at_exit() -> None:
+    with _running_lock:
+        writers = list(_running)
+    for writer in writers:
+        writer.stop()
+    deadline = time.monotonic() + _EXIT_WAIT
+    for writer in writers:
+        writer.join(max(0.0, deadline - time.monotonic()))
