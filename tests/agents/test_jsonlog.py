@@ -248,6 +248,28 @@ async def test_a_writer_far_behind_drops_newer_events_counts_them_and_says_so_on
     assert log.dropped == 7
 
 
+async def test_an_agent_run_completes_while_the_logs_file_is_stuck() -> None:
+    stuck = _StuckFile()
+    log = JsonLinesLog(stuck)
+    seen: list[Any] = []
+
+    def both(event: Any) -> None:
+        seen.append(event)
+        log(event)
+
+    try:
+        async with satsuma.open_agent(Echo, model=script()) as agent:
+            result = await agent.run("shout hi", events=both)
+        assert result.status == "completed"
+        assert stuck.getvalue() == ""  # nothing written yet: the file is still stuck
+    finally:
+        stuck.release.set()
+    log.close()
+    lines = [json.loads(line) for line in stuck.getvalue().splitlines()]
+    assert lines == [event_to_json(event) for event in seen]
+    assert lines[-1]["type"] == "RunEnd"
+
+
 def new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread not in before]
 
