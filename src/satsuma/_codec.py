@@ -458,7 +458,7 @@ class StreamAccumulator:
         text = "".join(self._json.pop(index))
         try:
             value = json.loads(text) if text.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what json can read
             value = None
         if isinstance(value, dict):
             self._blocks[index]["input"] = value

@@ -133,14 +133,18 @@ async def test_deadline_exceeded_mid_tool_leaves_a_valid_history(
     assert result.error == "max_duration of 5s exceeded"
     assert trio.current_time() == 5
     check_conversation(history)
-    answered = {r["tool_use_id"]: r for r in history[-1].tool_results}
-    assert len(answered) == 2
-    assert all(r["is_error"] for r in answered.values())
-    assert all(
-        r["content"]
-        == "Error: Cancelled: the run passed its max_duration before this tool finished."
-        for r in answered.values()
+    slow, lookup = history[-1].tool_results
+    # Only the call still running is cancelled; the one that finished keeps its result.
+    assert slow["is_error"]
+    assert slow["content"] == (
+        "Error: Cancelled: the run passed its max_duration before this tool finished."
     )
+    assert lookup == {
+        "type": "tool_result",
+        "tool_use_id": lookup["tool_use_id"],
+        "content": "k=42",
+        "is_error": False,
+    }
 
 
 async def test_a_model_error_fails_the_run_and_the_agent_goes_on() -> None:
@@ -449,18 +453,64 @@ async def test_a_verifier_that_raises_is_a_retry_and_retries_stop_at_max_iterati
     check_conversation(history)
 
 
-async def test_loop_guard_nudges_then_fails(autojump_clock: trio.abc.Clock) -> None:
+async def test_loop_guard_refuses_once_with_an_explanation_then_fails(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     same = ("lookup", {"key": "same"})
     model = ScriptedModel([Reply(tool_calls=[same]) for _ in range(5)])
     result, history = await run_once(model)
     assert result.status == "failed"
-    assert result.error == "Loop guard: lookup was called 4 times in a row with the same arguments"
+    assert result.error == "Loop guard: the same request (lookup) came 5 turns in a row"
     assert log == ["lookup same"] * 3
-    third = history[6].tool_results[0]["content"]
-    assert third.startswith("same=42\n\nNote: this is call 3 in a row to lookup")
+    assert [history[i].tool_results[0]["content"] for i in (2, 4, 6)] == ["same=42"] * 3
+    # The fourth turn is not run; the model reads why, and may change course.
     fourth = history[8].tool_results[0]
     assert fourth["is_error"]
+    assert fourth["content"].startswith(
+        "Error: Loop guard: this same request (lookup) came 4 turns in a row, so it was not run."
+    )
+    fifth = history[10].tool_results[0]
+    assert fifth["content"] == (
+        "Error: Loop guard: the same request (lookup) came 5 turns in a row; the run is stopped."
+    )
     check_conversation(history)
+
+
+async def test_the_model_that_changes_course_after_the_loop_guard_goes_on(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    same = ("lookup", {"key": "same"})
+    model = ScriptedModel(
+        [
+            *(Reply(tool_calls=[same]) for _ in range(4)),
+            Reply(tool_calls=[("lookup", {"key": "x"})]),
+            "done",
+        ]
+    )
+    result, history = await run_once(model)
+    assert result.status == "completed"
+    assert log == ["lookup same"] * 3 + ["lookup x"]
+    check_conversation(history)
+
+
+@pytest.mark.parametrize("count", [5, 20])
+async def test_identical_calls_in_one_turn_are_not_a_loop(
+    autojump_clock: trio.abc.Clock, count: int
+) -> None:
+    roll = ("lookup", {"key": "d6"})
+    model = ScriptedModel([Reply(tool_calls=[roll] * count), "rolled"])
+    result, history = await run_once(model)
+    assert result.status == "completed"
+    assert log == ["lookup d6"] * count
+    assert [r["content"] for r in history[2].tool_results] == ["d6=42"] * count
+
+
+async def test_the_same_parallel_turn_repeated_is_a_loop(autojump_clock: trio.abc.Clock) -> None:
+    turn = [("lookup", {"key": "a"}), ("lookup", {"key": "b"})]
+    model = ScriptedModel([Reply(tool_calls=turn) for _ in range(5)])
+    result, _ = await run_once(model)
+    assert result.status == "failed"
+    assert sorted(log) == ["lookup a"] * 3 + ["lookup b"] * 3
 
 
 async def test_loop_guard_resets_when_arguments_change(autojump_clock: trio.abc.Clock) -> None:

@@ -381,3 +381,49 @@ async def test_two_hundred_agents_on_one_sqlite_store_lose_nothing(tmp_path: Pat
             assert stored[-1].text == f"agent {n} done"
             (record,) = await store.runs(f"a{n}")
             assert record.status == "completed"
+
+
+class _FailingJournal(MemoryStore):
+    """A store whose journal fails, on start or on finish, as a full disk would."""
+
+    def __init__(self, fail_on: str) -> None:
+        super().__init__()
+        self.fail_on = fail_on
+
+    async def call_started(self, run_id: str, tool_use_id: str, tool_name: str, input: Any) -> None:
+        if self.fail_on == "start":
+            raise satsuma.StoreError("journal", "disk full")
+        await super().call_started(run_id, tool_use_id, tool_name, input)
+
+    async def call_finished(self, run_id: str, tool_use_id: str, **outcome: Any) -> None:
+        if self.fail_on == "finish":
+            raise satsuma.StoreError("journal", "disk full")
+        await super().call_finished(run_id, tool_use_id, **outcome)
+
+
+async def test_a_journal_that_cannot_record_a_start_fails_the_run_before_any_tool_runs() -> None:
+    # The model never reads a "Denied" for a store problem: the run fails, truthfully.
+    store = _FailingJournal("start")
+    model = ScriptedModel([Reply(tool_calls=[("send_email", {"to": "bob"})]), "never"])
+    async with satsuma.open_agent(Secretary, model=model, store=store, agent_id="s") as agent:
+        result = await agent.run("mail bob")
+        history = agent.history
+    assert result.status == "failed"
+    assert result.error == "Store journal: disk full"
+    assert side_effects == []
+    assert not any("Denied" in str(m.content) for m in history)
+    check_conversation(history)
+    assert history[-1].tool_results[0]["content"] == (
+        "Error: Cancelled: the run failed on a store error before this tool finished."
+    )
+
+
+async def test_a_journal_that_cannot_record_an_outcome_leaves_the_outcome_standing() -> None:
+    store = _FailingJournal("finish")
+    model = ScriptedModel([Reply(tool_calls=[("send_email", {"to": "bob"})]), "Sent."])
+    async with satsuma.open_agent(Secretary, model=model, store=store, agent_id="s") as agent:
+        result = await agent.run("mail bob")
+        history = agent.history
+    assert result.status == "completed"
+    assert history[2].tool_results[0]["content"] == "sent to bob"
+    check_conversation(history)

@@ -115,14 +115,11 @@ class Actor:
         self.model_id = resolve_model(spec.model) or spec.model
         self.persistence = Persistence(store, agent_id) if store is not None else None
         self.interrupted: list[RunRecord] = []
-        self.extra_hooks = (
-            [self.persistence.journal(self._current_run_id)] if self.persistence else []
-        )
         # Tool servers list their tools once running: until serve() has started them,
         # the runner holds the other tools only.
         self.tool_sources = spec.tool_sources
         self.source_generations: tuple[int, ...] | None = None
-        self.runner = spec.make_runner(self.extra_hooks, with_sources=not self.tool_sources)
+        self.runner = spec.make_runner(with_sources=not self.tool_sources)
         self.tool_schemas = tuple(self.runner.schemas())
         self.verifiers = [check for check in map(as_check, spec.verifiers) if check is not None]
         self.context = dict(context or {})
@@ -171,9 +168,6 @@ class Actor:
         """
         if self.persistence is not None:
             await self.persistence.flush(self.history)
-
-    def _current_run_id(self) -> str:
-        return self.current.run_id if self.current is not None else ""
 
     def take_steering(self) -> list[str]:
         texts, self.steering = self.steering, []
@@ -225,7 +219,7 @@ class Actor:
         generations = tuple(getattr(source, "generation", 0) for source in self.tool_sources)
         if generations == self.source_generations:
             return
-        self.runner = self.spec.make_runner(self.extra_hooks)
+        self.runner = self.spec.make_runner()
         self.tool_schemas = tuple(self.runner.schemas())
         self.source_generations = generations
 

@@ -45,24 +45,12 @@ class AgentSpec:
         """The tools entries that are servers of tools (MCP servers), not tools."""
         return tuple(item for item in self.tools if is_tool_source(item))
 
-    def make_runner(
-        self, extra_hooks: Sequence[object] = (), *, with_sources: bool = True
-    ) -> ToolRunner:
-        """A fresh runner, with fresh instances of tool classes, for one agent;
-        ``extra_hooks`` run after the declared hooks. ``with_sources=False`` leaves out
-        the tools of tool servers (which list their tools only once running)."""
-        options = dict(self.runner_options)
-        if extra_hooks:
-            declared = options.get("hooks")
-            if declared is None:
-                declared_list: list[object] = []
-            elif isinstance(declared, (list, tuple)):
-                declared_list = list(declared)
-            else:
-                declared_list = [declared]
-            options["hooks"] = [*declared_list, *extra_hooks]
+    def make_runner(self, *, with_sources: bool = True) -> ToolRunner:
+        """A fresh runner, with fresh instances of tool classes, for one agent.
+        ``with_sources=False`` leaves out the tools of tool servers (which list their
+        tools only once running)."""
         tools = self.tools if with_sources else [t for t in self.tools if not is_tool_source(t)]
-        return ToolRunner(tools, timeout=self.tool_timeout, **options)
+        return ToolRunner(tools, timeout=self.tool_timeout, **self.runner_options)
 
 
 def is_tool_source(item: object) -> bool:
@@ -82,9 +70,9 @@ class Agent:
     - ``tool_timeout`` (the runner's default deadline, 120 s), ``strategy``,
       ``max_concurrency``, ``hooks``: the ToolRunner options;
     - ``verifiers``: Verifier classes or instances, or functions;
-    - ``loop_guard``: after this many identical calls in a row (same tool, same
-      arguments) the model is warned, and one more ends the run as failed (default 3;
-      None turns it off);
+    - ``loop_guard``: after this many turns in a row with the same request (the same
+      calls, the same arguments) the next such request is refused with an explanation,
+      and one more ends the run as failed (default 3; None turns it off);
     - ``history``: a HistoryProcessor (default KeepAll());
     - ``mailbox_size``: how many requests may wait for the agent (default 16);
     - ``resume_interrupted``: with a store, resume the runs a crash or a kill

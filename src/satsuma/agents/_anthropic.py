@@ -28,6 +28,7 @@ from .._exceptions import ModelError
 from .._messages import Usage
 from ..tools import ToolCall
 from ._model import ModelListener, ModelRequest, ModelResponse
+from ._responses import checked_response
 
 if TYPE_CHECKING:
     import anthropic
@@ -189,13 +190,20 @@ class AnthropicModel:
                         continue
                     try:
                         event = json.loads(sse.data)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         failure = ModelError(
                             f"stream interrupted: an event is not JSON: {sse.data[:100]!r}",
                             retryable=True,
                         )
                         continue
-                    accumulator.feed(event)
+                    try:
+                        accumulator.feed(event)
+                    except _MALFORMED as exc:
+                        # An event that does not have the shape of the API's (a delta for
+                        # a block never started, nesting no parser survives): a bad
+                        # response to retry, not a bug of the agent's to crash it.
+                        failure = _malformed(exc)
+                        continue
                     if accumulator.error is not None:
                         failure = _stream_error(accumulator.error)
         except anthropic.APIStatusError as exc:
@@ -220,26 +228,43 @@ def _feed_whole(accumulator: _codec.StreamAccumulator, body: bytes) -> None:
     it reads a stream's."""
     try:
         accumulator.feed_message(json.loads(body))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except _MALFORMED as exc:
         raise ModelError(
-            f"the API's answer is not a message: {type(exc).__name__}: {exc}", retryable=True
+            f"the API's answer is not a message: {_describe(exc)}", retryable=True
         ) from exc
 
 
+_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply to read"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _malformed(exc: Exception) -> ModelError:
+    return ModelError(f"malformed response: {_describe(exc)}", retryable=True)
+
+
 def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelResponse:
+    """The response, checked as it may enter the history: a malformed one (two calls
+    with one id, say) is a retryable ModelError, as the API's own errors are."""
     message = accumulator.result()
-    return ModelResponse(
-        content=message.content,
-        calls=tuple(ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses),
-        stop_reason=message.stop_reason,
-        usage=Usage(
-            input_tokens=message.input_tokens,
-            output_tokens=message.output_tokens,
-            cache_creation_input_tokens=message.cache_creation_input_tokens,
-            cache_read_input_tokens=message.cache_read_input_tokens,
-        ),
-        model=message.model or model,
-        id=message.id,
+    return checked_response(
+        ModelResponse(
+            content=message.content,
+            calls=tuple(ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses),
+            stop_reason=message.stop_reason,
+            usage=Usage(
+                input_tokens=message.input_tokens,
+                output_tokens=message.output_tokens,
+                cache_creation_input_tokens=message.cache_creation_input_tokens,
+                cache_read_input_tokens=message.cache_read_input_tokens,
+            ),
+            model=message.model or model,
+            id=message.id,
+        )
     )
 
 

@@ -23,11 +23,12 @@ from .._exceptions import ModelError, StoreError
 from .._messages import Message, Usage
 from ..tools import ToolCall, ToolOutcome, format_results
 from ..tools._events import ToolEvent
-from ..tools._results import describe_exception, error_outcome
+from ..tools._results import cancelled_text, describe_exception, error_outcome
 from . import _tracing
 from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
 from ._model import ModelRequest, ModelResponse
 from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome
+from ._responses import checked_response
 from ._result import RunResult, RunStatus
 from ._subagent import subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
@@ -39,29 +40,40 @@ __all__ = ["cancelled_text", "execute_run"]
 
 logger = logging.getLogger("satsuma.agents")
 
+# What the history keeps for a response with no content at all: the API refuses an empty
+# message, and without an assistant message here the next prompt would be glued onto the
+# unanswered one.
+EMPTY_RESPONSE_TEXT = "(no response)"
 
-def cancelled_text(why: str) -> str:
-    return f"Error: Cancelled: {why} before this tool finished."
 
-
-def loop_guard_nudge(name: str, count: int) -> str:
+def loop_guard_refusal(names: str, count: int) -> str:
     return (
-        f"Note: this is call {count} in a row to {name} with these same arguments. Repeating "
-        "it will not give a different result; change the arguments or take another approach. "
-        "One more identical call ends the run."
+        f"Error: Loop guard: this same request ({names}) came {count} turns in a row, so it "
+        "was not run. Repeating it will not give a different result; change the arguments "
+        "or take another approach. Asking for it once more ends the run."
     )
 
 
-def loop_guard_reason(name: str, count: int) -> str:
-    return f"Loop guard: {name} was called {count} times in a row with the same arguments"
+def loop_guard_reason(names: str, count: int) -> str:
+    return f"Loop guard: the same request ({names}) came {count} turns in a row"
 
 
 def _signature(call: ToolCall) -> tuple[str, str]:
     try:
         arguments = json.dumps(call.input, sort_keys=True, default=repr)
-    except (TypeError, ValueError):
-        arguments = repr(call.input)
+    except Exception:  # RecursionError too: a hostile input is refused by the runner
+        arguments = f"<unprintable {type(call.input).__name__} {id(call.input)}>"
     return call.name, arguments
+
+
+def _turn_signature(calls: Sequence[ToolCall]) -> tuple[tuple[str, str], ...]:
+    # A turn is a loop only when it repeats the previous turn's whole request: identical
+    # calls side by side in one turn (twenty sleeps, five dice) are ordinary work.
+    return tuple(sorted(_signature(call) for call in calls))
+
+
+def _names(calls: Sequence[ToolCall]) -> str:
+    return ", ".join(dict.fromkeys(call.name for call in calls))
 
 
 @attrs.define(eq=False)
@@ -110,8 +122,13 @@ class _Run:
         self.messages: list[Message] = []
         self.pending: list[str] = []  # tool_use ids in the history still without a result
         self.output = ""
-        self.streak_signature: tuple[str, str] | None = None
+        self.streak_signature: tuple[tuple[str, str], ...] | None = None
         self.streak = 0
+        # Outcomes of this turn's calls that finished, as the model will read them: kept
+        # if the turn is cancelled, so that work done is never reported as not done.
+        self.finished: dict[str, ToolOutcome] = {}
+        self.unjournaled: list[ToolOutcome] = []  # answers written only into the history
+        self.paused = False  # the last response was a pause_turn, continued next
         self.result: RunResult | None = None
         self.chat = _telemetry.null_scope()  # the model call's span, while one runs
         self.before: tuple[int, Message | None] | None = None
@@ -153,6 +170,18 @@ class _Run:
             return
         self.commit(Message(role="user", content=list(blocks)))
 
+    def commit_assistant(self, content: Sequence[Any]) -> None:
+        """Add the model's answer; the continuation of a paused turn joins the message
+        it continues, as if the API had never paused."""
+        history = self.actor.history
+        if self.paused and history and history[-1].role == "assistant" and self.messages:
+            previous = history[-1]
+            merged = Message(role="assistant", content=[*previous.content, *content])
+            self.actor.replace_last(merged)
+            self.messages[-1] = merged
+            return
+        self.commit(Message(role="assistant", content=list(content)))
+
     def take_steering(self) -> list[dict[str, Any]]:
         texts = self.actor.take_steering()
         return [{"type": "text", "text": text} for text in texts]
@@ -177,6 +206,7 @@ class _Run:
             except StoreError as exc:
                 # What was committed stays; the run ends here with the store's reason.
                 status, error = "failed", str(exc)
+                self._answer_pending("the run failed on a store error")
         if self.job.scope.cancelled_caught:
             status, error = "cancelled", None
             self._answer_pending("the run was cancelled")
@@ -245,8 +275,14 @@ class _Run:
             else:
                 answers[block["id"]] = interrupted_outcome(block)
         if again:
+            if actor.persistence is not None:
+                await actor.persistence.calls_started(self.run_id, again)
             for outcome in await actor.runner.execute(
-                again, actor.context, events=self._tool_sink(), agent=actor.handle
+                again,
+                actor.context,
+                events=self._tool_sink(),
+                agent=actor.handle,
+                on_outcome=self._journal,
             ):
                 answers[outcome.tool_use_id] = outcome
         self.commit_user(format_results([answers[block["id"]] for block in tool_uses]))
@@ -270,10 +306,13 @@ class _Run:
                 # model is a bug, and crashes the agent (a supervisor restarts it).
                 return "failed", str(exc)
             if response.content:
-                self.commit(Message(role="assistant", content=response.content))
+                self.commit_assistant(response.content)
                 self.pending = [
                     block["id"] for block in response.content if block.get("type") == "tool_use"
                 ]
+            elif not self.paused:
+                self.commit_assistant([{"type": "text", "text": EMPTY_RESPONSE_TEXT}])
+            self.paused = response.stop_reason == "pause_turn"
             self.emit(
                 TurnEnd(
                     agent=self.agent,
@@ -290,7 +329,7 @@ class _Run:
                 if tripped is not None:
                     return "failed", tripped
                 continue
-            self.output = response.text
+            self.output = response.text if response.content else ""
             if self.actor.has_steering():
                 continue  # the user spoke while the model answered: that is the next turn
             reason = await self._verify()
@@ -312,58 +351,67 @@ class _Run:
         )
         with _tracing.start_chat(request) as chat:
             self.chat = chat
-            response = await actor.model.respond(request, _Listener(self))
+            response = checked_response(await actor.model.respond(request, _Listener(self)))
             _tracing.end_chat(chat, response)
         self.usage = self.usage + response.usage
         actor.last_usage = response.usage
         return response
 
     async def _act(self, calls: Sequence[ToolCall]) -> str | None:
-        """Run one turn's calls and commit their results; a loop-guard reason if tripped."""
+        """Run one turn's calls and commit their results; a loop-guard reason if the run
+        must stop."""
         actor = self.actor
         guard = actor.spec.loop_guard
-        streaks = []
-        for call in calls:
-            signature = _signature(call)
-            if signature == self.streak_signature:
-                self.streak += 1
-            else:
-                self.streak_signature, self.streak = signature, 1
-            streaks.append(self.streak)
-        tripped: str | None = None
-        if guard is not None and max(streaks) > guard:
-            worst = max(range(len(calls)), key=lambda index: streaks[index])
-            tripped = loop_guard_reason(calls[worst].name, streaks[worst])
-            outcomes: list[ToolOutcome] = [
-                error_outcome(
-                    call.id, call.name, "denied", f"Error: {tripped}; the run is stopped."
-                )
-                for call in calls
-            ]
+        signature = _turn_signature(calls)
+        if signature == self.streak_signature:
+            self.streak += 1
         else:
-            # The assistant's tool_use message is committed before any call starts.
+            self.streak_signature, self.streak = signature, 1
+        stopped: str | None = None
+        outcomes: list[ToolOutcome]
+        if guard is not None and self.streak > guard:
+            # The first time the guard fires the model is told and may change course; the
+            # run fails only if it asks for the same again.
+            if self.streak > guard + 1:
+                stopped = loop_guard_reason(_names(calls), self.streak)
+                text = f"Error: {stopped}; the run is stopped."
+            else:
+                text = loop_guard_refusal(_names(calls), self.streak)
+            outcomes = [error_outcome(call.id, call.name, "denied", text) for call in calls]
+        else:
+            # The assistant's tool_use message is committed before any call starts, and
+            # each call journaled as started: a kill from here on leaves calls to repair.
             await actor.flush()
+            if actor.persistence is not None:
+                await actor.persistence.calls_started(self.run_id, calls)
+            self.finished = {}
             outcomes = await actor.runner.execute(
                 calls,
                 actor.context,
                 interrupt=actor.steer_event,
                 events=self._tool_sink(),
                 agent=actor.handle,
+                on_outcome=self._finished,
             )
-            if guard is not None:
-                outcomes = [
-                    _nudged(outcome, loop_guard_nudge(call.name, streak))
-                    if streak == guard and guard > 1
-                    else outcome
-                    for outcome, call, streak in zip(outcomes, calls, streaks, strict=True)
-                ]
         for outcome in outcomes:
             nested = subagent_usage(outcome.details)
             if nested is not None:
                 self.usage = self.usage + nested
         self.pending = []
+        self.finished = {}
         self.commit_user(format_results(outcomes))
-        return tripped
+        return stopped
+
+    async def _finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        """A call's final outcome: kept for the history whatever happens to the turn
+        now, then journaled (a store that cannot record it is logged; on resume the call
+        counts as unfinished)."""
+        self.finished[call.id] = outcome
+        await self._journal(call, outcome)
+
+    async def _journal(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        if self.actor.persistence is not None:
+            await self.actor.persistence.call_finished(self.run_id, outcome)
 
     async def _verify(self) -> str | None:
         actor = self.actor
@@ -387,7 +435,8 @@ class _Run:
     # --- ending -----------------------------------------------------------------------
 
     def _answer_pending(self, why: str) -> None:
-        """Give every tool_use still without a result one, so the history stays valid."""
+        """Give every tool_use still without a result one, so the history stays valid: a
+        call that finished its real outcome, any other the cancellation text."""
         if not self.pending:
             return
         names = {
@@ -397,11 +446,17 @@ class _Run:
             for block in message.content
             if block.get("type") == "tool_use"
         }
-        outcomes = [
-            error_outcome(call_id, names.get(call_id, ""), "cancelled", cancelled_text(why))
-            for call_id in self.pending
-        ]
+        outcomes = []
+        for call_id in self.pending:
+            outcome = self.finished.get(call_id)
+            if outcome is None:
+                outcome = error_outcome(
+                    call_id, names.get(call_id, ""), "cancelled", cancelled_text(why)
+                )
+                self.unjournaled.append(outcome)
+            outcomes.append(outcome)
         self.pending = []
+        self.finished = {}
         self.commit_user(format_results(outcomes))
 
     def _roll_back(self) -> None:
@@ -427,7 +482,7 @@ class _Run:
             self._roll_back()
         if not self.output:
             for message in reversed(self.messages):
-                if message.role == "assistant" and message.text:
+                if message.role == "assistant" and message.text not in ("", EMPTY_RESPONSE_TEXT):
                     self.output = message.text
                     break
         result = RunResult(
@@ -444,13 +499,6 @@ class _Run:
             RunEnd(agent=self.agent, run_id=self.run_id, iteration=self.iteration, result=result)
         )
         return result
-
-
-def _nudged(outcome: ToolOutcome, nudge: str) -> ToolOutcome:
-    content = outcome.content
-    if isinstance(content, str):
-        return attrs.evolve(outcome, content=f"{content}\n\n{nudge}")
-    return attrs.evolve(outcome, content=[*content, {"type": "text", "text": nudge}])
 
 
 async def execute_run(actor: Actor, job: Job) -> RunResult:
@@ -496,6 +544,9 @@ async def _save_end(actor: Actor, run: _Run) -> None:
     # cannot hold a shutdown forever.
     assert actor.persistence is not None and run.result is not None
     with trio.move_on_after(_SAVE_SECONDS, shield=True):
+        for outcome in run.unjournaled:
+            # The journal agrees with the history: these calls ended cancelled.
+            await actor.persistence.call_finished(run.run_id, outcome)
         try:
             await actor.flush()
             result = run.result

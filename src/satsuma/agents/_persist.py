@@ -14,7 +14,7 @@ import attrs
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ..store import JournalEntry, RunRecord, RunRecordStatus, Store
-from ..tools import ToolCall, ToolContext, ToolHook, ToolOutcome
+from ..tools import ToolCall, ToolOutcome
 from ..tools._results import INTERRUPTED_TEXT, error_outcome
 
 __all__ = ["Persistence", "dangling_tool_uses"]
@@ -92,34 +92,29 @@ class Persistence:
             run_id, status=status, ended_at=time.time(), usage=usage, error=error
         )
 
-    def journal(self, current_run: Any) -> JournalHook:
-        return JournalHook(self.store, current_run)
+    async def calls_started(self, run_id: str, calls: Sequence[ToolCall]) -> None:
+        """Journal a turn's calls as started, before any of them runs.
 
+        Raises:
+            StoreError: the store could not record them (the run then fails with the
+                store's reason, before any tool runs: never a denial the model reads).
+        """
+        for call in calls:
+            await self.store.call_started(run_id, call.id, call.name, call.input)
 
-@attrs.define(eq=False)
-class JournalHook(ToolHook):
-    """Records each call as started just before it runs, and its outcome after (the last
-    hook on both sides, so it records what the tool really got and what the model gets).
-
-    A store that cannot record fails the call closed, with the store's error."""
-
-    store: Store
-    current_run: Any  # a callable giving the run id of the run in progress
-
-    async def before_call(self, call: ToolCall, ctx: ToolContext) -> None:
-        await self.store.call_started(self.current_run(), call.id, call.name, call.input)
-        return None
-
-    async def after_call(self, call: ToolCall, outcome: ToolOutcome) -> None:
+    async def call_finished(self, run_id: str, outcome: ToolOutcome) -> None:
+        """Journal a call's final outcome, as the model reads it. A store that cannot
+        record it is logged: the outcome stands, and on resume the call counts as
+        unfinished."""
         try:
             await self.store.call_finished(
-                self.current_run(),
-                call.id,
+                run_id,
+                outcome.tool_use_id,
                 content=outcome.content,
                 is_error=outcome.is_error,
                 error_kind=outcome.error_kind,
             )
         except StoreError:
-            # The outcome stands; on resume this call counts as unfinished.
-            logger.warning("could not journal the outcome of call %s", call.id, exc_info=True)
-        return None
+            logger.warning(
+                "could not journal the outcome of call %s", outcome.tool_use_id, exc_info=True
+            )

@@ -97,7 +97,9 @@ class MemoryStore:
         self, run_id: str, tool_use_id: str, *, content: Any, is_error: bool, error_kind: str | None
     ) -> None:
         await trio.lowlevel.checkpoint()
-        entry = self._calls[run_id][tool_use_id]
+        entry = self._calls.get(run_id, {}).get(tool_use_id)
+        if entry is None:
+            return  # never journaled as started: nothing to finish (as SQLiteStore does)
         self._calls[run_id][tool_use_id] = attrs.evolve(
             entry, finished=True, content=content, is_error=is_error, error_kind=error_kind
         )

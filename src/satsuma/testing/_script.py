@@ -146,7 +146,7 @@ def reply_blocks(reply: Reply) -> tuple[list[Mapping[str, Any]], tuple[ToolCall,
         if isinstance(block_input, str):
             try:
                 block_input = json.loads(block_input)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or too deep for json to read
                 block_input = {}
         if not isinstance(block_input, Mapping):
             block_input = {}

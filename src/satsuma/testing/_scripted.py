@@ -117,9 +117,11 @@ class FunctionModel:
 
 
 def check_conversation(messages: Sequence[Message] | Sequence[Mapping[str, Any]]) -> None:
-    """Assert that a conversation is valid for the Messages API: it starts with a user
-    message, roles alternate, and every ``tool_use`` is answered by exactly one
-    ``tool_result`` in the next message (and no tool_result answers nothing).
+    """Assert that a conversation is one the Messages API would take: it starts with a
+    user message; roles alternate; no message is empty and no text block is empty;
+    every ``tool_use`` id is unique and is answered by exactly one ``tool_result`` at the
+    start of the next message, which is a user message; no tool_result answers
+    anything else. Every history satsuma writes passes.
 
     Raises:
         AssertionError: naming the first problem found.
@@ -131,14 +133,29 @@ def check_conversation(messages: Sequence[Message] | Sequence[Mapping[str, Any]]
     if not normal:
         return
     assert normal[0][0] == "user", "the conversation must start with a user message"
+    seen_ids: set[str] = set()
     for index, (role, content) in enumerate(normal):
         if index:
             assert role != normal[index - 1][0], (
                 f"messages {index - 1} and {index} have the same role"
             )
         assert content, f"message {index} is empty"
+        for position, block in enumerate(content):
+            if block.get("type") == "text":
+                assert block.get("text"), f"message {index}: text block {position} is empty"
         asked = [b["id"] for b in content if b.get("type") == "tool_use"]
+        for tool_use_id in asked:
+            assert tool_use_id not in seen_ids, (
+                f"message {index}: tool_use id {tool_use_id!r} is used twice"
+            )
+            seen_ids.add(tool_use_id)
+        kinds = [b.get("type") for b in content]
         answered_here = [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
+        if answered_here:
+            assert role == "user", f"message {index}: tool_result in an assistant message"
+            assert kinds[: len(answered_here)] == ["tool_result"] * len(answered_here), (
+                f"message {index}: tool_result blocks must come before any other content"
+            )
         if role == "user":
             previous = normal[index - 1][1] if index else []
             expected = [b["id"] for b in previous if b.get("type") == "tool_use"]

@@ -1,0 +1,60 @@
+"""What of a model's response may enter the conversation.
+
+The history is sent back with every later request and stored, so a response is checked
+before it is committed, whichever Model produced it:
+
+- a ``tool_use`` input that the API could not take back (NaN, an infinity, nesting past
+  ``MAX_DEPTH``, not an object) is kept as ``{}`` in the history while its ToolCall keeps
+  what the model sent, so that the runner refuses that one call with ``Invalid
+  arguments`` and the conversation stays sendable;
+- empty text blocks, which the API refuses in a request, are left out;
+- two ``tool_use`` blocks with one id, or anything else in the content that JSON cannot
+  carry, make the response malformed: a ``ModelError`` (retried by models that retry, as
+  the API's own errors are), never two runs of one id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._exceptions import ModelError
+from .._jsonvalue import json_problem
+from ._model import ModelResponse
+
+__all__ = ["checked_response"]
+
+
+def checked_response(response: ModelResponse) -> ModelResponse:
+    """``response`` as it may enter the history (see the module docstring).
+
+    Raises:
+        ModelError: the response is malformed (retryable).
+    """
+    seen: set[str] = set()
+    for call in response.calls:
+        if call.id in seen:
+            raise ModelError(
+                f"malformed response: two tool_use blocks share the id {call.id!r}",
+                retryable=True,
+            )
+        seen.add(call.id)
+    content: list[Mapping[str, Any]] = []
+    changed = False
+    for block in response.content:
+        kind = block.get("type")
+        if kind == "text" and not block.get("text"):
+            changed = True
+            continue
+        if kind == "tool_use":
+            given = block.get("input", {})
+            if not isinstance(given, Mapping) or json_problem(given, "") is not None:
+                block = {**block, "input": {}}
+                changed = True
+        content.append(block)
+    problem = json_problem(content, "content")
+    if problem is not None:
+        raise ModelError(f"malformed response: {problem}", retryable=True)
+    return attrs.evolve(response, content=tuple(content)) if changed else response

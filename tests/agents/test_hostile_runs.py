@@ -1,0 +1,286 @@
+"""Whole agent runs against hostile tools and a hostile model, over the wire: the real
+AsyncAnthropic client against the loopback MessagesServer (raw SSE), real SQLite files.
+
+Whatever arrives — non-finite numbers and deep nesting in a tool's streamed input, a
+response with duplicate tool_use ids or no content, a tool that raises a BaseException,
+a run cancelled while calls finish — every call gets one result, the conversation stays
+valid and sendable, later requests still serialise, and the agent goes on serving."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import satsuma
+from satsuma import AnthropicModel
+from satsuma.store import SQLiteStore
+from satsuma.testing import (
+    MessagesServer,
+    Reply,
+    ScriptedModel,
+    check_conversation,
+    tool_call,
+)
+
+ran: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    ran.clear()
+
+
+@satsuma.tool
+async def pay(amount: float, note: str = "") -> str:
+    """Pay an amount.
+
+    Args:
+        amount: How much.
+        note: What for.
+    """
+    ran.append(f"pay {amount}")
+    return f"paid {amount}"
+
+
+@satsuma.tool
+def legacy(task: str) -> str:
+    """Run a legacy job in a thread (it uses asyncio inside).
+
+    Args:
+        task: What to do.
+    """
+
+    async def inner() -> str:
+        raise asyncio.CancelledError
+
+    return asyncio.run(inner())
+
+
+class Payer(satsuma.Agent):
+    name = "payer"
+    tools = [pay, legacy]
+
+
+def wire(server: MessagesServer, *, stream: bool = True) -> AnthropicModel:
+    return AnthropicModel(
+        server.client(), backoff_base=0.001, backoff_cap=0.01, jitter=False, stream=stream
+    )
+
+
+def _deep_text(depth: int) -> str:
+    return '{"amount": 1, "note": ' + "[" * depth + "]" * depth + "}"
+
+
+HOSTILE_INPUTS = [
+    ("nan", '{"amount": NaN}', "expected amount to be a finite number, got: NaN"),
+    ("infinity", '{"amount": Infinity}', "expected amount to be a finite number, got: Infinity"),
+    ("overflow", '{"amount": 1e999}', "expected amount to be a finite number, got: Infinity"),
+    ("nested", '{"amount": 1, "note": [[[-Infinity]]]}', "note[0][0][0] to be a finite number"),
+    ("deep-200", _deep_text(200), "levels deep"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected", "stream"),
+    [
+        *(
+            pytest.param(raw, text, stream, id=f"{name}-{mode}")
+            for name, raw, text in HOSTILE_INPUTS
+            for stream, mode in ((True, "sse"), (False, "whole"))
+        ),
+        # Deeper than json itself can read: only a stream carries it (as text), since the
+        # whole-message server cannot even build such a body.
+        pytest.param(_deep_text(5_000), "levels deep", True, id="deep-5000-sse"),
+    ],
+)
+async def test_hostile_tool_input_over_the_wire_fails_that_call_and_nothing_is_poisoned(
+    tmp_path: Path, raw: str, expected: str, stream: bool
+) -> None:
+    script = [
+        Reply(tool_calls=[("pay", raw), ("pay", {"amount": 2})]),
+        "Paid 2; the other amount was refused.",
+        "Still fine.",
+    ]
+    async with (
+        MessagesServer(script) as server,
+        SQLiteStore(tmp_path / "agents.db") as store,
+        satsuma.open_agent(
+            Payer, model=wire(server, stream=stream), store=store, agent_id="a"
+        ) as agent,
+    ):
+        first = await agent.run("pay both")
+        second = await agent.run("again?")
+        history = agent.history
+        requests = list(server.requests)
+    assert first.status == "completed" and second.status == "completed"
+    assert ran == ["pay 2"]
+    refused, paid = history[2].tool_results
+    assert refused["is_error"] and "Invalid arguments" in refused["content"]
+    assert expected in refused["content"]
+    assert paid == {**paid, "content": "paid 2", "is_error": False}
+    check_conversation(history)
+    # The poisoned input never entered the history: every message sends as strict JSON,
+    # and the requests after it went out (the server got them).
+    json.dumps([m.content for m in history], allow_nan=False)
+    assert len(requests) == 3
+    async with SQLiteStore(tmp_path / "agents.db") as reopened:
+        stored = await reopened.load_messages("a")
+    json.dumps([m.content for m in stored], allow_nan=False)
+
+
+async def test_a_response_with_duplicate_tool_use_ids_is_retried_never_run_twice() -> None:
+    twice = Reply(tool_calls=[tool_call("pay", {"amount": 1}, id="toolu_same")] * 2)
+    script = [twice, Reply(tool_calls=[tool_call("pay", {"amount": 1}, id="toolu_one")]), "Done."]
+    retries: list[Any] = []
+    async with (
+        MessagesServer(script) as server,
+        satsuma.open_agent(Payer, model=wire(server)) as agent,
+    ):
+        result = await agent.run("pay once", events=retries.append)
+        history = agent.history
+    assert result.status == "completed"
+    assert ran == ["pay 1.0"] or ran == ["pay 1"]
+    reasons = [e.reason for e in retries if isinstance(e, satsuma.ModelRetry)]
+    assert reasons == ["malformed response: two tool_use blocks share the id 'toolu_same'"]
+    check_conversation(history)
+
+
+async def test_duplicate_ids_from_a_model_that_does_not_retry_fail_the_run_cleanly() -> None:
+    twice = Reply(tool_calls=[tool_call("pay", {"amount": 1}, id="toolu_same")] * 2)
+    async with satsuma.open_agent(Payer, model=ScriptedModel([twice, "next"])) as agent:
+        result = await agent.run("pay")
+        after = await agent.run("still there?")
+        history = agent.history
+    assert result.status == "failed"
+    assert result.error == "malformed response: two tool_use blocks share the id 'toolu_same'"
+    assert ran == []
+    assert after.status == "completed"
+    check_conversation(history)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["sse", "whole"])
+async def test_an_empty_response_ends_the_turn_without_gluing_the_next_prompt(
+    stream: bool,
+) -> None:
+    script = [Reply(), "Second answer."]
+    async with (
+        MessagesServer(script) as server,
+        satsuma.open_agent(Payer, model=wire(server, stream=stream)) as agent,
+    ):
+        first = await agent.run("first question")
+        second = await agent.run("second question")
+        history = agent.history
+        last_request = server.requests[-1]
+    assert first.status == "completed" and first.output == ""
+    assert second.output == "Second answer."
+    check_conversation(history)
+    sent = [m["content"] for m in last_request["messages"] if m["role"] == "user"]
+    assert sent == [
+        [{"type": "text", "text": "first question"}],
+        [{"type": "text", "text": "second question"}],
+    ]
+
+
+async def test_a_paused_turn_is_continued_in_one_assistant_message() -> None:
+    script = [
+        Reply(text="Searching the web...", stop_reason="pause_turn"),
+        Reply(text=" Found it.", tool_calls=[("pay", {"amount": 3})]),
+        "Paid 3.",
+    ]
+    async with (
+        MessagesServer(script) as server,
+        satsuma.open_agent(Payer, model=wire(server)) as agent,
+    ):
+        result = await agent.run("find and pay")
+        history = agent.history
+        continued = server.requests[1]["messages"][-1]
+    assert result.status == "completed"
+    assert continued["role"] == "assistant"  # the paused turn went back as it was
+    check_conversation(history)
+    assert [m.role for m in history] == ["user", "assistant", "user", "assistant"]
+    assert history[1].text == "Searching the web... Found it."
+
+
+async def test_an_asyncio_cancelled_error_in_a_sync_tool_is_a_crash_and_spares_bystanders() -> None:
+    script = [Reply(tool_calls=[("legacy", {"task": "x"}), ("pay", {"amount": 4})]), "ok"]
+    async with satsuma.Supervisor() as sup:
+        bystander = await sup.start_child(
+            Payer, id="bystander", model=ScriptedModel(["I am fine."])
+        )
+        victim = await sup.start_child(Payer, id="victim", model=ScriptedModel(script))
+        result = await victim.run("go")
+        assert (await bystander.run("hello")).output == "I am fine."
+        history = victim.history
+        states = {entry.id: entry.state for entry in sup.which_children()}
+    assert result.status == "completed"
+    crash, paid = history[2].tool_results
+    assert crash["content"] == "Error: Tool crashed: CancelledError"
+    assert paid["content"] == "paid 4.0" or paid["content"] == "paid 4"
+    assert set(states.values()) == {"running"}
+
+
+async def test_a_cancelled_run_keeps_the_outcomes_of_calls_that_finished(tmp_path: Path) -> None:
+    sent, reporting = trio.Event(), trio.Event()
+
+    @satsuma.tool
+    async def send_email(to: str) -> str:
+        """Send an e-mail.
+
+        Args:
+            to: Whom to.
+        """
+        sent.set()
+        return f"sent to {to}"
+
+    @satsuma.tool
+    async def slow_report(name: str) -> str:
+        """Build a report slowly.
+
+        Args:
+            name: Which.
+        """
+        reporting.set()
+        await trio.sleep_forever()
+        return "report"
+
+    class Mailer(satsuma.Agent):
+        name = "mailer"
+        tools = [send_email, slow_report]
+
+    script = [Reply(tool_calls=[("send_email", {"to": "bob"}), ("slow_report", {"name": "q3"})])]
+    events: list[Any] = []
+    results: list[satsuma.RunResult] = []
+    async with (
+        SQLiteStore(tmp_path / "m.db") as store,
+        satsuma.open_agent(Mailer, model=ScriptedModel(script), store=store, agent_id="m") as agent,
+    ):
+
+        async def run() -> None:
+            results.append(await agent.run("mail bob and report", events=events.append))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            await sent.wait()
+            await reporting.wait()
+            await agent.cancel()
+        history = agent.history
+        journal = {e.tool_use_id: e for e in await store.calls(results[0].run_id)}
+    assert results[0].status == "cancelled"
+    check_conversation(history)
+    email, report = history[-1].tool_results
+    # The e-mail went out: the model must read that, or it would send it again.
+    assert email["content"] == "sent to bob" and not email["is_error"]
+    assert report["content"] == "Error: Cancelled: the run was cancelled before this tool finished."
+    # The journal agrees with the history, call by call.
+    assert {key: (e.content, e.finished) for key, e in journal.items()} == {
+        email["tool_use_id"]: ("sent to bob", True),
+        report["tool_use_id"]: (report["content"], True),
+    }
+    starts = [e.tool_use_id for e in events if isinstance(e, satsuma.ToolCallStart)]
+    ends = [e.tool_use_id for e in events if isinstance(e, satsuma.ToolCallEnd)]
+    assert sorted(starts) == sorted(ends) and len(ends) == 2
