@@ -326,12 +326,26 @@ def _no_delta(delta: str) -> None:
 
 def _without_none(value: Any) -> Any:
     # The API sends some fields as null (``"citations": null``); they are left out of the
-    # history, as the SDK's ``model_dump(exclude_none=True)`` would.
-    if isinstance(value, Mapping):
-        return {key: _without_none(item) for key, item in value.items() if item is not None}
-    if isinstance(value, (list, tuple)):
-        return [_without_none(item) for item in value]
-    return value
+    # history, as the SDK's ``model_dump(exclude_none=True)`` would. Iterative: a block
+    # nested deeper than Python's recursion limit is copied, and refused later by depth.
+    holder: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, holder, 0)]
+    while stack:
+        item, parent, slot = stack.pop()
+        if isinstance(item, Mapping):
+            copy: dict[str, Any] = {}
+            parent[slot] = copy
+            for key, member in item.items():
+                if member is not None:
+                    copy[key] = None
+                    stack.append((member, copy, key))
+        elif isinstance(item, (list, tuple)):
+            array: list[Any] = [None] * len(item)
+            parent[slot] = array
+            stack.extend((member, array, index) for index, member in enumerate(item))
+        else:
+            parent[slot] = item
+    return holder[0]
 
 
 _USAGE_KEYS = (

@@ -284,3 +284,105 @@ async def test_a_cancelled_run_keeps_the_outcomes_of_calls_that_finished(tmp_pat
     starts = [e.tool_use_id for e in events if isinstance(e, satsuma.ToolCallStart)]
     ends = [e.tool_use_id for e in events if isinstance(e, satsuma.ToolCallEnd)]
     assert sorted(starts) == sorted(ends) and len(ends) == 2
+
+
+async def _raw_sse_server(
+    bodies: list[bytes], task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Answer each request with the next raw SSE body, byte for byte as given: events the
+    MessagesServer could not even build (json.dumps would recurse)."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            while bodies:
+                received = b""
+                while b"\r\n\r\n" not in received:
+                    chunk = await stream.receive_some()
+                    if not chunk:
+                        return
+                    received += chunk
+                head, _, body = received.partition(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                while len(body) < length:
+                    body += await stream.receive_some()
+                payload = bodies.pop(0)
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    + f"content-length: {len(payload)}\r\n\r\n".encode()
+                    + payload
+                )
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handle, listeners)
+
+
+def _sse_body(events: list[str]) -> bytes:
+    return "".join(f"data: {event}\n\n" for event in events).encode()
+
+
+def _text_reply_events(text: str) -> list[str]:
+    from satsuma import _codec
+
+    return [
+        json.dumps(event)
+        for event in _codec.stream_events(
+            id="msg_ok",
+            model="m",
+            content=[{"type": "text", "text": text}],
+            stop_reason="end_turn",
+            usage={"input_tokens": 1, "output_tokens": 1},
+        )
+    ]
+
+
+@pytest.mark.parametrize("depth", [500, 100_000])
+async def test_a_stream_event_nested_too_deep_is_a_malformed_response_not_a_crash(
+    depth: int,
+) -> None:
+    import anthropic
+
+    deep_input = '{"amount": 1, "note": ' + "[" * depth + "]" * depth + "}"
+    start = json.dumps(
+        {"type": "message_start", "message": {"id": "m1", "model": "m", "usage": {}}}
+    )
+    block = (
+        '{"type": "content_block_start", "index": 0, "content_block": '
+        '{"type": "tool_use", "id": "toolu_deep", "name": "pay", "input": ' + deep_input + "}}"
+    )
+    deep_turn = [
+        start,
+        block,
+        '{"type": "content_block_stop", "index": 0}',
+        '{"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}}',
+        '{"type": "message_stop"}',
+    ]
+    bodies = [_sse_body(deep_turn), _sse_body(_text_reply_events("Done."))]
+    if depth < 1000:
+        bodies.append(_sse_body(_text_reply_events("And again.")))
+    events: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_raw_sse_server, bodies)
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=f"http://127.0.0.1:{port}")
+        model = AnthropicModel(client, backoff_base=0.001, backoff_cap=0.01, jitter=False)
+        async with satsuma.open_agent(Payer, model=model) as agent:
+            result = await agent.run("pay", events=events.append)
+            history = agent.history
+        await client.close()
+        nursery.cancel_scope.cancel()
+    assert result.status == "completed"
+    assert ran == []
+    check_conversation(history)
+    json.dumps([m.content for m in history], allow_nan=False)
+    retries = [e.reason for e in events if isinstance(e, satsuma.ModelRetry)]
+    if depth < 1000:
+        # Readable: the call is refused by itself and the agent goes on.
+        assert retries == []
+        assert "levels deep" in history[2].tool_results[0]["content"]
+    else:
+        # Past what json can read: the response is malformed and retried.
+        assert retries == ["malformed response: it is nested too deeply to read"]

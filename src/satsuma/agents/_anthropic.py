@@ -190,7 +190,10 @@ class AnthropicModel:
                         continue
                     try:
                         event = json.loads(sse.data)
-                    except (ValueError, RecursionError):
+                    except RecursionError as exc:
+                        failure = _malformed(exc)
+                        continue
+                    except ValueError:
                         failure = ModelError(
                             f"stream interrupted: an event is not JSON: {sse.data[:100]!r}",
                             retryable=True,
