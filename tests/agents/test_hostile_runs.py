@@ -386,3 +386,87 @@ async def test_a_stream_event_nested_too_deep_is_a_malformed_response_not_a_cras
     else:
         # Past what json can read: the response is malformed and retried.
         assert retries == ["malformed response: it is nested too deeply to read"]
+
+
+class _ArrayLike:
+    def __eq__(self, other: object) -> Any:
+        return _ArrayLike()
+
+    def __bool__(self) -> bool:
+        raise ValueError("ambiguous")
+
+    __hash__ = object.__hash__
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+def _returning(value: Any) -> Any:
+    def run(kind: str) -> Any:
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "expected"),
+    [
+        (b"\x89PNG", "Error: Invalid tool result: content must be a str or a list of content"),
+        (("ok", [{"type": "text", "text": "x", "score": float("nan")}]), "got: NaN"),
+        (("ok", [{"type": "text", "text": "x", "when": object()}]), "which JSON cannot hold"),
+        ((_ArrayLike(), "x"), "Error: Invalid tool result: expected"),
+        (_Unprintable(), "Error: Tool crashed: _Unprintable (its message could not be read)"),
+        (GeneratorExit(), "Error: Tool crashed: GeneratorExit"),
+    ],
+    ids=[
+        "bytes",
+        "nan-in-block",
+        "object-in-block",
+        "array-like-tag",
+        "unprintable",
+        "generator-exit",
+    ],
+)
+async def test_a_tool_result_or_crash_that_cannot_travel_is_answered_and_the_run_goes_on(
+    tmp_path: Path, behaviour: Any, expected: str
+) -> None:
+    class Odd(satsuma.Tool):
+        name = "odd"
+        description = "Return or raise something hostile"
+        parameters = {"kind": {"type": "string"}}
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            return _returning(behaviour)("x")
+
+    class Withholder(satsuma.ToolHook):
+        def after_call(self, call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> Any:
+            if call.name == "pay":
+                raise RuntimeError("audit log down")
+            return None
+
+    class OddAgent(satsuma.Agent):
+        name = "odd_agent"
+        tools = [Odd, pay]
+        hooks = [Withholder()]
+
+    script = [Reply(tool_calls=[("odd", {}), ("pay", {"amount": 5})]), "Noted.", "Still here."]
+    async with (
+        MessagesServer(script) as server,
+        SQLiteStore(tmp_path / "o.db") as store,
+        satsuma.open_agent(OddAgent, model=wire(server), store=store, agent_id="o") as agent,
+    ):
+        first = await agent.run("go")
+        second = await agent.run("and now?")
+        history = agent.history
+    assert (first.status, second.status) == ("completed", "completed")
+    odd, paid = history[2].tool_results
+    assert odd["is_error"] and expected in odd["content"]
+    # The payment happened; the model must read that, even with its result withheld.
+    assert ran == ["pay 5.0"] or ran == ["pay 5"]
+    assert paid["content"].startswith("Error: Denied: pay ran, but its result was withheld")
+    check_conversation(history)
+    json.dumps([m.content for m in history], allow_nan=False)
