@@ -101,7 +101,7 @@ HOSTILE_INPUTS = [
 async def test_hostile_tool_input_over_the_wire_fails_that_call_and_nothing_is_poisoned(
     tmp_path: Path, raw: str, expected: str, stream: bool
 ) -> None:
-    script = [
+    script: list[Reply | str] = [
         Reply(tool_calls=[("pay", raw), ("pay", {"amount": 2})]),
         "Paid 2; the other amount was refused.",
         "Still fine.",
@@ -135,7 +135,11 @@ async def test_hostile_tool_input_over_the_wire_fails_that_call_and_nothing_is_p
 
 async def test_a_response_with_duplicate_tool_use_ids_is_retried_never_run_twice() -> None:
     twice = Reply(tool_calls=[tool_call("pay", {"amount": 1}, id="toolu_same")] * 2)
-    script = [twice, Reply(tool_calls=[tool_call("pay", {"amount": 1}, id="toolu_one")]), "Done."]
+    script: list[Reply | str] = [
+        twice,
+        Reply(tool_calls=[tool_call("pay", {"amount": 1}, id="toolu_one")]),
+        "Done.",
+    ]
     retries: list[Any] = []
     async with (
         MessagesServer(script) as server,
@@ -167,7 +171,7 @@ async def test_duplicate_ids_from_a_model_that_does_not_retry_fail_the_run_clean
 async def test_an_empty_response_ends_the_turn_without_gluing_the_next_prompt(
     stream: bool,
 ) -> None:
-    script = [Reply(), "Second answer."]
+    script: list[Reply | str] = [Reply(), "Second answer."]
     async with (
         MessagesServer(script) as server,
         satsuma.open_agent(Payer, model=wire(server, stream=stream)) as agent,
@@ -187,7 +191,7 @@ async def test_an_empty_response_ends_the_turn_without_gluing_the_next_prompt(
 
 
 async def test_a_paused_turn_is_continued_in_one_assistant_message() -> None:
-    script = [
+    script: list[Reply | str] = [
         Reply(text="Searching the web...", stop_reason="pause_turn"),
         Reply(text=" Found it.", tool_calls=[("pay", {"amount": 3})]),
         "Paid 3.",
@@ -207,7 +211,10 @@ async def test_a_paused_turn_is_continued_in_one_assistant_message() -> None:
 
 
 async def test_an_asyncio_cancelled_error_in_a_sync_tool_is_a_crash_and_spares_bystanders() -> None:
-    script = [Reply(tool_calls=[("legacy", {"task": "x"}), ("pay", {"amount": 4})]), "ok"]
+    script: list[Reply | str] = [
+        Reply(tool_calls=[("legacy", {"task": "x"}), ("pay", {"amount": 4})]),
+        "ok",
+    ]
     async with satsuma.Supervisor() as sup:
         bystander = await sup.start_child(
             Payer, id="bystander", model=ScriptedModel(["I am fine."])
@@ -252,7 +259,9 @@ async def test_a_cancelled_run_keeps_the_outcomes_of_calls_that_finished(tmp_pat
         name = "mailer"
         tools = [send_email, slow_report]
 
-    script = [Reply(tool_calls=[("send_email", {"to": "bob"}), ("slow_report", {"name": "q3"})])]
+    script: list[Reply | str] = [
+        Reply(tool_calls=[("send_email", {"to": "bob"}), ("slow_report", {"name": "q3"})])
+    ]
     events: list[Any] = []
     results: list[satsuma.RunResult] = []
     async with (
@@ -453,7 +462,11 @@ async def test_a_tool_result_or_crash_that_cannot_travel_is_answered_and_the_run
         tools = [Odd, pay]
         hooks = [Withholder()]
 
-    script = [Reply(tool_calls=[("odd", {}), ("pay", {"amount": 5})]), "Noted.", "Still here."]
+    script: list[Reply | str] = [
+        Reply(tool_calls=[("odd", {}), ("pay", {"amount": 5})]),
+        "Noted.",
+        "Still here.",
+    ]
     async with (
         MessagesServer(script) as server,
         SQLiteStore(tmp_path / "o.db") as store,
