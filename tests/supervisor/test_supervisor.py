@@ -443,3 +443,72 @@ async def test_serve_until_signalled_shuts_down_gracefully_on_sigterm(
         await nursery.start(sup.serve_until_signalled)
         os.kill(os.getpid(), signal.SIGTERM)
     assert journal == ["start a", "start b", "stop b", "stop a"]
+
+
+class NeverStarted:
+    """A service whose serve never calls task_status.started()."""
+
+    def __init__(self, *, ignore_cancel: bool = False) -> None:
+        self.ignore_cancel = ignore_cancel
+        self.cancelled = False
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.cancelled = True
+            if self.ignore_cancel:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(1000)
+
+
+@pytest.mark.parametrize("ignore_cancel", [False, True])
+async def test_a_child_that_never_reports_started_fails_its_start_after_start_timeout(
+    autojump_clock: trio.abc.Clock, ignore_cancel: bool
+) -> None:
+    crashes: list[Any] = []
+    async with Supervisor(events=crashes.append) as sup:
+        await sup.start_child(Worker("first"))
+        silent = NeverStarted(ignore_cancel=ignore_cancel)
+        began = trio.current_time()
+        with pytest.raises(
+            SupervisorFailed,
+            match=r"could not start\): child NeverStarted: TimeoutError: it did not report "
+            r"started within 7s \(its serve never called task_status.started\(\)\)",
+        ):
+            await sup.start_child(silent, start_timeout=7, shutdown_timeout=2)
+        # Bounded: the start timeout, then at most the shutdown timeout.
+        assert trio.current_time() - began <= 9
+        assert silent.cancelled
+        # The supervisor stays up, and its other children too.
+        assert [c.id for c in sup.which_children()] == ["Worker"]
+        second = await sup.start_child(Worker("second"))
+        assert second.tag == "second"
+    assert any(isinstance(e, ChildCrashed) and e.child_id == "NeverStarted" for e in crashes)
+
+
+async def test_a_child_spec_refuses_a_bad_start_timeout() -> None:
+    with pytest.raises(ValueError, match="start_timeout must be a positive number"):
+        ChildSpec(Worker("w"), start_timeout=0)
+
+
+async def test_children_without_ids_get_unique_ones_and_an_explicit_duplicate_is_refused(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with Supervisor() as sup:
+        one = await sup.start_child(Assistant, model=FunctionModel(lambda request: "one"))
+        two = await sup.start_child(Assistant, model=FunctionModel(lambda request: "two"))
+        three = await sup.start_child(Worker("w"))
+        four = await sup.start_child(Worker("w2"))
+        assert [c.id for c in sup.which_children()] == [
+            "assistant",
+            "assistant-2",
+            "Worker",
+            "Worker-2",
+        ]
+        assert one.agent_id != two.agent_id
+        assert (await one.run("hi")).output == "one"
+        assert (await two.run("hi")).output == "two"
+        assert three is not four
+        with pytest.raises(ValueError, match="already has a child with id 'assistant-2'"):
+            await sup.start_child(Assistant, id="assistant-2")

@@ -31,9 +31,9 @@ def _restart_type(instance: object, attribute: object, value: str) -> None:
         raise ValueError(f"restart must be one of {', '.join(_RESTARTS)}, got: {value!r}")
 
 
-def _timeout(instance: object, attribute: object, value: float) -> None:
+def _timeout(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"shutdown_timeout must be a positive number of seconds, got: {value!r}")
+        raise ValueError(f"{attribute.name} must be a positive number of seconds, got: {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -43,13 +43,17 @@ class ChildSpec:
     Attributes:
         child: An Agent subclass, a Supervisor, or any object with
             ``async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED)``.
-        id: Unique among the supervisor's children (default: the agent's name, the
-            supervisor's name, or the service's class name).
+        id: Unique among the supervisor's children. By default the agent's name, the
+            supervisor's name, or the service's class name, with ``-2``, ``-3``...
+            added when that id is taken (an explicit id that is taken is refused).
         name: A name to look the child up by (``sup.lookup(name)``).
         restart: ``permanent`` (always restarted), ``transient`` (restarted after a
             crash only) or ``temporary`` (never restarted).
         shutdown_timeout: Seconds the child is given to finish once cancelled, when it
             is stopped.
+        start_timeout: Seconds a start may take before the child counts as failed to
+            start (its ``serve`` never called ``task_status.started()``): it is then
+            cancelled, and the start fails (default 60).
         options: For an agent: ``model``, ``context``, ``agent_id``, ``store`` (as
             ``open_agent``). With a store, a restarted agent reloads its conversation.
     """
@@ -59,6 +63,7 @@ class ChildSpec:
     name: str | None = None
     restart: RestartType = attrs.field(default="permanent", validator=_restart_type)
     shutdown_timeout: float = attrs.field(default=5.0, validator=_timeout)
+    start_timeout: float = attrs.field(default=60.0, validator=_timeout)
     options: Mapping[str, Any] = attrs.Factory(dict)
 
 

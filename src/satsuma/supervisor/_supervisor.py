@@ -165,20 +165,25 @@ class Supervisor:
         name: str | None = None,
         restart: RestartType = "permanent",
         shutdown_timeout: float = 5.0,
+        start_timeout: float = 60.0,
         **options: Any,
     ) -> Any:
         """Start a child now and return its handle once it is running: an AgentHandle
         for an agent (valid across its restarts), the Supervisor itself, or the service
         object.
 
+        Without an ``id``, the child gets its default one (see ChildSpec), made unique
+        with a counter: ``start_child(Agent)`` twice gives two children.
+
         Raises:
             ValueError: the id or name is taken, or an option is wrong.
             TypeError: ``child`` cannot be supervised.
-            SupervisorFailed: the child failed to start.
+            SupervisorFailed: the child failed to start, or did not report started
+                within ``start_timeout`` seconds (the supervisor stays up).
         """
         spec = ChildSpec(
             child, id=id, name=name, restart=restart, shutdown_timeout=shutdown_timeout,
-            options=options,
+            start_timeout=start_timeout, options=options,
         )  # fmt: skip
         record = self._add(spec)
         await self._start(record)
@@ -362,9 +367,16 @@ class Supervisor:
         if self._nursery is None:
             raise RuntimeError(f"supervisor {self.name} is not running")
         kind = kind_of(spec)
-        child_id = spec.id or kind.default_id()
-        if child_id in self._by_id:
-            raise ValueError(f"supervisor {self.name} already has a child with id {child_id!r}")
+        if spec.id is not None:
+            child_id = spec.id
+            if child_id in self._by_id:
+                raise ValueError(f"supervisor {self.name} already has a child with id {child_id!r}")
+        else:
+            base = child_id = kind.default_id()
+            number = 1
+            while child_id in self._by_id:
+                number += 1
+                child_id = f"{base}-{number}"
         if spec.name is not None and spec.name in self._by_name:
             raise ValueError(f"supervisor {self.name} already has a child named {spec.name!r}")
         child = Child(spec=spec, id=child_id, kind=kind)
@@ -404,14 +416,34 @@ class Supervisor:
         child.scope = trio.CancelScope()
         child.set_state(_State.STARTING)
         self._nursery.start_soon(self._run_child, child, child.incarnation, child.scope)
-        while child.state is _State.STARTING and not child.finished.is_set():
-            await child.changed.wait()
+        with trio.move_on_after(child.spec.start_timeout):
+            while child.state is _State.STARTING and not child.finished.is_set():
+                await child.changed.wait()
+        if child.state is _State.STARTING and not child.finished.is_set():
+            await self._abort_start(child)
+            return False
         running = child.state is _State.RUNNING
         if running:
             self._emit(
                 ChildStarted(supervisor=self.name, child_id=child.id, incarnation=child.incarnation)
             )
         return running
+
+    async def _abort_start(self, child: Child) -> None:
+        """A start that never reported ``started()``: cancel that incarnation, give it its
+        shutdown timeout, and count it as failed to start."""
+        timeout = child.spec.start_timeout
+        error = TimeoutError(
+            f"it did not report started within {timeout:g}s "
+            "(its serve never called task_status.started())"
+        )
+        child.last_error = error
+        assert child.scope is not None
+        child.scope.cancel()
+        with trio.move_on_after(child.spec.shutdown_timeout):
+            await child.finished.wait()
+        child.set_state(_State.EXITED)
+        self._emit_crash(child, error)
 
     async def _run_child(self, child: Child, incarnation: int, scope: trio.CancelScope) -> None:
         error: Exception | None = None
