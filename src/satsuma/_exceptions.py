@@ -142,12 +142,15 @@ class AgentCrashed(SatsumaError):
     Attributes:
         agent: The agent's name.
         cause: The exception that crashed it.
+        agent_id: The agent's id (for a supervised agent, its child's), when known.
     """
 
-    def __init__(self, agent: str, cause: BaseException) -> None:
+    def __init__(self, agent: str, cause: BaseException, *, agent_id: str | None = None) -> None:
         self.agent = agent
         self.cause = cause
-        super().__init__(f"Agent {agent} crashed: {_describe(cause)}")
+        self.agent_id = agent_id
+        which = f"{agent} ({agent_id})" if agent_id is not None and agent_id != agent else agent
+        super().__init__(f"Agent {which} crashed: {_describe(cause)}")
 
 
 class SupervisorFailed(SatsumaError):

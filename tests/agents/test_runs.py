@@ -4,6 +4,7 @@ steering, cancellation, queueing, verifiers, the loop guard, events."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -186,7 +187,9 @@ async def test_a_bug_in_the_model_crashes_the_agent_and_its_caller_gets_agent_cr
     # Without a supervisor, a crash ends the open_agent block, as a crash in a nursery does.
     assert info.value.subgroup(RuntimeError) is not None
     (crash,) = crashes
-    assert str(crash) == "Agent helper crashed: RuntimeError: bug in my model"
+    assert re.fullmatch(
+        r"Agent helper \(helper-\d+\) crashed: RuntimeError: bug in my model", str(crash)
+    )
     assert isinstance(crash.cause, RuntimeError)
     # The run still ended, with a valid history, before the agent went down.
     assert ends[0].result.status == "failed"

@@ -373,10 +373,10 @@ async def test_a_call_in_flight_at_a_crash_fails_with_agent_crashed_never_hangs(
             await trio.sleep(0.5)  # the first call is with the model
             nursery.start_soon(call, "queued", "then this")
         assert isinstance(results["first"], satsuma.AgentCrashed)
-        assert isinstance(
-            results["queued"], satsuma.AgentCrashed
-        )  # it waited in the crashed mailbox
-        assert str(results["queued"]) == "Agent assistant crashed: RuntimeError: model bug"
+        assert str(results["first"]) == "Agent assistant crashed: RuntimeError: model bug"
+        # Only the run in flight fails: the one queued behind it is served by the
+        # restarted agent.
+        assert results["queued"] == "echo: then this"
         assert (await agent.run("after")).output == "echo: after"
 
 
@@ -512,3 +512,84 @@ async def test_children_without_ids_get_unique_ones_and_an_explicit_duplicate_is
         assert three is not four
         with pytest.raises(ValueError, match="already has a child with id 'assistant-2'"):
             await sup.start_child(Assistant, id="assistant-2")
+
+
+async def _crash_on(request: satsuma.ModelRequest) -> str:
+    text = request.messages[-1].content[-1].get("text", "")
+    await trio.sleep(1)
+    if "crash" in text:
+        raise RuntimeError("model bug")
+    return f"echo: {text}"
+
+
+async def test_a_reset_queued_behind_a_crash_happens_in_the_next_incarnation(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with Supervisor() as sup:
+        agent = await sup.start_child(Assistant, model=FunctionModel(_crash_on))
+        assert (await agent.run("remember me")).output == "echo: remember me"
+        outcome: list[Any] = []
+
+        async def crash() -> None:
+            with pytest.raises(satsuma.AgentCrashed):
+                await agent.run("crash now")
+
+        async def reset() -> None:
+            await agent.reset()
+            outcome.append("reset")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crash)
+            await trio.sleep(0.5)
+            nursery.start_soon(reset)
+        assert outcome == ["reset"]
+        assert agent.history == ()
+
+
+async def test_runs_queued_when_the_supervisor_gives_up_fail_saying_why(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    failures: list[BaseException] = []
+    with pytest.raises(SupervisorFailed, match="too many restarts"):
+        async with Supervisor(max_restarts=0) as sup:
+            agent = await sup.start_child(Assistant, model=FunctionModel(_crash_on))
+
+            async def call(prompt: str) -> None:
+                try:
+                    await agent.run(prompt)
+                except (satsuma.AgentCrashed, satsuma.AgentUnavailable) as exc:
+                    failures.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, "crash now")
+                await trio.sleep(0.5)
+                nursery.start_soon(call, "queued")
+            await trio.sleep_forever()
+    crashed, queued = failures
+    assert isinstance(crashed, satsuma.AgentCrashed)
+    assert isinstance(queued, satsuma.AgentUnavailable)
+    assert "its supervisor gave up" in str(queued) and "too many restarts" in str(queued)
+
+
+async def test_a_reset_queued_behind_a_crash_without_a_supervisor_raises(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    raised: list[BaseException] = []
+    with pytest.raises(ExceptionGroup):  # the crash leaves open_agent, as documented
+        async with satsuma.open_agent(Assistant, model=FunctionModel(_crash_on)) as agent:
+
+            async def crash() -> None:
+                with pytest.raises(satsuma.AgentCrashed):
+                    await agent.run("crash now")
+
+            async def reset() -> None:
+                try:
+                    await agent.reset()
+                except satsuma.AgentCrashed as exc:
+                    raised.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(crash)
+                await trio.sleep(0.5)
+                nursery.start_soon(reset)
+    assert len(raised) == 1 and "model bug" in str(raised[0])

@@ -93,6 +93,42 @@ class Job:
 @attrs.define(eq=False)
 class _Reset:
     done: trio.Event = attrs.Factory(trio.Event)
+    error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        """The reset will not happen: its caller raises ``error``."""
+        self.error = error
+        self.done.set()
+
+
+Request = Job | _Reset
+
+
+@final
+class Mailbox:
+    """The queue of an agent's requests. ``open_agent``'s agent has its own; a
+    supervised agent's belongs to its child and outlives each incarnation, so that runs
+    queued behind one that crashed are served by the restarted agent."""
+
+    def __init__(self, size: int) -> None:
+        self.send, self.receive = trio.open_memory_channel[Request](size)
+
+    def end_queued(self, crash: Callable[[], BaseException] | None, why: str, agent: str) -> None:
+        """Answer every request still waiting, which will not be served: each raises a
+        fresh ``crash()`` if given; otherwise a run ends ``cancelled`` (``the agent
+        stopped``) and a reset raises AgentUnavailable saying ``why`` — a reset never
+        pretends to have happened."""
+        while True:
+            try:
+                request = self.receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            if crash is not None:
+                request.fail(crash())
+            elif isinstance(request, _Reset):
+                request.fail(AgentUnavailable(agent, why))
+            else:
+                request.stopped()
 
 
 @final
@@ -109,6 +145,7 @@ class Actor:
         history: list[Message] | None = None,
         handle_target: Target | None = None,
         store: Store | None = None,
+        mailbox: Mailbox | None = None,
     ) -> None:
         self.spec = spec
         self.model = model
@@ -140,7 +177,10 @@ class Actor:
         self.steering: list[str] = []
         self.steer_event = trio.Event()
         self.current: Job | None = None
-        self.send, self.receive = trio.open_memory_channel[Job | _Reset](spec.mailbox_size)
+        # A mailbox given by a supervised child outlives this incarnation; one made here
+        # is this actor's own, closed when it stops.
+        self.owns_mailbox = mailbox is None
+        self.mailbox = mailbox if mailbox is not None else Mailbox(spec.mailbox_size)
         self.handle = AgentHandle(handle_target if handle_target is not None else self)
 
     # --- conversation -----------------------------------------------------------------
@@ -232,7 +272,7 @@ class Actor:
                     await self._serve_job(
                         Job(prompt=record.prompt, run_id=record.run_id, sink=None, resume=record)
                     )
-            async for request in self.receive:
+            async for request in self.mailbox.receive:
                 if isinstance(request, _Reset):
                     self.history.clear()
                     self.changed_from(0)
@@ -242,7 +282,7 @@ class Actor:
                     continue
                 await self._serve_job(request)
         except Exception as exc:
-            crash = AgentCrashed(self.spec.name, exc)
+            crash = AgentCrashed(self.spec.name, exc, agent_id=self.agent_id)
             raise
         finally:
             self.alive = False
@@ -259,7 +299,7 @@ class Actor:
             result = await execute_run(self, job)
             returned = True
         except Exception as exc:
-            job.fail(AgentCrashed(self.spec.name, exc))
+            job.fail(AgentCrashed(self.spec.name, exc, agent_id=self.agent_id))
             raise
         finally:
             self.current = None
@@ -268,19 +308,20 @@ class Actor:
         job.complete(result)
 
     def _close_mailbox(self, crash: AgentCrashed | None) -> None:
-        self.send.close()
-        while True:
-            try:
-                request = self.receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-            if isinstance(request, _Reset):
-                request.done.set()
-            elif crash is not None:
-                request.fail(AgentCrashed(self.spec.name, crash.cause))
-            else:
-                request.stopped()
-        self.receive.close()
+        if not self.owns_mailbox:
+            # A supervised child's: what waits there is served by the next incarnation,
+            # or failed by the child if none comes.
+            return
+        mailbox = self.mailbox
+        mailbox.send.close()
+        mailbox.end_queued(
+            (lambda: AgentCrashed(self.spec.name, crash.cause, agent_id=self.agent_id))
+            if crash is not None
+            else None,
+            "it stopped before the reset",
+            self.spec.name,
+        )
+        mailbox.receive.close()
 
     # The target protocol (see AgentHandle): an open_agent handle addresses this actor.
 
@@ -299,9 +340,9 @@ class Actor:
     def conversation(self) -> list[Message]:
         return self.history
 
-    async def submit(self, request: Job | _Reset) -> None:
+    async def submit(self, request: Request) -> None:
         try:
-            await self.send.send(request)
+            await self.mailbox.send.send(request)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise AgentUnavailable(self.spec.name, "it has stopped") from None
 
@@ -479,15 +520,20 @@ class AgentHandle:
             actor.current.abandon()
 
     async def reset(self) -> None:
-        """Forget the conversation, after the runs queued before this call.
+        """Forget the conversation, after the runs queued before this call. It returns
+        only once the conversation is forgotten: if the agent crashes first, a
+        supervised agent's next incarnation does it; otherwise it raises.
 
         Raises:
-            AgentUnavailable: the agent has stopped.
+            AgentUnavailable: the agent stopped (or its supervisor gave up) before it.
+            AgentCrashed: the agent crashed before it, and will not be restarted.
         """
         request = _Reset()
         actor = await self._target.acquire()
         await actor.submit(request)
         await request.done.wait()
+        if request.error is not None:
+            raise request.error
 
     def __repr__(self) -> str:
         return f"<AgentHandle {self.name} {self.agent_id}>"

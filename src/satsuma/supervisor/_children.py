@@ -4,7 +4,7 @@ service), and the record a supervisor keeps of each child across its incarnation
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import attrs
@@ -12,7 +12,7 @@ import trio
 
 from .._exceptions import AgentUnavailable
 from .._messages import Message
-from ..agents._actor import Actor, AgentHandle
+from ..agents._actor import Actor, AgentHandle, Mailbox
 from ..agents._agent import Agent, spec_of
 from ..agents._model import Model
 from ..store import Store
@@ -130,6 +130,7 @@ class _AgentKind:
             history=child.conversation,
             handle_target=target,
             store=self.store,
+            mailbox=target.mailbox,
         )
         child.actor = actor
         try:
@@ -232,6 +233,13 @@ class Child:
     def mark_running(self) -> None:
         self.set_state(_State.RUNNING)
 
+    def end_queued(self, error: Callable[[], BaseException] | None, why: str) -> None:
+        """No incarnation will serve what waits in an agent child's mailbox: answer it
+        (see ``Mailbox.end_queued``)."""
+        target = self.target
+        if isinstance(target, _AgentTarget):
+            target.mailbox.end_queued(error, why, target.name)
+
 
 @attrs.define(eq=False)
 class _AgentTarget:
@@ -241,6 +249,12 @@ class _AgentTarget:
     child: Child
     agent_id: str
     call_timeout: float = 30.0
+    # Outlives each incarnation: a run queued behind one that crashed is served by the
+    # restarted agent.
+    mailbox: Mailbox = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.mailbox = Mailbox(spec_of(self.child.spec.child).mailbox_size)
 
     @property
     def name(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeAlias, final
 import attrs
 import trio
 
-from .._exceptions import SupervisorFailed
+from .._exceptions import AgentUnavailable, SupervisorFailed
 from ._children import (
     Child,
     ChildSpec,
@@ -89,6 +89,10 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
     return [exc]
+
+
+def _unavailable(child_id: str, why: str) -> Callable[[], BaseException]:
+    return lambda: AgentUnavailable(child_id, why)
 
 
 def _unwrap(exc: Exception) -> Exception:
@@ -481,6 +485,9 @@ class Supervisor:
         will_restart = restart == "permanent" or (restart == "transient" and error is not None)
         # Callers of a child about to be restarted wait for it rather than fail at once.
         child.set_state(_State.RESTARTING if will_restart else _State.EXITED)
+        if not will_restart:
+            why = f"it {'crashed' if error is not None else 'ended'} and is {restart}"
+            child.end_queued(_unavailable(child.id, why), why)
         self._exits_send.send_nowait(_Exit(child, incarnation, error))
 
     def _emit_crash(self, child: Child, error: BaseException) -> None:
@@ -502,6 +509,7 @@ class Supervisor:
             # Not running (ended, or waiting for a restart): it just stays down.
             if child.state is not _State.STOPPED:
                 child.set_state(_State.STOPPED)
+            child.end_queued(None, "it was stopped")
             return
         child.set_state(_State.STOPPING)
         child.scope.cancel()
@@ -515,6 +523,7 @@ class Supervisor:
                 child.spec.shutdown_timeout,
             )
         child.set_state(_State.STOPPED)
+        child.end_queued(None, "it was stopped")
         self._emit(ChildExited(supervisor=self.name, child_id=child.id, reason="shutdown"))
 
     async def _stop_all(self) -> None:
@@ -550,7 +559,12 @@ class Supervisor:
                         supervisor=self.name, child_id=child.id, reason="too many restarts"
                     )
                 )
-                raise SupervisorFailed(self.name, child.id, exit_.error)
+                failure = SupervisorFailed(self.name, child.id, exit_.error)
+                why = f"its supervisor gave up: {failure}"
+                for each in self._children:
+                    # What waits for a child that will not come back fails, saying why.
+                    each.end_queued(_unavailable(each.id, why), why)
+                raise failure
             await self._restart(child, len(self._restart_times))
 
     async def _restart(self, failed: Child, restarts: int) -> None:
