@@ -593,3 +593,68 @@ async def test_a_reset_queued_behind_a_crash_without_a_supervisor_raises(
                 await trio.sleep(0.5)
                 nursery.start_soon(reset)
     assert len(raised) == 1 and "model bug" in str(raised[0])
+
+
+async def test_a_late_old_incarnation_never_touches_the_new_one(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from satsuma.store import MemoryStore
+
+    @satsuma.tool
+    async def stubborn(task: str) -> str:
+        """Ignore cancellation for a long time.
+
+        Args:
+            task: Anything.
+        """
+        with trio.CancelScope(shield=True):
+            await trio.sleep(100)
+        return "done, late"
+
+    class Stubborn(satsuma.Agent):
+        name = "stubborn"
+        tools = [stubborn]
+
+    def reply(request: satsuma.ModelRequest) -> Any:
+        text = request.messages[-1].content[-1].get("text", "")
+        if text == "start the long job":
+            return Reply(tool_calls=[("stubborn", {"task": "x"})])
+        return f"echo: {text}"
+
+    store = MemoryStore()
+    worker = Worker("w")
+    async with Supervisor("one_for_all") as sup:
+        agent = await sup.start_child(
+            Stubborn,
+            model=FunctionModel(reply),
+            store=store,
+            agent_id="s",
+            shutdown_timeout=1,
+        )
+        await sup.start_child(worker)
+        async with trio.open_nursery() as nursery:
+
+            async def long_job() -> None:
+                # Its incarnation was replaced: once the stubborn tool lets go, its next
+                # write is refused and the run ends saying so.
+                result = await agent.run("start the long job")
+                assert result.status == "failed"
+                assert result.error is not None and "replaced by a newer one" in result.error
+
+            nursery.start_soon(long_job)
+            await trio.sleep(1)
+            worker.crash.set()  # one_for_all: the agent is stopped and restarted
+            await trio.sleep(5)
+            # The new incarnation serves while the old one is still stuck in its tool.
+            assert (await agent.run("hello")).output == "echo: hello"
+            await trio.sleep(200)  # the old one finishes its tool now, long after
+        assert (await agent.run("still you?")).output == "echo: still you?"
+        history = agent.history
+    check_conversation(history)
+    assert [m.text for m in history if m.role == "assistant"][-2:] == [
+        "echo: hello",
+        "echo: still you?",
+    ]
+    check_conversation(await store.load_messages("s"))
+    assert "replaced by a newer one" not in str(history)
+    assert any("refused a write" in record.getMessage() for record in caplog.records)

@@ -146,11 +146,17 @@ class Actor:
         handle_target: Target | None = None,
         store: Store | None = None,
         mailbox: Mailbox | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.spec = spec
         self.model = model
         self.model_id = resolve_model(spec.model) or spec.model
-        self.persistence = Persistence(store, agent_id) if store is not None else None
+        # True while this incarnation is the agent's newest (a supervisor's fencing
+        # token): once a newer one has started, this one's store writes are refused.
+        self.is_current: Callable[[], bool] = fence if fence is not None else _always
+        self.persistence = (
+            Persistence(store, agent_id, fence=self.is_current) if store is not None else None
+        )
         self.interrupted: list[RunRecord] = []
         # Tool servers list their tools once running: until serve() has started them,
         # the runner holds the other tools only.
@@ -554,6 +560,10 @@ async def _abandon(job: Job) -> None:
     job.abandon()
     with trio.move_on_after(_WIND_DOWN_SECONDS, shield=True):
         await job.done.wait()
+
+
+def _always() -> bool:
+    return True
 
 
 def _check_prompt(text: object) -> None:

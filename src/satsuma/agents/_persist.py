@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -51,7 +51,22 @@ class Persistence:
 
     store: Store
     agent_id: str
+    # False once a newer incarnation of the agent has started (see Actor.is_current).
+    fence: Callable[[], bool] = attrs.field(default=lambda: True, kw_only=True)
     dirty_from: int | None = None  # the first message not yet written as it stands
+
+    def _check_fence(self, what: str) -> None:
+        if self.fence():
+            return
+        logger.warning(
+            "agent %s: refused a write (%s) from an incarnation that a newer one replaced",
+            self.agent_id,
+            what,
+        )
+        raise StoreError(
+            f"agent {self.agent_id}",
+            f"this incarnation was replaced by a newer one; its write ({what}) was refused",
+        )
 
     def changed(self, index: int) -> None:
         if self.dirty_from is None or index < self.dirty_from:
@@ -70,11 +85,13 @@ class Persistence:
         start = self.dirty_from
         if start is None:
             return
+        self._check_fence("the conversation")
         start = min(start, len(history))
         await self.store.write_tail(self.agent_id, start, history[start:])
         self.dirty_from = None
 
     async def start_run(self, run_id: str, prompt: str) -> None:
+        self._check_fence("a run record")
         await self.store.start_run(
             RunRecord(
                 run_id=run_id,
@@ -88,6 +105,7 @@ class Persistence:
     async def end_run(
         self, run_id: str, status: RunRecordStatus, usage: Usage, error: str | None
     ) -> None:
+        self._check_fence("a run's end")
         await self.store.end_run(
             run_id, status=status, ended_at=time.time(), usage=usage, error=error
         )
@@ -99,6 +117,7 @@ class Persistence:
             StoreError: the store could not record them (the run then fails with the
                 store's reason, before any tool runs: never a denial the model reads).
         """
+        self._check_fence("the journal")
         for call in calls:
             await self.store.call_started(run_id, call.id, call.name, call.input)
 
@@ -107,6 +126,7 @@ class Persistence:
         record it is logged: the outcome stands, and on resume the call counts as
         unfinished."""
         try:
+            self._check_fence("the journal")
             await self.store.call_finished(
                 run_id,
                 outcome.tool_use_id,

@@ -122,21 +122,31 @@ class _AgentKind:
             model = owned = AnthropicModel()
         target = child.target
         assert isinstance(target, _AgentTarget)
+        incarnation = child.incarnation
+        # Each incarnation owns its conversation: it starts from a copy of what the one
+        # before it left (or, if that one is still winding down, has now), and hands
+        # its own back once, when it ends — only if no newer one has started since.
+        previous = child.actor
+        start_from = previous.history if previous is not None else child.conversation
         actor = Actor(
             spec,
             model,
             self.context,
             target.agent_id,
-            history=child.conversation,
+            history=list(start_from),
             handle_target=target,
             store=self.store,
             mailbox=target.mailbox,
+            fence=lambda: child.incarnation == incarnation,
         )
         child.actor = actor
         try:
             await actor.serve(task_status=status)
         finally:
-            child.actor = None
+            if child.incarnation == incarnation:
+                child.conversation = actor.history
+            if child.actor is actor:
+                child.actor = None  # a late old incarnation never detaches a newer one
             if owned is not None:
                 with trio.CancelScope(shield=True):
                     await owned.aclose()
@@ -279,4 +289,5 @@ class _AgentTarget:
         return actor if actor is not None and actor.alive else None
 
     def conversation(self) -> list[Message]:
-        return self.child.conversation
+        actor = self.child.actor
+        return actor.history if actor is not None else self.child.conversation
