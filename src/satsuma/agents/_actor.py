@@ -215,6 +215,10 @@ class Actor:
         if self.persistence is not None:
             await self.persistence.flush(self.history)
 
+    def steer(self, text: str) -> None:
+        self.steering.append(text)
+        self.steer_event.set()
+
     def take_steering(self) -> list[str]:
         texts, self.steering = self.steering, []
         if self.steer_event.is_set():
@@ -405,12 +409,17 @@ class AgentHandle:
         return tuple(self._target.conversation())
 
     @property
-    def _actor(self) -> Actor:
-        # For satsuma's own use (AgentTool reaches the parent's model through it).
+    def model(self) -> Model:
+        """The model provider the agent's running incarnation uses (a sub-agent started
+        from one of its tools uses it too, unless given its own).
+
+        Raises:
+            AgentUnavailable: the agent is not running.
+        """
         actor = self._target.current_actor()
         if actor is None:
             raise AgentUnavailable(self.name, "it is not running")
-        return actor
+        return actor.model
 
     async def run(
         self, prompt: str, *, events: Callable[[AgentEvent], object] | None = None
@@ -515,9 +524,10 @@ class AgentHandle:
             AgentUnavailable: the agent is not running.
         """
         _check_prompt(text)
-        actor = self._actor
-        actor.steering.append(text)
-        actor.steer_event.set()
+        actor = self._target.current_actor()
+        if actor is None:
+            raise AgentUnavailable(self.name, "it is not running")
+        actor.steer(text)
 
     async def cancel(self) -> None:
         """End the current run as ``cancelled`` (queued runs are not touched)."""

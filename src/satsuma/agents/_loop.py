@@ -29,8 +29,7 @@ from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, Thinki
 from ._model import ModelRequest, ModelResponse
 from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome
 from ._responses import checked_response
-from ._result import RunResult, RunStatus
-from ._subagent import subagent_usage
+from ._result import RunResult, RunStatus, subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
 
 if TYPE_CHECKING:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import attrs
 
 from .._messages import Message, Usage
 
-__all__ = ["RunResult", "RunStatus"]
+__all__ = ["SUBAGENT_USAGE", "RunResult", "RunStatus", "subagent_usage"]
+
+# The key under which a sub-agent's tool outcome carries the sub-run's usage, which the
+# parent run adds to its own.
+SUBAGENT_USAGE: Final = "satsuma.subagent_usage"
 
 RunStatus = Literal["completed", "max_iterations", "deadline_exceeded", "cancelled", "failed"]
 
@@ -36,3 +40,12 @@ class RunResult:
     usage: Usage = attrs.Factory(Usage)
     iterations: int = 0
     error: str | None = None
+
+
+def subagent_usage(details: object) -> Usage | None:
+    """The sub-run usage carried by an outcome's details, if any."""
+    if isinstance(details, dict):
+        usage = details.get(SUBAGENT_USAGE)
+        if isinstance(usage, Usage):
+            return usage
+    return None

@@ -11,18 +11,15 @@ from __future__ import annotations
 from typing import Any, Final
 
 from .._exceptions import ToolDefinitionError
-from .._messages import Usage
 from ..tools import Tool, ToolContext, ToolResult
 from ..tools._spec import ObjectNode, Property, StringNode, check_arguments
 from ..tools._tool import ToolDefinition, _validate_common
+from ._actor import AgentHandle, open_agent
 from ._agent import spec_of
 from ._model import Model
+from ._result import SUBAGENT_USAGE
 
-__all__ = ["SUBAGENT_USAGE", "AgentTool"]
-
-# The key under which an AgentTool's outcome details carry the sub-run's Usage, which the
-# parent run adds to its own.
-SUBAGENT_USAGE: Final = "satsuma.subagent_usage"
+__all__ = ["AgentTool"]
 
 _PARAMETERS: Final = ObjectNode(
     properties=(
@@ -90,12 +87,10 @@ class AgentTool(Tool, abstract=True):
         self._model = model
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        from ._actor import open_agent
-
         model = self._model
         parent = ctx.agent
-        if model is None and parent is not None:
-            model = parent._actor.model
+        if model is None and isinstance(parent, AgentHandle):
+            model = parent.model
         context = {"working_dir": ctx.working_dir, "capabilities": ctx.capabilities, **ctx.extra}
         async with open_agent(self._agent, model=model, context=context) as agent:
             result = await agent.run(args["task"], events=ctx.forward)
@@ -107,12 +102,3 @@ class AgentTool(Tool, abstract=True):
         if result.output:
             text += f"\n\nIts last answer:\n{result.output}"
         return ToolResult(text, is_error=True, details=details)
-
-
-def subagent_usage(details: object) -> Usage | None:
-    """The sub-run usage carried by an outcome's details, if any."""
-    if isinstance(details, dict):
-        usage = details.get(SUBAGENT_USAGE)
-        if isinstance(usage, Usage):
-            return usage
-    return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
 import trio
@@ -16,9 +16,6 @@ from ..agents._actor import Actor, AgentHandle, Mailbox
 from ..agents._agent import Agent, spec_of
 from ..agents._model import Model
 from ..store import Store
-
-if TYPE_CHECKING:
-    from ._supervisor import Supervisor
 
 __all__ = ["ChildSpec", "RestartType"]
 
@@ -152,15 +149,24 @@ class _AgentKind:
                     await owned.aclose()
 
 
+class _Nested(Protocol):
+    """What a supervisor is to its parent (the Supervisor class itself lives in
+    ``_supervisor``, which imports this module)."""
+
+    name: str
+
+    async def serve(self, *, task_status: Any = ...) -> None: ...
+
+
 @attrs.define(eq=False)
 class _SupervisorKind:
-    supervisor: Supervisor
+    supervisor: _Nested
     kind: Literal["worker", "supervisor"] = "supervisor"
 
     def default_id(self) -> str:
         return self.supervisor.name
 
-    def handle(self, child: Child) -> Supervisor:
+    def handle(self, child: Child) -> _Nested:
         return self.supervisor
 
     async def serve(self, child: Child, status: _Started) -> None:
@@ -180,41 +186,6 @@ class _ServiceKind:
 
     async def serve(self, child: Child, status: _Started) -> None:
         await self.service.serve(task_status=status)
-
-
-def kind_of(spec: ChildSpec) -> _Kind:
-    """The kind of child a spec names.
-
-    Raises:
-        TypeError: it is none of an Agent subclass, a Supervisor, a serve-object; or
-            options were given to a child that takes none.
-    """
-    from ._supervisor import Supervisor
-
-    child = spec.child
-    options = dict(spec.options)
-    if isinstance(child, type) and issubclass(child, Agent):
-        spec_of(child)  # a concrete, checked Agent
-        unknown = set(options) - {"model", "context", "agent_id", "store"}
-        if unknown:
-            raise TypeError(f"unknown agent options: {', '.join(sorted(unknown))}")
-        return _AgentKind(
-            child,
-            options.get("model"),
-            options.get("context"),
-            options.get("agent_id"),
-            options.get("store"),
-        )
-    if options:
-        raise TypeError(f"options apply to agents only, got: {', '.join(sorted(options))}")
-    if isinstance(child, Supervisor):
-        return _SupervisorKind(child)
-    if callable(getattr(child, "serve", None)) and not isinstance(child, type):
-        return _ServiceKind(child)
-    raise TypeError(
-        "a child must be an Agent subclass, a Supervisor, or an object with "
-        f"async def serve(self, *, task_status), got: {child!r}"
-    )
 
 
 @attrs.define(eq=False)

@@ -22,15 +22,18 @@ import attrs
 import trio
 
 from .._exceptions import AgentUnavailable, SupervisorFailed
+from ..agents._agent import Agent, spec_of
 from ._children import (
     Child,
     ChildSpec,
     RestartType,
     _AgentKind,
     _AgentTarget,
+    _Kind,
+    _ServiceKind,
     _Started,
     _State,
-    kind_of,
+    _SupervisorKind,
 )
 from ._events import (
     ChildCrashed,
@@ -78,6 +81,39 @@ class _Exit:
     incarnation: int
     error: BaseException | None
     reported: bool = False  # a failed start has had its ChildCrashed event already
+
+
+def kind_of(spec: ChildSpec) -> _Kind:
+    """The kind of child a spec names.
+
+    Raises:
+        TypeError: it is none of an Agent subclass, a Supervisor, a serve-object; or
+            options were given to a child that takes none.
+    """
+    child = spec.child
+    options = dict(spec.options)
+    if isinstance(child, type) and issubclass(child, Agent):
+        spec_of(child)  # a concrete, checked Agent
+        unknown = set(options) - {"model", "context", "agent_id", "store"}
+        if unknown:
+            raise TypeError(f"unknown agent options: {', '.join(sorted(unknown))}")
+        return _AgentKind(
+            child,
+            options.get("model"),
+            options.get("context"),
+            options.get("agent_id"),
+            options.get("store"),
+        )
+    if options:
+        raise TypeError(f"options apply to agents only, got: {', '.join(sorted(options))}")
+    if isinstance(child, Supervisor):
+        return _SupervisorKind(child)
+    if callable(getattr(child, "serve", None)) and not isinstance(child, type):
+        return _ServiceKind(child)
+    raise TypeError(
+        "a child must be an Agent subclass, a Supervisor, or an object with "
+        f"async def serve(self, *, task_status), got: {child!r}"
+    )
 
 
 def _describe(exc: BaseException) -> str:
