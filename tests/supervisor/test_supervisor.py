@@ -658,3 +658,26 @@ async def test_a_late_old_incarnation_never_touches_the_new_one(
     check_conversation(await store.load_messages("s"))
     assert "replaced by a newer one" not in str(history)
     assert any("refused a write" in record.getMessage() for record in caplog.records)
+
+
+async def test_public_methods_and_restarts_take_turns_in_the_control_loop(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A crash (restart after a backoff) and a terminate_child arriving during it: the
+    # terminate waits its turn, after the restart, so the child ends stopped and is
+    # never restarted behind the caller's back once terminate_child has returned.
+    worker = Worker("w")
+    async with Supervisor(backoff=Backoff(base=2.0, cap=2.0)) as sup:
+        await sup.start_child(worker)
+        worker.crash.set()
+        await trio.sleep(0.5)  # the control loop is in the backoff before the restart
+        await sup.terminate_child("Worker")
+        await trio.sleep(10)
+        assert [(c.id, c.state) for c in sup.which_children()] == [("Worker", "stopped")]
+        assert worker.starts == 2
+        assert journal[-1] == "stop w"
+        # And a restart asked for by hand goes through the same loop.
+        await sup.restart_child("Worker")
+        assert worker.starts == 3
+    with pytest.raises(RuntimeError, match="is not running"):
+        await sup.restart_child("Worker")

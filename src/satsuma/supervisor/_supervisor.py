@@ -14,7 +14,7 @@ import math
 import signal
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeAlias, final
 
@@ -81,6 +81,17 @@ class _Exit:
     incarnation: int
     error: BaseException | None
     reported: bool = False  # a failed start has had its ChildCrashed event already
+
+
+@attrs.define(eq=False)
+class _Command:
+    """A public method's request, carried out by the control loop in its turn, so that
+    starting and stopping children never races a restart."""
+
+    action: Callable[[], Awaitable[Any]]
+    done: trio.Event = attrs.Factory(trio.Event)
+    result: Any = None
+    error: BaseException | None = None
 
 
 def kind_of(spec: ChildSpec) -> _Kind:
@@ -190,7 +201,12 @@ class Supervisor:
         self._by_id: dict[str, Child] = {}
         self._by_name: dict[str, Child] = {}
         self._nursery: trio.Nursery | None = None
-        self._exits_send, self._exits = trio.open_memory_channel[_Exit](math.inf)
+        # Exits of children and commands of the public methods, in the order they came:
+        # the control loop handles one at a time, and is the only place children are
+        # started and stopped once the supervisor runs.
+        self._inbox_send, self._inbox = trio.open_memory_channel[_Exit | _Command](math.inf)
+        self._controlling = False
+        self._stopping = False
         self._restart_times: deque[float] = deque()
         self._running = False
         self._manager: Any = None
@@ -225,12 +241,16 @@ class Supervisor:
             child, id=id, name=name, restart=restart, shutdown_timeout=shutdown_timeout,
             start_timeout=start_timeout, options=options,
         )  # fmt: skip
-        record = self._add(spec)
-        await self._start(record)
-        if record.state is not _State.RUNNING:
-            self._forget(record)
-            raise SupervisorFailed(self.name, record.id, record.last_error, "could not start")
-        return record.handle
+
+        async def start() -> Any:
+            record = self._add(spec)
+            await self._start(record)
+            if record.state is not _State.RUNNING:
+                self._forget(record)
+                raise SupervisorFailed(self.name, record.id, record.last_error, "could not start")
+            return record.handle
+
+        return await self._ask(start)
 
     async def terminate_child(self, id: str) -> None:
         """Stop a child (it is given its shutdown timeout); its spec stays, to
@@ -239,8 +259,11 @@ class Supervisor:
         Raises:
             KeyError: no child has that id.
         """
-        child = self._get(id)
-        await self._stop(child)
+
+        async def terminate() -> None:
+            await self._stop(self._get(id))
+
+        await self._ask(terminate)
 
     async def restart_child(self, id: str) -> Any:
         """Start a stopped or exited child again (or restart a running one).
@@ -249,18 +272,44 @@ class Supervisor:
             KeyError: no child has that id.
             SupervisorFailed: it failed to start.
         """
-        child = self._get(id)
-        await self._stop(child)
-        await self._start(child)
-        if child.state is not _State.RUNNING:
-            raise SupervisorFailed(self.name, child.id, child.last_error, "could not start")
-        return child.handle
+
+        async def restart() -> Any:
+            child = self._get(id)
+            await self._stop(child)
+            await self._start(child)
+            if child.state is not _State.RUNNING:
+                raise SupervisorFailed(self.name, child.id, child.last_error, "could not start")
+            return child.handle
+
+        return await self._ask(restart)
 
     async def delete_child(self, id: str) -> None:
-        """Stop a child if it runs, and forget its spec."""
-        child = self._get(id)
-        await self._stop(child)
-        self._forget(child)
+        """Stop a child if it runs, and forget its spec.
+
+        Raises:
+            KeyError: no child has that id.
+        """
+
+        async def delete() -> None:
+            child = self._get(id)
+            await self._stop(child)
+            self._forget(child)
+
+        await self._ask(delete)
+
+    async def _ask(self, action: Callable[[], Awaitable[Any]]) -> Any:
+        """Have the control loop carry out ``action`` in its turn, and return its result
+        (or raise its error)."""
+        if self._nursery is None or self._stopping:
+            raise RuntimeError(f"supervisor {self.name} is not running")
+        if not self._controlling:
+            return await action()  # starting up: nothing else starts or stops children yet
+        command = _Command(action)
+        self._inbox_send.send_nowait(command)
+        await command.done.wait()
+        if command.error is not None:
+            raise command.error
+        return command.result
 
     def which_children(self) -> list[ChildInfo]:
         """Every child, in start order: id, child, state, restart type, kind."""
@@ -318,17 +367,22 @@ class Supervisor:
                 try:
                     await self._start_initial()
                     task_status.started()
+                    self._controlling = True
                     await self._control()
                 except SupervisorFailed as exc:
                     # Raised below, outside the nursery, so that it is not wrapped in a group.
                     failure = exc
                 finally:
+                    self._controlling = False
+                    self._stopping = True
+                    self._refuse_commands(failure)
                     # Ordered shutdown, even when the supervisor itself is cancelled.
                     with trio.CancelScope(shield=True):
                         await self._stop_all()
                     nursery.cancel_scope.cancel()
         finally:
             self._running = False
+            self._stopping = False
             self._nursery = None
         if failure is not None:
             raise failure
@@ -524,7 +578,7 @@ class Supervisor:
         if not will_restart:
             why = f"it {'crashed' if error is not None else 'ended'} and is {restart}"
             child.end_queued(_unavailable(child.id, why), why)
-        self._exits_send.send_nowait(_Exit(child, incarnation, error))
+        self._inbox_send.send_nowait(_Exit(child, incarnation, error))
 
     def _emit_crash(self, child: Child, error: BaseException) -> None:
         logger.warning("supervisor %s: child %s crashed: %s", self.name, child.id, _describe(error))
@@ -566,8 +620,28 @@ class Supervisor:
         for child in reversed(self._children):
             await self._stop(child)
 
+    def _refuse_commands(self, failure: SupervisorFailed | None) -> None:
+        """Commands still waiting will not be carried out: their callers raise."""
+        while True:
+            try:
+                item = self._inbox.receive_nowait()
+            except trio.WouldBlock:
+                return
+            if isinstance(item, _Command):
+                item.error = failure or RuntimeError(f"supervisor {self.name} stopped")
+                item.done.set()
+
     async def _control(self) -> None:
-        async for exit_ in self._exits:
+        async for item in self._inbox:
+            if isinstance(item, _Command):
+                try:
+                    item.result = await item.action()
+                except Exception as exc:  # the caller's error (a bad id, a failed start)
+                    item.error = exc
+                finally:
+                    item.done.set()
+                continue
+            exit_ = item
             child = exit_.child
             if child.incarnation != exit_.incarnation or self._by_id.get(child.id) is not child:
                 continue  # an old incarnation, or a child deleted since
@@ -638,6 +712,6 @@ class Supervisor:
             else:
                 # Failed to start again: that is one more exit to judge.
                 child.set_state(_State.RESTARTING)
-                self._exits_send.send_nowait(
+                self._inbox_send.send_nowait(
                     _Exit(child, child.incarnation, child.last_error, reported=True)
                 )
