@@ -2,8 +2,6 @@
 
 from .._messages import Message as Message
 from .._messages import Usage as Usage
-from ._actor import AgentHandle as AgentHandle
-from ._actor import open_agent as open_agent
 from ._agent import Agent as Agent
 from ._aliases import MODEL_ALIASES as MODEL_ALIASES
 from ._anthropic import AnthropicModel as AnthropicModel
@@ -15,6 +13,8 @@ from ._events import TextDelta as TextDelta
 from ._events import ThinkingDelta as ThinkingDelta
 from ._events import TurnEnd as TurnEnd
 from ._events import event_to_json as event_to_json
+from ._handle import AgentHandle as AgentHandle
+from ._handle import open_agent as open_agent
 from ._history import HistoryProcessor as HistoryProcessor
 from ._history import KeepAll as KeepAll
 from ._history import KeepLastExchanges as KeepLastExchanges

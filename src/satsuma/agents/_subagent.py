@@ -14,8 +14,8 @@ from .._exceptions import ToolDefinitionError
 from ..tools import Tool, ToolContext, ToolResult
 from ..tools._spec import ObjectNode, Property, StringNode, check_arguments
 from ..tools._tool import ToolDefinition, _validate_common
-from ._actor import AgentHandle, open_agent
 from ._agent import spec_of
+from ._handle import AgentHandle, open_agent
 from ._model import Model
 from ._result import SUBAGENT_USAGE
 

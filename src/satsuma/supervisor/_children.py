@@ -12,8 +12,9 @@ import trio
 
 from .._exceptions import AgentUnavailable
 from .._messages import Message
-from ..agents._actor import Actor, AgentHandle, Mailbox
+from ..agents._actor import Actor, Mailbox
 from ..agents._agent import Agent, spec_of
+from ..agents._handle import AgentHandle
 from ..agents._model import Model
 from ..store import Store
 
@@ -131,11 +132,11 @@ class _AgentKind:
             self.context,
             target.agent_id,
             history=list(start_from),
-            handle_target=target,
             store=self.store,
             mailbox=target.mailbox,
             fence=lambda: child.incarnation == incarnation,
         )
+        actor.handle = child.handle
         child.actor = actor
         try:
             await actor.serve(task_status=status)

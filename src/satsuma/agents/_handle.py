@@ -1,0 +1,331 @@
+"""AgentHandle, how the rest of the program talks to an agent, and ``open_agent``, which
+starts one inside the caller's structured concurrency. The actor itself is in
+``_actor``."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, final
+
+import trio
+
+from .._exceptions import AgentUnavailable
+from .._messages import Message
+from ..store import Store
+from ._actor import Actor, Job, ResetRequest, new_run_id
+from ._agent import spec_of
+from ._events import AgentEvent
+from ._model import Model
+from ._result import RunResult
+
+__all__ = ["AgentHandle", "Target", "open_agent"]
+
+logger = logging.getLogger("satsuma.agents")
+
+_agent_numbers = itertools.count(1)
+
+
+class Target(Protocol):
+    """What an AgentHandle addresses: one actor (``open_agent``), or a supervised child
+    whose actor changes with each restart."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def agent_id(self) -> str: ...
+
+    async def acquire(self) -> Actor:
+        """The actor to serve a call now, waiting for a restart if need be.
+
+        Raises:
+            AgentUnavailable: there is none (stopped, or not back in time).
+        """
+        ...
+
+    def current_actor(self) -> Actor | None: ...
+
+    def conversation(self) -> list[Message]: ...
+
+
+@final
+class AgentHandle:
+    """How a program talks to a running agent. Returned by ``open_agent`` and by a
+    supervisor's ``start_child`` — in which case it addresses the child, not one
+    incarnation of it, and stays valid across restarts.
+
+    Every method may be called from any task of the trio run. Runs queue in the agent's
+    mailbox and are served one at a time, in order.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+
+    @property
+    def name(self) -> str:
+        """The agent's declared name."""
+        return self._target.name
+
+    @property
+    def agent_id(self) -> str:
+        """This agent's id (given when it was started, or made up)."""
+        return self._target.agent_id
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """A copy of the conversation so far."""
+        return tuple(self._target.conversation())
+
+    @property
+    def model(self) -> Model:
+        """The model provider the agent's running incarnation uses (a sub-agent started
+        from one of its tools uses it too, unless given its own).
+
+        Raises:
+            AgentUnavailable: the agent is not running.
+        """
+        actor = self._target.current_actor()
+        if actor is None:
+            raise AgentUnavailable(self.name, "it is not running")
+        return actor.model
+
+    async def run(
+        self, prompt: str, *, events: Callable[[AgentEvent], object] | None = None
+    ) -> RunResult:
+        """Run the agent on ``prompt`` and return how the run ended.
+
+        If the caller is cancelled while the run waits or runs, the run is cancelled too
+        (it ends ``cancelled`` with a valid history).
+
+        Args:
+            prompt: The user's message.
+            events: Called with each event of the run, on the trio thread.
+
+        Raises:
+            AgentUnavailable: the agent has stopped (or, supervised, did not come back
+                from a restart in time).
+            AgentCrashed: the agent crashed before answering; ``cause`` says why.
+        """
+        _check_prompt(prompt)
+        job = Job(prompt=prompt, run_id=new_run_id(), sink=_callback_sink(events))
+        return await self._serve(job)
+
+    async def resume(
+        self, run_id: str, *, events: Callable[[AgentEvent], object] | None = None
+    ) -> RunResult:
+        """Go on with a run that a crash or a kill interrupted (its record says
+        ``interrupted``): calls it had finished keep their journaled outcomes, calls it
+        had not are run again only for tools declared ``idempotent = True`` (the others
+        are answered ``Error: Interrupted: ...``), and the loop goes on.
+
+        Raises:
+            ValueError: the agent has no store, or the run is not an interrupted run of
+                this agent.
+            AgentUnavailable: the agent has stopped.
+        """
+        actor = await self._target.acquire()
+        if actor.persistence is None:
+            raise ValueError(f"agent {self.name} has no store: only a stored run can be resumed")
+        record = await actor.persistence.store.get_run(run_id)
+        if record is None or record.agent_id != actor.agent_id:
+            raise ValueError(f"agent {actor.agent_id} has no run {run_id!r}")
+        if record.status != "interrupted":
+            raise ValueError(
+                f"run {run_id} ended {record.status}; only an interrupted run can be resumed"
+            )
+        # Only while no later run has gone past it (that run answered its open calls).
+        if record.run_id not in {r.run_id for r in actor.interrupted}:
+            raise ValueError(f"run {run_id} can no longer be resumed: a later run went past it")
+        job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
+        return await self._serve(job)
+
+    async def _serve(self, job: Job) -> RunResult:
+        actor = await self._target.acquire()
+        await actor.submit(job)
+        try:
+            await job.done.wait()
+        finally:
+            await _abandon(job)
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
+
+    async def stream(self, prompt: str) -> AsyncIterator[AgentEvent]:
+        """Run the agent on ``prompt``, yielding its events as they happen; the last one
+        is ``RunEnd``. Leaving the loop early cancels the run.
+
+        Raises:
+            AgentUnavailable: the agent has stopped.
+            AgentCrashed: the agent crashed before the run ended.
+        """
+        _check_prompt(prompt)
+        # Unbounded: a run's events are bounded by its own output, and the agent must
+        # never wait on a slow reader.
+        send, receive = trio.open_memory_channel[AgentEvent](math.inf)
+
+        def deliver(event: AgentEvent) -> None:
+            # The reader may have left (and closed its end): the run is being cancelled.
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                send.send_nowait(event)
+
+        job = Job(prompt=prompt, run_id=new_run_id(), sink=deliver, on_done=send.close)
+        actor = await self._target.acquire()
+        await actor.submit(job)
+        try:
+            async with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            await _abandon(job)
+        if job.error is not None:
+            raise job.error
+
+    async def steer(self, text: str) -> None:
+        """Send a user message that the model reads at its next turn.
+
+        Tool calls of the current turn not yet started are skipped (the model reads
+        ``Error: Skipped due to queued user message.``). When no run is in progress, the
+        message goes with the next run's prompt.
+
+        Raises:
+            AgentUnavailable: the agent is not running.
+        """
+        _check_prompt(text)
+        actor = self._target.current_actor()
+        if actor is None:
+            raise AgentUnavailable(self.name, "it is not running")
+        actor.steer(text)
+
+    async def cancel(self) -> None:
+        """End the current run as ``cancelled`` (queued runs are not touched)."""
+        actor = self._target.current_actor()
+        if actor is not None and actor.current is not None:
+            actor.current.abandon()
+
+    async def reset(self) -> None:
+        """Forget the conversation, after the runs queued before this call. It returns
+        only once the conversation is forgotten: if the agent crashes first, a
+        supervised agent's next incarnation does it; otherwise it raises.
+
+        Raises:
+            AgentUnavailable: the agent stopped (or its supervisor gave up) before it.
+            AgentCrashed: the agent crashed before it, and will not be restarted.
+        """
+        request = ResetRequest()
+        actor = await self._target.acquire()
+        await actor.submit(request)
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+
+    def __repr__(self) -> str:
+        return f"<AgentHandle {self.name} {self.agent_id}>"
+
+
+# How long a caller that leaves (cancelled, or out of a stream) waits for its run to wind
+# down. Winding down is prompt — tools are cancelled, pending calls answered — so this
+# only bounds a pathological case.
+_WIND_DOWN_SECONDS = 5.0
+
+
+async def _abandon(job: Job) -> None:
+    """If the caller leaves before its run ended, cancel the run and wait (shielded,
+    bounded) until it has: when run() or a stream ends, so has the run, and the history
+    is whole again."""
+    if job.done.is_set():
+        return
+    job.abandon()
+    with trio.move_on_after(_WIND_DOWN_SECONDS, shield=True):
+        await job.done.wait()
+
+
+def _check_prompt(text: object) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
+
+
+def _callback_sink(
+    events: Callable[[AgentEvent], object] | None,
+) -> Callable[[AgentEvent], None] | None:
+    if events is None:
+        return None
+    if not callable(events):
+        raise TypeError(f"events must be a callable, got: {type(events).__name__}")
+
+    def sink(event: AgentEvent) -> None:
+        try:
+            events(event)
+        except Exception:  # an observer's bug must not end the run or the agent
+            logger.exception("satsuma event callback %r raised on %r", events, event)
+
+    return sink
+
+
+@asynccontextmanager
+async def open_agent(
+    agent: type[Any],
+    *,
+    model: Model | None = None,
+    context: Mapping[str, Any] | None = None,
+    agent_id: str | None = None,
+    store: Store | None = None,
+) -> AsyncIterator[AgentHandle]:
+    """Start an agent inside the caller's structured concurrency.
+
+    ``async with satsuma.open_agent(CodingAgent) as agent: await agent.run("...")``. The
+    agent runs until the block exits; a run still in progress then ends ``cancelled``.
+
+    Args:
+        agent: An Agent subclass.
+        model: The model provider (default: ``AnthropicModel()``, from the environment's
+            ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL). Tests pass a ScriptedModel.
+        context: The tools' context mapping (``working_dir``, ``capabilities``, extras).
+        agent_id: This agent's id (made up if not given). With a store, the id under
+            which its conversation is kept: an agent started again with the same id
+            loads it and goes on.
+        store: Where the conversation, the run records and the tool-call journal are
+            kept (a SQLiteStore, a MemoryStore); none by default.
+
+    Raises:
+        TypeError: ``agent`` is not a concrete Agent subclass.
+    """
+    spec = spec_of(agent)
+    owned = None
+    if model is None:
+        from ._anthropic import AnthropicModel
+
+        model = owned = AnthropicModel()
+    if store is not None and agent_id is None:
+        raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
+    if store is not None:
+        await store.open()  # a bad file is a plain StoreError here, before anything starts
+    actor = Actor(
+        spec, model, context, agent_id or f"{spec.name}-{next(_agent_numbers)}", store=store
+    )
+    actor.handle = AgentHandle(actor)
+    started = False
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.serve)
+            started = True
+            try:
+                yield actor.handle
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # A start that failed (a tool server that cannot start) is one plain exception,
+        # as a bad store is: the block never ran.
+        if not started and len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    finally:
+        if owned is not None:
+            # The client built here is closed here; one passed in belongs to the caller.
+            with trio.CancelScope(shield=True):
+                await owned.aclose()
