@@ -574,19 +574,28 @@ class ToolRunner:
             ), call
         return normalise(raw, call.id, call.name, duration), call
 
+    async def _call_hook(
+        self, hook: CompiledHook, *args: Any
+    ) -> tuple[object, BaseException | None]:
+        """What the hook returned, or what it failed with (its own exceptions, whatever
+        their class, and overrunning ``hook_timeout``); only what must go on is raised."""
+        try:
+            with trio.fail_after(self._hook_timeout):
+                return await hook(*args), None
+        except BaseException as exc:  # TooSlowError included: the hook overran
+            going_on = _propagating_part(exc)
+            if going_on is exc:
+                raise
+            if going_on is not None:
+                raise going_on from None
+            return None, exc
+
     async def _run_before(self, call: ToolCall, ctx: ToolContext) -> ToolCall | ToolOutcome:
         """The call as the hooks leave it (rewritten or not), or the denial."""
         for hook in self._before:
-            try:
-                with trio.fail_after(self._hook_timeout):
-                    decision = await hook(call, ctx)
-            except BaseException as exc:  # TooSlowError included: the hook overran
-                going_on = _propagating_part(exc)
-                if going_on is exc:
-                    raise
-                if going_on is not None:
-                    raise going_on from None
-                return self._hook_failed(call, hook, "before_call", exc)
+            decision, failure = await self._call_hook(hook, call, ctx)
+            if failure is not None:
+                return self._hook_failed(call, hook, "before_call", failure)
             if decision is None:
                 continue
             if isinstance(decision, Deny):
@@ -604,16 +613,11 @@ class ToolRunner:
 
     async def _run_after(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
         for hook in self._after:
-            try:
-                with trio.fail_after(self._hook_timeout):
-                    replaced = await hook(call, outcome)
-            except BaseException as exc:  # TooSlowError included: the hook overran
-                going_on = _propagating_part(exc)
-                if going_on is exc:
-                    raise
-                if going_on is not None:
-                    raise going_on from None
-                return self._hook_failed(call, hook, "after_call", exc, duration=outcome.duration)
+            replaced, failure = await self._call_hook(hook, call, outcome)
+            if failure is not None:
+                return self._hook_failed(
+                    call, hook, "after_call", failure, duration=outcome.duration
+                )
             if replaced is None:
                 continue
             if not isinstance(replaced, ToolOutcome):
