@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -725,3 +727,39 @@ async def test_working_dir_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ReadFile, {"path": "f.txt"}, {"working_dir": "rel", "capabilities": {"read"}}
     )
     assert outcome.content == numbered("rel")
+
+
+_PEAK_MEMORY_SCRIPT = """
+import resource, sys, trio, satsuma
+from satsuma.tools.builtin import ReadFile
+
+async def main():
+    runner = satsuma.ToolRunner([ReadFile])
+    call = {"id": "t", "name": "read_file", "input": {"path": "big.txt", "start_line": 1, "end_line": 10}}
+    (outcome,) = await runner.execute([call], {"working_dir": sys.argv[1], "capabilities": {"read"}})
+    print(len(outcome.text), outcome.is_error)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+trio.run(main)
+"""
+
+
+def test_a_line_range_of_a_huge_single_line_file_reads_in_bounded_memory(tmp_path: Path) -> None:
+    # 256 MB on one line: reading it as a line would take several times that in memory.
+    size = 256 * 1024 * 1024
+    with open(tmp_path / "big.txt", "wb") as file:
+        block = b"a" * (1 << 20)
+        for _ in range(size // len(block)):
+            file.write(block)
+        file.write(b"\nsecond line\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_MEMORY_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    chars, is_error, peak_kib = done.stdout.split()
+    assert is_error == "False"
+    assert int(chars) < 3_000  # the first line cut, with its note, and the second
+    # Bounded by the output limit, not the file: far below the line's own 256 MB.
+    assert int(peak_kib) < 150 * 1024, f"peak RSS {int(peak_kib) // 1024} MiB"

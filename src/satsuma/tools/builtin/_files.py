@@ -75,15 +75,20 @@ class ReadFile(Tool):
         used = 0
         number = 0
         cut_at: int | None = None
-        for number, raw in enumerate(file, start=1):
+        # UTF-8 takes at most 4 bytes a character: this many bytes of a line always hold
+        # the characters shown, and the rest of the line is only counted.
+        keep = self.max_line_chars * 4
+        for number, (head, more_chars) in enumerate(_bounded_lines(file, keep), start=1):
             if number < start:
                 continue
             if end is not None and number > end:
                 number -= 1
                 break
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            if len(line) > self.max_line_chars:
-                extra = len(line) - self.max_line_chars
+            line = head.decode("utf-8", errors="replace")
+            if not more_chars:
+                line = line.rstrip("\r")
+            if len(line) > self.max_line_chars or more_chars:
+                extra = len(line) - self.max_line_chars + more_chars
                 line = f"{line[: self.max_line_chars]}… [line cut: {extra:,} more characters]"
             entry = f"{number:6}\t{line}"
             if used + len(entry) + 1 > self.max_chars and lines:
@@ -318,6 +323,39 @@ def _open_dir(target: Resolved) -> Iterator[int]:
 def _lstat_mode(target: Resolved) -> int:
     info = target.lstat() if target.name is not None else None
     return info.st_mode if info is not None else 0
+
+
+_CHUNK: Final = 1 << 16
+# UTF-8 continuation bytes (0b10xxxxxx): deleting them from a piece leaves one byte per
+# character, so counting characters never needs to decode (or hold) a whole line.
+_CONTINUATION: Final = bytes(range(0x80, 0xC0))
+
+
+def _bounded_lines(file: BinaryIO, keep: int) -> Iterator[tuple[bytes, int]]:
+    """Each line's first ``keep`` bytes (without its newline) and how many characters
+    more it has, read in chunks: memory stays about ``keep`` plus one chunk, whatever the
+    length of a line (a 400 MB file of one line included)."""
+    head = bytearray()
+    more = 0
+    open_line = False
+    while chunk := file.read(_CHUNK):
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            stop = newline if newline != -1 else len(chunk)
+            room = keep - len(head)
+            if room > 0:
+                head += chunk[start : min(stop, start + room)]
+            if stop - start > room:
+                more += len(chunk[start + max(room, 0) : stop].translate(None, _CONTINUATION))
+            if newline == -1:
+                open_line = open_line or stop > start  # text after the last newline
+                break
+            yield bytes(head), more
+            head, more, open_line = bytearray(), 0, False
+            start = newline + 1
+    if open_line:
+        yield bytes(head), more
 
 
 def _is_binary(file: BinaryIO) -> bool:
