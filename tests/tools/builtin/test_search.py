@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from satsuma.testing import run_tool
@@ -165,3 +166,30 @@ def _parent(pid: str) -> int:
     except OSError:
         return -1
     return int(stat[stat.rfind(b")") + 2 :].split()[1])
+
+
+@pytest.mark.parametrize("depth", [300, 2_000])
+async def test_a_tree_thousands_of_levels_deep_is_searched_to_a_depth_and_says_so(
+    tmp_path: Path, depth: int
+) -> None:
+    # Built with descriptors: the path of the deepest directory is longer than PATH_MAX.
+    (tmp_path / "top.txt").write_text("needle at the top\n")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for level in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            if level == 10:
+                file = os.open("shallow.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+                os.write(file, b"needle eleven levels down\n")
+                os.close(file)
+    finally:
+        os.close(fd)
+    outcome = await run_tool(Search, {"pattern": "needle"}, context(tmp_path))
+    assert not outcome.is_error, outcome.text
+    assert "RecursionError" not in outcome.text
+    assert "needle at the top" in outcome.text
+    assert "needle eleven levels down" in outcome.text
+    assert "directories more than 256 levels deep were not searched" in outcome.text

@@ -241,6 +241,7 @@ def test_matches_with_paths_and_line_numbers(root: Path) -> None:
         "files_searched": 2,
         "binary_skipped": 0,
         "large_skipped": 0,
+        "deep_skipped": 0,
         "truncated": False,
     }
 

@@ -20,6 +20,7 @@ from .._results import ToolResult
 from .._tool import Tool
 from ._process import HeadTail, run_in_group
 from ._sandbox import Workspace
+from ._search_worker import MAX_DEPTH
 
 __all__ = ["Search"]
 
@@ -154,4 +155,9 @@ def _notes(
         skipped.append(f"{summary['large_skipped']:,} too large")
     if skipped:
         notes.append(f"[files skipped: {', '.join(skipped)}]")
+    if summary.get("deep_skipped"):
+        notes.append(
+            f"[{summary['deep_skipped']:,} directories more than {MAX_DEPTH} levels deep "
+            "were not searched]"
+        )
     return notes

@@ -22,8 +22,9 @@ Protocol:
       counts from 1 (lines end at ``\\n``; a trailing ``\\r`` is dropped), and ``text`` is
       cut to ``max_line_chars`` characters followed by ``…`` when longer.
     * ``{"done": true, "files_searched": N, "binary_skipped": B, "large_skipped": L,
-      "truncated": bool}`` at the end; ``truncated`` says a match beyond ``max_matches``
-      was found and the search stopped there.
+      "deep_skipped": D, "truncated": bool}`` at the end; ``truncated`` says a match
+      beyond ``max_matches`` was found and the search stopped there; ``deep_skipped``
+      counts directories more than ``MAX_DEPTH`` levels down, not entered.
     * ``{"error": "Invalid regex: ..."}`` (or ``Invalid glob``, ``Invalid request``,
       ``Not a directory``) instead, when the search cannot start. The exit status is 0 for
       a bad pattern or glob, 2 for a malformed request.
@@ -60,7 +61,7 @@ import re
 import stat
 import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 __all__ = ["IgnoreRule", "IgnoreRules", "glob_to_regex", "main", "parse_gitignore", "search"]
 
@@ -441,6 +442,7 @@ class Stats:
         self.files_searched = 0
         self.binary_skipped = 0
         self.large_skipped = 0
+        self.deep_skipped = 0  # directories past MAX_DEPTH, not entered
         self.truncated = False
 
 
@@ -570,40 +572,92 @@ def _lines(data: bytes) -> Iterator[tuple[int, str]]:
         yield number, line.removesuffix("\r")
 
 
-def _walk(root: str, rules: IgnoreRules) -> Iterator[tuple[str, int, list[str]]]:
-    """Walks ``root``, reading ``.gitignore`` files and pruning what they and git exclude.
+# Directories deeper than this are not entered (the final line counts them): each level
+# of the walk holds a descriptor, and a tree thousands of levels deep is a trap, not code.
+MAX_DEPTH: Final = 256
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class _Dir:
+    """A directory being walked: its descriptor stays open while children of it wait to
+    be opened (so a walk holds about one descriptor per level, never one per entry)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.waiting = 0
+
+    def release(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            os.close(self.fd)
+
+
+def _walk(root: str, rules: IgnoreRules, stats: Stats) -> Iterator[tuple[str, int, list[str]]]:
+    """Walks ``root`` without recursion, reading ``.gitignore`` files and pruning what
+    they and git exclude; directories past ``MAX_DEPTH`` levels are counted in
+    ``stats.deep_skipped`` instead of entered.
 
     Args:
         root: The directory to walk.
         rules: Filled with each directory's ``.gitignore`` as it is reached.
+        stats: Counts the directories cut off by depth.
 
     Yields:
         (directory relative to root, its descriptor, names of the regular, not ignored
         files in it, sorted), directories in depth-first name order.
     """
-    for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
-        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
-        if rel_dir == ".":
-            rel_dir = ""
-        prefix = rel_dir + "/" if rel_dir else ""
-        if ".gitignore" in filenames:
-            data = _read_regular(".gitignore", dirfd, _GITIGNORE_MAX_BYTES)
-            if data is not None:
-                rules.add(rel_dir, data.decode("utf-8", errors="replace"))
-        keep_dirs = [
-            name
-            for name in sorted(dirnames)
-            if name != ".git"
-            and _is_kind(name, dirfd, stat.S_IFDIR)
-            and not rules.matches(prefix + name, True)
-        ]
-        dirnames[:] = keep_dirs
-        files = [
-            name
-            for name in sorted(filenames)
-            if not rules.matches(prefix + name, False) and _is_kind(name, dirfd, stat.S_IFREG)
-        ]
-        yield rel_dir, dirfd, files
+    # Each entry: (its path relative to root, its parent (None for root), its name, depth).
+    stack: list[tuple[str, _Dir | None, str, int]] = [("", None, root, 0)]
+    opened: list[_Dir] = []
+    try:
+        while stack:
+            rel_dir, parent, name, depth = stack.pop()
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent.fd if parent else None)
+            except OSError:
+                fd = -1  # gone, or not a directory any more: skipped
+            finally:
+                if parent is not None:
+                    parent.release()
+            if fd < 0:
+                continue
+            here = _Dir(fd)
+            here.waiting = 1  # released once this directory's own files were searched
+            opened.append(here)
+            try:
+                names = sorted(os.listdir(fd))
+            except OSError:
+                names = []
+            prefix = rel_dir + "/" if rel_dir else ""
+            if ".gitignore" in names:
+                data = _read_regular(".gitignore", fd, _GITIGNORE_MAX_BYTES)
+                if data is not None:
+                    rules.add(rel_dir, data.decode("utf-8", errors="replace"))
+            subdirs = [
+                entry
+                for entry in names
+                if entry != ".git"
+                and _is_kind(entry, fd, stat.S_IFDIR)
+                and not rules.matches(prefix + entry, True)
+            ]
+            files = [
+                entry
+                for entry in names
+                if _is_kind(entry, fd, stat.S_IFREG) and not rules.matches(prefix + entry, False)
+            ]
+            yield rel_dir, fd, files
+            if depth >= MAX_DEPTH:
+                stats.deep_skipped += len(subdirs)
+                subdirs = []
+            here.waiting += len(subdirs)
+            stack.extend((prefix + entry, here, entry, depth + 1) for entry in reversed(subdirs))
+            here.release()
+    finally:
+        for directory in opened:
+            if directory.waiting > 0:  # the walk was left early: close what is still open
+                directory.waiting = 1
+                directory.release()
 
 
 def search(request: Request, regex: re.Pattern[str], glob: re.Pattern[str] | None) -> Stats:
@@ -620,7 +674,7 @@ def search(request: Request, regex: re.Pattern[str], glob: re.Pattern[str] | Non
     stats = Stats()
     matches = 0
     rules = IgnoreRules()
-    for rel_dir, dirfd, files in _walk(request.root, rules):
+    for rel_dir, dirfd, files in _walk(request.root, rules, stats):
         prefix = rel_dir + "/" if rel_dir else ""
         for name in files:
             relpath = prefix + name
@@ -762,6 +816,7 @@ def main() -> int:
             "files_searched": stats.files_searched,
             "binary_skipped": stats.binary_skipped,
             "large_skipped": stats.large_skipped,
+            "deep_skipped": stats.deep_skipped,
             "truncated": stats.truncated,
         }
     )
