@@ -168,6 +168,23 @@ def _parent(pid: str) -> int:
     return int(stat[stat.rfind(b")") + 2 :].split()[1])
 
 
+def _remove_chain(top: Path) -> None:
+    """Remove the chain of nested ``d`` directories without recursion (shutil.rmtree, and
+    so pytest's own clean-up of old temporary directories, recurses and would fail):
+    each step lifts the rest of the chain one level up, then removes the emptied level."""
+    level = top / "d"
+    while level.exists():
+        for entry in os.listdir(level):
+            if entry != "d":
+                os.unlink(level / entry)
+        if (level / "d").exists():
+            os.rename(level / "d", top / "rest")
+            os.rmdir(level)
+            os.rename(top / "rest", level)
+        else:
+            os.rmdir(level)
+
+
 @pytest.mark.parametrize("depth", [300, 2_000])
 async def test_a_tree_thousands_of_levels_deep_is_searched_to_a_depth_and_says_so(
     tmp_path: Path, depth: int
@@ -187,7 +204,10 @@ async def test_a_tree_thousands_of_levels_deep_is_searched_to_a_depth_and_says_s
                 os.close(file)
     finally:
         os.close(fd)
-    outcome = await run_tool(Search, {"pattern": "needle"}, context(tmp_path))
+    try:
+        outcome = await run_tool(Search, {"pattern": "needle"}, context(tmp_path))
+    finally:
+        _remove_chain(tmp_path)
     assert not outcome.is_error, outcome.text
     assert "RecursionError" not in outcome.text
     assert "needle at the top" in outcome.text
