@@ -652,3 +652,28 @@ async def test_path_falls_back_when_the_parent_has_none(
     assert "/usr/bin" in path.split(":")
     assert "/bin" in path.split(":")
     assert listed == "/"
+
+
+async def test_process_group_bookkeeping_scans_proc_off_the_trio_thread(
+    ws: Path, ctx: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a fork flood, a scan of /proc reads thousands of files: on the trio thread it
+    # would stall every other agent. Each scan is recorded with the thread it ran on.
+    import threading
+
+    from satsuma.tools.builtin import _process
+
+    scans: list[int] = []
+    real = _process.live_members
+
+    def recorded(pgid: int) -> list[int]:
+        scans.append(threading.get_ident())
+        return real(pgid)
+
+    monkeypatch.setattr(_process, "live_members", recorded)
+    trio_thread = threading.get_ident()
+    command = "trap '' TERM; for i in 1 2 3 4 5 6 7 8; do sleep 30 & done; wait"
+    outcome = await bash({"command": command, "timeout": 0.5}, ctx)
+    assert outcome.details["timed_out"] is True
+    assert scans, "the group was never scanned"
+    assert trio_thread not in scans

@@ -149,7 +149,7 @@ async def stop_group(process: trio.Process, grace: float) -> None:
     """SIGTERM to the process's group, SIGKILL after ``grace`` seconds for what is left,
     and the leader reaped."""
     pgid = process.pid
-    if not group_alive(process):
+    if not await group_alive(process):
         return
     _signal_group(pgid, signal.SIGTERM)
     with trio.move_on_after(grace):
@@ -162,13 +162,14 @@ async def stop_group(process: trio.Process, grace: float) -> None:
 
 async def _wait_group_gone(process: trio.Process) -> None:
     # Polled: nothing tells a parent when the last member of a process group has gone.
-    while group_alive(process):  # noqa: ASYNC110
+    while await group_alive(process):  # noqa: ASYNC110  # see the line above
         await trio.sleep(_POLL)
 
 
-def group_alive(process: trio.Process) -> bool:
+async def group_alive(process: trio.Process) -> bool:
     """Whether any process of the group is still running (the leader is reaped here, so
-    that it does not linger as a zombie)."""
+    that it does not linger as a zombie). The scan of /proc runs in a worker thread: with
+    a fork flood it reads thousands of files, which must not stall the other agents."""
     process.poll()
     pgid = process.pid
     try:
@@ -180,7 +181,9 @@ def group_alive(process: trio.Process) -> bool:
     # killpg counts zombies, and a zombie whose parent has died waits for init, which in
     # some containers never reaps. On Linux, look for a member that still runs.
     if sys.platform == "linux":
-        return bool(live_members(pgid))
+        # Not abandoned on cancel: the scan is short and only reads, and no thread may
+        # outlive the call that started it.
+        return bool(await trio.to_thread.run_sync(live_members, pgid))
     return True
 
 
