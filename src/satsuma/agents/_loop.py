@@ -35,7 +35,7 @@ from ._verifiers import VerifyContext, run_verifier, verification_text
 if TYPE_CHECKING:
     from ._actor import Actor, Job
 
-__all__ = ["cancelled_text", "execute_run"]
+__all__ = ["execute_run"]
 
 logger = logging.getLogger("satsuma.agents")
 
