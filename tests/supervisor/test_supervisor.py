@@ -348,18 +348,19 @@ async def test_an_agent_handle_survives_restarts_and_keeps_the_conversation(
     assert [e.incarnation for e in events if isinstance(e, ChildStarted)] == [1, 2]
 
 
+async def _crash_on(request: satsuma.ModelRequest) -> str:
+    text = request.messages[-1].content[-1].get("text", "")
+    await trio.sleep(1)
+    if "crash" in text:
+        raise RuntimeError("model bug")
+    return f"echo: {text}"
+
+
 async def test_a_call_in_flight_at_a_crash_fails_with_agent_crashed_never_hangs(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    async def reply(request: satsuma.ModelRequest) -> str:
-        text = request.messages[-1].content[-1].get("text", "")
-        await trio.sleep(1)
-        if "crash" in text:
-            raise RuntimeError("model bug")
-        return f"echo: {text}"
-
     async with Supervisor() as sup:
-        agent = await sup.start_child(Assistant, model=FunctionModel(reply))
+        agent = await sup.start_child(Assistant, model=FunctionModel(_crash_on))
         results: dict[str, Any] = {}
 
         async def call(name: str, prompt: str) -> None:
@@ -512,14 +513,6 @@ async def test_children_without_ids_get_unique_ones_and_an_explicit_duplicate_is
         assert three is not four
         with pytest.raises(ValueError, match="already has a child with id 'assistant-2'"):
             await sup.start_child(Assistant, id="assistant-2")
-
-
-async def _crash_on(request: satsuma.ModelRequest) -> str:
-    text = request.messages[-1].content[-1].get("text", "")
-    await trio.sleep(1)
-    if "crash" in text:
-        raise RuntimeError("model bug")
-    return f"echo: {text}"
 
 
 async def test_a_reset_queued_behind_a_crash_happens_in_the_next_incarnation(
