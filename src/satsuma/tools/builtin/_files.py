@@ -2,6 +2,8 @@
 
 Each runs in a worker thread (its ``run`` is sync) and reaches files only through the
 workspace sandbox: an open directory descriptor and a name, never a path string.
+``write_file`` and ``edit_file`` change a file only while holding its lock (see
+``_pathlocks``), so that calls changing one file take turns.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..._exceptions import ToolError
 from .._context import ToolContext
 from .._results import ToolResult
 from .._tool import Tool
+from ._pathlocks import PATH_LOCKS
 from ._sandbox import Resolved, Workspace
 
 __all__ = ["EditFile", "ListDir", "ReadFile", "WriteFile"]
@@ -139,7 +142,8 @@ class WriteFile(Tool):
         data = args["content"].encode("utf-8")
         if len(data) > self.max_bytes:
             raise ToolError(f"content too large: {len(data):,} bytes (limit {self.max_bytes:,})")
-        with Workspace.of(ctx).resolve(args["path"], create_parents=True) as target:
+        workspace = Workspace.of(ctx)
+        with workspace.resolve(args["path"], create_parents=True) as target, _turn(target, ctx):
             existed = _write_atomically(target, data)
         verb = "Replaced" if existed else "Created"
         return f"{verb} {target.display} ({len(data):,} bytes)"
@@ -179,41 +183,66 @@ class EditFile(Tool):
         new: str = args["new"]
         if old == new:
             raise ToolError("old and new are the same: nothing to change")
-        with Workspace.of(ctx).resolve(args["path"]) as target:
-            with _open_regular(target) as (file, size):
-                if size > self.max_bytes:
-                    raise ToolError(
-                        f"File too large to edit: {target.display} is {size:,} bytes "
-                        f"(limit {self.max_bytes:,})"
-                    )
-                if _is_binary(file):
-                    raise ToolError(f"Binary file refused: {target.display}")
-                raw = file.read()
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ToolError(
-                    f"Not UTF-8 text: {target.display}; edit_file edits UTF-8 files only"
-                ) from None
-            count = text.count(old)
-            if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
-                # The model writes "\n"; the file has Windows line ends.
-                old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
-                count = text.count(old)
-            if count == 0:
-                raise ToolError(
-                    f"old text not found in {target.display}; it must match the file exactly, "
-                    "whitespace and indentation included (read_file shows the current text)"
-                )
-            if count > 1:
-                raise ToolError(
-                    f"old text occurs {count} times in {target.display}; include more "
-                    "surrounding lines so that it matches exactly once"
-                )
-            index = text.index(old)
-            _write_atomically(target, (text[:index] + new + text[index + len(old) :]).encode())
-        line = text.count("\n", 0, index) + 1
+        # Read, change and write back under the file's lock: a second edit of the same
+        # file, in this turn or any other, reads what this one wrote.
+        with Workspace.of(ctx).resolve(args["path"]) as target, _turn(target, ctx):
+            text, seen = self._read_text(target)
+            changed, line = _replace_once(text, old, new, target.display)
+            _write_atomically(target, changed.encode(), unchanged_since=seen)
         return f"Edited {target.display}: replaced 1 occurrence at line {line}"
+
+    def _read_text(self, target: Resolved) -> tuple[str, os.stat_result]:
+        """The file's text, and its status as it was read (to tell a change by another
+        process before writing over it)."""
+        with _open_regular(target) as (file, size):
+            seen = os.fstat(file.fileno())
+            if size > self.max_bytes:
+                raise ToolError(
+                    f"File too large to edit: {target.display} is {size:,} bytes "
+                    f"(limit {self.max_bytes:,})"
+                )
+            if _is_binary(file):
+                raise ToolError(f"Binary file refused: {target.display}")
+            raw = file.read()
+        try:
+            return raw.decode("utf-8"), seen
+        except UnicodeDecodeError:
+            raise ToolError(
+                f"Not UTF-8 text: {target.display}; edit_file edits UTF-8 files only"
+            ) from None
+
+
+def _replace_once(text: str, old: str, new: str, display: str) -> tuple[str, int]:
+    """``text`` with its one occurrence of ``old`` replaced, and the line it starts on."""
+    count = text.count(old)
+    if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
+        # The model writes "\n"; the file has Windows line ends.
+        old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+        count = text.count(old)
+    if count == 0:
+        raise ToolError(
+            f"old text not found in {display}; it must match the file exactly, "
+            "whitespace and indentation included (read_file shows the current text)"
+        )
+    if count > 1:
+        raise ToolError(
+            f"old text occurs {count} times in {display}; include more "
+            "surrounding lines so that it matches exactly once"
+        )
+    index = text.index(old)
+    return text[:index] + new + text[index + len(old) :], text.count("\n", 0, index) + 1
+
+
+@contextlib.contextmanager
+def _turn(target: Resolved, ctx: ToolContext) -> Iterator[None]:
+    """Hold ``target``'s lock for the body: calls changing one file take turns."""
+    with PATH_LOCKS.hold(target):
+        # A call whose deadline passed while it waited has been answered already (the
+        # runner abandoned this thread): changing the file now would be a change that
+        # the model was told did not happen.
+        if ctx.cancelled:
+            raise ToolError(f"Gave up waiting for another call changing {target.display}")
+        yield
 
 
 class ListDir(Tool):
@@ -364,10 +393,17 @@ def _is_binary(file: BinaryIO) -> bool:
     return b"\x00" in head
 
 
-def _write_atomically(target: Resolved, data: bytes) -> bool:
+def _write_atomically(
+    target: Resolved, data: bytes, *, unchanged_since: os.stat_result | None = None
+) -> bool:
     """Write ``data`` to a temporary file beside the target, then rename it over the
     target: a reader sees the old file or the new one, never half of one. Returns whether
-    a file was replaced."""
+    a file was replaced.
+
+    With ``unchanged_since`` (the status of the file as it was read), refuse to rename
+    over a file that has changed since: another process wrote it, and its change would
+    be lost without a word.
+    """
     if target.name is None:
         raise ToolError(f"Is a directory: {target.display}")
     name, dir_fd = target.name, target.dir_fd
@@ -392,6 +428,11 @@ def _write_atomically(target: Resolved, data: bytes) -> bool:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
+        if unchanged_since is not None and _changed(unchanged_since, target.lstat()):
+            raise ToolError(
+                f"{target.display} changed while it was being edited (by another program); "
+                "nothing was written: read it again and redo the edit"
+            )
         os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -404,3 +445,18 @@ def _write_atomically(target: Resolved, data: bytes) -> bool:
     with contextlib.suppress(OSError):
         os.fsync(dir_fd)  # the rename itself survives a power cut
     return existing is not None
+
+
+def _changed(seen: os.stat_result, now: os.stat_result | None) -> bool:
+    """Whether the file is no longer the one read: replaced (another inode), gone, or
+    written in place (size or modification time). A write within one tick of the file
+    system's clock that keeps the size is not seen: this narrows the window for other
+    processes; calls in this process are kept apart by the per-file locks."""
+    if now is None:
+        return True
+    return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != (
+        seen.st_dev,
+        seen.st_ino,
+        seen.st_size,
+        seen.st_mtime_ns,
+    )
