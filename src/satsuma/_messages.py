@@ -7,6 +7,7 @@ back to the API exactly as it sent them. The store knows only these types.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -51,6 +52,30 @@ class Message:
     @property
     def tool_results(self) -> list[Mapping[str, Any]]:
         return [block for block in self.content if block.get("type") == "tool_result"]
+
+    @functools.cached_property
+    def _param(self) -> Mapping[str, Any]:
+        # Built once: the whole history goes out with every request, and a request late
+        # in a long conversation should allocate nothing per message it carries.
+        return {"role": self.role, "content": self.content}
+
+    @functools.cached_property
+    def _size(self) -> int:
+        # Computed once: a message never changes, and a long conversation is measured
+        # before every model call.
+        return sum(len(str(block)) for block in self.content)
+
+
+def message_param(message: Message) -> Mapping[str, Any]:
+    """The message as one item of the API's ``messages`` parameter, made once and shared
+    by every request that carries it (the SDK copies a body before sending it)."""
+    return message._param
+
+
+def message_size(message: Message) -> int:
+    """How many characters the message's blocks print as: a size estimate that history
+    processors and the test models' usage counts share."""
+    return message._size
 
 
 def _block(block: Mapping[str, Any] | str) -> Mapping[str, Any]:

@@ -8,12 +8,12 @@ and the messages sent always begin with a user message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol, final
 
 import attrs
 
-from .._messages import Message, Usage
+from .._messages import Message, Usage, message_size
 
 __all__ = ["HistoryProcessor", "KeepAll", "KeepLastExchanges", "TokenBudget"]
 
@@ -30,14 +30,24 @@ class HistoryProcessor(Protocol):
     ) -> Sequence[Message]: ...
 
 
+def starts_exchange(message: Message) -> bool:
+    """Whether an exchange starts at this message: a user message with no tool_result."""
+    return message.role == "user" and not any(
+        block.get("type") == "tool_result" for block in message.content
+    )
+
+
 def exchange_starts(messages: Sequence[Message]) -> list[int]:
-    """Indexes where an exchange starts: a user message with no tool_result in it."""
-    return [
-        index
-        for index, message in enumerate(messages)
-        if message.role == "user"
-        and not any(block.get("type") == "tool_result" for block in message.content)
-    ]
+    """Indexes where an exchange starts, first to last."""
+    return [index for index, message in enumerate(messages) if starts_exchange(message)]
+
+
+def _starts_from_the_end(messages: Sequence[Message]) -> Iterator[int]:
+    """Indexes where an exchange starts, last to first: a processor walks back only as
+    far as what it keeps, so its cost does not grow with the conversation's length."""
+    for index in range(len(messages) - 1, -1, -1):
+        if starts_exchange(messages[index]):
+            yield index
 
 
 @final
@@ -62,14 +72,12 @@ class KeepLastExchanges:
     count: int = attrs.field(validator=_positive)
 
     def process(self, messages: Sequence[Message], last_usage: Usage | None) -> Sequence[Message]:
-        starts = exchange_starts(messages)
-        if len(starts) <= self.count:
-            return messages
-        return messages[starts[-self.count] :]
-
-
-def _size(message: Message) -> int:
-    return sum(len(str(block)) for block in message.content)
+        kept = 0
+        for seen, start in enumerate(_starts_from_the_end(messages)):
+            if seen == self.count:  # an older exchange exists: drop it and what precedes
+                return messages[kept:]
+            kept = start
+        return messages
 
 
 @final
@@ -87,18 +95,23 @@ class TokenBudget:
     max_tokens: int = attrs.field(validator=_positive)
 
     def process(self, messages: Sequence[Message], last_usage: Usage | None) -> Sequence[Message]:
-        sizes = [_size(message) for message in messages]
-        total_chars = sum(sizes) or 1
+        # Sizes are measured once per message (they are cached on it), so summing them is
+        # the only work here that grows with the conversation.
+        total_chars = sum(message_size(message) for message in messages) or 1
         if last_usage is not None and last_usage.total_input_tokens > 0:
             rate = last_usage.total_input_tokens / total_chars
         else:
             rate = 0.25
         if total_chars * rate <= self.max_tokens:
             return messages
-        remaining = total_chars
-        for start in exchange_starts(messages)[1:]:
-            remaining = sum(sizes[start:])
-            if remaining * rate <= self.max_tokens:
-                return messages[start:]
-        starts = exchange_starts(messages)
-        return messages[starts[-1] :] if starts else messages
+        # Walk back from the newest message, keeping whole exchanges while they fit.
+        kept = None
+        chars = 0
+        end = len(messages)
+        for start in _starts_from_the_end(messages):
+            chars += sum(message_size(message) for message in messages[start:end])
+            end = start
+            if kept is not None and chars * rate > self.max_tokens:
+                break
+            kept = start
+        return messages[kept:] if kept is not None else messages

@@ -12,7 +12,7 @@ from typing import Any, TypeAlias, final
 import trio
 
 from .._exceptions import ModelError
-from .._messages import Message
+from .._messages import Message, message_size
 from ..agents._model import ModelListener, ModelRequest, ModelResponse
 from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
 
@@ -22,7 +22,7 @@ ScriptItem: TypeAlias = "Reply | str | BaseException"
 
 
 def _prompt_chars(request: ModelRequest) -> int:
-    return sum(len(str(block)) for message in request.messages for block in message.content)
+    return sum(message_size(message) for message in request.messages)
 
 
 async def _play(item: Reply | str, request: ModelRequest, listener: ModelListener) -> ModelResponse:
