@@ -32,6 +32,7 @@ bench: sync
 	$(UV) run --locked python benchmarks/supervisor.py
 	$(UV) run --locked python benchmarks/store.py
 	$(UV) run --locked python benchmarks/builtin_tools.py
+	$(UV) run --locked python benchmarks/long_lived.py
 
 # satsuma next to the libraries users would pick instead (~12 minutes); rewrites
 # docs/benchmarks.md with the figures and the machine's description.

@@ -180,3 +180,17 @@ def test_side_by_side_quick_run_reports_every_library() -> None:
         "  fail: is_error=true Error: Tool crashed: RuntimeError: disk on fire",
         "  hang: is_error=true Error: Tool timed out after 0.1s",
     ], out
+
+
+LONG_LIVED_SCRIPT = ROOT / "benchmarks" / "long_lived.py"
+
+LONG_LIVED_ROW_NAMES = ("hand loop (floor)", "satsuma, model by name", "satsuma beyond the floor")
+
+
+def test_long_lived_quick_run_prints_the_table() -> None:
+    rows = _quick_rows(LONG_LIVED_SCRIPT, LONG_LIVED_ROW_NAMES)
+    for name in LONG_LIVED_ROW_NAMES[:2]:
+        # name, wall early, wall late, CPU early, CPU late, late/early
+        cells = re.split(r"\s{2,}", rows[name].strip())
+        assert cells[0] == name and len(cells) == 6, cells
+        assert all(cell.endswith(" ms") for cell in cells[1:5]), cells

@@ -115,9 +115,14 @@ def plain(value: Any) -> Any:
     return value
 
 
-def message_params(messages: Iterable[MessageLike]) -> list[dict[str, Any]]:
-    """The ``messages`` parameter: one ``{role, content}`` dict per message."""
-    return [{"role": message.role, "content": plain(message.content)} for message in messages]
+def message_params(messages: Iterable[MessageLike]) -> list[Mapping[str, Any]]:
+    """The ``messages`` parameter: one ``{role, content}`` mapping per message.
+
+    Nothing is copied: the whole history goes out with every request, and the SDK
+    (``anthropic>=2.12``) copies a request's body into plain dicts and lists before
+    sending it (tuples and read-only mappings included), never changing ours. A second
+    deep copy here was the largest cost of a request late in a long conversation."""
+    return [{"role": message.role, "content": message.content} for message in messages]
 
 
 def system_params(system: str | None, *, cache: bool) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ refuses."""
 from __future__ import annotations
 
 import gc
+import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -163,6 +164,51 @@ async def test_the_request_is_streamed_and_caches_system_and_tools() -> None:
     assert all("cache_control" not in tool for tool in uncached["tools"])
     # The request's own definitions were copied, not marked.
     assert all("cache_control" not in tool for tool in tools)
+
+
+async def test_frozen_blocks_go_out_as_plain_json_and_stay_as_they_were() -> None:
+    # Read-only mappings and tuples, nested: what a Message may hold. The body is not
+    # copied by satsuma (the SDK copies it), so the history's own blocks must come
+    # through untouched, request after request.
+    frozen = types.MappingProxyType(
+        {
+            "type": "tool_result",
+            "tool_use_id": "t",
+            "content": (types.MappingProxyType({"type": "text", "text": "x"}),),
+        }
+    )
+    history = (
+        Message.user("Hello"),
+        Message(
+            role="assistant",
+            content=[{"type": "tool_use", "id": "t", "name": "ping", "input": {"hosts": ("a",)}}],
+        ),
+        Message(role="user", content=[frozen]),
+    )
+    before = repr([message.content for message in history])
+    async with open_harness(["one", "two"]) as h:
+        for _ in range(2):
+            await h.respond(make_request(messages=history))
+    for body in h.server.requests:
+        assert body["messages"][1:] == [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t", "name": "ping", "input": {"hosts": ["a"]}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": [{"type": "text", "text": "x"}],
+                    }
+                ],
+            },
+        ]
+    assert repr([message.content for message in history]) == before
 
 
 async def test_a_429_waits_what_retry_after_says() -> None:

@@ -25,7 +25,7 @@ import trio
 
 from .. import _codec
 from .._exceptions import ModelError
-from .._messages import Usage
+from .._messages import Usage, message_param
 from ..tools import ToolCall
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
@@ -133,11 +133,12 @@ class AnthropicModel:
         params = _codec.request_params(
             model=request.model,
             system=request.system,
-            messages=request.messages,
+            messages=(),
             tools=request.tools,
             max_tokens=request.max_tokens,
             cache=request.cache,
         )
+        params["messages"] = [message_param(message) for message in request.messages]
         attempt = 0
         while True:
             try:
