@@ -19,6 +19,7 @@ from .._messages import Message
 from ..store import Store
 from ._actor import Actor, Job, ResetRequest, new_run_id
 from ._agent import spec_of
+from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
 from ._result import RunResult
@@ -283,8 +284,10 @@ async def open_agent(
 
     Args:
         agent: An Agent subclass.
-        model: The model provider (default: ``AnthropicModel()``, from the environment's
-            ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL). Tests pass a ScriptedModel.
+        model: The model provider. By default, the ``AnthropicModel`` that every agent
+            of this trio run without one shares (one client and connection pool per
+            ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN and ANTHROPIC_BASE_URL, closed when
+            the run ends). Tests pass a ScriptedModel.
         context: The tools' context mapping (``working_dir``, ``capabilities``, extras).
         agent_id: This agent's id (made up if not given). With a store, the id under
             which its conversation is kept: an agent started again with the same id
@@ -296,11 +299,8 @@ async def open_agent(
         TypeError: ``agent`` is not a concrete Agent subclass.
     """
     spec = spec_of(agent)
-    owned = None
     if model is None:
-        from ._anthropic import AnthropicModel
-
-        model = owned = AnthropicModel()
+        model = shared_model()
     if store is not None and agent_id is None:
         raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
     if store is not None:
@@ -324,8 +324,3 @@ async def open_agent(
         if not started and len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
-    finally:
-        if owned is not None:
-            # The client built here is closed here; one passed in belongs to the caller.
-            with trio.CancelScope(shield=True):
-                await owned.aclose()

@@ -14,6 +14,7 @@ from .._exceptions import AgentUnavailable
 from .._messages import Message
 from ..agents._actor import Actor, Mailbox
 from ..agents._agent import Agent, spec_of
+from ..agents._clients import shared_model
 from ..agents._handle import AgentHandle
 from ..agents._model import Model
 from ..store import Store
@@ -112,12 +113,9 @@ class _AgentKind:
 
     async def serve(self, child: Child, status: _Started) -> None:
         spec = spec_of(self.agent)
-        model = self.model
-        owned = None
-        if model is None:
-            from ..agents._anthropic import AnthropicModel
-
-            model = owned = AnthropicModel()
+        # Without a model, the run's shared one for the environment (one client and
+        # connection pool for every such agent, closed when the run ends).
+        model = self.model if self.model is not None else shared_model()
         target = child.target
         assert isinstance(target, _AgentTarget)
         incarnation = child.incarnation
@@ -145,9 +143,6 @@ class _AgentKind:
                 child.conversation = actor.history
             if child.actor is actor:
                 child.actor = None  # a late old incarnation never detaches a newer one
-            if owned is not None:
-                with trio.CancelScope(shield=True):
-                    await owned.aclose()
 
 
 class _Nested(Protocol):
