@@ -4,6 +4,7 @@ does closes it under another; the run's end closes it."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import trio
 
 import satsuma
 from satsuma import AnthropicModel, Supervisor
+from satsuma.agents import _clients
 from satsuma.agents._clients import shared_model
 from satsuma.testing import MessagesServer
 
@@ -77,7 +79,7 @@ async def test_each_configuration_gets_its_own_client(monkeypatch: pytest.Monkey
             assert (await agent.run("hi")).output == "second"
             on_second = agent.model
         monkeypatch.setenv("ANTHROPIC_API_KEY", "another-key")
-        with_another_key = shared_model()
+        with_another_key = await shared_model()
     assert on_first is not on_second
     assert with_another_key is not on_second
     assert len(first.requests) == len(second.requests) == 1
@@ -162,3 +164,43 @@ def test_the_run_end_closes_it_and_runs_do_not_share(monkeypatch: pytest.MonkeyP
     assert first is not second
     assert first.client.is_closed()
     assert second.client.is_closed()
+
+
+async def test_the_client_is_built_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Importing the SDK and building a client takes over a second the first time: off
+    # the trio thread, so that the run's other tasks go on meanwhile.
+    built_in: list[int] = []
+    real_build = _clients._build
+
+    def build() -> AnthropicModel:
+        built_in.append(threading.get_ident())
+        return real_build()
+
+    monkeypatch.setattr(_clients, "_build", build)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    models = [await shared_model() for _ in range(3)]
+    assert models[0] is models[1] is models[2]
+    assert len(built_in) == 1
+    assert built_in[0] != threading.get_ident()
+
+
+async def test_agents_opening_together_build_one_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[None] = []
+    real_build = _clients._build
+
+    def build() -> AnthropicModel:
+        builds.append(None)
+        return real_build()
+
+    monkeypatch.setattr(_clients, "_build", build)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    models: list[AnthropicModel] = []
+
+    async def get() -> None:
+        models.append(await shared_model())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+            nursery.start_soon(get)
+    assert len(builds) == 1
+    assert len({id(model) for model in models}) == 1

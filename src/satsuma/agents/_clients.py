@@ -41,6 +41,7 @@ class _Models:
 
     def __init__(self) -> None:
         self.models: dict[_Key, AnthropicModel] = {}
+        self.lock = trio.Lock()  # one build per configuration, however many agents wait
         trio.lowlevel.spawn_system_task(self._close_at_the_end, name="satsuma shared clients")
 
     async def _close_at_the_end(self) -> None:
@@ -59,7 +60,18 @@ class _Models:
 _RUN_MODELS: trio.lowlevel.RunVar[_Models] = trio.lowlevel.RunVar("satsuma_shared_models")
 
 
-def shared_model() -> AnthropicModel:
+def _build() -> AnthropicModel:
+    # The SDK's first import takes over a second and a client's SSL context some more:
+    # done in a worker thread, so that the first agent of a service to open does not
+    # stall every other task of the run meanwhile.
+    import anthropic
+
+    # Passed in, the client is not the model's to close: aclose() on a shared model
+    # (reached through AgentHandle.model) leaves it to the run's end.
+    return AnthropicModel(anthropic.AsyncAnthropic())
+
+
+async def shared_model() -> AnthropicModel:
     """The AnthropicModel of this trio run for the environment's configuration, built on
     first use (its client reads the same environment)."""
     try:
@@ -69,10 +81,10 @@ def shared_model() -> AnthropicModel:
         _RUN_MODELS.set(models)
     key = tuple(os.environ.get(name) for name in _ENVIRONMENT)
     model = models.models.get(key)
-    if model is None:
-        import anthropic
-
-        # Passed in, the client is not the model's to close: aclose() on a shared model
-        # (reached through AgentHandle.model) leaves it to the run's end.
-        model = models.models[key] = AnthropicModel(anthropic.AsyncAnthropic())
+    if model is not None:
+        return model
+    async with models.lock:
+        model = models.models.get(key)
+        if model is None:
+            model = models.models[key] = await trio.to_thread.run_sync(_build)
     return model

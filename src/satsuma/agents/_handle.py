@@ -300,7 +300,7 @@ async def open_agent(
     """
     spec = spec_of(agent)
     if model is None:
-        model = shared_model()
+        model = await shared_model()
     if store is not None and agent_id is None:
         raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
     if store is not None:
