@@ -17,6 +17,7 @@ library it measures.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
 from typing import Any, ClassVar, Literal, TypeAlias
@@ -168,6 +169,13 @@ class Satsuma(Contender):
     async def open(self) -> None:
         import satsuma
 
+        self._agent_class = self._declare()
+        self._client = _anthropic_client(self.anthropic_url)
+        self._model = satsuma.AnthropicModel(self._client, stream=self.stream)
+
+    def _declare(self) -> type[Any]:
+        import satsuma
+
         noop, sleep, fail, hang = self.tool_functions()
 
         class BenchAgent(satsuma.Agent):
@@ -182,9 +190,7 @@ class Satsuma(Contender):
             max_iterations = MAX_TURNS
             max_tokens = MAX_TOKENS
 
-        self._agent_class = BenchAgent
-        self._client = _anthropic_client(self.anthropic_url)
-        self._model = satsuma.AnthropicModel(self._client, stream=self.stream)
+        return BenchAgent
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -193,6 +199,32 @@ class Satsuma(Contender):
         import satsuma
 
         async with satsuma.open_agent(self._agent_class, model=self._model) as agent:
+            result = await agent.run(prompt)
+        if result.status != "completed":
+            return f"run ended {result.status}: {result.error}"
+        return result.output
+
+
+class SatsumaDefault(Satsuma):
+    """satsuma as the docs show it: the agent declares its model by name, and each run
+    opens it with ``open_agent(BenchAgent)`` and nothing more; the model and its client
+    come from the environment (``ANTHROPIC_BASE_URL``), with every default."""
+
+    key = "satsuma_default"
+    label = "satsuma, as the docs show it"
+
+    async def open(self) -> None:
+        os.environ["ANTHROPIC_BASE_URL"] = self.anthropic_url
+        os.environ.setdefault("ANTHROPIC_API_KEY", "test-key")
+        self._agent_class = self._declare()
+
+    async def aclose(self) -> None:
+        pass
+
+    async def run(self, prompt: str) -> str:
+        import satsuma
+
+        async with satsuma.open_agent(self._agent_class) as agent:
             result = await agent.run(prompt)
         if result.status != "completed":
             return f"run ended {result.status}: {result.error}"
@@ -373,6 +405,9 @@ class PlainLoop(Contender):
             model=MODEL, max_tokens=MAX_TOKENS, messages=messages, tools=self._tools
         )
 
+    async def _results(self, calls: list[Any]) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(self._call(block) for block in calls)))
+
     async def run(self, prompt: str) -> str:
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         for _ in range(MAX_TURNS):
@@ -395,8 +430,8 @@ class PlainLoop(Contender):
             messages.append({"role": "assistant", "content": content})
             if not calls:
                 return "".join(block["text"] for block in content if block["type"] == "text")
-            results = await asyncio.gather(*(self._call(block) for block in calls))
-            messages.append({"role": "user", "content": list(results)})
+            results = await self._results(calls)
+            messages.append({"role": "user", "content": results})
         return "max turns reached"
 
 
@@ -413,15 +448,55 @@ class PlainStreamingLoop(PlainLoop):
             return await stream.get_final_message()
 
 
+class PlainTrioLoop(PlainStreamingLoop):
+    """The floor on trio: the same hand-written streaming loop, one nursery task per
+    call, each under ``trio.move_on_after`` and a ``try``/``except``."""
+
+    key = "plain_trio"
+    label = "plain trio loop, streaming"
+    flavour = "trio"
+
+    async def _call(self, block: Any) -> dict[str, Any]:
+        function = self._functions.get(block.name)
+        timeout = self._timeouts.get(block.name, 120.0)
+        content, is_error = f"Error: timed out after {timeout:g}s", True
+        with trio.move_on_after(timeout):
+            try:
+                if function is None:
+                    raise LookupError(f"unknown tool {block.name}")
+                content, is_error = await function(**block.input), False
+            except Exception as exc:
+                content, is_error = f"Error: {type(exc).__name__}: {exc}", True
+        return {
+            "type": "tool_result",
+            "tool_use_id": block.id,
+            "content": content,
+            "is_error": is_error,
+        }
+
+    async def _results(self, calls: list[Any]) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = [{} for _ in calls]
+
+        async def one(index: int, block: Any) -> None:
+            results[index] = await self._call(block)
+
+        async with trio.open_nursery() as nursery:
+            for index, block in enumerate(calls):
+                nursery.start_soon(one, index, block)
+        return results
+
+
 CONTENDERS: dict[str, type[Contender]] = {
     contender.key: contender
     for contender in (
         Satsuma,
+        SatsumaDefault,
         SatsumaWhole,
         AnthropicToolRunner,
         PydanticAI,
         OpenAIAgents,
         PlainLoop,
         PlainStreamingLoop,
+        PlainTrioLoop,
     )
 }

@@ -1,10 +1,12 @@
 """satsuma side by side with the libraries users would pick instead.
 
-Contenders (``_contenders.py``): satsuma; the anthropic SDK's tool runner
-(``client.beta.messages.tool_runner`` with ``beta_async_tool``); pydantic-ai (``Agent``
-with ``Tool``s, its ``AnthropicModel``); the OpenAI Agents SDK (``Agent``,
-``function_tool``, ``Runner``, its ``OpenAIChatCompletionsModel``); and a plain
-hand-written asyncio loop over ``AsyncAnthropic`` as the floor.
+Contenders (``_contenders.py``): satsuma with a client passed in, and as the docs show
+it (model by name, one ``open_agent`` per conversation, nothing passed); the anthropic
+SDK's tool runner (``client.beta.messages.tool_runner`` with ``beta_async_tool``);
+pydantic-ai (``Agent`` with ``Tool``s, its ``AnthropicModel``); the OpenAI Agents SDK
+(``Agent``, ``function_tool``, ``Runner``, its ``OpenAIChatCompletionsModel``); and
+plain hand-written loops over ``AsyncAnthropic`` as the floor (asyncio, and trio with
+one nursery task per call).
 
 Every contender has the same four tools and the same scripted conversation
 (``_conversation.py``) with the same loopback servers (``_servers.py``), which run in a

@@ -145,12 +145,14 @@ SIDE_BY_SIDE_SCRIPT = ROOT / "benchmarks" / "run.py"
 
 SIDE_BY_SIDE_LIBRARIES = (
     "satsuma",
+    "satsuma, as the docs show it",
     "satsuma, stream=False",
     "anthropic tool_runner",
     "pydantic-ai",
     "openai-agents",
     "plain asyncio loop",
     "plain loop, streaming",
+    "plain trio loop, streaming",
 )
 
 SIDE_BY_SIDE_SECTIONS = (
