@@ -229,8 +229,8 @@ async def test_a_new_run_after_an_interrupted_one_first_answers_its_calls(store:
             await agent.resume("run_killed")
 
 
-async def test_the_prompt_is_stored_before_the_run_record(store: Store) -> None:
-    order: list[str] = []
+async def test_the_prompt_is_stored_with_its_run_record(store: Store) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = []
 
     class Spy:
         def __init__(self, inner: Store) -> None:
@@ -240,7 +240,7 @@ async def test_the_prompt_is_stored_before_the_run_record(store: Store) -> None:
             method = getattr(self.inner, name)
 
             async def spied(*args: Any, **kwargs: Any) -> Any:
-                order.append(name)
+                calls.append((name, kwargs))
                 return await method(*args, **kwargs)
 
             return spied
@@ -252,7 +252,14 @@ async def test_the_prompt_is_stored_before_the_run_record(store: Store) -> None:
         agent_id="spy",  # type: ignore[arg-type]
     ) as agent:
         await agent.run("hello")
-    assert order.index("write_tail") < order.index("start_run")
+    names = [name for name, _ in calls]
+    started = names.index("start_run")
+    # One call, one transaction: the run record and its prompt.
+    assert [m.text for m in calls[started][1]["messages"]] == ["hello"]
+    assert calls[started][1]["start"] == 0
+    assert "write_tail" not in names[:started]
+    (record,) = await store.runs("spy")
+    assert record.position == 0
 
 
 async def test_resume_refuses_what_cannot_be_resumed(store: Store) -> None:
@@ -390,10 +397,12 @@ class _FailingJournal(MemoryStore):
         super().__init__()
         self.fail_on = fail_on
 
-    async def call_started(self, run_id: str, tool_use_id: str, tool_name: str, input: Any) -> None:
+    async def call_started(
+        self, run_id: str, tool_use_id: str, tool_name: str, input: Any, **kwargs: Any
+    ) -> None:
         if self.fail_on == "start":
             raise satsuma.StoreError("journal", "disk full")
-        await super().call_started(run_id, tool_use_id, tool_name, input)
+        await super().call_started(run_id, tool_use_id, tool_name, input, **kwargs)
 
     async def call_finished(self, run_id: str, tool_use_id: str, **outcome: Any) -> None:
         if self.fail_on == "finish":

@@ -31,7 +31,7 @@ import attrs
 import trio
 
 from satsuma import Message
-from satsuma.store import JournalEntry, SQLiteStore
+from satsuma.store import JournalEntry, RunRecord, SQLiteStore
 from satsuma.testing import check_conversation
 from satsuma.tools._results import INTERRUPTED_TEXT
 
@@ -140,6 +140,7 @@ class State:
     messages: list[Message]
     journal: dict[str, JournalEntry]
     statuses: list[str]
+    runs: list[RunRecord]
     log: list[tuple[str, str, int, int]]  # (tool, tool_use_id, task, step)
 
 
@@ -155,7 +156,7 @@ async def read_state(tmp_path: Path) -> State:
         assert line.endswith("\n"), f"a torn line in the side-effect log: {line!r}"
         tool, tool_use_id, task, step = line.split()
         log.append((tool, tool_use_id, int(task), int(step)))
-    return State(messages, journal, [run.status for run in runs], log)
+    return State(messages, journal, [run.status for run in runs], runs, log)
 
 
 def tool_uses(messages: list[Message]) -> dict[str, dict[str, Any]]:
@@ -194,22 +195,21 @@ def check_state(state: State, previous: list[Message]) -> Counter[str]:
     uses = tool_uses(messages)
     results = tool_results(messages)
     assert set(results) <= set(uses)
-    # (2) Nothing committed is lost or changed: the previous state is a prefix.
-    # Every message committed before is still there, unchanged, except that a trailing
-    # user message may have grown: a prompt stored just before a kill (its run record
-    # not yet written) has the next prompt joined to it, as any unanswered user message
-    # does. Its blocks are kept, in order, at its start.
+    # (2) Nothing committed is lost or changed: the previous state is a prefix, message
+    # for message. (A prompt is stored with its run record in one transaction, so no
+    # prompt is ever left without its run for the next prompt to be joined to.)
     assert len(messages) >= len(previous), "committed messages went missing"
-    assert messages[: len(previous) - 1] == previous[:-1] if previous else True, (
-        "a committed message changed"
-    )
-    if previous:
-        before, now = previous[-1], messages[len(previous) - 1]
-        if before != now:
-            assert before.role == now.role == "user", "a committed message changed"
-            assert now.content[: len(before.content)] == before.content, (
-                "a committed user message lost blocks"
-            )
+    assert messages[: len(previous)] == previous, "a committed message changed"
+    # Each prompt in the conversation has its run record, which knows where it is.
+    positions = {run.position: run for run in state.runs}
+    for index, message in enumerate(messages):
+        if any(
+            block.get("type") == "text" and block.get("text", "").startswith("do task ")
+            for block in message.content
+        ):
+            run = positions.get(index)
+            assert run is not None, f"the prompt at {index} has no run record"
+            assert message.text == run.prompt, (index, message.text, run.prompt)
     # At most one run is left unfinished (the one the next worker resumes).
     assert sum(status in ("running", "interrupted") for status in state.statuses) <= 1
     # A call's answer is its journaled outcome when the journal has one.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from satsuma import Message, Usage
 from satsuma.store import (
     SCHEMA_VERSION,
     MemoryStore,
+    Owner,
     RunRecord,
     SQLiteStore,
     Store,
@@ -140,6 +142,34 @@ async def test_sqlite_keeps_everything_across_reopening(tmp_path: Path) -> None:
         assert (
             raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()[0] == SCHEMA_VERSION
         )
+
+
+async def test_a_version_1_file_is_migrated_and_keeps_its_data(tmp_path: Path) -> None:
+    # A file as satsuma with schema version 1 wrote it: no run positions, no leases.
+    from satsuma.store._sqlite import _MIGRATIONS
+
+    path = tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute("CREATE TABLE satsuma_schema (version INTEGER NOT NULL)")
+        for statement in _MIGRATIONS[1]:
+            raw.execute(statement)
+        raw.execute("INSERT INTO satsuma_schema (version) VALUES (1)")
+        raw.execute(
+            "INSERT INTO messages VALUES ('a', 0, 'user', ?)",
+            ('[{"type": "text", "text": "kept"}]',),
+        )
+        raw.execute(
+            "INSERT INTO runs VALUES ('r', 'a', 'running', 'kept', 1.0, NULL, '[1, 2, 0, 0]', NULL)"
+        )
+    async with SQLiteStore(path) as store:
+        assert [m.text for m in await store.load_messages("a")] == ["kept"]
+        (record,) = await store.runs("a")
+        assert record.position is None and record.usage.output_tokens == 2
+        lease = await store.acquire_lease("a", Owner.new(), seconds=30)
+        assert lease.epoch == 1
+        await store.release_lease(lease)
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()[0] == 2
 
 
 async def test_a_file_that_is_not_a_database_is_a_clear_error_at_open(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import trio
 from .. import _telemetry
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message, Usage
-from ..store import RunRecord, Store
+from ..store import Owner, RunRecord, Store
 from ._agent import AgentSpec
 from ._aliases import resolve_model
 from ._events import AgentEvent
@@ -141,6 +141,7 @@ class Actor:
         store: Store | None = None,
         mailbox: Mailbox | None = None,
         fence: Callable[[], bool] | None = None,
+        owner: Owner | None = None,
     ) -> None:
         self.spec = spec
         self.model = model
@@ -149,7 +150,9 @@ class Actor:
         # token): once a newer one has started, this one's store writes are refused.
         self.is_current: Callable[[], bool] = fence if fence is not None else _always
         self.persistence = (
-            Persistence(store, agent_id, fence=self.is_current) if store is not None else None
+            Persistence(store, agent_id, fence=self.is_current, owner=owner or Owner.new())
+            if store is not None
+            else None
         )
         self.interrupted: list[RunRecord] = []
         # Tool servers list their tools once running: until serve() has started them,
@@ -230,32 +233,39 @@ class Actor:
         """Serve the mailbox until cancelled. An exception raised here is a crash: the
         calls still waiting fail with AgentCrashed, and the exception goes on (to the
         supervisor, or out of ``open_agent``)."""
-        if self.persistence is not None:
-            # Loaded before the agent counts as started: a bad store fails the start.
-            messages, self.interrupted = await self.persistence.load()
-            self.history[:] = messages
-        if not self.tool_sources:
+        persistence = self.persistence
+        if persistence is None and not self.tool_sources:
             await self._serve_mailbox(task_status)
             return
+        if persistence is not None:
+            # Before the agent counts as started: a bad store, a history that cannot be
+            # read, or an agent that another owner holds fails the start.
+            messages, self.interrupted = await persistence.load()
+            self.history[:] = messages
         try:
-            async with trio.open_nursery() as sources:
+            async with trio.open_nursery() as background:
+                if persistence is not None:
+                    background.start_soon(persistence.keep_lease)
                 # Tool servers not already running start with the agent and stop with
                 # it; one that cannot start fails the agent's start.
                 for source in self.tool_sources:
                     if not getattr(source, "running", False):
-                        await sources.start(source.serve_quietly)  # type: ignore[attr-defined]
+                        await background.start(source.serve_quietly)  # type: ignore[attr-defined]
                 self.refresh_tools()
                 try:
                     await self._serve_mailbox(task_status)
                 finally:
-                    sources.cancel_scope.cancel()
+                    background.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            # The servers end quietly when cancelled, so the one exception is the
-            # agent's own (a crash, a server that could not start): raised as it is,
-            # as it would be without servers.
+            # The servers and the lease's renewal end quietly when cancelled, so the one
+            # exception is the agent's own (a crash, a server that could not start, a
+            # lease lost): raised as it is, as it would be without them.
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
             raise
+        finally:
+            if persistence is not None:
+                await persistence.release()
 
     def refresh_tools(self) -> None:
         """Rebuild the runner when a tool server's tool list has changed (or on the

@@ -22,6 +22,7 @@ from ._agent import spec_of
 from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
+from ._persist import own_answer
 from ._result import RunResult
 
 __all__ = ["AgentHandle", "Target", "open_agent"]
@@ -142,6 +143,8 @@ class AgentHandle:
         # Only while no later run has gone past it (that run answered its open calls).
         if record.run_id not in {r.run_id for r in actor.interrupted}:
             raise ValueError(f"run {run_id} can no longer be resumed: a later run went past it")
+        # One whose end was lost after later runs went past it: it must have its answer.
+        own_answer(record, await actor.persistence.store.runs(actor.agent_id), actor.history)
         job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
         return await self._serve(job)
 

@@ -27,7 +27,7 @@ from ..tools._results import cancelled_text, describe_exception, error_outcome
 from . import _tracing
 from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
 from ._model import ModelRequest, ModelResponse
-from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome
+from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome, own_answer
 from ._responses import checked_response
 from ._result import RunResult, RunStatus, subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
@@ -220,11 +220,20 @@ class _Run:
         if self.job.resume is not None:
             # Resumed now: no later run may close it as abandoned.
             actor.interrupted = [r for r in actor.interrupted if r.run_id != self.run_id]
+            assert actor.persistence is not None
+            runs = await actor.persistence.store.runs(actor.agent_id)
+            try:
+                answer = own_answer(self.job.resume, runs, history)
+            except ValueError as exc:
+                return "failed", str(exc)
+            if answer is not None:
+                # The run had its answer; only its end was not recorded.
+                self.output = answer
+                return "completed", None
             await self._repair(self.run_id, rerun=True)
             last = history[-1] if history else None
             if last is not None and last.role == "assistant":
-                # The run had its answer; only its end was not recorded.
-                self.output = last.text
+                self.output = last.text  # its calls were all answered by the journal
                 return "completed", None
         else:
             if dangling_tool_uses(history):
@@ -240,16 +249,41 @@ class _Run:
                         f"interrupted, and not resumed before run {self.run_id} started",
                     )
                 actor.interrupted = []
+            self._drop_unanswered_prompt()
             # What the conversation was before this run, to go back to if the model never
             # answers it (see _roll_back).
             self.before = (len(history), history[-1] if history else None)
             self.commit_user([{"type": "text", "text": self.job.prompt}, *self.take_steering()])
             if actor.persistence is not None:
-                # The prompt is stored before the run record, so that a record always
-                # finds its prompt in the conversation (a kill may fall between the two).
-                await actor.flush()
-                await actor.persistence.start_run(self.run_id, self.job.prompt)
+                # The prompt and the run record in one transaction: a kill never leaves a
+                # prompt without its run.
+                await actor.persistence.start_run(self.run_id, self.job.prompt, history)
         return await self._loop()
+
+    def _drop_unanswered_prompt(self) -> None:
+        """Take out of the conversation the text that ends it unanswered: the prompt (and
+        steering) of a run that was interrupted and not resumed, or that a store of an
+        older satsuma kept without its run. It is never sent again: the new run's
+        prompt would otherwise be joined to it. Tool results stay (they answer calls)."""
+        history = self.actor.history
+        if not history or history[-1].role != "user":
+            return
+        last = history[-1]
+        kept = [block for block in last.content if block.get("type") == "tool_result"]
+        if len(kept) == len(last.content):
+            return
+        logger.warning(
+            "agent %s: run %s does not send the unanswered prompt that ended the "
+            "conversation (%r): its run was not resumed",
+            self.actor.agent_id,
+            self.run_id,
+            last.text[:200],
+        )
+        if kept:
+            self.actor.replace_last(Message(role="user", content=kept))
+        else:
+            history.pop()
+            self.actor.changed_from(len(history))
 
     async def _repair(self, run_id: str, *, rerun: bool) -> None:
         """Answer the calls a crash or a kill left without a result: a finished call with

@@ -10,14 +10,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+import trio
 
 from .._exceptions import StoreError
 from .._messages import Message, Usage
-from ..store import JournalEntry, RunRecord, RunRecordStatus, Store
+from ..store import JournalEntry, Lease, Owner, RunRecord, RunRecordStatus, Store
+from ..store._lease import DEFAULT_LEASE_SECONDS
 from ..tools import ToolCall, ToolOutcome
 from ..tools._results import INTERRUPTED_TEXT, error_outcome
 
-__all__ = ["Persistence", "dangling_tool_uses"]
+__all__ = ["Persistence", "dangling_tool_uses", "own_answer"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -28,6 +30,34 @@ def dangling_tool_uses(history: Sequence[Message]) -> list[dict[str, Any]]:
     if not history or history[-1].role != "assistant":
         return []
     return [dict(block) for block in history[-1].content if block.get("type") == "tool_use"]
+
+
+def own_answer(
+    record: RunRecord, runs: Sequence[RunRecord], history: Sequence[Message]
+) -> str | None:
+    """The answer of an interrupted run that later runs went past (its end could not be
+    written before the process stopped), found in its own part of the conversation:
+    from its prompt to where the next run starts. None when no later run started, so
+    that the run's part is the conversation's end (it is resumed there).
+
+    Raises:
+        ValueError: a later run went past it before it had an answer.
+    """
+    if record.position is None:
+        return None  # recorded by an older satsuma: where it starts is not known
+    order = [r.run_id for r in runs]
+    if record.run_id not in order:
+        return None
+    later = [r.position for r in runs[order.index(record.run_id) + 1 :] if r.position is not None]
+    if not later:
+        return None
+    part = history[record.position : max(record.position, min(later[0], len(history)))]
+    if part and part[-1].role == "assistant" and not part[-1].tool_uses:
+        return part[-1].text
+    raise ValueError(
+        f"run {record.run_id} can no longer be resumed: a later run went past it before "
+        "it had an answer"
+    )
 
 
 def journaled_outcome(entry: JournalEntry) -> ToolOutcome:
@@ -45,15 +75,35 @@ def interrupted_outcome(tool_use: dict[str, Any]) -> ToolOutcome:
     return error_outcome(tool_use["id"], tool_use.get("name", ""), "interrupted", INTERRUPTED_TEXT)
 
 
+@attrs.frozen
+class _End:
+    """A run's end that could not be written yet."""
+
+    status: RunRecordStatus
+    ended_at: float
+    usage: Usage
+    error: str | None
+
+
 @attrs.define(eq=False)
 class Persistence:
-    """Writes one agent's state to its store."""
+    """Writes one agent's state to its store, under the agent's lease (see
+    ``satsuma.store._lease``): taken when the agent loads, renewed while it runs, let go
+    when it stops. Every write carries the lease, so a store refuses the writes of an
+    owner that lost it."""
 
     store: Store
     agent_id: str
     # False once a newer incarnation of the agent has started (see Actor.is_current).
     fence: Callable[[], bool] = attrs.field(default=lambda: True, kw_only=True)
+    # Who holds the agent: one per opened agent, or one per supervisor's child that all
+    # its incarnations share (a restarted one takes the lease over with a new epoch).
+    owner: Owner = attrs.field(factory=Owner.new, kw_only=True)
+    lease_seconds: float = attrs.field(default=DEFAULT_LEASE_SECONDS, kw_only=True)
+    lease: Lease | None = None
     dirty_from: int | None = None  # the first message not yet written as it stands
+    # Ends of runs that could not be written: tried again before the next run starts.
+    unwritten_ends: dict[str, _End] = attrs.Factory(dict)
 
     def _check_fence(self, what: str) -> None:
         if self.fence():
@@ -73,11 +123,62 @@ class Persistence:
             self.dirty_from = max(index, 0)
 
     async def load(self) -> tuple[list[Message], list[RunRecord]]:
-        messages = await self.store.load_messages(self.agent_id)
-        await self.store.mark_interrupted(self.agent_id)
-        # Every run still interrupted, also one an earlier start found and did not resume.
-        runs = await self.store.runs(self.agent_id)
+        """Take the agent's lease and load its conversation and its interrupted runs.
+
+        Raises:
+            StoreError: another owner holds the agent, or its history cannot be read.
+        """
+        self.lease = await self.store.acquire_lease(
+            self.agent_id, self.owner, seconds=self.lease_seconds
+        )
+        try:
+            messages = await self.store.load_messages(self.agent_id)
+            await self.store.mark_interrupted(self.agent_id, lease=self.lease)
+            # Every run still interrupted, also one an earlier start found and did not
+            # resume.
+            runs = await self.store.runs(self.agent_id)
+        except BaseException:
+            await self.release()
+            raise
         return messages, [record for record in runs if record.status == "interrupted"]
+
+    async def keep_lease(self) -> None:
+        """Renew the lease every third of its time, until cancelled.
+
+        Raises:
+            StoreError: it could not be renewed before it expired (another owner may
+                have taken the agent): the agent stops.
+        """
+        while True:
+            await trio.sleep(self.lease_seconds / 3)
+            lease = self.lease
+            if lease is None:
+                return
+            try:
+                self.lease = await self.store.renew_lease(lease, seconds=self.lease_seconds)
+            except StoreError:
+                if time.time() >= lease.expires_at:
+                    raise
+                logger.warning(
+                    "agent %s: could not renew its lease (will try again)",
+                    self.agent_id,
+                    exc_info=True,
+                )
+
+    async def release(self) -> None:
+        """Let the agent go (shielded and bounded: it runs while the agent stops)."""
+        lease, self.lease = self.lease, None
+        if lease is None:
+            return
+        with trio.move_on_after(_RELEASE_SECONDS, shield=True):
+            try:
+                await self.store.release_lease(lease)
+            except StoreError:
+                # Left behind: this process counts it as let go, and so may take it again;
+                # another process sees it gone once this one is.
+                logger.warning(
+                    "agent %s: could not release its lease", self.agent_id, exc_info=True
+                )
 
     async def flush(self, history: Sequence[Message]) -> None:
         """Write the changed tail of the conversation (one transaction). On failure the
@@ -87,11 +188,19 @@ class Persistence:
             return
         self._check_fence("the conversation")
         start = min(start, len(history))
-        await self.store.write_tail(self.agent_id, start, history[start:])
+        await self.store.write_tail(self.agent_id, start, history[start:], lease=self.lease)
         self.dirty_from = None
 
-    async def start_run(self, run_id: str, prompt: str) -> None:
+    async def start_run(self, run_id: str, prompt: str, history: Sequence[Message]) -> None:
+        """Record a new run together with the conversation's changed tail (its prompt),
+        in one transaction: a prompt is never stored without its run. Ends of earlier
+        runs that could not be written are tried again first."""
         self._check_fence("a run record")
+        await self._write_unwritten_ends()
+        start = self.dirty_from
+        if start is not None:
+            start = min(start, len(history))
+        position = len(history) - 1
         await self.store.start_run(
             RunRecord(
                 run_id=run_id,
@@ -99,16 +208,52 @@ class Persistence:
                 status="running",
                 prompt=prompt,
                 started_at=time.time(),
-            )
+                position=max(position, 0),
+            ),
+            start=start,
+            messages=history[start:] if start is not None else (),
+            lease=self.lease,
         )
+        self.dirty_from = None
 
     async def end_run(
         self, run_id: str, status: RunRecordStatus, usage: Usage, error: str | None
     ) -> None:
+        """Record how a run ended. If the store cannot, the end is kept and written
+        before the next run starts; should the process stop first, the run is found
+        ``interrupted`` when the agent opens again.
+
+        Raises:
+            StoreError: the store could not write it (now).
+        """
         self._check_fence("a run's end")
+        end = _End(status=status, ended_at=time.time(), usage=usage, error=error)
+        self.unwritten_ends[run_id] = end
+        await self._write_end(run_id, end)
+
+    async def _write_end(self, run_id: str, end: _End) -> None:
         await self.store.end_run(
-            run_id, status=status, ended_at=time.time(), usage=usage, error=error
+            run_id,
+            status=end.status,
+            ended_at=end.ended_at,
+            usage=end.usage,
+            error=end.error,
+            lease=self.lease,
         )
+        self.unwritten_ends.pop(run_id, None)
+
+    async def _write_unwritten_ends(self) -> None:
+        for run_id, end in list(self.unwritten_ends.items()):
+            try:
+                await self._write_end(run_id, end)
+            except StoreError:
+                logger.warning(
+                    "agent %s: still cannot record the end of run %s",
+                    self.agent_id,
+                    run_id,
+                    exc_info=True,
+                )
+                return
 
     async def calls_started(self, run_id: str, calls: Sequence[ToolCall]) -> None:
         """Journal a turn's calls as started, before any of them runs.
@@ -119,7 +264,7 @@ class Persistence:
         """
         self._check_fence("the journal")
         for call in calls:
-            await self.store.call_started(run_id, call.id, call.name, call.input)
+            await self.store.call_started(run_id, call.id, call.name, call.input, lease=self.lease)
 
     async def call_finished(self, run_id: str, outcome: ToolOutcome) -> None:
         """Journal a call's final outcome, as the model reads it. A store that cannot
@@ -133,8 +278,12 @@ class Persistence:
                 content=outcome.content,
                 is_error=outcome.is_error,
                 error_kind=outcome.error_kind,
+                lease=self.lease,
             )
         except StoreError:
             logger.warning(
                 "could not journal the outcome of call %s", outcome.tool_use_id, exc_info=True
             )
+
+
+_RELEASE_SECONDS = 5.0

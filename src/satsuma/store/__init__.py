@@ -2,6 +2,8 @@
 
 from .._exceptions import StoreError as StoreError
 from ._base import Store as Store
+from ._lease import Lease as Lease
+from ._lease import Owner as Owner
 from ._memory import MemoryStore as MemoryStore
 from ._records import JournalEntry as JournalEntry
 from ._records import RunRecord as RunRecord
@@ -12,7 +14,9 @@ from ._sqlite import SQLiteStore as SQLiteStore
 __all__ = [
     "SCHEMA_VERSION",
     "JournalEntry",
+    "Lease",
     "MemoryStore",
+    "Owner",
     "RunRecord",
     "RunRecordStatus",
     "SQLiteStore",

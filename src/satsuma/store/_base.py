@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .._messages import Message, Usage
+from ._lease import Lease, Owner
 from ._records import JournalEntry, RunRecord, RunRecordStatus
 
 __all__ = ["Store"]
@@ -18,22 +19,70 @@ class Store(Protocol):
     first use; ``open`` opens it early (to see a bad file at start), ``aclose`` closes it.
     Implementations raise ``StoreError`` with a clear message for anything that goes
     wrong, and never leave a half-written change behind (each call is one transaction).
+
+    Ownership (see ``satsuma.store._lease``): an agent's writes carry its ``lease``; a
+    store refuses (``StoreError``) a write whose lease is no longer the agent's current
+    one. A write without a lease is not checked (tools and tests writing directly).
     """
 
     async def open(self) -> None: ...
 
     async def aclose(self) -> None: ...
 
-    async def load_messages(self, agent_id: str) -> list[Message]:
-        """The agent's conversation, oldest first (empty for an unknown agent)."""
+    # --- ownership --------------------------------------------------------------------
+
+    async def acquire_lease(self, agent_id: str, owner: Owner, *, seconds: float) -> Lease:
+        """Take the agent for ``owner`` (again, if it holds it already: the epoch grows).
+
+        Raises:
+            StoreError: another owner holds it and is not gone; the message names it.
+        """
         ...
 
-    async def write_tail(self, agent_id: str, start: int, messages: Sequence[Message]) -> None:
+    async def renew_lease(self, lease: Lease, *, seconds: float) -> Lease:
+        """Push the lease's expiry ``seconds`` ahead.
+
+        Raises:
+            StoreError: the lease is no longer the agent's current one.
+        """
+        ...
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Let the agent go (a no-op when the lease is no longer current)."""
+        ...
+
+    # --- conversations ------------------------------------------------------------------
+
+    async def load_messages(self, agent_id: str) -> list[Message]:
+        """The agent's conversation, oldest first (empty for an unknown agent).
+
+        Raises:
+            StoreError: a stored message cannot be read (it names the agent and the
+                message); nothing is guessed.
+        """
+        ...
+
+    async def write_tail(
+        self, agent_id: str, start: int, messages: Sequence[Message], *, lease: Lease | None = None
+    ) -> None:
         """Make the conversation from position ``start`` on exactly ``messages``
         (appending, replacing the last message, or cutting the tail), atomically."""
         ...
 
-    async def start_run(self, record: RunRecord) -> None: ...
+    # --- runs ---------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        record: RunRecord,
+        *,
+        start: int | None = None,
+        messages: Sequence[Message] = (),
+        lease: Lease | None = None,
+    ) -> None:
+        """Add the run record; with ``start``, also make the conversation from ``start``
+        on exactly ``messages`` (the run's prompt), in the same transaction: a prompt is
+        never stored without its run."""
+        ...
 
     async def end_run(
         self,
@@ -43,6 +92,7 @@ class Store(Protocol):
         ended_at: float,
         usage: Usage,
         error: str | None,
+        lease: Lease | None = None,
     ) -> None: ...
 
     async def runs(self, agent_id: str) -> list[RunRecord]:
@@ -51,17 +101,34 @@ class Store(Protocol):
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    async def mark_interrupted(self, agent_id: str) -> list[RunRecord]:
+    async def mark_interrupted(
+        self, agent_id: str, *, lease: Lease | None = None
+    ) -> list[RunRecord]:
         """Mark the agent's runs still ``running`` as ``interrupted`` (the agent starting
         again knows no run of its is running) and return them."""
         ...
 
+    # --- the tool-call journal ------------------------------------------------------------
+
     async def call_started(
-        self, run_id: str, tool_use_id: str, tool_name: str, input: Any
+        self,
+        run_id: str,
+        tool_use_id: str,
+        tool_name: str,
+        input: Any,
+        *,
+        lease: Lease | None = None,
     ) -> None: ...
 
     async def call_finished(
-        self, run_id: str, tool_use_id: str, *, content: Any, is_error: bool, error_kind: str | None
+        self,
+        run_id: str,
+        tool_use_id: str,
+        *,
+        content: Any,
+        is_error: bool,
+        error_kind: str | None,
+        lease: Lease | None = None,
     ) -> None: ...
 
     async def calls(self, run_id: str) -> list[JournalEntry]:

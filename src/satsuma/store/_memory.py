@@ -3,13 +3,16 @@ process)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, final
 
 import attrs
 import trio
 
+from .._exceptions import StoreError
 from .._messages import Message, Usage
+from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
 from ._records import JournalEntry, RunRecord, RunRecordStatus
 
 __all__ = ["MemoryStore"]
@@ -24,6 +27,8 @@ class MemoryStore:
         self._messages: dict[str, list[Message]] = {}
         self._runs: dict[str, RunRecord] = {}
         self._calls: dict[str, dict[str, JournalEntry]] = {}
+        # agent_id -> (holder or None once released, epoch, expires_at)
+        self._leases: dict[str, tuple[Owner | None, int, float]] = {}
 
     async def open(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -37,20 +42,87 @@ class MemoryStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    # --- ownership (the rule of _lease.py, as SQLiteStore applies it) ---------------------
+
+    def _check(self, lease: Lease | None) -> None:
+        if lease is None:
+            return
+        holder, epoch, _ = self._leases.get(lease.agent_id, (None, 0, 0.0))
+        if holder is not None and holder.owner_id == lease.owner.owner_id and epoch == lease.epoch:
+            return
+        now = "no one holds it now" if holder is None else f"{owner_text(holder)} holds it now"
+        raise StoreError(
+            "in memory",
+            f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
+            f"{lease.epoch}) was refused; {now} (epoch {epoch})",
+        )
+
+    async def acquire_lease(self, agent_id: str, owner: Owner, *, seconds: float) -> Lease:
+        await trio.lowlevel.checkpoint()
+        holder, epoch, expires_at = self._leases.get(agent_id, (None, 0, 0.0))
+        if (
+            holder is not None
+            and holder.owner_id != owner.owner_id
+            and not holder_gone(holder, expires_at)
+        ):
+            raise StoreError(
+                "in memory",
+                f"agent {agent_id!r} is already open in {owner_text(holder)}; an agent has "
+                "one owner at a time (close it there first, or use another agent_id)",
+            )
+        lease = Lease(
+            agent_id=agent_id, owner=owner, epoch=epoch + 1, expires_at=time.time() + seconds
+        )
+        self._leases[agent_id] = (owner, lease.epoch, lease.expires_at)
+        hold(owner)
+        return lease
+
+    async def renew_lease(self, lease: Lease, *, seconds: float) -> Lease:
+        await trio.lowlevel.checkpoint()
+        self._check(lease)
+        renewed = attrs.evolve(lease, expires_at=time.time() + seconds)
+        self._leases[lease.agent_id] = (lease.owner, lease.epoch, renewed.expires_at)
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        await trio.lowlevel.checkpoint()
+        let_go(lease.owner)
+        holder, epoch, expires_at = self._leases.get(lease.agent_id, (None, 0, 0.0))
+        if holder is not None and holder.owner_id == lease.owner.owner_id and epoch == lease.epoch:
+            self._leases[lease.agent_id] = (None, epoch, expires_at)
+
+    # --- conversations ------------------------------------------------------------------
+
     async def load_messages(self, agent_id: str) -> list[Message]:
         await trio.lowlevel.checkpoint()
         return list(self._messages.get(agent_id, ()))
 
-    async def write_tail(self, agent_id: str, start: int, messages: Sequence[Message]) -> None:
+    async def write_tail(
+        self, agent_id: str, start: int, messages: Sequence[Message], *, lease: Lease | None = None
+    ) -> None:
         await trio.lowlevel.checkpoint()
+        self._check(lease)
+        self._write_tail(agent_id, start, messages)
+
+    def _write_tail(self, agent_id: str, start: int, messages: Sequence[Message]) -> None:
         stored = self._messages.setdefault(agent_id, [])
         if start > len(stored):
             raise ValueError(f"write_tail at {start} past the end ({len(stored)}) for {agent_id!r}")
         del stored[start:]
         stored.extend(messages)
 
-    async def start_run(self, record: RunRecord) -> None:
+    async def start_run(
+        self,
+        record: RunRecord,
+        *,
+        start: int | None = None,
+        messages: Sequence[Message] = (),
+        lease: Lease | None = None,
+    ) -> None:
         await trio.lowlevel.checkpoint()
+        self._check(lease)
+        if start is not None:
+            self._write_tail(record.agent_id, start, messages)
         self._runs[record.run_id] = record
 
     async def end_run(
@@ -61,8 +133,10 @@ class MemoryStore:
         ended_at: float,
         usage: Usage,
         error: str | None,
+        lease: Lease | None = None,
     ) -> None:
         await trio.lowlevel.checkpoint()
+        self._check(lease)
         record = self._runs[run_id]
         self._runs[run_id] = attrs.evolve(
             record, status=status, ended_at=ended_at, usage=usage, error=error
@@ -77,8 +151,11 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         return self._runs.get(run_id)
 
-    async def mark_interrupted(self, agent_id: str) -> list[RunRecord]:
+    async def mark_interrupted(
+        self, agent_id: str, *, lease: Lease | None = None
+    ) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
+        self._check(lease)
         marked = []
         for run_id, record in list(self._runs.items()):
             if record.agent_id == agent_id and record.status == "running":
@@ -86,17 +163,34 @@ class MemoryStore:
                 marked.append(marked_record)
         return sorted(marked, key=lambda r: r.started_at)
 
-    async def call_started(self, run_id: str, tool_use_id: str, tool_name: str, input: Any) -> None:
+    async def call_started(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        tool_name: str,
+        input: Any,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
         await trio.lowlevel.checkpoint()
+        self._check(lease)
         # dicts keep insertion order: a call run again keeps its place in the journal.
         self._calls.setdefault(run_id, {})[tool_use_id] = JournalEntry(
             run_id=run_id, tool_use_id=tool_use_id, tool_name=tool_name, input=input
         )
 
     async def call_finished(
-        self, run_id: str, tool_use_id: str, *, content: Any, is_error: bool, error_kind: str | None
+        self,
+        run_id: str,
+        tool_use_id: str,
+        *,
+        content: Any,
+        is_error: bool,
+        error_kind: str | None,
+        lease: Lease | None = None,
     ) -> None:
         await trio.lowlevel.checkpoint()
+        self._check(lease)
         entry = self._calls.get(run_id, {}).get(tool_use_id)
         if entry is None:
             return  # never journaled as started: nothing to finish (as SQLiteStore does)

@@ -31,6 +31,10 @@ class RunRecord:
         ended_at: When it ended, or None.
         usage: Tokens it used.
         error: What ended a failed run, or None.
+        position: Where the run's prompt is in the conversation (the index of the
+            message it starts with), or None when not known (a record written by an
+            older satsuma). What the run added is the conversation from there to where
+            the next run starts.
     """
 
     run_id: str
@@ -41,6 +45,7 @@ class RunRecord:
     ended_at: float | None = None
     usage: Usage = attrs.Factory(Usage)
     error: str | None = None
+    position: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from os import PathLike, fspath
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar, final
+from typing import Any, Final, Literal, TypeVar, final, get_args
 
+import attrs
 import trio
 
 from .._exceptions import StoreError
 from .._messages import Message, Usage
+from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
 from ._records import JournalEntry, RunRecord, RunRecordStatus
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -59,6 +62,21 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             PRIMARY KEY (run_id, tool_use_id)
         )""",
     ),
+    2: (
+        # Where each run's prompt is in the conversation (NULL for older runs).
+        "ALTER TABLE runs ADD COLUMN position INTEGER",
+        # Who owns each agent (see _lease.py). A released lease keeps its row, so that
+        # the epoch only ever grows.
+        """CREATE TABLE leases (
+            agent_id TEXT PRIMARY KEY,
+            owner_id TEXT,
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            process_start TEXT NOT NULL,
+            epoch INTEGER NOT NULL,
+            expires_at REAL NOT NULL
+        )""",
+    ),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
 
@@ -74,28 +92,89 @@ def _usage_json(usage: Usage) -> str:
     )
 
 
-def _usage(text: str) -> Usage:
-    a, b, c, d = json.loads(text)
-    return Usage(
-        input_tokens=a, output_tokens=b, cache_creation_input_tokens=c, cache_read_input_tokens=d
-    )
+class _Damaged(Exception):
+    """A stored row that does not decode; the store turns it into a StoreError that names
+    the row."""
+
+
+def _usage(text: object) -> Usage:
+    try:
+        a, b, c, d = json.loads(text)  # type: ignore[arg-type]
+        return Usage(
+            input_tokens=_count(a),
+            output_tokens=_count(b),
+            cache_creation_input_tokens=_count(c),
+            cache_read_input_tokens=_count(d),
+        )
+    except (TypeError, ValueError) as exc:
+        raise _Damaged(f"its usage {_shown(text)} is not four token counts ({exc})") from exc
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a token count")
+    return value
+
+
+_STATUSES: Final = frozenset(get_args(RunRecordStatus))
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
-    run_id, agent_id, status, prompt, started_at, ended_at, usage, error = row
-    return RunRecord(
-        run_id=run_id,
-        agent_id=agent_id,
-        status=status,
-        prompt=prompt,
-        started_at=started_at,
-        ended_at=ended_at,
-        usage=_usage(usage),
-        error=error,
-    )
+    run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position = row
+    try:
+        if status not in _STATUSES:
+            raise _Damaged(f"its status {_shown(status)} is not one satsuma knows")
+        if not isinstance(prompt, str) or not isinstance(started_at, (int, float)):
+            raise _Damaged("its prompt or start time is missing")
+        return RunRecord(
+            run_id=run_id,
+            agent_id=agent_id,
+            status=status,
+            prompt=prompt,
+            started_at=started_at,
+            ended_at=ended_at,
+            usage=_usage(usage),
+            error=error,
+            position=position,
+        )
+    except _Damaged as exc:
+        raise _Damaged(f"run {run_id!r} of agent {agent_id!r} cannot be read: {exc}") from None
 
 
-_RUN_COLUMNS: Final = "run_id, agent_id, status, prompt, started_at, ended_at, usage, error"
+def _message(agent_id: str, seq: int, expected: int, role: object, content: object) -> Message:
+    where = f"message {seq} of agent {agent_id!r}"
+    if seq != expected:
+        raise _Damaged(f"message {expected} of agent {agent_id!r} is missing (the next is {seq})")
+    if role not in ("user", "assistant"):
+        raise _Damaged(f"{where} cannot be read: its role {_shown(role)} is not user or assistant")
+    try:
+        blocks = json.loads(content)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise _Damaged(f"{where} cannot be read: its content is not JSON ({exc})") from exc
+    if not isinstance(blocks, list) or not all(
+        isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks
+    ):
+        raise _Damaged(
+            f"{where} cannot be read: its content {_shown(content)} is not a list of content blocks"
+        )
+    return Message(role=role, content=blocks)
+
+
+def _decoded(what: str, text: object) -> Any:
+    try:
+        return json.loads(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise _Damaged(f"{what} cannot be read: {_shown(text)} is not JSON ({exc})") from exc
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+_RUN_COLUMNS: Final = (
+    "run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position"
+)
 
 
 @final
@@ -209,7 +288,7 @@ class SQLiteStore:
             connection.execute("ROLLBACK")
             raise
 
-    async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def _call(self, work: Callable[[sqlite3.Connection], T], lease: Lease | None = None) -> T:
         if self._connection is None:
             await self.open()
 
@@ -220,6 +299,8 @@ class SQLiteStore:
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 try:
+                    if lease is not None:
+                        self._check_lease(connection, lease)
                     result = work(connection)
                     connection.execute("COMMIT")
                 except BaseException:
@@ -228,52 +309,167 @@ class SQLiteStore:
                     raise
             except sqlite3.Error as exc:
                 raise StoreError(str(self.path), _explain(exc)) from exc
+            except _Damaged as exc:
+                raise StoreError(
+                    str(self.path), f"{exc}; nothing was guessed in its place"
+                ) from None
             return result
 
         # Not abandoned on cancel: a transaction is short, and it either commits whole or
         # not at all; waiting for it keeps the connection in one piece.
         return await trio.to_thread.run_sync(run, limiter=self._limiter)
 
+    # --- ownership ----------------------------------------------------------------------
+
+    def _check_lease(self, db: sqlite3.Connection, lease: Lease) -> None:
+        row = db.execute(
+            "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = ?",
+            (lease.agent_id,),
+        ).fetchone()
+        if row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch:
+            return
+        if row is None or row[0] is None:
+            now = "no one holds it now"
+        else:
+            holder = Owner(owner_id=row[0], pid=row[1], host=row[2], process_start=row[3])
+            now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
+        raise StoreError(
+            str(self.path),
+            f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
+            f"{lease.epoch}) was refused; {now}",
+        )
+
+    async def acquire_lease(self, agent_id: str, owner: Owner, *, seconds: float) -> Lease:
+        def work(db: sqlite3.Connection) -> Lease:
+            row = db.execute(
+                "SELECT owner_id, pid, host, process_start, epoch, expires_at FROM leases "
+                "WHERE agent_id = ?",
+                (agent_id,),
+            ).fetchone()
+            epoch = 1
+            if row is not None:
+                holder_id, pid, host, process_start, epoch, expires_at = row
+                epoch += 1
+                holder = Owner(
+                    owner_id=holder_id or "", pid=pid, host=host, process_start=process_start
+                )
+                if (
+                    holder_id is not None
+                    and holder_id != owner.owner_id
+                    and not holder_gone(holder, expires_at)
+                ):
+                    raise StoreError(
+                        str(self.path),
+                        f"agent {agent_id!r} is already open in {owner_text(holder)}; an "
+                        "agent has one owner at a time (close it there first, or use "
+                        "another agent_id)",
+                    )
+            lease = Lease(
+                agent_id=agent_id, owner=owner, epoch=epoch, expires_at=time.time() + seconds
+            )
+            db.execute(
+                "INSERT INTO leases (agent_id, owner_id, pid, host, process_start, epoch, "
+                "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent_id) DO UPDATE SET "
+                "owner_id = excluded.owner_id, pid = excluded.pid, host = excluded.host, "
+                "process_start = excluded.process_start, epoch = excluded.epoch, "
+                "expires_at = excluded.expires_at",
+                (
+                    agent_id,
+                    owner.owner_id,
+                    owner.pid,
+                    owner.host,
+                    owner.process_start,
+                    epoch,
+                    lease.expires_at,
+                ),
+            )
+            return lease
+
+        lease = await self._call(work)
+        hold(owner)
+        return lease
+
+    async def renew_lease(self, lease: Lease, *, seconds: float) -> Lease:
+        renewed = attrs.evolve(lease, expires_at=time.time() + seconds)
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE leases SET expires_at = ? WHERE agent_id = ?",
+                (renewed.expires_at, lease.agent_id),
+            )
+
+        await self._call(work, lease)
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE leases SET owner_id = NULL WHERE agent_id = ? AND owner_id = ? "
+                "AND epoch = ?",
+                (lease.agent_id, lease.owner.owner_id, lease.epoch),
+            )
+
+        try:
+            await self._call(work)
+        finally:
+            let_go(lease.owner)
+
     # --- conversations ------------------------------------------------------------------
 
     async def load_messages(self, agent_id: str) -> list[Message]:
         def work(db: sqlite3.Connection) -> list[Message]:
             rows = db.execute(
-                "SELECT role, content FROM messages WHERE agent_id = ? ORDER BY seq", (agent_id,)
+                "SELECT seq, role, content FROM messages WHERE agent_id = ? ORDER BY seq",
+                (agent_id,),
             ).fetchall()
-            return [Message(role=role, content=json.loads(content)) for role, content in rows]
+            return [
+                _message(agent_id, seq, expected, role, content)
+                for expected, (seq, role, content) in enumerate(rows)
+            ]
 
         return await self._call(work)
 
-    async def write_tail(self, agent_id: str, start: int, messages: Sequence[Message]) -> None:
-        rows = [
-            (agent_id, start + offset, message.role, json.dumps(list(message.content)))
-            for offset, message in enumerate(messages)
-        ]
-
-        def work(db: sqlite3.Connection) -> None:
-            # max(seq) walks the primary key's index; count(*) would read every row.
-            count = db.execute(
-                "SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = ?", (agent_id,)
-            ).fetchone()[0]
-            if start > count:
-                raise StoreError(
-                    str(self.path),
-                    f"write_tail at {start} past the end ({count}) of agent {agent_id!r}",
-                )
-            db.execute("DELETE FROM messages WHERE agent_id = ? AND seq >= ?", (agent_id, start))
-            db.executemany(
-                "INSERT INTO messages (agent_id, seq, role, content) VALUES (?, ?, ?, ?)", rows
+    def _write_tail(
+        self, db: sqlite3.Connection, agent_id: str, start: int, messages: Sequence[Message]
+    ) -> None:
+        # max(seq) walks the primary key's index; count(*) would read every row.
+        count = db.execute(
+            "SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = ?", (agent_id,)
+        ).fetchone()[0]
+        if start > count:
+            raise StoreError(
+                str(self.path),
+                f"write_tail at {start} past the end ({count}) of agent {agent_id!r}",
             )
+        db.execute("DELETE FROM messages WHERE agent_id = ? AND seq >= ?", (agent_id, start))
+        db.executemany(
+            "INSERT INTO messages (agent_id, seq, role, content) VALUES (?, ?, ?, ?)",
+            [
+                (agent_id, start + offset, message.role, json.dumps(list(message.content)))
+                for offset, message in enumerate(messages)
+            ],
+        )
 
-        await self._call(work)
+    async def write_tail(
+        self, agent_id: str, start: int, messages: Sequence[Message], *, lease: Lease | None = None
+    ) -> None:
+        await self._call(lambda db: self._write_tail(db, agent_id, start, messages), lease)
 
     # --- runs ---------------------------------------------------------------------------
 
-    async def start_run(self, record: RunRecord) -> None:
+    async def start_run(
+        self,
+        record: RunRecord,
+        *,
+        start: int | None = None,
+        messages: Sequence[Message] = (),
+        lease: Lease | None = None,
+    ) -> None:
         def work(db: sqlite3.Connection) -> None:
+            if start is not None:
+                self._write_tail(db, record.agent_id, start, messages)
             db.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.run_id,
                     record.agent_id,
@@ -283,10 +479,11 @@ class SQLiteStore:
                     record.ended_at,
                     _usage_json(record.usage),
                     record.error,
+                    record.position,
                 ),
             )
 
-        await self._call(work)
+        await self._call(work, lease)
 
     async def end_run(
         self,
@@ -296,6 +493,7 @@ class SQLiteStore:
         ended_at: float,
         usage: Usage,
         error: str | None,
+        lease: Lease | None = None,
     ) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
@@ -303,7 +501,7 @@ class SQLiteStore:
                 (status, ended_at, _usage_json(usage), error, run_id),
             )
 
-        await self._call(work)
+        await self._call(work, lease)
 
     async def runs(self, agent_id: str) -> list[RunRecord]:
         def work(db: sqlite3.Connection) -> list[RunRecord]:
@@ -324,7 +522,9 @@ class SQLiteStore:
 
         return await self._call(work)
 
-    async def mark_interrupted(self, agent_id: str) -> list[RunRecord]:
+    async def mark_interrupted(
+        self, agent_id: str, *, lease: Lease | None = None
+    ) -> list[RunRecord]:
         def work(db: sqlite3.Connection) -> list[RunRecord]:
             rows = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE agent_id = ? AND status = 'running' "
@@ -337,11 +537,19 @@ class SQLiteStore:
             )
             return [_run((*row[:2], "interrupted", *row[3:])) for row in rows]
 
-        return await self._call(work)
+        return await self._call(work, lease)
 
     # --- the tool-call journal ------------------------------------------------------------
 
-    async def call_started(self, run_id: str, tool_use_id: str, tool_name: str, input: Any) -> None:
+    async def call_started(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        tool_name: str,
+        input: Any,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
         encoded = json.dumps(input)
 
         def work(db: sqlite3.Connection) -> None:
@@ -357,10 +565,17 @@ class SQLiteStore:
                 (run_id, tool_use_id, position, tool_name, encoded),
             )
 
-        await self._call(work)
+        await self._call(work, lease)
 
     async def call_finished(
-        self, run_id: str, tool_use_id: str, *, content: Any, is_error: bool, error_kind: str | None
+        self,
+        run_id: str,
+        tool_use_id: str,
+        *,
+        content: Any,
+        is_error: bool,
+        error_kind: str | None,
+        lease: Lease | None = None,
     ) -> None:
         encoded = json.dumps(content)
 
@@ -371,9 +586,12 @@ class SQLiteStore:
                 (encoded, int(is_error), error_kind, run_id, tool_use_id),
             )
 
-        await self._call(work)
+        await self._call(work, lease)
 
     async def calls(self, run_id: str) -> list[JournalEntry]:
+        def where(tool_use_id: str) -> str:
+            return f"the journal entry of call {tool_use_id!r} of run {run_id!r}"
+
         def work(db: sqlite3.Connection) -> list[JournalEntry]:
             rows = db.execute(
                 "SELECT tool_use_id, tool_name, input, finished, content, is_error, error_kind "
@@ -385,9 +603,13 @@ class SQLiteStore:
                     run_id=run_id,
                     tool_use_id=tool_use_id,
                     tool_name=tool_name,
-                    input=json.loads(input),
+                    input=_decoded(f"{where(tool_use_id)}: its input", input),
                     finished=bool(finished),
-                    content=json.loads(content) if content is not None else None,
+                    content=(
+                        _decoded(f"{where(tool_use_id)}: its outcome", content)
+                        if content is not None
+                        else None
+                    ),
                     is_error=bool(is_error),
                     error_kind=error_kind,
                 )

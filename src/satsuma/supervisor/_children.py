@@ -17,7 +17,7 @@ from ..agents._agent import Agent, spec_of
 from ..agents._clients import shared_model
 from ..agents._handle import AgentHandle
 from ..agents._model import Model
-from ..store import Store
+from ..store import Owner, Store
 
 __all__ = ["ChildSpec", "RestartType"]
 
@@ -103,6 +103,10 @@ class _AgentKind:
     agent_id: str | None
     store: Store | None = None
     kind: Literal["worker", "supervisor"] = "worker"
+    # The child holds its agent's lease across restarts: a new incarnation takes it over
+    # (with a new epoch, which fences the old one's writes) even while the old one is
+    # still winding down.
+    owner: Owner = attrs.Factory(Owner.new)
 
     def default_id(self) -> str:
         return spec_of(self.agent).name
@@ -133,6 +137,7 @@ class _AgentKind:
             store=self.store,
             mailbox=target.mailbox,
             fence=lambda: child.incarnation == incarnation,
+            owner=self.owner,
         )
         actor.handle = child.handle
         child.actor = actor

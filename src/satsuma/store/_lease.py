@@ -1,0 +1,157 @@
+"""Ownership of an agent: the lease rule, in one place for every store.
+
+An ``agent_id`` has at most one live owner at a time. The owner holds a *lease* on it: who
+holds it (an :class:`Owner`: an id, and the process's pid, host and start), an *epoch*
+that grows by one each time the lease is taken, and when it expires unless renewed. Every
+write an owner makes carries its lease, and a store refuses a write whose epoch is not the
+current one: an owner that lost its lease (it was paused, partitioned, or replaced) can
+never write into a conversation that moved on.
+
+A lease held by someone else can be taken only when its holder is gone:
+
+- a holder on this host is gone when its process is (the pid is free, or taken by another
+  process: the start time tells), or, for one in this very process, when it released
+  everything it held;
+- a holder on another host is gone when its lease expired (it stopped renewing it).
+
+SQLiteStore applies the rule in its transactions; a cluster store applies the same rule
+with the same types.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Final
+
+import attrs
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "Lease", "Owner", "holder_gone", "owner_text"]
+
+DEFAULT_LEASE_SECONDS: Final = 30.0
+"""How long a lease lasts unless renewed (its holder renews it every third of that)."""
+
+
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _process_start(pid: int) -> str | None:
+    """What tells this process from another that later gets the same pid: the boot and
+    the start time in clock ticks (Linux); empty where the OS does not say, None where
+    it could not be read."""
+    if sys.platform != "linux":
+        return ""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+        with open("/proc/sys/kernel/random/boot_id", "rb") as file:
+            boot = file.read().strip().decode()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from its end.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return f"{boot}:{fields[19].decode()}"
+
+
+@attrs.frozen(kw_only=True)
+class Owner:
+    """Who holds a lease.
+
+    Attributes:
+        owner_id: Unique to the holder (an opened agent, or a supervisor's child across
+            its restarts).
+        pid: The holder's process id.
+        host: The host the process runs on.
+        process_start: Tells the process from a later one with the same pid (empty where
+            the OS does not say).
+    """
+
+    owner_id: str
+    pid: int
+    host: str
+    process_start: str = ""
+
+    @classmethod
+    def new(cls) -> Owner:
+        """A new owner in this process."""
+        pid = os.getpid()
+        return cls(owner_id=uuid.uuid4().hex, pid=pid, host=_host(), process_start=_this_start())
+
+
+@functools.cache
+def _this_start_of(pid: int) -> str:
+    return _process_start(pid) or ""
+
+
+def _this_start() -> str:
+    return _this_start_of(os.getpid())  # keyed by pid: a forked child is another process
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """An owner's hold on one agent.
+
+    Attributes:
+        agent_id: The agent.
+        owner: Who holds it.
+        epoch: Grows by one each time the lease is taken; writes carry it.
+        expires_at: When it lapses unless renewed (seconds since the epoch).
+    """
+
+    agent_id: str
+    owner: Owner
+    epoch: int
+    expires_at: float
+
+
+# The owners of this process that hold a lease now, and how many each holds. A lease
+# whose holder is of this process but not in here was left behind (its release could
+# not be written) and may be taken.
+_held: Counter[str] = Counter()
+_held_lock = threading.Lock()  # stores take leases in worker threads
+
+
+def hold(owner: Owner) -> None:
+    with _held_lock:
+        _held[owner.owner_id] += 1
+
+
+def let_go(owner: Owner) -> None:
+    with _held_lock:
+        _held[owner.owner_id] -= 1
+        if _held[owner.owner_id] <= 0:
+            del _held[owner.owner_id]
+
+
+def holder_gone(holder: Owner, expires_at: float, *, now: float | None = None) -> bool:
+    """Whether the lease of ``holder``, expiring at ``expires_at``, may be taken."""
+    if holder.host != _host():
+        return expires_at < (time.time() if now is None else now)
+    if holder.pid == os.getpid() and holder.process_start == _this_start():
+        with _held_lock:
+            return holder.owner_id not in _held
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, under another user
+    # The pid is in use: by the holder, unless a process started since has it.
+    if not holder.process_start:
+        return False
+    start = _process_start(holder.pid)
+    return start is not None and start != holder.process_start
+
+
+def owner_text(holder: Owner) -> str:
+    """The holder as a person reads it."""
+    here = " (this process)" if holder.pid == os.getpid() and holder.host == _host() else ""
+    return f"process {holder.pid} on host {holder.host}{here}"
