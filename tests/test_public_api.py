@@ -58,10 +58,11 @@ def test_builtin_tools_exports() -> None:
 
     assert set(builtin.__all__) == {
         "Bash", "DateResolver", "EditFile", "HttpFetch", "ListDir", "PathEscapes", "ReadFile",
-        "Search", "WriteFile",
+        "Search", "ShellIsolation", "WriteFile",
     }  # fmt: skip
     assert public_names(builtin) == set(builtin.__all__)
-    names = {getattr(builtin, name).name for name in builtin.__all__ if name != "PathEscapes"}
+    tools = set(builtin.__all__) - {"PathEscapes", "ShellIsolation"}
+    names = {getattr(builtin, name).name for name in tools}
     assert names == {
         "bash", "date_resolver", "edit_file", "http_fetch", "list_dir", "read_file", "search",
         "write_file",

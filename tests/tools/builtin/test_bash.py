@@ -2,6 +2,10 @@
 outlives the call (timeout, TERM ignored, grandchildren, background jobs, cancellation,
 the runner's own deadline).
 
+Every test runs twice: with ``isolation = "auto"`` (on Linux, the command in a PID
+namespace of its own, where ``$$`` and ``$!`` are not the host's pids) and with
+``"off"``. What isolation keeps out of reach is tested in test_bash_isolation.py.
+
 Subprocesses and the autojump clock do not mix, so these tests use the real clock with
 short timeouts, and a subclass with a short kill grace. No assertion is about timing.
 """
@@ -44,9 +48,26 @@ class PathBash(QuickBash):
 
 SHELL = frozenset({"shell"})
 
+# What a command writes for GroupWatch: its pid as it sees it, and its PID namespace.
+MARK = 'echo $$ "$(readlink /proc/$$/ns/pid)" > pid.txt'
+OUR_NAMESPACE = os.readlink("/proc/self/ns/pid") if sys.platform == "linux" else ""
+
 # Every process group (each is also a session: the child is started with setsid) that a
 # test of this module started; the module's last check looks for survivors in them.
 _SESSIONS: set[int] = set()
+
+
+@pytest.fixture(autouse=True, params=["auto", "off"])
+def isolation_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    mode: str = request.param
+    monkeypatch.setattr(Bash, "isolation", mode)
+    return mode
+
+
+@pytest.fixture
+async def isolated(isolation_mode: str) -> bool:
+    """Whether commands of this run are isolated (``"auto"`` on a system that allows it)."""
+    return (await Bash.check_isolation()).isolated
 
 
 @pytest.fixture
@@ -102,11 +123,62 @@ def assert_dead(pid: int) -> None:
     assert fields is None or fields[0] == b"Z", f"survived: {_describe(pid)}"
 
 
-def assert_no_survivors(pgid: int, pids: Iterable[int] = ()) -> None:
+def _namespace_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _inner_pid(pid: int) -> int | None:
+    """The pid of a process in its own (innermost) PID namespace, from its NSpid line."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as file:
+            status = file.read()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith(b"NSpid:"):
+            return int(line.split()[-1])
+    return None
+
+
+def _host_pid(inner: int, namespace: str) -> int | None:
+    """The pid in our /proc of the process that is ``inner`` in PID namespace ``namespace``."""
+    if namespace == OUR_NAMESPACE:
+        return inner
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                pid = int(entry.name)
+                if _namespace_of(pid) == namespace and _inner_pid(pid) == inner:
+                    return pid
+    return None
+
+
+def namespace_members(namespace: str) -> list[str]:
+    """The processes still running in PID namespace ``namespace`` (none when it is ours)."""
+    if namespace == OUR_NAMESPACE:
+        return []
+    found = []
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            fields = _stat_fields(pid)
+            if fields and fields[0] != b"Z" and _namespace_of(pid) == namespace:
+                found.append(_describe(pid))
+    return found
+
+
+def assert_no_survivors(pgid: int, pids: Iterable[int] = (), namespace: str | None = None) -> None:
     survivors = live_members(pgid)
     assert survivors == [], f"group {pgid} still runs: {[_describe(p) for p in survivors]}"
     for pid in pids:
         assert_dead(pid)
+    if namespace is not None:
+        assert namespace_members(namespace) == []
 
 
 def read_pids(path: Path) -> list[int]:
@@ -114,13 +186,16 @@ def read_pids(path: Path) -> list[int]:
 
 
 class GroupWatch:
-    """Reads the group id a command wrote to ``pid.txt`` (``echo $$ > pid.txt``) and
-    records every process of the group it sees while the command runs."""
+    """Reads what a command wrote to ``pid.txt`` (MARK: its pid as it sees it, and its
+    PID namespace), finds its process group, and records every process of the group it
+    sees while the command runs, with the pid each has in the command's namespace."""
 
     def __init__(self, ws: Path) -> None:
         self._path = ws / "pid.txt"
         self.pgid: int | None = None
+        self.namespace: str | None = None
         self.seen: set[int] = set()
+        self._host: dict[int, int] = {}  # pid in the command's namespace -> ours
 
     async def watch(self) -> None:
         while True:
@@ -130,11 +205,36 @@ class GroupWatch:
                 except FileNotFoundError:
                     text = ""
                 if text.endswith("\n"):
-                    self.pgid = int(text)
+                    inner, self.namespace = text.split()
+                    self.pgid = self._group_of(int(inner), self.namespace)
                     _SESSIONS.add(self.pgid)
             if self.pgid is not None:
-                self.seen.update(live_members(self.pgid))
+                for pid in live_members(self.pgid):
+                    self.seen.add(pid)
+                    if (inner_pid := _inner_pid(pid)) is not None:
+                        self._host.setdefault(inner_pid, pid)
             await trio.sleep(0.01)
+
+    @staticmethod
+    def _group_of(shell: int, namespace: str) -> int:
+        if namespace == OUR_NAMESPACE:
+            return shell  # it leads its group
+        # Isolated, the group's leader is the wrapper outside the namespace; the shell is
+        # still running (the commands sleep after writing pid.txt).
+        found = _host_pid(shell, namespace)
+        fields = _stat_fields(found) if found is not None else None
+        assert fields is not None, f"the command's shell {shell} in {namespace} is gone"
+        return int(fields[2])
+
+    def host_pid(self, inner: int) -> int | None:
+        """Our pid of a process the command named (``$!``), if it was seen running."""
+        return self._host.get(inner)
+
+    def host_pids(self, inner: Iterable[int]) -> set[int]:
+        """Our pids of processes the command named; each must have been seen."""
+        found = {pid: self.host_pid(pid) for pid in inner}
+        assert None not in found.values(), f"never seen running: {found}"
+        return {pid for pid in found.values() if pid is not None}
 
 
 async def watched(ws: Path, call: Callable[[], Awaitable[Any]]) -> tuple[Any, GroupWatch]:
@@ -179,7 +279,7 @@ def _no_sleeper_left() -> Iterator[None]:
 # ------------------------------------------------------------------------ normal use
 
 
-async def test_output(ctx: dict[str, Any]) -> None:
+async def test_output(ctx: dict[str, Any], isolated: bool) -> None:
     outcome = await bash({"command": "echo hi"}, ctx)
     assert not outcome.is_error
     assert outcome.content == "hi\n"
@@ -190,6 +290,7 @@ async def test_output(ctx: dict[str, Any]) -> None:
     assert details["output_bytes"] == 3
     assert details["omitted_bytes"] == 0
     assert isinstance(details["pid"], int)
+    assert details["isolated"] is isolated
 
 
 async def test_runs_in_the_real_workspace_root(ws: Path, tmp_path: Path) -> None:
@@ -226,16 +327,18 @@ async def test_exit_code_without_output(ctx: dict[str, Any]) -> None:
     assert outcome.content == "Exit code: 1\n\n(no output)"
 
 
-async def test_killed_by_a_signal(ctx: dict[str, Any]) -> None:
+async def test_killed_by_a_signal(ctx: dict[str, Any], isolated: bool) -> None:
     outcome = await bash({"command": "echo before; kill -9 $$; echo after"}, ctx)
     assert outcome.is_error
-    assert outcome.content.startswith("Exit code: ")
-    assert "SIGKILL" in outcome.content
-    assert "before\n" in outcome.content
-    assert "after" not in outcome.content
     assert outcome.details is not None
-    assert outcome.details["exit_code"] == -9
     assert outcome.details["timed_out"] is False
+    if isolated:
+        # The shell is a child of the namespace's PID 1, which reports it as bash does.
+        assert outcome.content == "Exit code: 137\n\nbefore\n"
+        assert outcome.details["exit_code"] == 137
+    else:
+        assert outcome.content == "Exit code: -9 (killed by SIGKILL)\n\nbefore\n"
+        assert outcome.details["exit_code"] == -9
 
 
 async def test_no_output(ctx: dict[str, Any]) -> None:
@@ -347,7 +450,7 @@ async def test_unusable_working_dir(tmp_path: Path, kind: str) -> None:
 async def test_timeout_stops_the_command(ws: Path, ctx: dict[str, Any]) -> None:
     outcome, watch = await watched(
         ws,
-        lambda: bash({"command": "echo $$ > pid.txt; echo started; sleep 30", "timeout": 0.5}, ctx),
+        lambda: bash({"command": f"{MARK}; echo started; sleep 30", "timeout": 0.5}, ctx),
     )
     assert outcome.is_error
     assert outcome.content.startswith("Command timed out after 0.5s")
@@ -356,11 +459,11 @@ async def test_timeout_stops_the_command(ws: Path, ctx: dict[str, Any]) -> None:
     assert details["timed_out"] is True
     assert details["pid"] == watch.pgid
     assert watch.seen, "the command was never seen running"
-    assert_no_survivors(details["pid"], watch.seen)
+    assert_no_survivors(details["pid"], watch.seen, watch.namespace)
 
 
 async def test_timeout_kills_a_child_that_ignores_term(ws: Path, ctx: dict[str, Any]) -> None:
-    command = "echo $$ > pid.txt; trap '' TERM; sleep 30 & echo $!; wait"
+    command = f"{MARK}; trap '' TERM; sleep 30 & echo $!; wait"
     outcome, watch = await watched(ws, lambda: bash({"command": command, "timeout": 0.5}, ctx))
     assert outcome.is_error
     assert outcome.content.startswith("Command timed out after 0.5s")
@@ -369,15 +472,16 @@ async def test_timeout_kills_a_child_that_ignores_term(ws: Path, ctx: dict[str, 
     # Neither the shell nor its child listened to SIGTERM: SIGKILL came after the grace.
     assert details["exit_code"] == -9
     (child,) = [int(line) for line in outcome.content.split("\n\n", 1)[1].split()]
-    assert child in watch.seen
-    assert_no_survivors(details["pid"], {child, *watch.seen})
+    children = watch.host_pids([child])
+    assert children <= watch.seen
+    assert_no_survivors(details["pid"], {*children, *watch.seen}, watch.namespace)
 
 
 async def test_timeout_kills_a_background_grandchild_that_ignores_term(
-    ws: Path, ctx: dict[str, Any]
+    ws: Path, ctx: dict[str, Any], isolated: bool
 ) -> None:
     command = (
-        "echo $$ > pid.txt; (trap '' TERM; sleep 30; echo never) & echo $! > kids.txt; "
+        f"{MARK}; (trap '' TERM; sleep 30; echo never) & echo $! > kids.txt; "
         "(trap '' TERM; exec sleep 30) & echo $! >> kids.txt; sleep 30"
     )
     outcome, watch = await watched(ws, lambda: bash({"command": command, "timeout": 0.5}, ctx))
@@ -386,11 +490,12 @@ async def test_timeout_kills_a_background_grandchild_that_ignores_term(
     assert "never" not in outcome.content
     details = outcome.details
     assert details["timed_out"] is True
-    assert details["exit_code"] == -15  # the shell itself went at SIGTERM
-    kids = read_pids(ws / "kids.txt")
+    # The shell itself went at SIGTERM (isolated: as its PID 1 reports it, 128 + 15).
+    assert details["exit_code"] == (143 if isolated else -15)
+    kids = watch.host_pids(read_pids(ws / "kids.txt"))
     assert len(kids) == 2
-    assert set(kids) <= watch.seen
-    assert_no_survivors(details["pid"], {*kids, *watch.seen})
+    assert kids <= watch.seen
+    assert_no_survivors(details["pid"], {*kids, *watch.seen}, watch.namespace)
 
 
 @pytest.mark.parametrize(
@@ -401,20 +506,23 @@ async def test_timeout_kills_a_background_grandchild_that_ignores_term(
 async def test_background_job_is_stopped_when_the_command_exits(
     ctx: dict[str, Any], background: str
 ) -> None:
+    command = f"{background} & echo $!; readlink /proc/$$/ns/pid; echo started"
     with trio.fail_after(20):  # a hang guard, far from anything asserted
-        outcome = await bash({"command": f"{background} & echo $!; echo started"}, ctx)
+        outcome = await bash({"command": command}, ctx)
     assert not outcome.is_error
-    first, second = outcome.content.splitlines()
-    assert second == "started"
+    first, namespace, third = outcome.content.splitlines()
+    assert third == "started"
     details = outcome.details
     assert details["exit_code"] == 0
     assert details["timed_out"] is False
-    assert_no_survivors(details["pid"], [int(first)])
+    # Isolated, $! is a pid in the command's namespace: nothing runs there any more.
+    job = [int(first)] if namespace == OUR_NAMESPACE else []
+    assert_no_survivors(details["pid"], job, namespace)
 
 
 async def test_cancelled_from_outside(ws: Path, ctx: dict[str, Any]) -> None:
     command = (
-        "echo $$ > pid.txt; sleep 30 & echo $! > kids.txt; "
+        f"{MARK}; sleep 30 & echo $! > kids.txt; "
         "(trap '' TERM; exec sleep 30) & echo $! >> kids.txt; "
         "trap '' TERM; sleep 30"
     )
@@ -430,7 +538,8 @@ async def test_cancelled_from_outside(ws: Path, ctx: dict[str, Any]) -> None:
         text = kids_file.read_text()
         if text.count("\n") < 2:
             return False
-        return {watch.pgid, *map(int, text.split())} <= watch.seen
+        kids = {watch.host_pid(int(word)) for word in text.split()}
+        return None not in kids and {watch.pgid, *kids} <= watch.seen
 
     async def cancel_when_running(scope: trio.CancelScope) -> None:
         while not running():  # noqa: ASYNC110
@@ -449,18 +558,15 @@ async def test_cancelled_from_outside(ws: Path, ctx: dict[str, Any]) -> None:
     assert scope.cancelled_caught
     assert results is None
     assert watch.pgid is not None
-    kids = read_pids(kids_file)
+    kids = watch.host_pids(read_pids(kids_file))
     assert len(kids) == 2
-    assert_no_survivors(watch.pgid, {*kids, *watch.seen})
+    assert_no_survivors(watch.pgid, {*kids, *watch.seen}, watch.namespace)
 
 
 async def test_cancelled_by_a_deadline_outside(ws: Path, ctx: dict[str, Any]) -> None:
     # Whether the call is cancelled or the tool ends the command first (see the next
     # test), nothing it started survives.
-    command = (
-        "echo $$ > pid.txt; (trap '' TERM; exec sleep 30) & echo $! > kids.txt; "
-        "trap '' TERM; sleep 30"
-    )
+    command = f"{MARK}; (trap '' TERM; exec sleep 30) & echo $! > kids.txt; trap '' TERM; sleep 30"
     runner = satsuma.ToolRunner([QuickBash])
 
     async def call() -> list[satsuma.ToolOutcome] | None:
@@ -474,26 +580,31 @@ async def test_cancelled_by_a_deadline_outside(ws: Path, ctx: dict[str, Any]) ->
         assert outcome.details is not None
         assert outcome.details["pid"] == watch.pgid
     assert watch.pgid is not None
-    kids = read_pids(ws / "kids.txt")
-    assert_no_survivors(watch.pgid, {*kids, *watch.seen})
+    # The kid may not have been seen before the cancel: it is looked for by its group,
+    # and, isolated, by its namespace.
+    kids = read_pids(ws / "kids.txt") if watch.namespace == OUR_NAMESPACE else []
+    assert_no_survivors(watch.pgid, {*kids, *watch.seen}, watch.namespace)
 
 
 async def test_a_deadline_outside_is_not_the_tools_own(ws: Path, ctx: dict[str, Any]) -> None:
     runner = satsuma.ToolRunner([QuickBash])
-    results = None
-    with trio.move_on_after(0.5) as scope:
-        results = await runner.execute(
-            [tool_call("bash", {"command": "echo $$ > pid.txt; sleep 30"})], ctx
-        )
-    pgid = int((ws / "pid.txt").read_text())
-    _SESSIONS.add(pgid)
-    assert_no_survivors(pgid)
+    scope = trio.CancelScope()
+
+    async def call() -> list[satsuma.ToolOutcome] | None:
+        with scope:
+            scope.deadline = trio.current_time() + 0.5
+            return await runner.execute([tool_call("bash", {"command": f"{MARK}; sleep 30"})], ctx)
+        return None
+
+    results, watch = await watched(ws, call)
+    assert watch.pgid is not None
+    assert_no_survivors(watch.pgid, watch.seen, watch.namespace)
     assert results is None, results
     assert scope.cancelled_caught
 
 
 async def test_stopped_before_the_runners_deadline(ws: Path, ctx: dict[str, Any]) -> None:
-    command = "echo $$ > pid.txt; sleep 30"
+    command = f"{MARK}; sleep 30"
     outcome, watch = await watched(
         ws, lambda: bash({"command": command, "timeout": 100}, ctx, timeout=1.0)
     )
@@ -505,13 +616,13 @@ async def test_stopped_before_the_runners_deadline(ws: Path, ctx: dict[str, Any]
     details = outcome.details
     assert details["timed_out"] is True
     assert details["pid"] == watch.pgid
-    assert_no_survivors(details["pid"], watch.seen)
+    assert_no_survivors(details["pid"], watch.seen, watch.namespace)
 
 
 async def test_runners_deadline_with_a_child_that_ignores_term(
     ws: Path, ctx: dict[str, Any]
 ) -> None:
-    command = "echo $$ > pid.txt; (trap '' TERM; exec sleep 30) & echo $! > kids.txt; trap '' TERM; sleep 30"
+    command = f"{MARK}; (trap '' TERM; exec sleep 30) & echo $! > kids.txt; trap '' TERM; sleep 30"
     outcome, watch = await watched(
         ws, lambda: bash({"command": command, "timeout": 100}, ctx, timeout=1.0)
     )
@@ -523,8 +634,8 @@ async def test_runners_deadline_with_a_child_that_ignores_term(
         assert outcome.details["timed_out"] is True
         assert outcome.details["exit_code"] == -9
     assert watch.pgid is not None
-    kids = read_pids(ws / "kids.txt")
-    assert_no_survivors(watch.pgid, {*kids, *watch.seen})
+    kids = read_pids(ws / "kids.txt") if watch.namespace == OUR_NAMESPACE else []
+    assert_no_survivors(watch.pgid, {*kids, *watch.seen}, watch.namespace)
 
 
 async def test_default_grace_under_a_short_runner_deadline(ws: Path, ctx: dict[str, Any]) -> None:

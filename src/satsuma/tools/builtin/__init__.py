@@ -12,6 +12,7 @@ from ._files import ListDir as ListDir
 from ._files import ReadFile as ReadFile
 from ._files import WriteFile as WriteFile
 from ._http import HttpFetch as HttpFetch
+from ._isolation import ShellIsolation as ShellIsolation
 from ._sandbox import PathEscapes as PathEscapes
 from ._search import Search as Search
 
@@ -24,5 +25,6 @@ __all__ = [
     "PathEscapes",
     "ReadFile",
     "Search",
+    "ShellIsolation",
     "WriteFile",
 ]

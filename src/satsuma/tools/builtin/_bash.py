@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, get_args
 
 import trio
 
-from ..._exceptions import ToolError
+from ..._exceptions import ToolDefinitionError, ToolError
 from .._context import ToolContext
 from .._results import ToolResult
 from .._tool import Tool
+from ._isolation import (
+    IsolationMode,
+    ShellIsolation,
+    check_isolation,
+    isolated_argv,
+    not_isolated,
+    warn_once,
+)
 from ._process import HeadTail, run_in_group
 from ._sandbox import Workspace
 
@@ -21,10 +30,15 @@ __all__ = ["Bash"]
 
 _FALLBACK_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 _MARKER_ROOM: Final = 100  # characters kept free for the "bytes omitted" marker
+_MODES: Final = frozenset(get_args(IsolationMode))
 
 
 class Bash(Tool):
     """Runs ``bash -c <command>`` in the workspace root.
+
+    On Linux the command runs in a PID namespace of its own, where it cannot see the
+    service's processes (their environment, command line and open files in /proc); see
+    ``isolation`` and ``check_isolation()``.
 
     Subclass it to change a limit or the environment::
 
@@ -32,6 +46,7 @@ class Bash(Tool):
             env = {"PYTHONPATH": "src"}
             env_allowlist = (*Bash.env_allowlist, "VIRTUAL_ENV")
             default_timeout = 300.0
+            isolation = "required"
     """
 
     name = "bash"
@@ -80,11 +95,43 @@ class Bash(Tool):
     """Variables passed through from satsuma's own environment; nothing else is."""
     env: ClassVar[Mapping[str, str]] = {}
     """Variables set for every command, on top of the allowlisted ones."""
+    isolation: ClassVar[IsolationMode] = "auto"
+    """Whether commands run isolated from the service's processes (Linux: a PID namespace
+    of their own). ``"auto"`` isolates when the system allows and otherwise runs the
+    command anyway, after one warning per process on the ``satsuma.tools`` logger;
+    ``"required"`` refuses to run a command that cannot be isolated; ``"off"`` never
+    isolates. See docs/builtin-tools.md."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.isolation not in _MODES:
+            raise ToolDefinitionError(
+                cls.name,
+                f"isolation must be 'auto', 'required' or 'off', not {cls.isolation!r}",
+            )
+
+    @classmethod
+    async def check_isolation(cls) -> ShellIsolation:
+        """Whether this tool's commands will run isolated from the service's processes.
+
+        Call it when a service starts, to log the answer or to refuse to start without
+        isolation. The system is probed once per process (in a worker thread, a few
+        milliseconds); later calls and the tool itself reuse the answer. With
+        ``isolation = "off"`` the answer is always not isolated.
+        """
+        if cls.isolation == "off":
+            return not_isolated(f"{cls.__name__}.isolation is 'off'")
+        return await check_isolation()
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if os.name != "posix":
             raise ToolError("bash needs a POSIX system (Linux or macOS)")
         workspace = Workspace.of(ctx)
+        isolation = await self._isolation()
+        environment = self._environment()
+        # Under a wrapper, a missing bash would be the wrapper's exit status 127.
+        if isolation.isolated and shutil.which("bash", path=environment["PATH"]) is None:
+            raise ToolError("bash was not found on PATH")
         requested = args.get("timeout", self.default_timeout)
         limit = self._time_limit(float(requested), ctx)
         # Bytes are kept generously (a character is at most 4 bytes in UTF-8); the cut
@@ -92,9 +139,9 @@ class Bash(Tool):
         chars = max(self.max_output_chars, 2 * _MARKER_ROOM)
         try:
             result = await run_in_group(
-                ["bash", "-c", args["command"]],
+                isolated_argv(isolation, args["command"]),
                 cwd=workspace.real_root,
-                env=self._environment(),
+                env=environment,
                 time_limit=limit,
                 grace=min(self.kill_grace, 5.0),
                 output=HeadTail(4 * chars, 2 * chars),
@@ -108,6 +155,7 @@ class Bash(Tool):
             "timed_out": result.timed_out,
             "output_bytes": result.output.total,
             "omitted_bytes": omitted,
+            "isolated": isolation.isolated,
         }
         if result.timed_out:
             text = (
@@ -121,6 +169,19 @@ class Bash(Tool):
                 details=details,
             )
         return ToolResult(output, details=details)
+
+    async def _isolation(self) -> ShellIsolation:
+        isolation = await self.check_isolation()
+        if isolation.isolated or self.isolation == "off":
+            return isolation
+        if self.isolation == "required":
+            raise ToolError(
+                "bash commands must run isolated from the service's processes "
+                "(isolation = 'required'), and this system cannot isolate them: "
+                f"{isolation.reason}"
+            )
+        warn_once(isolation)
+        return isolation
 
     def _time_limit(self, requested: float, ctx: ToolContext) -> float:
         # The tool's own deadline (the runner's, for this call) wins: the command is

@@ -109,6 +109,9 @@ async def run_in_group(
         cwd=cwd,
         env=env,
         start_new_session=True,
+        # Subprocess's default, said here because it matters: no descriptor of the service
+        # (a secrets file, a socket) reaches the child (issue 16, item 2).
+        close_fds=True,
     )
     pgid = process.pid
     timed_out = False
