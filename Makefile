@@ -33,6 +33,7 @@ bench: sync
 	$(UV) run --locked python benchmarks/store.py
 	$(UV) run --locked python benchmarks/builtin_tools.py
 	$(UV) run --locked python benchmarks/long_lived.py
+	$(UV) run --locked python benchmarks/default_path.py
 
 # satsuma next to the libraries users would pick instead (~12 minutes); rewrites
 # docs/benchmarks.md with the figures and the machine's description.

@@ -164,7 +164,7 @@ class Satsuma(Contender):
     label = "satsuma"
     distribution = "satsuma"
     flavour = "trio"
-    stream = True
+    stream: bool | None = None  # AnthropicModel's default
 
     async def open(self) -> None:
         import satsuma
@@ -340,13 +340,13 @@ class OpenAIAgents(Contender):
         return str(result.final_output)
 
 
-class SatsumaWhole(Satsuma):
-    """satsuma with ``AnthropicModel(stream=False)``: whole responses, as the
-    non-streaming peers ask for them."""
+class SatsumaStreamed(Satsuma):
+    """satsuma with ``AnthropicModel(stream=True)``: every response streamed, as when
+    something watches the text as it is written."""
 
-    key = "satsuma_whole"
-    label = "satsuma, stream=False"
-    stream = False
+    key = "satsuma_stream"
+    label = "satsuma, stream=True"
+    stream = True
 
 
 class PlainLoop(Contender):
@@ -486,17 +486,29 @@ class PlainTrioLoop(PlainStreamingLoop):
         return results
 
 
+class PlainTrioWholeLoop(PlainTrioLoop):
+    """The minimal floor on trio: the same loop asking for whole responses
+    (``messages.create``), as a hand-written loop most simply does."""
+
+    key = "plain_trio_whole"
+    label = "plain trio loop"
+
+    async def _respond(self, messages: list[dict[str, Any]]) -> Any:
+        return await PlainLoop._respond(self, messages)
+
+
 CONTENDERS: dict[str, type[Contender]] = {
     contender.key: contender
     for contender in (
         Satsuma,
         SatsumaDefault,
-        SatsumaWhole,
+        SatsumaStreamed,
         AnthropicToolRunner,
         PydanticAI,
         OpenAIAgents,
         PlainLoop,
         PlainStreamingLoop,
         PlainTrioLoop,
+        PlainTrioWholeLoop,
     )
 }

@@ -1,12 +1,13 @@
 """satsuma side by side with the libraries users would pick instead.
 
-Contenders (``_contenders.py``): satsuma with a client passed in, and as the docs show
-it (model by name, one ``open_agent`` per conversation, nothing passed); the anthropic
+Contenders (``_contenders.py``): satsuma with a client passed in, as the docs show it
+(model by name, one ``open_agent`` per conversation, nothing passed), and streaming every
+response (``stream=True``); the anthropic
 SDK's tool runner (``client.beta.messages.tool_runner`` with ``beta_async_tool``);
 pydantic-ai (``Agent`` with ``Tool``s, its ``AnthropicModel``); the OpenAI Agents SDK
 (``Agent``, ``function_tool``, ``Runner``, its ``OpenAIChatCompletionsModel``); and
 plain hand-written loops over ``AsyncAnthropic`` as the floor (asyncio, and trio with
-one nursery task per call).
+one nursery task per call, each whole and streaming).
 
 Every contender has the same four tools and the same scripted conversation
 (``_conversation.py``) with the same loopback servers (``_servers.py``), which run in a
@@ -318,8 +319,7 @@ def measure_all(
 
 # Workload 3's notes: what differs in the requests themselves.
 PROTOCOL_NOTES = {
-    "satsuma": "streams every response (SSE)",
-    "satsuma_whole": "whole responses (JSON)",
+    "satsuma_stream": "streams every response (SSE)",
     "openai_agents": "OpenAI Chat Completions protocol (JSON), not Messages",
     "plain_stream": "streams every response (SSE)",
 }
@@ -557,22 +557,27 @@ each figure is taken is described at the top of `benchmarks/run.py`.
 
 | library | how it runs here |
 | --- | --- |
-| satsuma | an `Agent` with the four tools, `open_agent(..., model=AnthropicModel(client))` per run; streams every response |
-| satsuma, stream=False | the same with `AnthropicModel(client, stream=False)`: whole responses, as the non-streaming peers |
+| satsuma | an `Agent` with the four tools, `open_agent(..., model=AnthropicModel(client))` per run, a client passed by hand; whole responses, since nothing watches the text as it comes |
+| satsuma, as the docs show it | the agent declares `model = "claude-sonnet-4-5"`, each run is `open_agent(BenchAgent)` with nothing passed: the shared default model and client, from `ANTHROPIC_BASE_URL` |
+| satsuma, stream=True | as the first, with `AnthropicModel(client, stream=True)`: every response streamed, as when the run's text is watched live |
 | anthropic tool_runner | `client.beta.messages.tool_runner(...)` with `beta_async_tool` tools, `thread=False`, `until_done()` |
 | pydantic-ai | `Agent(AnthropicModel(..., provider=AnthropicProvider(anthropic_client=client)), tools=[Tool(...)])`, `agent.run` |
 | openai-agents | `Agent(model=OpenAIChatCompletionsModel(...), tools=[function_tool(...)])`, `Runner.run`; tracing off |
 | plain asyncio loop | a hand-written loop over `AsyncAnthropic.messages.create`: `asyncio.gather` of the turn's calls, each under `asyncio.wait_for` and `try`/`except` |
-| plain loop, streaming | the same loop over `messages.stream(...)`, as satsuma streams |
+| plain loop, streaming | the same loop over `messages.stream(...)` |
+| plain trio loop | the minimal floor on trio: `messages.create`, one nursery task per call, each under `trio.move_on_after` and `try`/`except` |
+| plain trio loop, streaming | the same over `messages.stream(...)` |
 
 What to keep in mind when reading the tables:
 
 - The OpenAI Agents SDK speaks OpenAI's protocol, so it talks to a small loopback Chat
   Completions endpoint (`benchmarks/_servers.py`, JSON answers) rather than to satsuma's
   `MessagesServer`; it still makes every HTTP round trip.
-- satsuma streams every response (Server-Sent Events); the anthropic tool runner,
-  pydantic-ai's `agent.run` and the plain loop send non-streaming requests, which cost
-  less to parse. The streaming plain loop is the floor to compare satsuma with.
+- Nothing watches the text live here, so satsuma asks for whole responses, as the
+  anthropic tool runner, pydantic-ai's `agent.run` and the plain loops do; the plain
+  trio loop is the floor to compare satsuma with. With `stream=True` (or a run with an
+  event listener) it streams (Server-Sent Events), which costs more to parse: compare
+  it with the streaming plain loops.
 - The anthropic SDK's tool runner runs a turn's calls one after another (the `for` loop
   over the reply's `tool_use` blocks in `_generate_tool_call_response`, anthropic
   `lib/tools/_beta_runner.py`, which awaits each call), and neither `tool_runner` nor

@@ -146,12 +146,13 @@ SIDE_BY_SIDE_SCRIPT = ROOT / "benchmarks" / "run.py"
 SIDE_BY_SIDE_LIBRARIES = (
     "satsuma",
     "satsuma, as the docs show it",
-    "satsuma, stream=False",
+    "satsuma, stream=True",
     "anthropic tool_runner",
     "pydantic-ai",
     "openai-agents",
     "plain asyncio loop",
     "plain loop, streaming",
+    "plain trio loop",
     "plain trio loop, streaming",
 )
 
@@ -196,3 +197,26 @@ def test_long_lived_quick_run_prints_the_table() -> None:
         cells = re.split(r"\s{2,}", rows[name].strip())
         assert cells[0] == name and len(cells) == 6, cells
         assert all(cell.endswith(" ms") for cell in cells[1:5]), cells
+
+
+DEFAULT_PATH_SCRIPT = ROOT / "benchmarks" / "default_path.py"
+
+DEFAULT_PATH_ROWS = (
+    "open_agent(Notes)",
+    "RSS",
+    "traced Python memory",
+    "hand trio loop, one client (peer)",
+    "satsuma, model by name (streamed)",
+    "satsuma, AnthropicModel(stream=False)",
+)
+
+
+def test_default_path_quick_run_prints_both_tables() -> None:
+    rows = _quick_rows(DEFAULT_PATH_SCRIPT, DEFAULT_PATH_ROWS)
+    assert rows["open_agent(Notes)"].endswith(" ms"), rows
+    assert rows["traced Python memory"].endswith(" KiB"), rows
+    for name in DEFAULT_PATH_ROWS[3:]:
+        # name, ms/run, RSS warm, RSS end, growth, peak
+        cells = re.split(r"\s{2,}", rows[name].strip())
+        assert cells[0] == name and len(cells) == 6, cells
+        assert cells[4].endswith("%") and cells[5].endswith(" MiB"), cells

@@ -133,12 +133,11 @@ async def test_unparseable_streamed_tool_input_fails_only_that_call() -> None:
         ),
         "Rome is at 14°C; the other call was malformed.",
     ]
-    async with (
-        MessagesServer(script) as server,
-        satsuma.open_agent(Forecaster, model=fast_retries(server)) as agent,
-    ):
-        result = await agent.run("Weather?")
-        history = agent.history
+    async with MessagesServer(script) as server:
+        streamed = AnthropicModel(server.client(), max_retries=0, stream=True)
+        async with satsuma.open_agent(Forecaster, model=streamed) as agent:
+            result = await agent.run("Weather?")
+            history = agent.history
         sent_back = server.requests[1]["messages"]
     assert result.status == "completed"
     check_conversation(history)
@@ -176,3 +175,55 @@ async def test_a_slow_response_past_max_duration_ends_the_run_with_a_valid_histo
         history = agent.history
     assert result.status == "deadline_exceeded"
     check_conversation(history)
+
+
+async def test_a_run_nobody_watches_asks_for_whole_responses() -> None:
+    # Whole responses cost the client less; nothing is lost when no one reads the text
+    # as it is written.
+    async with MessagesServer(["Quiet.", "Watched.", "Streamed."]) as server:
+        model = AnthropicModel(server.client(), max_retries=0)
+        async with satsuma.open_agent(Forecaster, model=model) as agent:
+            quiet = await agent.run("Weather?")
+            events: list[Any] = []
+            watched = await agent.run("Weather?", events=events.append)
+            streamed = [event async for event in agent.stream("Weather?")]
+        modes = [request.get("stream", False) for request in server.requests]
+    assert modes == [False, True, True]
+    assert quiet.output == "Quiet." and watched.output == "Watched."
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Watched."
+    assert "".join(e.text for e in streamed if isinstance(e, TextDelta)) == "Streamed."
+
+
+@pytest.mark.parametrize(("stream", "modes"), [(True, [True, True]), (False, [False, False])])
+async def test_stream_true_or_false_is_kept_whatever_listens(
+    stream: bool, modes: list[bool]
+) -> None:
+    async with MessagesServer(["One.", "Two."]) as server:
+        model = AnthropicModel(server.client(), max_retries=0, stream=stream)
+        async with satsuma.open_agent(Forecaster, model=model) as agent:
+            await agent.run("Weather?")
+            events: list[Any] = []
+            await agent.run("Weather?", events=events.append)
+        assert [request.get("stream", False) for request in server.requests] == modes
+    # Whole, the text still reaches a listener, in one piece.
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Two."
+
+
+class LongWriter(Forecaster):
+    name = "long_writer"
+    max_tokens = 128_000
+
+
+async def test_a_response_too_long_to_ask_for_whole_is_streamed() -> None:
+    # The SDK refuses to wait for a whole response that could take over 10 minutes.
+    async with MessagesServer(["Long.", "Long."]) as server:
+        model = AnthropicModel(server.client(), max_retries=0)
+        async with satsuma.open_agent(LongWriter, model=model) as agent:
+            result = await agent.run("Write a book.")
+        assert result.output == "Long."
+        assert [request.get("stream", False) for request in server.requests] == [True]
+        whole = AnthropicModel(server.client(), max_retries=0, stream=False)
+        async with satsuma.open_agent(LongWriter, model=whole) as agent:
+            failed = await agent.run("Write a book.")
+        assert failed.status == "failed"
+        assert failed.error is not None and "stream=False cannot be used here" in failed.error

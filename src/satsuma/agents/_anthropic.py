@@ -40,8 +40,9 @@ __all__ = ["AnthropicModel"]
 class AnthropicModel:
     """The Model for the Anthropic Messages API.
 
-    Each response is streamed; text and thinking deltas go to the listener as they come.
-    429, 529 and other 5xx answers, dropped connections and timeouts, a stream that
+    A response is streamed when someone listens to the run's text as it is written (the
+    listener says so: ``wants_deltas``), and otherwise asked for whole, which costs the
+    client less (see ``stream``). 429, 529 and other 5xx answers, dropped connections and timeouts, a stream that
     breaks off, and an ``overloaded_error`` or ``api_error`` event inside a stream are
     retried up to ``max_retries`` times, after an exponential backoff (the n-th retry
     waits up to ``backoff_base * 2**(n - 1)`` seconds, at most ``backoff_cap``; with
@@ -62,12 +63,13 @@ class AnthropicModel:
         backoff_cap: The longest wait before any retry, in seconds.
         jitter: Wait a random time up to the backoff ("full jitter"), so that many
             clients failing together do not retry together.
-        stream: Stream each response (the default), so that text and thinking reach
-            the run's events as the model writes them. With False each response comes
-            whole, as one JSON message: its text is reported in one piece once it has
-            arrived, and each tool call in it costs about a third as much to read, which
-            counts for agents that mostly call tools and for services where nothing
-            watches the text live.
+        stream: None (the default): stream a response when the listener wants text and
+            thinking as they are written (a run with an event callback, ``agent.stream``,
+            the live view), else ask for it whole, as one JSON message, where each tool
+            call costs about a fifth as much to read; also streamed when the SDK refuses
+            a whole response that could take over 10 minutes (a large ``max_tokens``).
+            True: always stream. False: never (its text is reported in one piece once it
+            has arrived).
 
     Raises:
         ValueError: A negative retry count or backoff.
@@ -81,7 +83,7 @@ class AnthropicModel:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         jitter: bool = True,
-        stream: bool = True,
+        stream: bool | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got: {max_retries}")
@@ -122,7 +124,7 @@ class AnthropicModel:
         await self.aclose()
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
-        """Send one request (streaming, unless ``stream`` is False) and return the
+        """Send one request (streamed or whole: see ``stream``) and return the
         assistant's response.
 
         Raises:
@@ -139,10 +141,14 @@ class AnthropicModel:
             cache=request.cache,
         )
         params["messages"] = [message_param(message) for message in request.messages]
+        stream = self.stream
+        if stream is None:
+            # A listener that does not say wants what it is given: every delta.
+            stream = bool(getattr(listener, "wants_deltas", True))
         attempt = 0
         while True:
             try:
-                return await self._respond_once(params, request.model, listener)
+                return await self._respond_once(params, request.model, listener, stream)
             except ModelError as error:
                 if not error.retryable or attempt >= self.max_retries:
                     raise
@@ -161,7 +167,7 @@ class AnthropicModel:
         return random.uniform(0.0, ceiling) if self.jitter else ceiling
 
     async def _respond_once(
-        self, params: dict[str, Any], model: str, listener: ModelListener
+        self, params: dict[str, Any], model: str, listener: ModelListener, stream: bool
     ) -> ModelResponse:
         import anthropic
         import httpx2
@@ -169,24 +175,27 @@ class AnthropicModel:
         accumulator = _codec.StreamAccumulator(on_text=listener.text, on_thinking=listener.thinking)
         failure: ModelError | None = None
         try:
-            if not self.stream:
+            if not stream:
                 try:
                     raw = await self._api.messages.with_raw_response.create(**params)
                 except ValueError as exc:
                     # The SDK refuses, before sending, a whole response that could take
-                    # more than 10 minutes (a large max_tokens): a mistake to state, not
-                    # a bug that crashes the agent.
+                    # more than 10 minutes (a large max_tokens): streamed instead when
+                    # the choice was ours; else a mistake to state, not a bug that
+                    # crashes the agent.
+                    if self.stream is None:
+                        return await self._respond_once(params, model, listener, True)
                     raise ModelError(f"stream=False cannot be used here: {exc}") from exc
                 _feed_whole(accumulator, raw.http_response.content)
                 return _response(accumulator, model)
-            stream = await self._api.messages.create(**params, stream=True)
-            async with stream:
+            events = await self._api.messages.create(**params, stream=True)
+            async with events:
                 # The raw Server-Sent Events, not the SDK's parsed ones: on an ``error``
                 # event the SDK raises from inside its event generator and leaves the
                 # generators under it suspended, which trio reports with a ResourceWarning
                 # each. So the stream is read to its end (the API closes it after an
                 # error) and the failure raised afterwards.
-                async for sse in anthropic.AsyncStream.raw_events(stream.response):
+                async for sse in anthropic.AsyncStream.raw_events(events.response):
                     if failure is not None or not sse.data:
                         continue
                     try:

@@ -79,6 +79,11 @@ def _names(calls: Sequence[ToolCall]) -> str:
 class _Listener:
     run: _Run
 
+    @property
+    def wants_deltas(self) -> bool:
+        # Deltas reach only a run's event sink (a callback, agent.stream, a live view).
+        return self.run.job.sink is not None
+
     def text(self, delta: str) -> None:
         run = self.run
         if run.job.sink is not None:

@@ -69,7 +69,15 @@ class ModelResponse:
 
 
 class ModelListener(Protocol):
-    """Receives what a model reports while it answers."""
+    """Receives what a model reports while it answers.
+
+    ``wants_deltas`` is False when nothing listens to the text and thinking as they are
+    written (a run without event listeners): a model may then ask for whole responses,
+    which cost less, and report their text in one piece.
+    """
+
+    @property
+    def wants_deltas(self) -> bool: ...
 
     def text(self, delta: str) -> None: ...
 
