@@ -122,6 +122,17 @@ def test_importing_tools_loads_neither_agents_nor_supervisor() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_importing_satsuma_loads_no_sdk_and_no_jsonschema() -> None:
+    # They load when first needed: the SDK with the first model, jsonschema with the
+    # first tool declared with a raw JSON Schema.
+    code = (
+        "import sys, satsuma, satsuma.tools, satsuma.tools.builtin;"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'anthropic', 'jsonschema', 'mcp'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_package_is_typed() -> None:
     from importlib.resources import files
 

@@ -14,16 +14,16 @@ property's schema does not itself accept null.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
 
 from .._exceptions import ToolDefinitionError
 from .._jsonvalue import json_problem
 from ._spec import bound_text, enum_text, expected_text, length_text, missing_text
+
+if TYPE_CHECKING:
+    import jsonschema.exceptions
 
 __all__ = ["RawSchema", "compile_input_schema"]
 
@@ -120,6 +120,12 @@ def compile_input_schema(tool: str, schema: object) -> RawSchema:
         raise ToolDefinitionError(
             tool, f'input_schema must have "type": "object", got: {schema.get("type")!r}'
         )
+    # Imported on first use: only tools with a raw schema (MCP's, say) need it, and it
+    # is a sixth of what importing satsuma would cost otherwise.
+    import jsonschema
+    import jsonschema.exceptions
+    import jsonschema.validators
+
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         base.check_schema(dict(schema))
