@@ -123,8 +123,31 @@ def plain_json(value: object, root: str) -> Any:
     return holder[0]
 
 
+def _plainly_sendable(value: object, depth: int) -> bool:
+    """Whether ``value`` is made only of dicts with string keys, lists, tuples and
+    finite JSON scalars, at most ``MAX_DEPTH`` levels deep: the common case, checked
+    without the copy and the paths that ``plain_json`` makes to name a problem."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is dict:
+        return all(
+            type(key) is str and _plainly_sendable(member, depth + 1)
+            for key, member in value.items()  # type: ignore[attr-defined]
+        )
+    if kind is list or kind is tuple:
+        return all(_plainly_sendable(member, depth + 1) for member in value)  # type: ignore[attr-defined]
+    return False  # anything else: plain_json says what, or copies it (a Mapping)
+
+
 def json_problem(value: object, root: str) -> str | None:
     """The text of what makes ``value`` unsendable (see ``plain_json``), or None."""
+    if _plainly_sendable(value, 0):
+        return None
     try:
         plain_json(value, root)
     except JsonProblem as problem:

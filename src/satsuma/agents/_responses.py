@@ -48,13 +48,16 @@ def checked_response(response: ModelResponse) -> ModelResponse:
         if kind == "text" and not block.get("text"):
             changed = True
             continue
+        checked: Mapping[str, Any] = block
         if kind == "tool_use":
             given = block.get("input", {})
             if not isinstance(given, Mapping) or json_problem(given, "") is not None:
                 block = {**block, "input": {}}
                 changed = True
+            # Its input is checked (or replaced) now: the rest of the block is left.
+            checked = {key: value for key, value in block.items() if key != "input"}
+        problem = json_problem(checked, f"content[{len(content)}]")
+        if problem is not None:
+            raise ModelError(f"malformed response: {problem}", retryable=True)
         content.append(block)
-    problem = json_problem(content, "content")
-    if problem is not None:
-        raise ModelError(f"malformed response: {problem}", retryable=True)
     return attrs.evolve(response, content=tuple(content)) if changed else response
