@@ -645,6 +645,27 @@ async def failure_turn() -> None:
 trio.run(failure_turn)
 ```
 
+## Where satsuma is still slower, and why
+
+Against the plain trio loop (the minimal hand-written floor: `messages.create`, one task
+and one `trio.move_on_after` per call), satsuma as the docs show it is as fast on a round
+trip, on parallel I/O and with 1,000 agents at once, and slower in two places:
+
+- **Each further tool call** (workload 1) costs more than the floor's: per call satsuma
+  checks the arguments against the tool's schema and that they are JSON, runs the call
+  in its own task under a cancel scope with its own deadline, keeps the call's outcome
+  for the history and the journal in a shielded step (so that a turn cancelled now loses
+  no finished call), and reports events to whoever listens. The loop does none of this.
+- **A 10-turn conversation** (workload 3) adds to that, per turn, the check of the
+  model's response before it enters the history and the run's bookkeeping (usage,
+  records, events).
+
+Streaming is the larger cost when it is asked for: with `stream=True`, or when the run
+has an event listener, each response is read as Server-Sent Events, which costs several
+times a whole JSON response per tool call (satsuma's stream reader still costs less than
+the SDK's, in the streaming plain loops). Without a listener satsuma asks for whole
+responses.
+
 ## Figures
 
 ```text

@@ -206,8 +206,8 @@ DEFAULT_PATH_ROWS = (
     "RSS",
     "traced Python memory",
     "hand trio loop, one client (peer)",
-    "satsuma, model by name (streamed)",
-    "satsuma, AnthropicModel(stream=False)",
+    "satsuma, model by name",
+    "satsuma, AnthropicModel(stream=True)",
 )
 
 
