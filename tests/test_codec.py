@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from satsuma import _codec
 from satsuma._messages import Message
 
@@ -213,3 +216,38 @@ def test_a_whole_message_without_content_is_refused() -> None:
         assert error.args == ("content",)
     else:
         raise AssertionError("a message without content was accepted")
+
+
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=4)
+)
+block_values: st.SearchStrategy[Any] = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),  # not what json.loads makes: the general copy
+        st.dictionaries(st.text(max_size=3), inner, max_size=4),
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(block_values)
+def test_the_quick_copy_of_a_block_agrees_with_the_general_one(value: Any) -> None:
+    # Nulls in objects are left out, everything else is copied (never the same object).
+    quick = _codec._without_none(value)
+    assert quick == _codec._without_none_iteratively(value)
+    if isinstance(value, (dict, list)):
+        assert quick is not value
+
+
+def test_a_block_nested_past_the_quick_copy_is_copied_whole() -> None:
+    deep: Any = {"x": None, "leaf": 1}
+    for _ in range(5_000):  # past the recursion limit
+        deep = {"a": deep, "b": None}
+    copied = _codec._without_none(deep)
+    for _ in range(5_000):
+        assert set(copied) == {"a"}
+        copied = copied["a"]
+    assert copied == {"leaf": 1}

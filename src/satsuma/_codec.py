@@ -329,10 +329,43 @@ def _no_delta(delta: str) -> None:
     pass
 
 
+class _TooDeep(Exception):
+    pass
+
+
+_SHALLOW = 50  # levels the recursive copy takes before the iterative one takes over
+
+
+def _copied(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if kind is dict:
+        if depth > _SHALLOW:
+            raise _TooDeep
+        return {
+            key: _copied(member, depth + 1) for key, member in value.items() if member is not None
+        }
+    if kind is list:
+        if depth > _SHALLOW:
+            raise _TooDeep
+        return [_copied(member, depth + 1) for member in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    raise _TooDeep  # another type: the general copy decides
+
+
 def _without_none(value: Any) -> Any:
     # The API sends some fields as null (``"citations": null``); they are left out of the
-    # history, as the SDK's ``model_dump(exclude_none=True)`` would. Iterative: a block
-    # nested deeper than Python's recursion limit is copied, and refused later by depth.
+    # history, as the SDK's ``model_dump(exclude_none=True)`` would. What json.loads made
+    # is copied recursively; anything else, or a block nested deeper than that copy goes,
+    # iteratively (a block nested past Python's recursion limit is copied, and refused
+    # later by depth).
+    try:
+        return _copied(value, 0)
+    except _TooDeep:
+        return _without_none_iteratively(value)
+
+
+def _without_none_iteratively(value: Any) -> Any:
     holder: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(value, holder, 0)]
     while stack:

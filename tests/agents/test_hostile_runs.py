@@ -231,7 +231,10 @@ async def test_an_asyncio_cancelled_error_in_a_sync_tool_is_a_crash_and_spares_b
     assert set(states.values()) == {"running"}
 
 
-async def test_a_cancelled_run_keeps_the_outcomes_of_calls_that_finished(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stored", [True, False], ids=["with a store", "without a store"])
+async def test_a_cancelled_run_keeps_the_outcomes_of_calls_that_finished(
+    tmp_path: Path, stored: bool
+) -> None:
     sent, reporting = trio.Event(), trio.Event()
 
     @satsuma.tool
@@ -266,7 +269,9 @@ async def test_a_cancelled_run_keeps_the_outcomes_of_calls_that_finished(tmp_pat
     results: list[satsuma.RunResult] = []
     async with (
         SQLiteStore(tmp_path / "m.db") as store,
-        satsuma.open_agent(Mailer, model=ScriptedModel(script), store=store, agent_id="m") as agent,
+        satsuma.open_agent(
+            Mailer, model=ScriptedModel(script), store=store if stored else None, agent_id="m"
+        ) as agent,
     ):
 
         async def run() -> None:
@@ -286,10 +291,14 @@ async def test_a_cancelled_run_keeps_the_outcomes_of_calls_that_finished(tmp_pat
     assert email["content"] == "sent to bob" and not email["is_error"]
     assert report["content"] == "Error: Cancelled: the run was cancelled before this tool finished."
     # The journal agrees with the history, call by call.
-    assert {key: (e.content, e.finished) for key, e in journal.items()} == {
-        email["tool_use_id"]: ("sent to bob", True),
-        report["tool_use_id"]: (report["content"], True),
-    }
+    assert {key: (e.content, e.finished) for key, e in journal.items()} == (
+        {
+            email["tool_use_id"]: ("sent to bob", True),
+            report["tool_use_id"]: (report["content"], True),
+        }
+        if stored
+        else {}
+    )
     starts = [e.tool_use_id for e in events if isinstance(e, satsuma.ToolCallStart)]
     ends = [e.tool_use_id for e in events if isinstance(e, satsuma.ToolCallEnd)]
     assert sorted(starts) == sorted(ends) and len(ends) == 2

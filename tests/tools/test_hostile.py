@@ -392,8 +392,9 @@ async def test_a_tool_error_whose_reason_cannot_be_printed_still_answers() -> No
 # --- cancellation: every start has its end, finished calls keep their outcome -----------
 
 
+@pytest.mark.parametrize("kind", ["async", "plain"])
 async def test_a_cancelled_execute_ends_every_started_call_and_reports_finished_ones(
-    autojump_clock: trio.abc.Clock,
+    autojump_clock: trio.abc.Clock, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Quick(satsuma.Tool):
         name = "quick"
@@ -408,17 +409,93 @@ async def test_a_cancelled_execute_ends_every_started_call_and_reports_finished_
     async def keep(call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> None:
         finished[call.id] = outcome
 
+    def keep_plainly(call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> None:
+        finished[call.id] = outcome
+
     runner = ToolRunner([Quick, Slow])
     with trio.move_on_after(0.5):
         await runner.execute(
             [tool_call("quick", {}, id="q"), tool_call("slow", {}, id="f")],
             events=events.append,
-            on_outcome=keep,
+            on_outcome=keep if kind == "async" else keep_plainly,
         )
     assert finished["q"].content == "sent the e-mail"
     assert "f" not in finished
+    assert not [r for r in caplog.records if "on_outcome" in r.getMessage()]
     starts = [e.tool_use_id for e in events if isinstance(e, satsuma.ToolCallStart)]
     ends = {e.tool_use_id: e.outcome for e in events if isinstance(e, satsuma.ToolCallEnd)}
     assert sorted(starts) == sorted(ends) == ["f", "q"]
     assert ends["q"].content == "sent the e-mail"
     assert ends["f"].error_kind == "cancelled"
+
+
+async def test_an_async_on_outcome_finishes_even_when_execute_is_cancelled_meanwhile(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class Quick(satsuma.Tool):
+        name = "quick"
+        description = "Answer at once"
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            return "done"
+
+    journaled: list[str] = []
+
+    async def journal(call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> None:
+        await trio.sleep(2)  # a slow store; the cancellation comes at 1 s
+        journaled.append(call.id)
+
+    with trio.move_on_after(1):
+        await ToolRunner([Quick]).execute([tool_call("quick", {}, id="q")], on_outcome=journal)
+    assert journaled == ["q"]
+    assert trio.current_time() == pytest.approx(2)
+
+
+async def test_an_async_on_outcome_that_hangs_is_given_up_after_ten_seconds(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Quick(satsuma.Tool):
+        name = "quick"
+        description = "Answer at once"
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            return "done"
+
+    async def hang(call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> None:
+        await trio.sleep_forever()
+
+    outcomes = await ToolRunner([Quick]).execute([tool_call("quick", {})], on_outcome=hang)
+    assert outcomes[0].content == "done"
+    assert trio.current_time() == pytest.approx(10)
+
+
+@pytest.mark.parametrize("kind", ["raises", "returns garbage", "async raises"])
+async def test_a_failing_on_outcome_is_logged_and_the_outcome_stands(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Quick(satsuma.Tool):
+        name = "quick"
+        description = "Answer at once"
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            return "done"
+
+    def raises(call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> None:
+        raise RuntimeError("journal down")
+
+    def garbage(call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> Any:
+        return 42
+
+    async def async_raises(call: satsuma.ToolCall, outcome: satsuma.ToolOutcome) -> None:
+        raise RuntimeError("journal down")
+
+    callback = {"raises": raises, "returns garbage": garbage, "async raises": async_raises}[kind]
+    outcomes = await ToolRunner([Quick]).execute(
+        [tool_call("quick", {}, id="q1"), tool_call("quick", {}, id="q2")], on_outcome=callback
+    )
+    assert [o.content for o in outcomes] == ["done", "done"]
+    failures = [r for r in caplog.records if "on_outcome callback failed" in r.getMessage()]
+    assert sorted(r.getMessage() for r in failures) == [
+        "on_outcome callback failed for call q1; the outcome stands",
+        "on_outcome callback failed for call q2; the outcome stands",
+    ]

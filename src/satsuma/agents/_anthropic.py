@@ -277,7 +277,8 @@ def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelRespons
             ),
             model=message.model or model,
             id=message.id,
-        )
+        ),
+        fresh=True,
     )
 
 

@@ -429,7 +429,9 @@ class _Run:
                 interrupt=actor.steer_event,
                 events=self._tool_sink(),
                 agent=actor.handle,
-                on_outcome=self._finished,
+                # Without a store there is nothing to await: a plain callback costs the
+                # call no shielded step.
+                on_outcome=self._finished if actor.persistence is not None else self._keep,
             )
         for outcome in outcomes:
             nested = subagent_usage(outcome.details)
@@ -440,10 +442,13 @@ class _Run:
         self.commit_user(format_results(outcomes))
         return stopped
 
+    def _keep(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        """A call's final outcome, kept for the history whatever happens to the turn now."""
+        self.finished[call.id] = outcome
+
     async def _finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
-        """A call's final outcome: kept for the history whatever happens to the turn
-        now, then journaled (a store that cannot record it is logged; on resume the call
-        counts as unfinished)."""
+        """A call's final outcome: kept, then journaled (a store that cannot record it is
+        logged; on resume the call counts as unfinished)."""
         self.finished[call.id] = outcome
         await self._journal(call, outcome)
 

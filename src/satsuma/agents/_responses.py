@@ -15,6 +15,7 @@ before it is committed, whichever Model produced it:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,13 +27,24 @@ from ._model import ModelResponse
 
 __all__ = ["checked_response"]
 
+# Responses checked by a model of satsuma's own as it built them, by identity:
+# AnthropicModel checks its responses (so that a malformed one is retried inside the
+# model) and the loop checks whatever any model returns; such a response, which nothing
+# else has held, is not walked twice. Others' responses are always checked.
+_passed: weakref.WeakValueDictionary[int, ModelResponse] = weakref.WeakValueDictionary()
 
-def checked_response(response: ModelResponse) -> ModelResponse:
+
+def checked_response(response: ModelResponse, *, fresh: bool = False) -> ModelResponse:
     """``response`` as it may enter the history (see the module docstring).
+
+    ``fresh``: the caller built ``response`` just now and hands it straight to the loop,
+    whose own check then passes it at once.
 
     Raises:
         ModelError: the response is malformed (retryable).
     """
+    if _passed.get(id(response)) is response:
+        return response
     seen: set[str] = set()
     for call in response.calls:
         if call.id in seen:
@@ -60,4 +72,8 @@ def checked_response(response: ModelResponse) -> ModelResponse:
         if problem is not None:
             raise ModelError(f"malformed response: {problem}", retryable=True)
         content.append(block)
-    return attrs.evolve(response, content=tuple(content)) if changed else response
+    if changed:
+        response = attrs.evolve(response, content=tuple(content))
+    if fresh:
+        _passed[id(response)] = response
+    return response

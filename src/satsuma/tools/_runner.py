@@ -62,7 +62,8 @@ __all__ = ["Interrupt", "OutcomeCallback", "ToolRunner"]
 
 logger = logging.getLogger("satsuma.tools")
 
-OutcomeCallback = Callable[["ToolCall", ToolOutcome], Awaitable[None]]
+# A plain function, or an async one (awaited shielded, see ``execute``).
+OutcomeCallback = Callable[["ToolCall", ToolOutcome], Awaitable[None] | None]
 
 # What the ToolCallEnd of a call cancelled in flight says; an agent answers the model with
 # its own words for why (the run was cancelled, passed its max_duration...).
@@ -277,12 +278,12 @@ class ToolRunner:
             events: A callback or a trio MemorySendChannel receiving ToolCallStart,
                 ToolProgress, ToolUpdate and ToolCallEnd (overrides the runner's).
             agent: The agent handle given to tools as ``ctx.agent``.
-            on_outcome: Awaited with each call and its final outcome as soon as that is
-                known, before its ToolCallEnd; shielded from cancellation (for at most
-                10 seconds), so that a caller keeps every outcome of a call that
-                finished even when ``execute`` is then cancelled (an agent journals
-                them this way). What it raises is logged and does not change the
-                outcome.
+            on_outcome: Called with each call and its final outcome as soon as that is
+                known, before its ToolCallEnd, so that a caller keeps every outcome of a
+                call that finished even when ``execute`` is then cancelled (an agent
+                journals them this way). A plain function or an async one; an async
+                one is awaited shielded from cancellation (for at most 10 seconds).
+                What it raises is logged and does not change the outcome.
 
         Cancelling ``execute`` cancels every call still running and returns nothing;
         each call cancelled in flight still gets its ToolCallEnd (``error_kind``
@@ -429,21 +430,13 @@ class ToolRunner:
         limit = self._max_result_chars
         if limit is not None:
             outcome = truncate(outcome, limit)
-        if not self._after and env.on_outcome is None:
-            return outcome, call
         # The tool has ended: what it did stays true even if the call is cancelled now,
         # so the finishing steps are shielded (each one bounded).
-        with trio.CancelScope(shield=True):
-            if self._after:
+        if self._after:
+            with trio.CancelScope(shield=True):
                 outcome = await self._run_after(call, outcome)
-            if env.on_outcome is not None:
-                with trio.move_on_after(_FINISH_SECONDS):
-                    try:
-                        await env.on_outcome(call, outcome)
-                    except Exception:
-                        logger.exception(
-                            "on_outcome callback failed for call %s; the outcome stands", call.id
-                        )
+        if env.on_outcome is not None:
+            await _report(env.on_outcome, call, outcome)
         return outcome, call
 
     async def _attempt(
@@ -655,6 +648,19 @@ class ToolRunner:
             duration=duration,
             details={"hook": repr(hook.owner), **crash_details(exc)},
         )
+
+
+async def _report(on_outcome: OutcomeCallback, call: ToolCall, outcome: ToolOutcome) -> None:
+    """Give ``on_outcome`` the call's final outcome; what it raises is logged. An async
+    callback is awaited shielded, for at most ``_FINISH_SECONDS``; a plain function
+    cannot be interrupted and costs no cancel scope."""
+    try:
+        pending = on_outcome(call, outcome)
+        if pending is not None:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + _FINISH_SECONDS):
+                await pending
+    except Exception:
+        logger.exception("on_outcome callback failed for call %s; the outcome stands", call.id)
 
 
 def _input_problem(call: ToolCall) -> ToolOutcome | None:
