@@ -7,6 +7,10 @@ client and one connection pool) with every other such agent of the same configur
 the environment's ``ANTHROPIC_API_KEY``, ``ANTHROPIC_AUTH_TOKEN`` and
 ``ANTHROPIC_BASE_URL`` when the model is first needed.
 
+Its connection pool is several small pools (``_pool``): one pool of a thousand
+connections costs more CPU per request than the request itself once a thousand
+conversations are in flight.
+
 A client's sockets belong to the trio run that opened them, so the sharing is per run
 (a ``RunVar``): a service's one ``trio.run`` shares everything, and two runs (two tests,
 two threads) never see each other's connections. The clients of a run are closed when
@@ -66,9 +70,11 @@ def _build() -> AnthropicModel:
     # stall every other task of the run meanwhile.
     import anthropic
 
+    from ._pool import pooled_http_client
+
     # Passed in, the client is not the model's to close: aclose() on a shared model
     # (reached through AgentHandle.model) leaves it to the run's end.
-    return AnthropicModel(anthropic.AsyncAnthropic())
+    return AnthropicModel(anthropic.AsyncAnthropic(http_client=pooled_http_client()))
 
 
 async def shared_model() -> AnthropicModel:
