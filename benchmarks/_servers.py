@@ -101,8 +101,17 @@ async def _serve_openai(
 
 
 async def _main(servers: Servers, ready: threading.Event, stop: trio.Event) -> None:
-    respond = anthropic_responder(servers.captures)
+    responder = anthropic_responder(servers.captures)
     openai_respond = openai_responder(servers.captures)
+
+    def respond(body: dict[str, Any]) -> Any:
+        # MessagesServer keeps every request it was sent (for tests to look at); a full
+        # run sends some 70,000, the largest with a hundred tool results: kept, they grew
+        # this process by gigabytes, contender after contender, and with it the time its
+        # collections take. What workload 5 needs is kept by the responder (captures).
+        anthropic_server.requests.clear()
+        return responder(body)
+
     anthropic_server = MessagesServer([respond] * _SCRIPT_LENGTH)
     # The script's deque would otherwise be traversed by every full collection of this
     # process, slowing the server down at random moments.

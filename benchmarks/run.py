@@ -21,14 +21,17 @@ its CPU time and memory are its own and no two event loops share a process. Work
 2. parallel I/O: one turn of 20 calls that each sleep 200 ms; wall time of the run.
 3. conversation: 10 turns of 3 no-op calls; runs per second and CPU ms per run (runs
    one after another), and the peak memory traced by tracemalloc during one run.
-4. many agents: 1,000 runs of 3 turns (2 no-op calls a turn) at once in one process,
-   each in a fresh child process; wall time, and the peak RSS growth over the RSS before
-   the runs (after imports and one warm-up run).
+4. many agents: 200, then 1,000 runs of 3 turns (2 no-op calls a turn) at once in one
+   process, each in a fresh child process; wall time, and for 1,000 the CPU time and the
+   peak RSS growth over the RSS before the runs (after imports and one warm-up run).
 5. failure handling: one turn of 10 calls where one raises and one hangs past its 1 s
    timeout (it sleeps 5 s); the wall time, and what the server received as those two
    calls' tool results.
 
-Figures are medians of several repetitions (``--repeats``); ratios are peer / satsuma.
+Figures are medians of several repetitions (``--repeats``), for workloads 1, 2, 3 and 5
+pooled from ``passes`` child processes per contender taken in turns (every contender's
+first, then every contender's second), so that a stretch of noise on a shared machine
+does not fall on one contender only; ratios are peer / satsuma.
 Nothing is asserted about the figures; a run that does not end with the scripted answer
 is reported as failed.
 
@@ -41,16 +44,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +76,11 @@ class Settings:
     conversation_turns: int = 10
     conversation_calls: int = 3
     conversation_runs: int = 10
-    many_runs: int = 1_000
+    many_runs: tuple[int, ...] = (200, 1_000)
     many_turns: int = 3
     many_calls: int = 2
     many_repeats: int = 3
+    passes: int = 2  # of workloads 1, 2, 3 and 5 (see measure_all)
     failure_calls: int = 10
     sizes: Sizes = attrs.field(factory=Sizes)
     # Quick mode only: workload 4 in the same child as the others (its memory is then not
@@ -94,8 +98,9 @@ QUICK = Settings(
     conversation_turns=3,
     conversation_calls=2,
     conversation_runs=2,
-    many_runs=10,
+    many_runs=(4, 10),
     many_repeats=1,
+    passes=1,
     failure_calls=4,
     sizes=Sizes(sleep=0.05, hang=0.4, hang_timeout=0.1),
     shortcuts=True,
@@ -110,6 +115,7 @@ def _settings_from_json(text: str) -> Settings:
     data = json.loads(text)
     data["sizes"] = Sizes(**data["sizes"])
     data["dispatch_calls"] = tuple(data["dispatch_calls"])
+    data["many_runs"] = tuple(data["many_runs"])
     return Settings(**data)
 
 
@@ -199,7 +205,9 @@ async def _measure(contender: Contender, settings: Settings) -> dict[str, Any]:
     finally:
         await contender.aclose()
     if settings.shortcuts:
-        out["many"] = await _measure_many(contender, settings)
+        out["many"] = {
+            str(runs): await _measure_many(contender, settings, runs) for runs in settings.many_runs
+        }
     return out
 
 
@@ -208,7 +216,18 @@ def _rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def _measure_many(contender: Contender, settings: Settings) -> dict[str, Any]:
+def _peak_rss_bytes() -> int:
+    # VmHWM, this process's own peak. Not getrusage's ru_maxrss: Linux carries over to a
+    # child the peak of the memory it was spawned from (the parent's, whose servers grow
+    # as the run goes on), so later contenders would show ever larger peaks.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+async def _measure_many(contender: Contender, settings: Settings, runs: int) -> dict[str, Any]:
     text = prompt(settings.many_turns, [("noop", settings.many_calls)])
     await contender.open()
     try:
@@ -216,31 +235,35 @@ async def _measure_many(contender: Contender, settings: Settings) -> dict[str, A
         gc.collect()
         before = _rss_bytes()
         start, cpu = time.perf_counter(), time.process_time()
-        outputs = await contender.run_many(text, settings.many_runs)
+        outputs = await contender.run_many(text, runs)
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = _peak_rss_bytes()
     finally:
         await contender.aclose()
-    if len(outputs) != settings.many_runs:
-        raise RuntimeError(f"{len(outputs)} of {settings.many_runs} runs ended")
+    if len(outputs) != runs:
+        raise RuntimeError(f"{len(outputs)} of {runs} runs ended")
     for output in outputs:
         _expect(output)
     return {"wall": wall, "cpu": cpu, "rss_before": before, "rss_peak": peak}
 
 
 def child_main(keys: Sequence[str], what: str, settings: Settings, urls: Sequence[str]) -> None:
-    """Measure each contender of ``keys`` in turn; print the figures as one JSON line."""
+    """Measure each contender of ``keys`` in turn; print the figures as one JSON line.
+
+    ``what``: ``main`` (workloads 1, 2, 3, 5) or ``many:N`` (workload 4 with N runs)."""
     results = {}
     for key in keys:
         contender = CONTENDERS[key](settings.sizes, *urls)
-        measure: Callable[[Contender, Settings], Any] = (
-            _measure if what == "main" else _measure_many
-        )
-        if contender.flavour == "trio":
-            results[key] = trio.run(measure, contender, settings)
+        if what == "main":
+            measure: Callable[[], Awaitable[Any]] = functools.partial(_measure, contender, settings)
         else:
-            results[key] = asyncio.run(measure(contender, settings))
+            runs = int(what.removeprefix("many:"))
+            measure = functools.partial(_measure_many, contender, settings, runs)
+        if contender.flavour == "trio":
+            results[key] = trio.run(measure)
+        else:
+            results[key] = asyncio.run(measure())
     print(json.dumps(results))
 
 
@@ -280,22 +303,32 @@ def measure_all(
     with serve() as servers:
         urls = (servers.anthropic_url, servers.openai_url)
 
-        def measure(group: Sequence[str]) -> None:
-            labels = ", ".join(CONTENDERS[key].label for key in group)
-            progress(f"{labels}: workloads 1, 2, 3, 5")
-            mains = _child(group, "main", settings, urls)
+        def measure(group: Sequence[str], passes: dict[str, list[Any]] | None = None) -> None:
+            if passes is None:
+                labels = ", ".join(CONTENDERS[key].label for key in group)
+                progress(f"{labels}: workloads 1, 2, 3, 5")
+                mains = _child(group, "main", settings, urls)
+            else:
+                mains = {key: _pooled(passes[key]) for key in group}
             for key in group:
                 main = mains[key]
                 if "failure" in main:
                     main["failure"]["received"] = servers.captures.get(key)
                     main["failure"]["received_alone"] = servers.captures.get(f"{key}.hang_alone")
-                many = [main.pop("many")] if "many" in main else []
-                for repeat in range(0 if settings.shortcuts else settings.many_repeats):
-                    progress(
-                        f"{CONTENDERS[key].label}: workload 4, {repeat + 1} of {settings.many_repeats}"
-                    )
-                    many.append(_child([key], "many", settings, urls)[key])
-                results[key] = {"main": main, "many": many or [main]}
+                many: dict[str, list[Any]] = {
+                    size: [run] for size, run in main.pop("many", {}).items()
+                }
+                for runs in [] if settings.shortcuts else settings.many_runs:
+                    for repeat in range(settings.many_repeats):
+                        progress(
+                            f"{CONTENDERS[key].label}: workload 4, {runs:,} runs, "
+                            f"{repeat + 1} of {settings.many_repeats}"
+                        )
+                        figures = _child([key], f"many:{runs}", settings, urls)[key]
+                        many.setdefault(str(runs), []).append(figures)
+                if not many:  # the main child failed before workload 4
+                    many = {str(runs): [main] for runs in settings.many_runs}
+                results[key] = {"main": main, "many": many}
 
         if settings.shortcuts:
             # One child per event loop, both at once: the interpreters' start-up and the
@@ -310,9 +343,45 @@ def measure_all(
             for thread in threads:
                 thread.join()
         else:
+            # Workloads 1, 2, 3 and 5 in several passes over every contender, each pass a
+            # fresh child per contender: a stretch of noise on this shared machine then
+            # falls on several contenders' samples rather than on all of one's.
+            passes: dict[str, list[Any]] = {key: [] for key in keys}
+            for number in range(settings.passes):
+                for key in keys:
+                    progress(
+                        f"{CONTENDERS[key].label}: workloads 1, 2, 3, 5, "
+                        f"pass {number + 1} of {settings.passes}"
+                    )
+                    passes[key].append(_child([key], "main", settings, urls)[key])
             for key in keys:
-                measure([key])
+                measure([key], passes)
     return {key: results[key] for key in keys}
+
+
+def _pooled(passes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One contender's passes of workloads 1, 2, 3 and 5 as one set of samples (the
+    first failed pass, if any)."""
+    failed = [main for main in passes if "error" in main]
+    if failed:
+        return failed[0]
+    first = passes[0]
+    return {
+        "dispatch": {
+            size: [sample for main in passes for sample in main["dispatch"][size]]
+            for size in first["dispatch"]
+        },
+        "parallel": [sample for main in passes for sample in main["parallel"]],
+        "conversation": {
+            "wall": [sample for main in passes for sample in main["conversation"]["wall"]],
+            "cpu": [sample for main in passes for sample in main["conversation"]["cpu"]],
+            "peak_bytes": median([main["conversation"]["peak_bytes"] for main in passes]),
+        },
+        "failure": {
+            **first["failure"],
+            "wall": [sample for main in passes for sample in main["failure"]["wall"]],
+        },
+    }
 
 
 # --- the report ----------------------------------------------------------------------------
@@ -360,16 +429,18 @@ def _figures(raw: dict[str, Any], settings: Settings) -> dict[str, dict[str, Any
             fig["received_alone"] = main["failure"].get("received_alone")
         else:
             fig["error"] = main["error"]
-        many = [run for run in result["many"] if "error" not in run]
-        if many:
-            fig["many_wall"] = median([run["wall"] for run in many])
-            fig["many_cpu"] = median([run["cpu"] for run in many])
-            fig["many_growth_mib"] = (
+        for runs in settings.many_runs:
+            tried = result["many"].get(str(runs), [])
+            many = [run for run in tried if "error" not in run]
+            if not many:
+                fig.setdefault("many_error", next((run["error"] for run in tried), "not run"))
+                continue
+            fig[f"many_wall_{runs}"] = median([run["wall"] for run in many])
+            fig[f"many_cpu_{runs}"] = median([run["cpu"] for run in many])
+            fig[f"many_growth_mib_{runs}"] = (
                 median([run["rss_peak"] - run["rss_before"] for run in many]) / 2**20
             )
-            fig["many_peak_mib"] = median([run["rss_peak"] for run in many]) / 2**20
-        else:
-            fig["many_error"] = next((run["error"] for run in result["many"]), "not run")
+            fig[f"many_peak_mib_{runs}"] = median([run["rss_peak"] for run in many]) / 2**20
         figures[key] = fig
     return figures
 
@@ -458,24 +529,28 @@ def report(raw: dict[str, Any], settings: Settings, keys: Sequence[str]) -> list
     )
 
     rows = []
+    *smaller, largest = settings.many_runs
     for key in keys:
         fig = figures[key]
-        rows.append(
-            [
-                labels[key],
-                *pair(key, "many_wall", 2),
-                *pair(key, "many_cpu", 2),
-                *pair(key, "many_growth_mib", 1),
-                _cell(fig.get("many_peak_mib"), 1),
-                fig.get("many_error", ""),
-            ]
-        )
+        row = [labels[key]]
+        for runs in smaller:
+            row += pair(key, f"many_wall_{runs}", 2)
+        row += [
+            *pair(key, f"many_wall_{largest}", 2),
+            *pair(key, f"many_cpu_{largest}", 2),
+            *pair(key, f"many_growth_mib_{largest}", 1),
+            _cell(fig.get(f"many_peak_mib_{largest}"), 1),
+            fig.get("many_error", ""),
+        ]
+        rows.append(row)
+    counts = " and ".join(f"{runs:,}" for runs in settings.many_runs)
     section(
-        f"4. many agents: {settings.many_runs:,} concurrent {settings.many_turns}-turn runs "
+        f"4. many agents: {counts} concurrent {settings.many_turns}-turn runs "
         f"({settings.many_calls} no-op calls a turn), one process each",
         [
             "library",
-            "wall (s)",
+            *[column for runs in smaller for column in (f"{runs:,}: wall (s)", "ratio")],
+            f"{largest:,}: wall (s)",
             "ratio",
             "CPU (s)",
             "ratio",
@@ -522,7 +597,57 @@ def report(raw: dict[str, Any], settings: Settings, keys: Sequence[str]) -> list
             *texts,
         ]
     )
+    if DEFAULT in figures and FLOOR in figures:
+        section(
+            f"6. the bars: {labels[DEFAULT]} against the {labels[FLOOR]} (the floor), "
+            "ratio = satsuma / floor",
+            ["figure", "satsuma", "floor", "ratio", "bar", "held"],
+            _bar_rows(figures[DEFAULT], figures[FLOOR], settings),
+        )
     return lines
+
+
+DEFAULT, FLOOR = "satsuma_default", "plain_trio_whole"
+
+
+def _bar_rows(ours: dict[str, Any], floor: dict[str, Any], settings: Settings) -> list[list[str]]:
+    """Issue 17's bars, each figure of the default path next to the floor's."""
+    rows: list[list[str]] = []
+
+    def bar(name: str, key: str, digits: int, most: float | None, least: float | None) -> None:
+        value, reference = ours.get(key), floor.get(key)
+        if value is None or reference is None or value <= 0 or reference <= 0:
+            rows.append([name, _cell(value, digits), _cell(reference, digits), "", "", "no"])
+            return
+        share = value / reference
+        held = (most is None or share <= most) and (least is None or share >= least)
+        limit = f"<= {most:g}x" if most is not None else f">= {least:g}x"
+        row = [_cell(value, digits), _cell(reference, digits), f"{share:.2f}x", limit]
+        rows.append([name, *row, "yes" if held else "no"])
+
+    bar("round trip, no tools (ms)", "dispatch_rt", 2, 1.5, None)
+    for calls in settings.dispatch_calls[1:]:
+        bar(f"per extra call, {calls} calls (µs)", f"dispatch_{calls}", 1, 1.3, None)
+    bar(f"{settings.parallel_calls} parallel calls, one turn (s)", "parallel", 3, 1.1, None)
+    bar(f"{settings.conversation_turns}-turn conversation (runs/s)", "runs_per_s", 1, None, 0.9)
+    bar(f"{settings.conversation_turns}-turn conversation (CPU ms/run)", "cpu_ms", 1, 1.2, None)
+    *smaller, largest = settings.many_runs
+    for runs in smaller:
+        bar(f"{runs:,} concurrent agents (wall s)", f"many_wall_{runs}", 2, 1.2, None)
+    wall = ours.get(f"many_wall_{largest}")
+    reference = floor.get(f"many_wall_{largest}")
+    held = "yes" if wall is not None and wall < 10 else "no"
+    rows.append(
+        [
+            f"{largest:,} concurrent agents (wall s)",
+            _cell(wall, 2),
+            _cell(reference, 2),
+            f"{wall / reference:.2f}x" if wall and reference else "",
+            "< 10 s",
+            held,
+        ]
+    )
+    return rows
 
 
 def machine_lines(keys: Sequence[str]) -> list[str]:
@@ -645,26 +770,39 @@ async def failure_turn() -> None:
 trio.run(failure_turn)
 ```
 
-## Where satsuma is still slower, and why
+## The default path against the floor
 
-Against the plain trio loop (the minimal hand-written floor: `messages.create`, one task
-and one `trio.move_on_after` per call), satsuma as the docs show it is as fast on a round
-trip, on parallel I/O and with 1,000 agents at once, and slower in two places:
+Table 6 holds satsuma as the docs show it (model by name, one `open_agent` per
+conversation, nothing passed) to the plain trio loop, the minimal hand-written floor
+(`messages.create`, one task and one `trio.move_on_after` per call), with the bar each
+figure must keep. Two differences in how they are built show in the figures:
 
-- **Each further tool call** (workload 1) costs more than the floor's: per call satsuma
-  checks the arguments against the tool's schema and that they are JSON, runs the call
-  in its own task under a cancel scope with its own deadline, keeps the call's outcome
-  for the history and the journal in a shielded step (so that a turn cancelled now loses
-  no finished call), and reports events to whoever listens. The loop does none of this.
-- **A 10-turn conversation** (workload 3) adds to that, per turn, the check of the
-  model's response before it enters the history and the run's bookkeeping (usage,
-  records, events).
+- The shared client that agents declared by name use splits its connections into 16
+  pools of 64 (see [Agents](agents.md)). Every other contender here, and satsuma with a
+  client passed by hand, uses the SDK's one pool of up to 1,000 connections, in which
+  httpx looks at every connection each time a request starts or ends: with 1,000
+  conversations in flight that scan is most of the CPU of workload 4, which is why the
+  default path does it in less time than the floor and than satsuma with a client of
+  its own (a client passed by hand keeps the pool it was built with).
+- Per tool call, satsuma does what the loop does not: it checks the arguments against
+  the tool's schema and that they are JSON, runs the call in its own task under a
+  cancel scope with its own deadline, keeps its outcome for the history (shielded and
+  journaled when the agent has a store), and reports events to whoever listens. This
+  now costs about what the loop's own per-call work does (workload 1); the JSON checks
+  and the scope are the part left.
 
-Streaming is the larger cost when it is asked for: with `stream=True`, or when the run
-has an event listener, each response is read as Server-Sent Events, which costs several
-times a whole JSON response per tool call (satsuma's stream reader still costs less than
-the SDK's, in the streaming plain loops). Without a listener satsuma asks for whole
-responses.
+Where satsuma is still slower, and why:
+
+- **A conversation's first request** (the text-only run, the round trip) costs about
+  0.8 ms more: opening the agent (its task tree and mailbox), the run's records and
+  events, and closing the agent after it; the loop has none of these.
+- **Streaming**, when it is asked for: with `stream=True`, or when the run has an event
+  listener, each response is read as Server-Sent Events, which costs several times a
+  whole JSON response per tool call (satsuma's stream reader still costs less than the
+  SDK's, in the streaming plain loops). Without a listener satsuma asks for whole
+  responses.
+- **A store**: with one, each call's start and outcome are journaled (see
+  `benchmarks/store.py`); none of the contenders here keeps anything.
 
 ## Figures
 
@@ -726,8 +864,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     lines = [
         *machine_lines(keys),
-        f"repetitions: {settings.repeats} (dispatch: {settings.dispatch_repeats}, "
-        f"workload 4: {settings.many_repeats}), medians; took {took:.0f} s",
+        f"repetitions: {settings.repeats} (dispatch: {settings.dispatch_repeats}) in each of "
+        f"{settings.passes} passes over the contenders, workload 4: {settings.many_repeats}; "
+        f"medians; took {took:.0f} s",
         *report(raw, settings, keys),
     ]
     print("\n".join(lines))

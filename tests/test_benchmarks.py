@@ -177,6 +177,21 @@ def test_side_by_side_quick_run_reports_every_library() -> None:
         assert len(rows) == len(SIDE_BY_SIDE_SECTIONS), f"rows of {library!r}:\n{out}"
         assert not any("failed" in row for row in rows), f"{library!r} failed:\n{out}"
         assert f"{library}:" in lines, f"no workload 5 texts for {library!r}:\n{out}"
+    # The bars: the default path against the floor, a row each, with a verdict (the
+    # figures of a quick run mean nothing, so only the shape is checked).
+    bars = lines[next(i for i, line in enumerate(lines) if line.startswith("6. the bars")) :]
+    rows = [line for line in bars[4:] if line.strip()]
+    assert {row.split()[-1] for row in rows} <= {"yes", "no"}, out
+    for figure in (
+        "round trip, no tools",
+        "per extra call, 5 calls",
+        "parallel calls, one turn",
+        "conversation (runs/s)",
+        "conversation (CPU ms/run)",
+        "4 concurrent agents",
+        "10 concurrent agents",
+    ):
+        assert sum(figure in row for row in rows) == 1, f"{figure!r}:\n{out}"
     # What satsuma's model reads is its contract (DESIGN.md), not a figure.
     satsuma_texts = lines[lines.index("satsuma:") + 1 : lines.index("satsuma:") + 3]
     assert satsuma_texts == [
