@@ -19,7 +19,7 @@ EXPECTED_SATSUMA = {
     # agents
     "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "MCPServerError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
     "AgentUnavailable", "HistoryProcessor", "JsonLinesLog", "KeepAll", "KeepLastExchanges", "Message", "Model",
-    "ModelError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
+    "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
     "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
     # supervision
@@ -96,7 +96,7 @@ def test_agents_exports_are_all_reexported_by_satsuma() -> None:
 
 def test_testing_exports() -> None:
     assert set(satsuma.testing.__all__) == {
-        "EventRecorder", "Failure", "FunctionModel", "MessagesServer", "Reply", "ScriptedModel",
+        "EventRecorder", "FakeModel", "Failure", "FunctionModel", "fake_reply", "MessagesServer", "Reply", "ScriptedModel",
         "check_conversation", "run_tool", "tool_call",
     }  # fmt: skip
     assert public_names(satsuma.testing) == set(satsuma.testing.__all__)

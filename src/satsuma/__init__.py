@@ -11,6 +11,7 @@ import typing as _typing
 from ._exceptions import AgentCrashed as AgentCrashed
 from ._exceptions import AgentDefinitionError as AgentDefinitionError
 from ._exceptions import AgentUnavailable as AgentUnavailable
+from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import MCPServerError as MCPServerError
 from ._exceptions import ModelError as ModelError
 from ._exceptions import SatsumaError as SatsumaError
@@ -155,6 +156,7 @@ __all__ = [
     "KeepLastExchanges",
     "Message",
     "Model",
+    "ConfigurationError",
     "ModelError",
     "ModelListener",
     "ModelRequest",

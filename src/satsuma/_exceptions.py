@@ -7,6 +7,7 @@ The hierarchy::
     ├── ToolDefinitionError    a tool, toolset or runner was declared wrongly (also a TypeError)
     ├── AgentDefinitionError   an Agent subclass was declared wrongly (also a TypeError)
     ├── ModelError             a model call failed and retries could not cure it
+    ├── ConfigurationError     what the environment or the setup lacks (a missing API key)
     ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
     ├── AgentCrashed           the agent crashed while serving this call
     ├── StoreError             the store cannot be opened, read or written (names the file)
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 __all__ = [
     "AgentDefinitionError",
+    "ConfigurationError",
     "AgentUnavailable",
     "ModelError",
     "SatsumaError",
@@ -114,6 +116,39 @@ class ModelError(SatsumaError):
         self.retryable = retryable
         self.retry_after = retry_after
         super().__init__(f"{status}: {message}" if status is not None else message)
+
+
+class ConfigurationError(SatsumaError):
+    """Something the environment or the setup lacks, found before it could fail a run:
+    no API key for a model declared by name, say. Not transient, so a supervisor does not
+    restart a child over it: the child could not start.
+
+    Attributes:
+        problem: What is missing.
+        fix: How to provide it.
+    """
+
+    def __init__(self, problem: str, fix: str) -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}. {fix}")
+
+
+_MISSING_KEY_FIX = (
+    "Set it in the environment (export ANTHROPIC_API_KEY=sk-ant-..., or "
+    "ANTHROPIC_AUTH_TOKEN for a bearer token), or pass a model to open_agent / "
+    "start_child: model=AnthropicModel(client) with a client of your own, or "
+    "satsuma.testing.ScriptedModel to run without the API"
+)
+
+
+def missing_api_key(agent: str | None = None, model: str | None = None) -> ConfigurationError:
+    """The error for a model by name with no credentials in the environment."""
+    who = ""
+    if agent is not None:
+        declared = f" declares its model by name ({model!r}) and" if model else ""
+        who = f": agent {agent!r}{declared} needs an Anthropic API key"
+    return ConfigurationError(f"ANTHROPIC_API_KEY is not set{who}", _MISSING_KEY_FIX)
 
 
 class AgentUnavailable(SatsumaError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, final
 import trio
 
 from .. import _codec
-from .._exceptions import ModelError
+from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import Usage, message_param
 from ..tools import ToolCall
 from ._model import ModelListener, ModelRequest, ModelResponse
@@ -73,6 +74,8 @@ class AnthropicModel:
 
     Raises:
         ValueError: A negative retry count or backoff.
+        ConfigurationError: No API key: none in the environment (without a client), or
+            none in the client passed.
     """
 
     def __init__(
@@ -96,9 +99,18 @@ class AnthropicModel:
         import anthropic
 
         self._owns_client = client is None
-        self.client: anthropic.AsyncAnthropic = (
-            client if client is not None else anthropic.AsyncAnthropic()
-        )
+        if client is None:
+            if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+                raise missing_api_key()
+            client = anthropic.AsyncAnthropic()
+        elif client.api_key is None and client.auth_token is None:
+            # The SDK would build every request and then refuse it with a TypeError.
+            raise ConfigurationError(
+                "the AnthropicModel's client has no API key",
+                "Build it with api_key= (or auth_token=), or set ANTHROPIC_API_KEY "
+                "before it is built",
+            )
+        self.client: anthropic.AsyncAnthropic = client
         # A copy that shares the connection pool; retries are ours, each one reported.
         self._api = self.client.with_options(max_retries=0)
         self.max_retries = max_retries

@@ -26,6 +26,7 @@ import os
 import trio
 import trio.lowlevel
 
+from .._exceptions import missing_api_key
 from ._anthropic import AnthropicModel
 
 __all__ = ["shared_model"]
@@ -77,9 +78,17 @@ def _build() -> AnthropicModel:
     return AnthropicModel(anthropic.AsyncAnthropic(http_client=pooled_http_client()))
 
 
-async def shared_model() -> AnthropicModel:
+async def shared_model(agent: str | None = None, declared: str | None = None) -> AnthropicModel:
     """The AnthropicModel of this trio run for the environment's configuration, built on
-    first use (its client reads the same environment)."""
+    first use (its client reads the same environment).
+
+    Raises:
+        ConfigurationError: neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set
+            (named for ``agent``, which declares the model ``declared``).
+    """
+    if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+        # Found as the agent starts, not as its first run crashes inside the SDK.
+        raise missing_api_key(agent, declared)
     try:
         models = _RUN_MODELS.get()
     except LookupError:

@@ -14,9 +14,9 @@ from typing import Any, Protocol, final
 
 import trio
 
-from .._exceptions import AgentUnavailable
+from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message
-from ..store import Store
+from ..store import RunRecord, Store
 from ._actor import Actor, Job, ResetRequest, new_run_id
 from ._agent import spec_of
 from ._clients import shared_model
@@ -95,6 +95,21 @@ class AgentHandle:
         if actor is None:
             raise AgentUnavailable(self.name, "it is not running")
         return actor.model
+
+    @property
+    def interrupted(self) -> tuple[RunRecord, ...]:
+        """This agent's runs that a crash or a kill interrupted and that can still be
+        resumed (``resume(run_id)``), oldest first; empty without a store. A new run goes
+        past them: their open calls are answered ``Interrupted`` and they can no longer
+        be resumed.
+
+        Raises:
+            AgentUnavailable: the agent is not running.
+        """
+        actor = self._target.current_actor()
+        if actor is None:
+            raise AgentUnavailable(self.name, "it is not running")
+        return tuple(actor.interrupted)
 
     async def run(
         self, prompt: str, *, events: Callable[[AgentEvent], object] | None = None
@@ -300,10 +315,11 @@ async def open_agent(
 
     Raises:
         TypeError: ``agent`` is not a concrete Agent subclass.
+        ConfigurationError: no model is passed and the environment has no API key.
     """
     spec = spec_of(agent)
     if model is None:
-        model = await shared_model()
+        model = await shared_model(spec.name, spec.model)
     if store is not None and agent_id is None:
         raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
     if store is not None:
@@ -313,12 +329,17 @@ async def open_agent(
     )
     actor.handle = AgentHandle(actor)
     started = False
+    body_error: BaseException | None = None
+    plain: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.serve)
             started = True
             try:
                 yield actor.handle
+            except BaseException as exc:
+                body_error = exc
+                raise
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
@@ -326,4 +347,51 @@ async def open_agent(
         # as a bad store is: the block never ran.
         if not started and len(group.exceptions) == 1:
             raise group.exceptions[0] from None
-        raise
+        plain = _plainly(group, body_error, actor)
+        if plain is group:
+            raise
+    if plain is not None:
+        # Raised here, outside the handler, so that its own cause and context stay as
+        # they were rather than becoming the group.
+        raise plain
+
+
+def _plainly(
+    group: BaseExceptionGroup[BaseException], body_error: BaseException | None, actor: Actor
+) -> BaseException:
+    """What leaving ``open_agent`` raises instead of the nursery's group, where one error
+    says it all: the block's own exception as it was raised; or, when the agent crashed
+    (which cancels the block, as a nursery's failing task does), an ``AgentCrashed``
+    whose cause is the crash, once, however often the block was told of it."""
+    body = set(map(id, _leaves(body_error))) if body_error is not None else set()
+    crashes = [
+        leaf
+        for leaf in _leaves(group)
+        if id(leaf) not in body and not isinstance(leaf, trio.Cancelled)
+    ]
+    if not crashes:
+        return body_error if body_error is not None else group
+    if len(crashes) > 1:
+        return group
+    (crash,) = crashes
+    told = [
+        leaf
+        for leaf in (_leaves(body_error) if body_error is not None else [])
+        if not isinstance(leaf, trio.Cancelled)
+        and not (
+            isinstance(leaf, (AgentCrashed, AgentUnavailable)) and leaf.agent == actor.spec.name
+        )
+    ]
+    if told:
+        return group  # the block failed of its own accord too: both are news
+    if isinstance(crash, AgentCrashed):
+        return crash
+    crashed = AgentCrashed(actor.spec.name, crash, agent_id=actor.agent_id)
+    crashed.__cause__ = crash
+    return crashed
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]

@@ -119,7 +119,7 @@ class _AgentKind:
         spec = spec_of(self.agent)
         # Without a model, the run's shared one for the environment (one client and
         # connection pool for every such agent, closed when the run ends).
-        model = self.model if self.model is not None else await shared_model()
+        model = self.model if self.model is not None else await shared_model(spec.name, spec.model)
         target = child.target
         assert isinstance(target, _AgentTarget)
         incarnation = child.incarnation

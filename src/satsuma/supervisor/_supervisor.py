@@ -14,7 +14,7 @@ import math
 import signal
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeAlias, final
 
@@ -156,8 +156,9 @@ class Supervisor:
     Args:
         strategy: ``one_for_one`` (restart the child that ended), ``one_for_all``
             (restart them all), ``rest_for_one`` (restart it and those started after it).
-        max_restarts: Restarts allowed within ``within`` seconds; one more and the
-            supervisor stops every child and fails with SupervisorFailed.
+        max_restarts: Restarts allowed within ``within`` seconds (default 3 within 5);
+            one more and the supervisor stops every child and fails with
+            SupervisorFailed.
         within: The intensity window, in seconds.
         children: Agent subclasses, Supervisors, serve-objects, or ChildSpecs, started in
             order when the supervisor starts.
@@ -168,7 +169,8 @@ class Supervisor:
         call_timeout: How long a call to a restarting agent waits for it to come back.
 
     Use it as ``async with Supervisor(...) as sup:`` in any trio program, as a child of
-    another supervisor, or run it as a service with ``await sup.serve_until_signalled()``.
+    another supervisor, or run it as a service with ``await sup.serve_until_signalled()``
+    (on its own, or inside the ``async with``).
     """
 
     def __init__(
@@ -442,15 +444,38 @@ class Supervisor:
     ) -> None:
         """Run as a service: serve until one of ``signals`` arrives, then shut down
         gracefully (children stopped last first, each within its shutdown timeout).
-        Call it from the main thread (Python delivers signals there)."""
+        Call it from the main thread (Python delivers signals there).
+
+        Either on its own (``await sup.serve_until_signalled()``, the supervisor's
+        initial children given as ``children=``), or inside ``async with sup:`` after
+        starting children there: it then returns at the signal, and leaving the block
+        stops the children.
+
+        Raises:
+            SupervisorFailed: the supervisor gave up (as such, not in an exception group).
+        """
         with trio.open_signal_receiver(*signals) as received:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(self.serve)
+            if self._running:
+                # Already serving (inside ``async with``): only the wait is left to do.
                 task_status.started()
-                async for signum in received:
-                    logger.info("supervisor %s: signal %s, shutting down", self.name, signum)
-                    break
-                nursery.cancel_scope.cancel()
+                await self._wait_for_signal(received)
+                return
+            try:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(self.serve)
+                    task_status.started()
+                    await self._wait_for_signal(received)
+                    nursery.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                leaves = _leaves(group)
+                if len(leaves) == 1 and isinstance(leaves[0], SupervisorFailed):
+                    raise leaves[0] from None
+                raise
+
+    async def _wait_for_signal(self, received: AsyncIterator[int]) -> None:
+        async for signum in received:
+            logger.info("supervisor %s: signal %s, shutting down", self.name, signum)
+            return
 
     # --- internals ------------------------------------------------------------------
 
