@@ -302,14 +302,65 @@ async def test_mistakes_are_one_line_and_exit_2(
     status, out, err = await satsuma_command(
         "run", args[0], "hi", *args[1:], cwd=project, env=environment(ANTHROPIC_API_KEY="k")
     )
-    assert (status, out, err.strip()) == (2, "", message)
+    # The one line last (a module that raised shows its traceback before it).
+    assert (status, out, err.strip().splitlines()[-1]) == (2, "", message)
+
+
+# --- loading agents from files, as python would -------------------------------------------
+
+
+async def test_a_file_target_imports_the_modules_beside_it(tmp_path: Path) -> None:
+    package = tmp_path / "service"
+    package.mkdir()
+    (package / "helpers.py").write_text("GREETING = 'hello from a sibling'\n")
+    (package / "agent.py").write_text(
+        "import satsuma\nfrom helpers import GREETING\n\n\n"
+        "class Greeter(satsuma.Agent):\n    name = 'greeter'\n    system = GREETING\n"
+    )
+    async with MessagesServer(["hi"]) as server:
+        # From another directory, as `python service/agent.py` would find helpers.py.
+        status, out, err = await satsuma_command(
+            "run", "service/agent.py:Greeter", "hi", "--json", cwd=tmp_path, env=on(server)
+        )
+    assert (status, err) == (0, ""), err
+    assert server.requests[0]["system"][0]["text"] == "hello from a sibling"
+    assert out
+
+
+@pytest.mark.parametrize(
+    ("source", "line", "last"),
+    [
+        ("import satsuma\n\n\ndef f():\n    return {'a': 1\n", 5, "SyntaxError"),
+        ("import satsuma\nimport not_installed_anywhere\n", 2, "ModuleNotFoundError"),
+        ("import satsuma\n\nVALUE = 1\nVALUE.missing\n", 4, "AttributeError"),
+    ],
+    ids=["syntax", "missing import", "raises"],
+)
+@pytest.mark.parametrize("form", ["file", "module"])
+async def test_a_broken_module_shows_its_traceback(
+    tmp_path: Path, source: str, line: int, last: str, form: str
+) -> None:
+    (tmp_path / "broken_agents.py").write_text(source)
+    target = "broken_agents.py:A" if form == "file" else "broken_agents:A"
+    status, out, err = await satsuma_command(
+        "run", target, "hi", cwd=tmp_path, env=environment(ANTHROPIC_API_KEY="k")
+    )
+    assert (status, out) == (2, "")
+    assert re.search(rf'File ".*broken_agents\.py", line {line}', err), err
+    assert "importlib" not in err and "_commands.py" not in err, err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(f"satsuma: error: importing {target.split(':')[0]} failed: {last}")
+    ), err
 
 
 async def test_no_key_is_one_line(project: Path) -> None:
     status, out, err = await satsuma_command("run", "calc_agents:Calc", "hi", cwd=project)
     assert (status, out) == (2, "")
     assert err.strip() == (
-        "satsuma: error: ANTHROPIC_API_KEY is not set (`satsuma demo` runs offline without one)"
+        "satsuma: error: ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-..., "
+        "or try offline with --model fake (`satsuma demo` runs offline too)"
     )
 
 
@@ -504,3 +555,322 @@ def test_every_command_on_the_cli_page_parses() -> None:
         words = shlex.split(line)
         assert words[0] == "satsuma", line
         _parser().parse_args(words[1:])  # exits (failing the test) on a bad option
+
+
+# --- offline, built-in tools, capabilities ----------------------------------------------------
+
+
+def _events(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _tool_ends(events: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [e["outcome"] for e in events if e["type"] == "ToolCallEnd"]  # type: ignore[misc]
+
+
+async def test_run_offline_with_the_fake_model_needs_no_key_and_no_target(tmp_path: Path) -> None:
+    status, out, err = await satsuma_command(
+        "run", "--model", "fake", "hello there", "--json", cwd=tmp_path
+    )
+    assert (status, err) == (0, ""), err
+    result = _events(out)[-1]["result"]
+    assert result == {
+        **result,
+        "status": "completed",
+        "output": "(fake model) You said: hello there",
+    }
+
+
+async def test_built_in_tools_from_the_command_line_with_a_capability(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("remember the milk\n")
+    status, out, err = await satsuma_command(
+        "run",
+        "--model",
+        "fake",
+        "--tools",
+        "list_dir,read_file",
+        "--allow",
+        "read",
+        "--workdir",
+        str(workdir),
+        'use list_dir, then read_file {"path": "notes.txt"}',
+        "--json",
+        cwd=tmp_path,
+    )
+    assert (status, err) == (0, ""), err
+    listing, reading = _tool_ends(_events(out))
+    assert listing["is_error"] is False and "notes.txt" in str(listing["content"])
+    assert reading["is_error"] is False and "remember the milk" in str(reading["content"])
+
+
+async def test_without_the_capability_the_tool_is_denied_and_the_user_told(tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("s3cret")
+    status, out, err = await satsuma_command(
+        "run",
+        "--model",
+        "fake",
+        "--tools",
+        "read_file",
+        'read_file {"path": "secret.txt"}',
+        "--json",
+        cwd=tmp_path,
+    )
+    assert status == 0, err
+    assert (
+        err.strip()
+        == "satsuma: note: read_file needs --allow read; without it its calls are denied"
+    )
+    (denied,) = _tool_ends(_events(out))
+    assert denied["is_error"] is True and "s3cret" not in str(denied["content"])
+    assert "read" in str(denied["content"])
+
+
+async def test_a_workdir_confines_the_tools(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (tmp_path / "outside.txt").write_text("not yours")
+    status, out, err = await satsuma_command(
+        "run",
+        "--model",
+        "fake",
+        "--tools",
+        "read_file",
+        "--allow",
+        "read",
+        "--workdir",
+        str(workdir),
+        'read_file {"path": "../outside.txt"}',
+        "--json",
+        cwd=tmp_path,
+    )
+    assert status == 0, err
+    (refused,) = _tool_ends(_events(out))
+    assert refused["is_error"] is True and "not yours" not in str(refused["content"])
+
+
+async def test_the_fake_model_drives_an_agent_of_yours(project: Path) -> None:
+    status, out, err = await satsuma_command(
+        "run",
+        "--model",
+        "fake",
+        "calc_agents.py:Calc",
+        'add {"a": 2, "b": 3}',
+        "--json",
+        cwd=project,
+    )
+    assert (status, err) == (0, ""), err
+    assert _events(out)[-1]["result"]["output"] == "(fake model) The tools answered:\n- add: 5"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--tools", "nosuch", "hi"), "no built-in tool named 'nosuch' (there are: read_file, "),
+        (("--workdir", "/no/such/dir", "hi"), "--workdir /no/such/dir: no such directory"),
+        (
+            ("calc_agents:Calc", "hi", "there"),
+            "expected [TARGET] PROMPT: quote the prompt, got 3 words",
+        ),
+        (("--tools", "add", "calc_agents:Calc", "hi"), "no built-in tool named 'add'"),
+    ],
+    ids=["unknown tool", "no workdir", "unquoted prompt", "not built-in"],
+)
+async def test_command_line_tool_mistakes_are_one_line(
+    project: Path, args: tuple[str, ...], message: str
+) -> None:
+    status, out, err = await satsuma_command("run", "--model", "fake", *args, cwd=project)
+    assert (status, out) == (2, ""), err
+    assert err.strip().startswith(f"satsuma: error: {message}"), err
+
+
+async def test_without_a_key_the_error_says_how_to_try_offline(project: Path) -> None:
+    status, _out, err = await satsuma_command("run", "hi", cwd=project)
+    assert status == 2
+    assert "--model fake" in err and "export ANTHROPIC_API_KEY=" in err
+
+
+async def test_the_fake_server_answers_the_sdk_and_stops_on_sigterm(project: Path) -> None:
+    import signal
+
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "satsuma.cli", "fake-server", "--port", "0"],
+        cwd=project,
+        env=environment(),
+        stdout=__import__("subprocess").PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        seen = b""
+        with trio.fail_after(30):
+            while b"ANTHROPIC_API_KEY=fake-key" not in seen:
+                chunk = await process.stdout.receive_some(4096)
+                assert chunk, seen
+                seen += chunk
+        url = re.search(rb"ANTHROPIC_BASE_URL=(\S+)", seen)
+        assert url is not None, seen
+        env = environment(ANTHROPIC_API_KEY="fake-key", ANTHROPIC_BASE_URL=url.group(1).decode())
+        for _ in range(2):  # it answers for as long as it runs
+            status, out, err = await satsuma_command(
+                "run", "calc_agents:Calc", 'add {"a": 20, "b": 22}', "--json", cwd=project, env=env
+            )
+            assert (status, err) == (0, ""), err
+            assert _events(out)[-1]["result"]["output"].endswith("- add: 42")  # type: ignore[index]
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+# --- interrupted runs: listed, resumed, never closed behind the user's back --------------------
+
+KILLER = '''
+import os
+import signal
+import sqlite3
+
+import trio
+
+import satsuma
+
+
+@satsuma.tool
+async def note(text: str) -> str:
+    """Write a note.
+
+    Args:
+        text: What to write.
+    """
+    return f"noted: {text}"
+
+
+@satsuma.tool
+async def deploy(version: str) -> str:
+    """Deploy a version.
+
+    Args:
+        version: Which.
+    """
+    # A note of the same turn finishes first (its outcome in the store's journal, in
+    # ops.db beside this file), then the process dies mid-call.
+    for _ in range(1000):
+        with sqlite3.connect("file:ops.db?mode=ro", uri=True) as db:
+            rows = db.execute(
+                "SELECT count(*) FROM tool_calls WHERE tool_name = 'note' AND finished = 0"
+            ).fetchone()
+        if rows[0] == 0:
+            break
+        await trio.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "deployed"
+
+
+class Ops(satsuma.Agent):
+    name = "ops"
+    tools = [note, deploy]
+'''
+
+
+async def test_an_interrupted_run_is_listed_refused_past_and_resumed(tmp_path: Path) -> None:
+    (tmp_path / "ops_agents.py").write_text(KILLER)
+    store = str(tmp_path / "ops.db")
+    offline = ("--model", "fake", "--store", store)
+    status, _out, _err = await satsuma_command(
+        "run",
+        "ops_agents.py:Ops",
+        'note {"text": "v2"} then deploy {"version": "2.0"}',
+        *offline,
+        "--json",
+        cwd=tmp_path,
+    )
+    assert status == -9  # killed in the middle of deploy
+
+    # `runs` lists it, with the call in doubt and the one that finished.
+    status, out, err = await satsuma_command(
+        "runs", "ops_agents.py:Ops", "--store", store, cwd=tmp_path
+    )
+    assert (status, err) == (0, ""), err
+    lines = out.splitlines()
+    run_id = re.search(r"(run_\w+)", lines[1]).group(1)  # type: ignore[union-attr]
+    assert re.match(rf"  {run_id}  running\s+\S+ \S+  'note ", lines[1]), out
+    assert re.match(r'      finished  note\(\{"text": "v2"\}\)  ', lines[2]), out
+    assert re.match(r'      in doubt  deploy\(\{"version": "2.0"\}\)  ', lines[3]), out
+
+    # A new run is refused: it would answer the open call for good.
+    status, out, err = await satsuma_command(
+        "run", "ops_agents.py:Ops", "hello", *offline, cwd=tmp_path
+    )
+    assert (status, out) == (2, "")
+    assert "agent ops has runs that were interrupted" in err
+    assert run_id in err and "in doubt  deploy" in err
+    assert f"satsuma resume TARGET RUN_ID --store {store}" in err
+
+    # Resumed: the finished call keeps its outcome, the one in doubt (not idempotent)
+    # is answered Interrupted, and the model goes on.
+    status, out, err = await satsuma_command(
+        "resume", "ops_agents.py:Ops", run_id, *offline, cwd=tmp_path
+    )
+    assert status == 0, err
+    assert "- deploy (an error): Error: Interrupted" in out
+    status, out, err = await satsuma_command(
+        "runs", "ops_agents.py:Ops", "--store", store, cwd=tmp_path
+    )
+    assert re.search(rf"  {run_id}  completed ", out), out
+
+    # Nothing left to resume: a second resume says why; a new run goes ahead.
+    status, _out, err = await satsuma_command(
+        "resume", "ops_agents.py:Ops", run_id, *offline, cwd=tmp_path
+    )
+    assert (status, err.strip()) == (
+        2,
+        f"satsuma: error: run {run_id} ended completed; only an interrupted run can be resumed",
+    )
+    status, _out, err = await satsuma_command(
+        "run", "ops_agents.py:Ops", "hello", *offline, cwd=tmp_path
+    )
+    assert status == 0, err
+
+
+async def test_past_interrupted_goes_ahead_and_the_run_can_no_longer_be_resumed(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ops_agents.py").write_text(KILLER)
+    store = str(tmp_path / "ops.db")
+    offline = ("--model", "fake", "--store", store)
+    status, _out, _err = await satsuma_command(
+        "run", "ops_agents.py:Ops", 'deploy {"version": "3"}', *offline, cwd=tmp_path
+    )
+    assert status == -9
+    _status, out, _err = await satsuma_command(
+        "runs", "ops_agents.py:Ops", "--store", store, cwd=tmp_path
+    )
+    run_id = re.search(r"(run_\w+)", out.splitlines()[1]).group(1)  # type: ignore[union-attr]
+    status, _out, err = await satsuma_command(
+        "run", "ops_agents.py:Ops", "hello", *offline, "--past-interrupted", cwd=tmp_path
+    )
+    assert status == 0, err
+    status, _out, err = await satsuma_command(
+        "resume", "ops_agents.py:Ops", run_id, *offline, cwd=tmp_path
+    )
+    assert status == 2
+    # Gone past, it was closed as cancelled: nothing of it can be run again.
+    assert err.strip() == (
+        f"satsuma: error: run {run_id} ended cancelled; only an interrupted run can be resumed"
+    )
+
+
+async def test_runs_of_a_missing_store_or_an_empty_one(tmp_path: Path) -> None:
+    status, _out, err = await satsuma_command("runs", "--store", "nope.db", cwd=tmp_path)
+    assert (status, err.strip()) == (2, "satsuma: error: no such store: nope.db")
+    status, out, err = await satsuma_command(
+        "run", "--model", "fake", "hi", "--store", "s.db", cwd=tmp_path
+    )
+    assert status == 0, err
+    status, out, err = await satsuma_command(
+        "runs", "--store", "s.db", "--agent-id", "x", cwd=tmp_path
+    )
+    assert (status, out.strip()) == (0, "agent x has no runs in s.db")

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import signal
 import stat
 import sys
+import time
+import traceback
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,36 +28,137 @@ from rich.console import Console
 
 from ._exceptions import AgentDefinitionError
 from ._live import open_live_view
-from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, RunResult
+from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, Model, RunResult
 from .agents import open_agent as _open_agent
-from .store import SQLiteStore
+from .agents._agent import spec_of
+from .store import RunRecord, SQLiteStore, Store
+from .testing import FakeModel
 
-__all__ = ["CommandError", "RunOptions", "chat", "load_agent", "run_once"]
+__all__ = [
+    "FAKE_MODEL",
+    "Assistant",
+    "CommandError",
+    "RunOptions",
+    "builtin_tools",
+    "capability_warnings",
+    "chat",
+    "fake_server",
+    "list_runs",
+    "load_agent",
+    "resume_run",
+    "run_once",
+]
 
 
 class CommandError(Exception):
-    """A mistake on the command line: printed as one line, exit status 2."""
+    """A mistake on the command line: printed as one line, exit status 2.
+
+    Attributes:
+        details: What to print before that line (the traceback of a user's module that
+            failed to import), or "".
+    """
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
+FAKE_MODEL = "fake"
 
 
 @attrs.frozen(kw_only=True)
 class RunOptions:
-    """What ``run`` and ``chat`` share: overrides of the agent class and the store."""
+    """What ``run`` and ``chat`` share: overrides of the agent class, the tools' context
+    and the store.
+
+    ``model`` ``"fake"`` is the offline FakeModel (no key, no network). ``tools`` are
+    names of built-in tools added to the agent's; ``allow`` the capabilities granted to
+    tools (none by default, as in the library); ``workdir`` the tools' working
+    directory (the current one by default).
+    """
 
     model: str | None = None
     max_iterations: int | None = None
     store: Path | None = None
     agent_id: str | None = None
+    tools: tuple[str, ...] = ()
+    allow: frozenset[str] = frozenset()
+    workdir: Path | None = None
+    past_interrupted: bool = False
+
+
+class Assistant(Agent):
+    """The agent of ``satsuma run`` and ``satsuma chat`` without a target: a plain
+    assistant with the built-in tools given by ``--tools``."""
+
+    name = "assistant"
+    system = "You are a helpful assistant. Use the tools you have when they help."
+
+
+def builtin_tools() -> dict[str, type[Any]]:
+    """The built-in tools by name."""
+    from .tools import builtin
+
+    classes = [
+        builtin.ReadFile,
+        builtin.WriteFile,
+        builtin.EditFile,
+        builtin.ListDir,
+        builtin.Search,
+        builtin.Bash,
+        builtin.HttpFetch,
+        builtin.DateResolver,
+    ]
+    return {str(cls.name): cls for cls in classes}
+
+
+def capability_warnings(agent: type[Agent], options: RunOptions) -> list[str]:
+    """A line for each tool of ``agent`` that needs a capability ``options`` do not grant:
+    its calls will be denied (the model is told so)."""
+    lines = []
+    for definition in spec_of(agent).make_runner(with_sources=False).definitions:
+        missing = sorted(definition.capabilities - options.allow)
+        if missing:
+            flags = " ".join(f"--allow {name}" for name in missing)
+            lines.append(f"{definition.name} needs {flags}; without it its calls are denied")
+    return lines
 
 
 # --- finding the agent -----------------------------------------------------------------
 
 
-def load_agent(target: str, options: RunOptions = RunOptions()) -> type[Agent]:
-    """The Agent subclass ``target`` names, with the options' overrides applied.
+def load_agent(target: str | None, options: RunOptions = RunOptions()) -> type[Agent]:
+    """The Agent subclass ``target`` names (``Assistant`` for None), with the options'
+    overrides applied.
 
     Raises:
-        CommandError: the target is malformed, cannot be imported, or is not an Agent.
+        CommandError: the target is malformed, cannot be imported, or is not an Agent;
+            a tool named in the options is not a built-in tool.
     """
+    found = Assistant if target is None else _find(target)
+    overrides: dict[str, Any] = {}
+    if options.model is not None and options.model != FAKE_MODEL:
+        overrides["model"] = options.model
+    if options.max_iterations is not None:
+        overrides["max_iterations"] = options.max_iterations
+    if options.tools:
+        available = builtin_tools()
+        unknown = [name for name in options.tools if name not in available]
+        if unknown:
+            raise CommandError(
+                f"no built-in tool named {unknown[0]!r} (there are: {', '.join(available)})"
+            )
+        added = [available[name] for name in dict.fromkeys(options.tools)]
+        overrides["tools"] = [*found.tools, *added]
+    if not overrides:
+        return found
+    try:
+        return type(found.__name__, (found,), {"__module__": found.__module__, **overrides})
+    except AgentDefinitionError as error:
+        raise CommandError(str(error)) from None
+
+
+def _find(target: str) -> type[Agent]:
     where, colon, attribute = target.rpartition(":")
     if not colon or not where or not attribute:
         raise CommandError(
@@ -69,17 +173,7 @@ def load_agent(target: str, options: RunOptions = RunOptions()) -> type[Agent]:
         raise CommandError(f"{target} is not an Agent subclass (it is {found!r})")
     if found.__satsuma_agent__ is None:
         raise CommandError(f"{target} is an abstract Agent: name a concrete subclass")
-    overrides: dict[str, Any] = {}
-    if options.model is not None:
-        overrides["model"] = options.model
-    if options.max_iterations is not None:
-        overrides["max_iterations"] = options.max_iterations
-    if not overrides:
-        return found
-    try:
-        return type(found.__name__, (found,), {"__module__": found.__module__, **overrides})
-    except AgentDefinitionError as error:
-        raise CommandError(str(error)) from None
+    return found
 
 
 def _import(where: str) -> Any:
@@ -89,44 +183,190 @@ def _import(where: str) -> Any:
             path = Path(where)
             if not path.is_file():
                 raise CommandError(f"no such file: {where}")
+            # As `python path/file.py` would: the file's directory first on the path, so
+            # that the modules beside it import.
+            _first_on_path(str(path.resolve().parent))
             name = f"satsuma_user_{path.stem}"
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has one
                 raise CommandError(f"cannot import {where}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
             return module
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
+        _first_on_path(os.getcwd())  # as `python -m` would
         return importlib.import_module(where)
     except CommandError:
         raise
     except ModuleNotFoundError as error:
-        raise CommandError(f"no module named {error.name or where!r}") from None
+        missing = error.name
+        if not is_file and missing is not None and f"{where}.".startswith(f"{missing}."):
+            # The target itself (or its package) is not there: a typo, or the wrong
+            # directory. A module it imports that is missing is the module's own news.
+            raise CommandError(f"no module named {missing!r}") from None
+        raise _import_failed(where, error) from None
     except Exception as error:
-        # The user's module raised while it was imported: its own bug, said in one line.
-        raise CommandError(f"importing {where} failed: {type(error).__name__}: {error}") from None
+        raise _import_failed(where, error) from None
+
+
+def _first_on_path(directory: str) -> None:
+    if directory in sys.path:
+        sys.path.remove(directory)
+    sys.path.insert(0, directory)
+
+
+def _import_failed(where: str, error: Exception) -> CommandError:
+    """The user's module raised while it was imported: its own bug, shown as Python
+    would show it (the traceback from the user's code on), then said in one line."""
+    tb = error.__traceback__
+    # Leave out the frames of this module and of importlib's machinery.
+    machinery = os.path.dirname(importlib.__file__) + os.sep
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename == __file__
+        or tb.tb_frame.f_code.co_filename.startswith(("<frozen importlib", machinery))
+    ):
+        tb = tb.tb_next
+    details = "".join(traceback.format_exception(type(error), error, tb))
+    return CommandError(
+        f"importing {where} failed: {type(error).__name__}: {error}", details=details.rstrip()
+    )
 
 
 def _check_key() -> None:
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        raise CommandError("ANTHROPIC_API_KEY is not set (`satsuma demo` runs offline without one)")
+    if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+        raise CommandError(
+            "ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-..., or try "
+            "offline with --model fake (`satsuma demo` runs offline too)"
+        )
+
+
+def _context(options: RunOptions) -> dict[str, Any]:
+    workdir = options.workdir if options.workdir is not None else Path.cwd()
+    if not workdir.is_dir():
+        raise CommandError(f"--workdir {workdir}: no such directory")
+    return {"working_dir": workdir.resolve(), "capabilities": options.allow}
 
 
 @asynccontextmanager
-async def _open(agent: type[Agent], options: RunOptions) -> AsyncIterator[AgentHandle]:
-    _check_key()
+async def _open(
+    agent: type[Agent], options: RunOptions, *, resuming: bool = False
+) -> AsyncIterator[AgentHandle]:
+    """The agent, opened as the options say. Unless ``resuming`` (or told to go past
+    them), a conversation with interrupted runs is not run on: a new run would answer
+    their open calls ``Interrupted`` for good, so the user is shown them and asked."""
+    context = _context(options)
+    if options.model == FAKE_MODEL:
+        model: Model = FakeModel()
+    else:
+        _check_key()
+        model = AnthropicModel()
     store = SQLiteStore(options.store) if options.store is not None else None
     agent_id = options.agent_id or (agent.name if store is not None else None)
-    async with AnthropicModel() as model:
-        try:
-            async with _open_agent(agent, model=model, store=store, agent_id=agent_id) as handle:
-                yield handle
-        finally:
-            if store is not None:
-                with trio.CancelScope(shield=True):
-                    await store.aclose()
+    try:
+        async with _open_agent(
+            agent, model=model, context=context, store=store, agent_id=agent_id
+        ) as handle:
+            if (
+                handle.interrupted
+                and store is not None
+                and not (resuming or options.past_interrupted)
+            ):
+                raise CommandError(await _interrupted_text(handle, store, options))
+            yield handle
+    finally:
+        if isinstance(model, AnthropicModel):
+            with trio.CancelScope(shield=True):
+                await model.aclose()
+        if store is not None:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+
+
+async def _interrupted_text(handle: AgentHandle, store: SQLiteStore, options: RunOptions) -> str:
+    lines = [f"agent {handle.agent_id} has runs that were interrupted (a crash or a kill):"]
+    for record in handle.interrupted:
+        lines.extend(await _run_lines(record, store))
+    where = f" --store {options.store}" if options.store is not None else ""
+    lines.append(
+        f"resume one with `satsuma resume TARGET RUN_ID{where}`, or start anyway with "
+        "--past-interrupted (their open calls are then answered 'Interrupted' and they "
+        "can no longer be resumed)"
+    )
+    return "\n".join(lines)
+
+
+async def _run_lines(record: RunRecord, store: Store) -> list[str]:
+    """A run of ``satsuma runs``: id, status, when, the prompt; for a run that did not
+    end, its calls in doubt (started, no outcome recorded: they may or may not have
+    happened)."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
+    prompt = record.prompt if len(record.prompt) <= 60 else record.prompt[:57] + "..."
+    lines = [f"  {record.run_id}  {record.status:<17} {started}  {prompt!r}"]
+    if record.status in ("running", "interrupted"):
+        for entry in await store.calls(record.run_id):
+            state = "finished" if entry.finished else "in doubt"
+            arguments = json.dumps(entry.input, ensure_ascii=False, default=repr)
+            if len(arguments) > 80:
+                arguments = arguments[:77] + "..."
+            lines.append(f"      {state:<9} {entry.tool_name}({arguments})  {entry.tool_use_id}")
+    return lines
+
+
+async def list_runs(
+    agent: type[Agent] | None, store_path: Path, agent_id: str | None, *, console: Console
+) -> int:
+    """Print the runs of an agent's conversation in a store, oldest first."""
+    if not await trio.Path(store_path).is_file():
+        raise CommandError(f"no such store: {store_path}")
+    which = agent_id or (agent.name if agent is not None else Assistant.name)
+    store = SQLiteStore(store_path)
+    try:
+        await store.open()
+        records = await store.runs(which)
+        if not records:
+            console.print(f"agent {which} has no runs in {store_path}", highlight=False)
+            return 0
+        console.print(f"runs of agent {which} in {store_path}:", highlight=False)
+        for record in records:
+            for line in await _run_lines(record, store):
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+    return 0
+
+
+async def resume_run(
+    agent: type[Agent], run_id: str, options: RunOptions, *, console: Console
+) -> RunResult:
+    """Resume an interrupted run, live on ``console``."""
+    if options.store is None:
+        raise CommandError("resume needs the --store the run is in")
+    async with _open(agent, options, resuming=True) as handle:
+        if run_id not in {record.run_id for record in handle.interrupted}:
+            raise CommandError(await _not_resumable(handle, run_id, options))
+        async with open_live_view(console) as view:
+            return await handle.resume(run_id, events=view.agent_event)
+
+
+async def _not_resumable(handle: AgentHandle, run_id: str, options: RunOptions) -> str:
+    assert options.store is not None
+    store = SQLiteStore(options.store)
+    await store.open()
+    try:
+        record = await store.get_run(run_id)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+    if record is None or record.agent_id != handle.agent_id:
+        return f"agent {handle.agent_id} has no run {run_id!r} in {options.store}"
+    if record.status == "interrupted":
+        return f"run {run_id} can no longer be resumed: a later run went past it"
+    return f"run {run_id} ended {record.status}; only an interrupted run can be resumed"
 
 
 # --- run -------------------------------------------------------------------------------
@@ -254,3 +494,42 @@ async def _stdin_lines() -> AsyncIterator[Callable[[], Any]]:
         with trio.CancelScope(shield=True):
             await fdstream.aclose()
         os.set_blocking(0, was_blocking)
+
+
+# --- fake-server -----------------------------------------------------------------------
+
+
+async def fake_server(host: str, port: int, *, console: Console) -> int:
+    """Serve the Messages API with the fake model's answers until SIGINT or SIGTERM."""
+    from .testing import MessagesServer, fake_reply
+
+    def answer(body: dict[str, Any]) -> Any:
+        messages = body.get("messages")
+        tools = body.get("tools")
+        return fake_reply(
+            messages if isinstance(messages, list) else [],
+            tools if isinstance(tools, list) else [],
+        )
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        try:
+            server = MessagesServer(then=answer, host=host, port=port, keep_requests=0)
+            async with server:
+                console.print(
+                    f"a fake Messages API on {server.base_url} (Ctrl-C stops it); point "
+                    "the SDK and satsuma at it with:",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                console.print(
+                    f"export ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=fake-key",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                async for _ in signals:
+                    return 0
+        except OSError as error:
+            raise CommandError(
+                f"cannot listen on {host}:{port}: {error.strerror or error}"
+            ) from None
+    return 0  # pragma: no cover - the signal loop only ends by returning

@@ -1,4 +1,5 @@
-"""The ``satsuma`` command: ``demo``, ``run`` and ``chat``.
+"""The ``satsuma`` command: ``demo``, ``run``, ``chat``, ``runs``, ``resume`` and
+``fake-server``.
 
 Errors a user can cause print one line on stderr and exit non-zero, never a traceback:
 2 for a mistake on the command line (bad target, no key, bad option), 1 for a run that
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -34,14 +36,71 @@ def _parser() -> argparse.ArgumentParser:
         "demo",
         help="a supervised team of agents, live; offline unless ANTHROPIC_API_KEY is set",
     )
-    run = commands.add_parser("run", help="run an agent of yours once on a prompt")
-    run.add_argument("target", help="MODULE:AgentClass or path/to/file.py:AgentClass")
-    run.add_argument("prompt", help="the user's message")
+    target_help = (
+        "MODULE:AgentClass or path/to/file.py:AgentClass (default: a plain assistant with "
+        "the --tools given)"
+    )
+    run = commands.add_parser("run", help="run an agent once on a prompt")
+    run.add_argument(
+        "words", nargs="+", metavar="[TARGET] PROMPT", help=f"{target_help}; the user's message"
+    )
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
-    chat = commands.add_parser("chat", help="talk with an agent of yours")
-    chat.add_argument("target", help="MODULE:AgentClass or path/to/file.py:AgentClass")
+    chat = commands.add_parser("chat", help="talk with an agent")
+    chat.add_argument("target", nargs="?", help=target_help)
+    runs = commands.add_parser("runs", help="list the runs of an agent's conversation in a store")
+    runs.add_argument("target", nargs="?", help=target_help)
+    runs.add_argument("--store", type=Path, required=True, help="the SQLite file")
+    runs.add_argument(
+        "--agent-id", help="the conversation's id in the store (default: the agent's name)"
+    )
+    resume = commands.add_parser(
+        "resume", help="go on with a run that a crash or a kill interrupted"
+    )
+    resume.add_argument(
+        "words", nargs="+", metavar="[TARGET] RUN_ID", help=f"{target_help}; the run's id"
+    )
+    fake = commands.add_parser(
+        "fake-server",
+        help="serve the Messages API on localhost with the offline fake model's answers",
+    )
+    fake.add_argument("--host", default="127.0.0.1", help="the address (default: 127.0.0.1)")
+    fake.add_argument(
+        "--port", type=_port, default=8765, help="the port (default: 8765; 0 for any free one)"
+    )
     for command in (run, chat):
-        command.add_argument("--model", help="a model alias or id, instead of the class's")
+        command.add_argument(
+            "--past-interrupted",
+            action="store_true",
+            help="run even though the conversation has interrupted runs: their open calls "
+            "are answered 'Interrupted' and they can no longer be resumed",
+        )
+    for command in (run, chat, resume):
+        command.add_argument(
+            "--model",
+            help="a model alias or id, instead of the class's; 'fake' for the offline fake "
+            "model (no key, no network)",
+        )
+        command.add_argument(
+            "--tools",
+            type=_names,
+            default=(),
+            help="built-in tools to add, comma-separated (read_file, write_file, edit_file, "
+            "list_dir, search, bash, http_fetch, date_resolver)",
+        )
+        command.add_argument(
+            "--allow",
+            action="append",
+            choices=_CAPABILITIES,
+            default=[],
+            help="grant the tools a capability (repeat for more); none by default, so "
+            "file, shell and network tools are denied",
+        )
+        command.add_argument(
+            "--workdir",
+            type=Path,
+            help="the tools' working directory: every path resolves inside it "
+            "(default: the current directory)",
+        )
         command.add_argument(
             "--max-iterations", type=_positive, help="model calls per run, instead of the class's"
         )
@@ -52,6 +111,26 @@ def _parser() -> argparse.ArgumentParser:
             "--agent-id", help="the conversation's id in the store (default: the agent's name)"
         )
     return parser
+
+
+_CAPABILITIES = ("read", "write", "shell", "network")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected tool names, comma-separated")
+    return names
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 to 65535, got: {value}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -72,7 +151,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
     from rich.logging import RichHandler
 
-    from ._commands import CommandError, RunOptions, chat, load_agent, run_once
+    from ._commands import (
+        CommandError,
+        RunOptions,
+        capability_warnings,
+        chat,
+        fake_server,
+        list_runs,
+        load_agent,
+        resume_run,
+        run_once,
+    )
     from ._exceptions import SatsumaError
 
     errors = Console(stderr=True)
@@ -92,22 +181,49 @@ def main(argv: Sequence[str] | None = None) -> int:
                 errors.print(f"satsuma demo: {failure}", highlight=False, soft_wrap=True)
                 return 1
             return 0
+        if args.command == "fake-server":
+            served: int = trio.run(partial(fake_server, args.host, args.port, console=console))
+            return served
+        if args.command == "runs":
+            listed = load_agent(args.target) if args.target is not None else None
+            shown: int = trio.run(
+                partial(list_runs, listed, args.store, args.agent_id, console=console)
+            )
+            return shown
         options = RunOptions(
             model=args.model,
             max_iterations=args.max_iterations,
             store=args.store,
             agent_id=args.agent_id,
+            tools=args.tools,
+            allow=frozenset(args.allow),
+            workdir=args.workdir,
+            past_interrupted=getattr(args, "past_interrupted", False),
         )
-        agent = load_agent(args.target, options)
+        if args.command == "chat":
+            target, prompt = args.target, ""
+        elif len(args.words) <= 2:
+            target, prompt = (None, *args.words) if len(args.words) == 1 else tuple(args.words)
+        else:
+            what = "RUN_ID" if args.command == "resume" else "PROMPT: quote the prompt"
+            raise CommandError(f"expected [TARGET] {what}, got {len(args.words)} words")
+        agent = load_agent(target, options)
+        for line in capability_warnings(agent, options):
+            errors.print(f"satsuma: note: {line}", highlight=False, soft_wrap=True, markup=False)
         if args.command == "chat":
             status: int = trio.run(partial(chat, agent, options, console=console))
             return status
+        if args.command == "resume":
+            result = trio.run(partial(resume_run, agent, prompt, options, console=console))
+            return _ended(result, errors)
         printer = sys.stdout if args.json else None
         result = trio.run(
-            partial(run_once, agent, args.prompt, options, console=console, json_lines=printer)
+            partial(run_once, agent, prompt, options, console=console, json_lines=printer)
         )
     except CommandError as error:
-        errors.print(f"satsuma: error: {error}", highlight=False, soft_wrap=True)
+        if error.details:
+            errors.print(error.details, highlight=False, soft_wrap=True, markup=False)
+        errors.print(f"satsuma: error: {error}", highlight=False, soft_wrap=True, markup=False)
         return 2
     except SatsumaError as error:
         errors.print(f"satsuma: {type(error).__name__}: {error}", highlight=False, soft_wrap=True)
@@ -123,6 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exits is None or rest is not None:
             raise
         return _exit_status(exits)
+    return _ended(result, errors)
+
+
+def _ended(result: Any, errors: Any) -> int:
     if result.status != "completed":
         reason = f": {result.error}" if result.error else ""
         errors.print(f"satsuma: run {result.status}{reason}", highlight=False, soft_wrap=True)

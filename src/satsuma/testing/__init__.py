@@ -4,6 +4,8 @@ The pytest plugin (fixtures ``tool_workspace``, ``tool_context``, ``tool_events`
 registered automatically when satsuma is installed.
 """
 
+from ._fake import FakeModel as FakeModel
+from ._fake import fake_reply as fake_reply
 from ._script import Failure as Failure
 from ._script import Reply as Reply
 from ._scripted import FunctionModel as FunctionModel
@@ -16,12 +18,14 @@ from ._tools import tool_call as tool_call
 
 __all__ = [
     "EventRecorder",
+    "FakeModel",
     "Failure",
     "FunctionModel",
     "MessagesServer",
     "Reply",
     "ScriptedModel",
     "check_conversation",
+    "fake_reply",
     "run_tool",
     "tool_call",
 ]

@@ -119,7 +119,9 @@ class MessagesServer:
     - a function of the request body (a dict), sync or async, returning one of the above.
 
     A request after the last item gets a 500 saying that the script is exhausted, so a
-    test that asks for more than it scripted fails clearly. Other paths get a 404.
+    test that asks for more than it scripted fails clearly; unless ``then`` is given: a
+    function of the request body (as a script function) that answers every request
+    after the script, for as long as the server runs. Other paths get a 404.
 
     Use it as an async context manager; it serves from a task of its own until the block
     ends::
@@ -129,16 +131,45 @@ class MessagesServer:
                 message = await client.messages.create(...)
             assert server.requests[0]["model"] == ...
 
+    Args:
+        script: The answers, in order.
+        host: The loopback address to listen on.
+        port: The port (0, the default: any free one).
+        then: Answers every request after the script, if given.
+        keep_requests: Keep only the last this many request bodies (None: all of them;
+            a server that runs for long should set it).
+
     Attributes:
         requests: The JSON body of every request to ``/v1/messages``, in order.
         host: The loopback address it listens on.
     """
 
-    def __init__(self, script: Iterable[ServerScriptItem], *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        script: Iterable[ServerScriptItem] = (),
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        then: Callable[[dict[str, Any]], ServerAnswer | Awaitable[ServerAnswer]] | None = None,
+        keep_requests: int | None = None,
+    ) -> None:
         items = list(script)
         for index, item in enumerate(items):
             _check_item(item, f"script[{index}]")
+        if then is not None and not callable(then):
+            raise TypeError(f"then must be a function of the request body, got: {then!r}")
+        if keep_requests is not None and (
+            not isinstance(keep_requests, int)
+            or isinstance(keep_requests, bool)
+            or keep_requests < 0
+        ):
+            raise ValueError(
+                f"keep_requests must be an integer >= 0 or None, got: {keep_requests!r}"
+            )
         self.host = host
+        self.port = port
+        self._then = then
+        self._keep = keep_requests
         self.requests: list[dict[str, Any]] = []
         self._script: deque[ServerScriptItem] = deque(items)
         self._played = 0
@@ -191,7 +222,7 @@ class MessagesServer:
     async def __aenter__(self) -> MessagesServer:
         if self._state is not _State.NEW:
             raise RuntimeError("a MessagesServer can be started only once")
-        listeners = await trio.open_tcp_listeners(0, host=self.host)
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         host, port = listeners[0].socket.getsockname()[:2]
         self._base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         self._nursery_manager = trio.open_nursery()
@@ -300,16 +331,25 @@ class MessagesServer:
         if missing:
             return _error(400, f"{missing[0]}: Field required")
         self.requests.append(payload)
-        if not self._script:
+        if self._keep is not None and len(self.requests) > self._keep:
+            del self.requests[: len(self.requests) - self._keep]
+        if self._script:
+            item = self._script.popleft()
+        elif self._then is not None:
+            item = self._then
+        else:
             return _error(500, f"MessagesServer script exhausted after {self._played} requests")
-        item = self._script.popleft()
         self._played += 1
         if not callable(item):
             return await self._play(item, payload, len(body))
         answer = item(payload)
         if inspect.isawaitable(answer):
             answer = await answer
-        where = f"the function at script[{self._played - 1}] returned"
+        where = (
+            "the then function returned"
+            if item is self._then
+            else f"the function at script[{self._played - 1}] returned"
+        )
         _check_item(answer, where, function_allowed=False)
         return await self._play(answer, payload, len(body))
 
