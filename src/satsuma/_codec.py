@@ -136,12 +136,16 @@ def system_params(system: str | None, *, cache: bool) -> list[dict[str, Any]]:
     return blocks
 
 
-def tool_params(tools: Iterable[Mapping[str, Any]], *, cache: bool) -> list[dict[str, Any]]:
-    """The ``tools`` parameter, copied; with ``cache``, the last definition carries the
-    cache breakpoint (the API caches every tool up to and including it)."""
-    out = [plain(tool) for tool in tools]
+def tool_params(tools: Iterable[Mapping[str, Any]], *, cache: bool) -> list[Mapping[str, Any]]:
+    """The ``tools`` parameter; with ``cache``, the last definition carries the cache
+    breakpoint (the API caches every tool up to and including it).
+
+    The definitions themselves are not copied, for the reason ``message_params`` gives:
+    the SDK copies the body before sending it. Only the last one is, when it gets the
+    breakpoint, so that the caller's stays as it was."""
+    out: list[Mapping[str, Any]] = list(tools)
     if cache and out:
-        out[-1]["cache_control"] = dict(_EPHEMERAL)
+        out[-1] = {**out[-1], "cache_control": dict(_EPHEMERAL)}
     return out
 
 

@@ -84,3 +84,16 @@ async def test_open_agent_refuses_what_is_not_an_agent() -> None:
     with pytest.raises(TypeError, match=r"expected a concrete satsuma\.Agent subclass"):
         async with satsuma.open_agent(int):
             pass
+
+
+async def test_tool_definitions_are_rendered_once_per_class_not_per_agent() -> None:
+    from satsuma.testing import ScriptedModel
+
+    agent = declare(tools=[ping])
+    model = ScriptedModel(["one", "two"])
+    for _ in range(2):
+        async with satsuma.open_agent(agent, model=model) as opened:
+            await opened.run("hi")
+    first, second = (request.tools for request in model.requests)
+    assert first == (ping.schema(),)
+    assert first is second  # one rendering, shared by every agent of the class

@@ -160,7 +160,7 @@ class Actor:
         self.tool_sources = spec.tool_sources
         self.source_generations: tuple[int, ...] | None = None
         self.runner = spec.make_runner(with_sources=not self.tool_sources)
-        self.tool_schemas = tuple(self.runner.schemas())
+        self.tool_schemas = spec.tool_schemas
         self.verifiers = [check for check in map(as_check, spec.verifiers) if check is not None]
         self.context = dict(context or {})
         working_dir = self.context.get("working_dir")

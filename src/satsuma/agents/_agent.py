@@ -3,6 +3,7 @@ the class is created."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
@@ -21,6 +22,8 @@ __all__ = ["Agent", "AgentSpec"]
 _NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
+# attrs (>= 23.2) turns functools.cached_property into a slot that a frozen instance may
+# fill once: tool_schemas below.
 @attrs.frozen(kw_only=True)
 class AgentSpec:
     """An Agent subclass's declaration, checked."""
@@ -44,6 +47,13 @@ class AgentSpec:
     def tool_sources(self) -> tuple[object, ...]:
         """The tools entries that are servers of tools (MCP servers), not tools."""
         return tuple(item for item in self.tools if is_tool_source(item))
+
+    @functools.cached_property
+    def tool_schemas(self) -> tuple[dict[str, Any], ...]:
+        """The Anthropic definitions of the tools that are not from tool servers, made
+        once per class: they depend on the declaration only, and every agent of the
+        class sends them with each request (read-only: nothing changes them)."""
+        return tuple(self.make_runner(with_sources=False).schemas())
 
     def make_runner(self, *, with_sources: bool = True) -> ToolRunner:
         """A fresh runner, with fresh instances of tool classes, for one agent.

@@ -65,10 +65,32 @@ def _signature(call: ToolCall) -> tuple[str, str]:
     return call.name, arguments
 
 
-def _turn_signature(calls: Sequence[ToolCall]) -> tuple[tuple[str, str], ...]:
-    # A turn is a loop only when it repeats the previous turn's whole request: identical
-    # calls side by side in one turn (twenty sleeps, five dice) are ordinary work.
-    return tuple(sorted(_signature(call) for call in calls))
+@attrs.define(eq=False)
+class _TurnRequest:
+    """What a turn asked for, compared with the turn before it by the loop guard.
+
+    A turn is a loop only when it repeats the previous turn's whole request: identical
+    calls side by side in one turn (twenty sleeps, five dice) are ordinary work. The
+    arguments are serialised only when the tool names already match, which most turns
+    of a working conversation do not."""
+
+    calls: Sequence[ToolCall]
+    names: tuple[str, ...]
+    _full: tuple[tuple[str, str], ...] | None = None
+
+    @classmethod
+    def of(cls, calls: Sequence[ToolCall]) -> _TurnRequest:
+        return cls(calls, tuple(sorted(call.name for call in calls)))
+
+    def full(self) -> tuple[tuple[str, str], ...]:
+        if self._full is None:
+            self._full = tuple(sorted(_signature(call) for call in self.calls))
+        return self._full
+
+    def repeats(self, previous: _TurnRequest | None) -> bool:
+        return (
+            previous is not None and self.names == previous.names and self.full() == previous.full()
+        )
 
 
 def _names(calls: Sequence[ToolCall]) -> str:
@@ -126,7 +148,7 @@ class _Run:
         self.messages: list[Message] = []
         self.pending: list[str] = []  # tool_use ids in the history still without a result
         self.output = ""
-        self.streak_signature: tuple[tuple[str, str], ...] | None = None
+        self.streak_request: _TurnRequest | None = None
         self.streak = 0
         # Outcomes of this turn's calls that finished, as the model will read them: kept
         # if the turn is cancelled, so that work done is never reported as not done.
@@ -400,11 +422,13 @@ class _Run:
         must stop."""
         actor = self.actor
         guard = actor.spec.loop_guard
-        signature = _turn_signature(calls)
-        if signature == self.streak_signature:
+        request = _TurnRequest.of(calls)
+        if request.repeats(self.streak_request):
             self.streak += 1
         else:
-            self.streak_signature, self.streak = signature, 1
+            self.streak = 1
+        # The newest of equal requests is kept: its full signature is made already.
+        self.streak_request = request
         stopped: str | None = None
         outcomes: list[ToolOutcome]
         if guard is not None and self.streak > guard:
