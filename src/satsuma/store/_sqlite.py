@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from os import PathLike, fspath
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar, final, get_args
+from typing import Any, Final, Literal, TypeVar, final
 
 import attrs
 import trio
@@ -22,6 +22,12 @@ from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
 from ._records import JournalEntry, RunRecord, RunRecordStatus
+from ._rows import RUN_COLUMNS as _RUN_COLUMNS
+from ._rows import Damaged as _Damaged
+from ._rows import journal_entry as _journal_entry
+from ._rows import message as _message
+from ._rows import run_record as _run
+from ._rows import usage_json as _usage_json
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -79,102 +85,6 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
-
-
-def _usage_json(usage: Usage) -> str:
-    return json.dumps(
-        [
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_creation_input_tokens,
-            usage.cache_read_input_tokens,
-        ]
-    )
-
-
-class _Damaged(Exception):
-    """A stored row that does not decode; the store turns it into a StoreError that names
-    the row."""
-
-
-def _usage(text: object) -> Usage:
-    try:
-        a, b, c, d = json.loads(text)  # type: ignore[arg-type]
-        return Usage(
-            input_tokens=_count(a),
-            output_tokens=_count(b),
-            cache_creation_input_tokens=_count(c),
-            cache_read_input_tokens=_count(d),
-        )
-    except (TypeError, ValueError) as exc:
-        raise _Damaged(f"its usage {_shown(text)} is not four token counts ({exc})") from exc
-
-
-def _count(value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{value!r} is not a token count")
-    return value
-
-
-_STATUSES: Final = frozenset(get_args(RunRecordStatus))
-
-
-def _run(row: tuple[Any, ...]) -> RunRecord:
-    run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position = row
-    try:
-        if status not in _STATUSES:
-            raise _Damaged(f"its status {_shown(status)} is not one satsuma knows")
-        if not isinstance(prompt, str) or not isinstance(started_at, (int, float)):
-            raise _Damaged("its prompt or start time is missing")
-        return RunRecord(
-            run_id=run_id,
-            agent_id=agent_id,
-            status=status,
-            prompt=prompt,
-            started_at=started_at,
-            ended_at=ended_at,
-            usage=_usage(usage),
-            error=error,
-            position=position,
-        )
-    except _Damaged as exc:
-        raise _Damaged(f"run {run_id!r} of agent {agent_id!r} cannot be read: {exc}") from None
-
-
-def _message(agent_id: str, seq: int, expected: int, role: object, content: object) -> Message:
-    where = f"message {seq} of agent {agent_id!r}"
-    if seq != expected:
-        raise _Damaged(f"message {expected} of agent {agent_id!r} is missing (the next is {seq})")
-    if role not in ("user", "assistant"):
-        raise _Damaged(f"{where} cannot be read: its role {_shown(role)} is not user or assistant")
-    try:
-        blocks = json.loads(content)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise _Damaged(f"{where} cannot be read: its content is not JSON ({exc})") from exc
-    if not isinstance(blocks, list) or not all(
-        isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks
-    ):
-        raise _Damaged(
-            f"{where} cannot be read: its content {_shown(content)} is not a list of content blocks"
-        )
-    return Message(role=role, content=blocks)
-
-
-def _decoded(what: str, text: object) -> Any:
-    try:
-        return json.loads(text)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise _Damaged(f"{what} cannot be read: {_shown(text)} is not JSON ({exc})") from exc
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}..."
-
-
-_RUN_COLUMNS: Final = (
-    "run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position"
-)
 
 
 @final
@@ -589,32 +499,13 @@ class SQLiteStore:
         await self._call(work, lease)
 
     async def calls(self, run_id: str) -> list[JournalEntry]:
-        def where(tool_use_id: str) -> str:
-            return f"the journal entry of call {tool_use_id!r} of run {run_id!r}"
-
         def work(db: sqlite3.Connection) -> list[JournalEntry]:
             rows = db.execute(
                 "SELECT tool_use_id, tool_name, input, finished, content, is_error, error_kind "
                 "FROM tool_calls WHERE run_id = ? ORDER BY position",
                 (run_id,),
             ).fetchall()
-            return [
-                JournalEntry(
-                    run_id=run_id,
-                    tool_use_id=tool_use_id,
-                    tool_name=tool_name,
-                    input=_decoded(f"{where(tool_use_id)}: its input", input),
-                    finished=bool(finished),
-                    content=(
-                        _decoded(f"{where(tool_use_id)}: its outcome", content)
-                        if content is not None
-                        else None
-                    ),
-                    is_error=bool(is_error),
-                    error_kind=error_kind,
-                )
-                for tool_use_id, tool_name, input, finished, content, is_error, error_kind in rows
-            ]
+            return [_journal_entry(run_id, row) for row in rows]
 
         return await self._call(work)
 

@@ -1,0 +1,140 @@
+"""Stored rows to records and back, for every SQL store: one set of decoders, so a row
+that does not decode is reported in the same words whichever database holds it.
+
+Messages, usage and journal contents are stored as JSON text (never a database's own
+JSON type: PostgreSQL's jsonb reorders keys, and a conversation must come back byte for
+byte as it was sent, or the model provider's prompt cache misses).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, get_args
+
+from .._messages import Message, Usage
+from ._records import JournalEntry, RunRecord, RunRecordStatus
+
+__all__ = [
+    "RUN_COLUMNS",
+    "Damaged",
+    "decoded",
+    "journal_entry",
+    "message",
+    "run_record",
+    "usage_json",
+]
+
+RUN_COLUMNS: Final = (
+    "run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position"
+)
+"""The columns :func:`run_record` reads, in its order."""
+
+
+class Damaged(Exception):
+    """A stored row that does not decode; the store turns it into a StoreError that names
+    the row."""
+
+
+def usage_json(usage: Usage) -> str:
+    return json.dumps(
+        [
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ]
+    )
+
+
+def _usage(text: object) -> Usage:
+    try:
+        a, b, c, d = json.loads(text)  # type: ignore[arg-type]
+        return Usage(
+            input_tokens=_count(a),
+            output_tokens=_count(b),
+            cache_creation_input_tokens=_count(c),
+            cache_read_input_tokens=_count(d),
+        )
+    except (TypeError, ValueError) as exc:
+        raise Damaged(f"its usage {_shown(text)} is not four token counts ({exc})") from exc
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a token count")
+    return value
+
+
+_STATUSES: Final = frozenset(get_args(RunRecordStatus))
+
+
+def run_record(row: tuple[Any, ...]) -> RunRecord:
+    """A run record from a row of :data:`RUN_COLUMNS`."""
+    run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position = row
+    try:
+        if status not in _STATUSES:
+            raise Damaged(f"its status {_shown(status)} is not one satsuma knows")
+        if not isinstance(prompt, str) or not isinstance(started_at, (int, float)):
+            raise Damaged("its prompt or start time is missing")
+        return RunRecord(
+            run_id=run_id,
+            agent_id=agent_id,
+            status=status,
+            prompt=prompt,
+            started_at=started_at,
+            ended_at=ended_at,
+            usage=_usage(usage),
+            error=error,
+            position=position,
+        )
+    except Damaged as exc:
+        raise Damaged(f"run {run_id!r} of agent {agent_id!r} cannot be read: {exc}") from None
+
+
+def message(agent_id: str, seq: int, expected: int, role: object, content: object) -> Message:
+    """The message stored at ``seq``, which must be the ``expected``-th of the agent."""
+    where = f"message {seq} of agent {agent_id!r}"
+    if seq != expected:
+        raise Damaged(f"message {expected} of agent {agent_id!r} is missing (the next is {seq})")
+    if role not in ("user", "assistant"):
+        raise Damaged(f"{where} cannot be read: its role {_shown(role)} is not user or assistant")
+    try:
+        blocks = json.loads(content)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise Damaged(f"{where} cannot be read: its content is not JSON ({exc})") from exc
+    if not isinstance(blocks, list) or not all(
+        isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks
+    ):
+        raise Damaged(
+            f"{where} cannot be read: its content {_shown(content)} is not a list of content blocks"
+        )
+    return Message(role=role, content=blocks)
+
+
+def decoded(what: str, text: object) -> Any:
+    try:
+        return json.loads(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise Damaged(f"{what} cannot be read: {_shown(text)} is not JSON ({exc})") from exc
+
+
+def journal_entry(run_id: str, row: tuple[Any, ...]) -> JournalEntry:
+    """A journal entry from a row of ``tool_use_id, tool_name, input, finished, content,
+    is_error, error_kind``."""
+    tool_use_id, tool_name, input, finished, content, is_error, error_kind = row
+    where = f"the journal entry of call {tool_use_id!r} of run {run_id!r}"
+    return JournalEntry(
+        run_id=run_id,
+        tool_use_id=tool_use_id,
+        tool_name=tool_name,
+        input=decoded(f"{where}: its input", input),
+        finished=bool(finished),
+        content=decoded(f"{where}: its outcome", content) if content is not None else None,
+        is_error=bool(is_error),
+        error_kind=error_kind,
+    )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
