@@ -15,7 +15,7 @@ EXPECTED_SATSUMA = {
     "Parallel", "Rewrite", "SatsumaError", "Sequential", "Strategy", "Tool", "ToolCall",
     "ToolCallEnd", "ToolCallStart", "ToolContext", "ToolDefinition", "ToolDefinitionError",
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
-    "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
+    "ToolReturn", "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
     # agents
     "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "MCPServerError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
     "AgentUnavailable", "HistoryProcessor", "JsonLinesLog", "KeepAll", "KeepLastExchanges", "Message", "Model",

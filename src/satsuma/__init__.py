@@ -44,6 +44,7 @@ from .tools import ToolHook as ToolHook
 from .tools import ToolOutcome as ToolOutcome
 from .tools import ToolProgress as ToolProgress
 from .tools import ToolResult as ToolResult
+from .tools import ToolReturn as ToolReturn
 from .tools import ToolRunner as ToolRunner
 from .tools import Toolset as Toolset
 from .tools import ToolUpdate as ToolUpdate
@@ -205,6 +206,7 @@ __all__ = [
     "ToolOutcome",
     "ToolProgress",
     "ToolResult",
+    "ToolReturn",
     "ToolRunner",
     "ToolUpdate",
     "Toolset",

@@ -18,7 +18,7 @@ from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message
 from ..store import RunRecord, Store
 from ._actor import Actor, Job, ResetRequest, new_run_id
-from ._agent import spec_of
+from ._agent import Agent, spec_of
 from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
@@ -288,7 +288,7 @@ def _callback_sink(
 
 @asynccontextmanager
 async def open_agent(
-    agent: type[Any],
+    agent: type[Agent],
     *,
     model: Model | None = None,
     context: Mapping[str, Any] | None = None,

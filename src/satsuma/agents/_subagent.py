@@ -14,7 +14,7 @@ from .._exceptions import ToolDefinitionError
 from ..tools import Tool, ToolContext, ToolResult
 from ..tools._spec import ObjectNode, Property, StringNode, check_arguments
 from ..tools._tool import ToolDefinition, _validate_common
-from ._agent import spec_of
+from ._agent import Agent, spec_of
 from ._handle import AgentHandle, open_agent
 from ._model import Model
 from ._result import SUBAGENT_USAGE
@@ -51,7 +51,7 @@ class AgentTool(Tool, abstract=True):
 
     def __init__(
         self,
-        agent: type[Any],
+        agent: type[Agent],
         *,
         name: str | None = None,
         description: str | None = None,

@@ -18,6 +18,7 @@ from ._hooks import ToolHook as ToolHook
 from ._results import ErrorKind as ErrorKind
 from ._results import ToolOutcome as ToolOutcome
 from ._results import ToolResult as ToolResult
+from ._results import ToolReturn as ToolReturn
 from ._results import format_results as format_results
 from ._results import get_errors as get_errors
 from ._results import has_errors as has_errors
@@ -59,6 +60,7 @@ __all__ = [
     "ToolOutcome",
     "ToolProgress",
     "ToolResult",
+    "ToolReturn",
     "ToolRunner",
     "ToolUpdate",
     "Toolset",

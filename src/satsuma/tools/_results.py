@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
@@ -18,6 +18,7 @@ __all__ = [
     "ErrorKind",
     "ToolOutcome",
     "ToolResult",
+    "ToolReturn",
     "format_results",
     "get_errors",
     "has_errors",
@@ -52,6 +53,22 @@ class ToolResult:
     content: Content
     is_error: bool = attrs.field(default=False, kw_only=True)
     details: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+
+
+ToolReturn: TypeAlias = (
+    str
+    | ToolResult
+    | tuple[Literal["ok"], Content]
+    | tuple[Literal["ok"], Content, bool]
+    | tuple[Literal["error"], str]
+)
+"""What a tool may return: the annotation for ``run`` or a ``@tool`` function that
+returns ``("error", reason)`` on one path and text on another.
+
+``("ok", content)``, ``("ok", content, is_error)``, ``("error", reason)``, a ``str``
+(same as ``("ok", s)``) or a ToolResult. A tool that only ever returns text is annotated
+``-> str``.
+"""
 
 
 @attrs.frozen(kw_only=True)

@@ -12,7 +12,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any, ClassVar, Final, Generic, TypeVar, overload
+from typing import Any, ClassVar, Concatenate, Final, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 import cattrs
@@ -67,6 +67,9 @@ class ToolDefinition:
 
 
 R = TypeVar("R")
+P = ParamSpec("P")
+Params = ParamSpec("Params")
+Owner = TypeVar("Owner")
 
 
 class _DefinitionMethod(Generic[R]):
@@ -242,23 +245,26 @@ def _define_class(cls: type[Tool]) -> ToolDefinition:
     )
 
 
-class FunctionTool(Tool, abstract=True):
+class FunctionTool(Tool, Generic[P, R], abstract=True):
     """A plain function made a tool by ``@satsuma.tool``.
 
-    Calling it calls the function; ``schema()`` and ``openai_schema()`` work as on a Tool
-    class. Inside a Toolset, the function's ``self`` is the toolset instance.
+    Calling it calls the function, and type checkers see the function's own signature
+    (``FunctionTool[P, R]`` is generic in its parameters and return type); ``schema()``
+    and ``openai_schema()`` work as on a Tool class. Inside a Toolset, the function's
+    ``self`` is the toolset instance.
     """
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[P, R],
         definition: ToolDefinition,
         *,
         context_param: str | None,
         is_method: bool,
         bound_to: object = None,
     ) -> None:
-        self._fn = fn
+        # Called with self prepended when bound, so not as Callable[P, R] (see __get__).
+        self._fn: Callable[..., R] = fn
         self._context_param = context_param
         self._is_method = is_method
         self._bound_to = bound_to
@@ -284,12 +290,22 @@ class FunctionTool(Tool, abstract=True):
             return self._fn(self._bound_to, **kwargs)
         return self._fn(**kwargs)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._is_method and self._bound_to is not None:
             return self._fn(self._bound_to, *args, **kwargs)
         return self._fn(*args, **kwargs)
 
-    def __get__(self, obj: object, owner: type | None = None) -> FunctionTool:
+    # As a function's __get__: on the class, the tool itself; on a Toolset instance, the
+    # tool bound to it, whose signature lacks ``self``.
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> FunctionTool[P, R]: ...
+
+    @overload
+    def __get__(
+        self: FunctionTool[Concatenate[Owner, Params], R], obj: Owner, owner: type | None = None
+    ) -> FunctionTool[Params, R]: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> FunctionTool[Any, R]:
         if obj is None or not self._is_method:
             return self
         return FunctionTool(
@@ -328,7 +344,7 @@ def _function_checker(root: ObjectNode, to_structure: dict[str, Any]) -> Checker
 
 
 def _make_function_tool(
-    fn: Callable[..., Any],
+    fn: Callable[P, R],
     *,
     name: str | None,
     description: str | None,
@@ -336,7 +352,7 @@ def _make_function_tool(
     timeout: float | None,
     idempotent: bool,
     capabilities: Iterable[str],
-) -> FunctionTool:
+) -> FunctionTool[P, R]:
     if not callable(fn):
         raise ToolDefinitionError(None, f"@tool needs a function, got: {type(fn).__name__}")
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
@@ -370,7 +386,7 @@ def _make_function_tool(
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+def tool(fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
 
 
 @overload
@@ -382,11 +398,11 @@ def tool(
     timeout: float | None = None,
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: Callable[P, R] | None = None,
     /,
     *,
     name: str | None = None,
@@ -395,7 +411,7 @@ def tool(
     timeout: float | None = None,
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
-) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Make a plain (async or sync) function a tool.
 
     The schema comes from the type hints, the description from the docstring (the text

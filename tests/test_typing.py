@@ -1,0 +1,107 @@
+"""satsuma's types as a user's type checker sees them: tests/typed/usage_tools.py passes
+``mypy --strict`` (and runs), and code that misuses a tool fails it where it should.
+
+The docs' own examples are checked the same way in tests/test_docs.py.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+from pathlib import Path
+
+import mypy.api
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+USAGE = ROOT / "tests" / "typed" / "usage_tools.py"
+
+# Each line marked "# error: CODE[, CODE]" must be reported with those codes, and no other
+# line.
+MISUSE = '''\
+import satsuma
+
+
+@satsuma.tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@satsuma.tool(timeout=5)
+async def shout(text: str, times: int = 1) -> str:
+    """Repeat a text in capitals."""
+    return text.upper() * times
+
+
+class Notebook(satsuma.Toolset):
+    @satsuma.tool
+    def write_note(self, text: str) -> int:
+        """Keep a note."""
+        return len(text)
+
+
+@satsuma.tool
+def lookup(key: str) -> satsuma.ToolReturn:
+    """Look a key up."""
+    return ("eror", key)  # error: return-value
+
+
+add("1", 2)  # error: arg-type
+text: str = add(1, 2)  # error: assignment
+add(1, 2, 3)  # error: call-arg
+
+
+async def main() -> None:
+    await shout(times=2)  # error: call-arg
+    number: int = await shout("hi")  # error: assignment
+
+
+Notebook().write_note(3)  # error: arg-type
+Notebook.write_note("no instance")  # error: arg-type, call-arg
+satsuma.open_agent(Notebook)  # error: arg-type
+'''
+
+
+def mypy_errors(files: list[Path], cache: Path) -> tuple[dict[tuple[str, int], set[str]], str]:
+    """mypy --strict (the project's configuration) over the files, in one run:
+    ``{(file name, line): [error codes]}`` and the report as mypy printed it."""
+    report, errors, _ = mypy.api.run(
+        [
+            f"--config-file={ROOT / 'pyproject.toml'}",
+            f"--cache-dir={cache}",
+            "--no-error-summary",
+            "--show-error-codes",
+            *map(str, files),
+        ]
+    )
+    assert errors == "", errors
+    found: dict[tuple[str, int], set[str]] = {}
+    for line in report.splitlines():
+        error = re.match(r"(?P<file>[^:]+):(?P<line>\d+): error: .*\[(?P<code>[a-z-]+)\]$", line)
+        if error is not None:
+            key = (Path(error["file"]).name, int(error["line"]))
+            found.setdefault(key, set()).add(error["code"])
+    return found, report
+
+
+def test_usage_type_checks_and_misuse_does_not(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    misuse = tmp_path / "misuse.py"
+    misuse.write_text(MISUSE, encoding="utf-8")
+    # The cache outlives the run (see tests/test_docs.py): only a cold run reads the SDK.
+    cache = request.config.cache.mkdir("mypy") if request.config.cache else tmp_path / "cache"
+    found, report = mypy_errors([USAGE, misuse], cache)
+    assert {key: codes for key, codes in found.items() if key[0] == USAGE.name} == {}, report
+    expected = {
+        ("misuse.py", number): set(mark.group(1).split(", "))
+        for number, line in enumerate(MISUSE.splitlines(), start=1)
+        if (mark := re.search(r"# error: ([a-z, -]+)$", line))
+    }
+    assert {key: codes for key, codes in found.items() if key[0] == "misuse.py"} == expected, report
+
+
+def test_usage_runs() -> None:
+    # The same file at run time: the signatures mypy accepted are the ones that work.
+    runpy.run_path(str(USAGE), run_name="satsuma_typed_usage")
