@@ -91,7 +91,8 @@ def test_usage_type_checks_and_misuse_does_not(
     misuse = tmp_path / "misuse.py"
     misuse.write_text(MISUSE, encoding="utf-8")
     # The cache outlives the run (see tests/test_docs.py): only a cold run reads the SDK.
-    cache = request.config.cache.mkdir("mypy") if request.config.cache else tmp_path / "cache"
+    pytest_cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    cache = pytest_cache.mkdir("mypy") if pytest_cache is not None else tmp_path / "cache"
     found, report = mypy_errors([USAGE, misuse], cache)
     assert {key: codes for key, codes in found.items() if key[0] == USAGE.name} == {}, report
     expected = {
