@@ -66,7 +66,8 @@ ToolReturn: TypeAlias = (
 returns ``("error", reason)`` on one path and text on another.
 
 ``("ok", content)``, ``("ok", content, is_error)``, ``("error", reason)``, a ``str``
-(same as ``("ok", s)``) or a ToolResult. A tool that only ever returns text is annotated
+(same as ``("ok", s)``) or a ToolResult, where ``content`` (``Content``) is a string or
+a list of Anthropic content blocks. A tool that only ever returns text is annotated
 ``-> str``.
 """
 
