@@ -1,6 +1,7 @@
-"""A worker for test_store_hardening.py: it opens an agent on a SQLite store, starts a run
-with a prompt, prints where it stands, and waits there for ever, to be killed with
-SIGKILL at that point.
+"""A worker for test_store_hardening.py and test_postgres.py: it opens an agent on a
+store (SQLite, or PostgreSQL when DB is a connection string), starts a run with a
+prompt, prints where it stands, and waits there for ever, to be killed with SIGKILL at
+that point.
 
 Usage: ``python prompt_worker.py DB AGENT_ID PROMPT WHERE``, where WHERE is
 
@@ -19,7 +20,7 @@ from typing import Any
 import trio
 
 import satsuma
-from satsuma.store import SQLiteStore, Store
+from satsuma.store import PostgresStore, SQLiteStore, Store
 from satsuma.testing import FunctionModel
 
 
@@ -52,8 +53,10 @@ async def main(db: str, agent_id: str, prompt: str, where: str) -> None:
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
-    async with SQLiteStore(db) as sqlite:
-        store: Any = PausingStore(sqlite) if where == "start" else sqlite
+    postgres = db.startswith("postgresql:") or "dbname=" in db
+    opened: Any = PostgresStore(db) if postgres else SQLiteStore(db)
+    async with opened:
+        store: Any = PausingStore(opened) if where == "start" else opened
         async with satsuma.open_agent(
             Assistant, model=FunctionModel(reply), store=store, agent_id=agent_id
         ) as agent:

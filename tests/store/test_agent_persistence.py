@@ -3,7 +3,6 @@ call, run records, the tool-call journal, resuming interrupted runs, store failu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,6 @@ class Secretary(satsuma.Agent):
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     side_effects.clear()
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Any = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
-    async with made:
-        yield made
 
 
 async def test_the_conversation_survives_the_agent_and_run_records_are_kept(store: Store) -> None:

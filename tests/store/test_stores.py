@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,12 @@ import trio
 from satsuma import Message, Usage
 from satsuma.store import (
     SCHEMA_VERSION,
-    MemoryStore,
     Owner,
     RunRecord,
     SQLiteStore,
     Store,
     StoreError,
 )
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    made: Any = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "state.db")
-    async with made:
-        yield made
 
 
 def text(role: Any, words: str) -> Message:

@@ -5,6 +5,7 @@ from ._base import Store as Store
 from ._lease import Lease as Lease
 from ._lease import Owner as Owner
 from ._memory import MemoryStore as MemoryStore
+from ._postgres import PostgresStore as PostgresStore
 from ._records import JournalEntry as JournalEntry
 from ._records import RunRecord as RunRecord
 from ._records import RunRecordStatus as RunRecordStatus
@@ -17,6 +18,7 @@ __all__ = [
     "Lease",
     "MemoryStore",
     "Owner",
+    "PostgresStore",
     "RunRecord",
     "RunRecordStatus",
     "SQLiteStore",

@@ -1,0 +1,680 @@
+"""PostgresStore: the Store interface on PostgreSQL, for agents shared by processes and
+machines.
+
+The driver is psycopg 3, through its *sync* API in worker threads: its async API runs
+only under asyncio (under trio, ``AsyncConnection.connect`` fails with "no running event
+loop"), and the trio-native drivers found have had no release for years. A query in a
+worker thread costs the thread hop on top of the round trip (docs/persistence.md has the
+figures). The threads run under the store's own ``trio.CapacityLimiter``, one per
+connection of its pool, so store calls never queue behind a sync tool's threads, nor
+tools behind the store.
+
+The pool is a list of idle connections, not psycopg_pool: the limiter already bounds how
+many connections are in use, and psycopg_pool makes its connections in background
+threads that a caller waits for (up to its timeout) while the server is down, where a
+store call must fail at once with a StoreError that says so.
+
+Each Store call is one transaction (a plain read is one statement, which PostgreSQL
+runs as one). A call is never abandoned when its caller is cancelled: its thread runs the
+transaction to its end, commit or rollback, and gives back a clean connection.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+
+import attrs
+import trio
+
+from .._exceptions import StoreError
+from .._messages import Message, Usage
+from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
+from ._records import JournalEntry, RunRecord, RunRecordStatus
+from ._rows import RUN_COLUMNS, Damaged, journal_entry, message, run_record, usage_json
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+
+# Each entry moves the schema from the previous version to its own; never edit one that
+# has shipped, add the next. A cluster (issue 19) adds its own tables and columns (the
+# runs a node queues and claims, nodes) as later versions: runs.status is free text, a
+# run's position may be NULL, and the lease row already has owner, epoch and expiry.
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        # JSON is kept as text, never jsonb, which reorders keys (see _rows.py).
+        """CREATE TABLE messages (
+            agent_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            PRIMARY KEY (agent_id, seq)
+        )""",
+        # seq: the order runs were added in (SQLite's rowid), for runs that started in
+        # the same instant.
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            seq BIGINT GENERATED ALWAYS AS IDENTITY,
+            agent_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            started_at DOUBLE PRECISION NOT NULL,
+            ended_at DOUBLE PRECISION,
+            usage TEXT NOT NULL,
+            error TEXT,
+            position INTEGER
+        )""",
+        "CREATE INDEX runs_by_agent ON runs (agent_id, started_at, seq)",
+        # position: a sequence, not a count of the run's calls as in SQLite, where
+        # transactions take turns; here two calls of one turn start at the same time.
+        """CREATE TABLE tool_calls (
+            run_id TEXT NOT NULL,
+            tool_use_id TEXT NOT NULL,
+            position BIGINT GENERATED ALWAYS AS IDENTITY,
+            tool_name TEXT NOT NULL,
+            input TEXT NOT NULL,
+            finished BOOLEAN NOT NULL DEFAULT false,
+            content TEXT,
+            is_error BOOLEAN NOT NULL DEFAULT false,
+            error_kind TEXT,
+            PRIMARY KEY (run_id, tool_use_id)
+        )""",
+        # Who owns each agent (see _lease.py). A released lease keeps its row, so that
+        # the epoch only ever grows. expires_at is on the database's clock, the one
+        # clock every machine of a cluster shares.
+        """CREATE TABLE leases (
+            agent_id TEXT PRIMARY KEY,
+            owner_id TEXT,
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            process_start TEXT NOT NULL,
+            epoch BIGINT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL
+        )""",
+    ),
+}
+SCHEMA_VERSION: Final = max(_MIGRATIONS)
+
+# pg_advisory_xact_lock keys. The two-key form never collides with the one-key form
+# that write_tail takes per agent.
+_MIGRATION_LOCK: Final = (0x5A75, 1)
+
+_NOW: Final = "extract(epoch from clock_timestamp())::float8"
+
+_INSTALL_HINT: Final = (
+    "PostgresStore needs psycopg 3, an optional dependency of satsuma: "
+    "pip install 'satsuma[postgres]'"
+)
+
+
+def _check_driver() -> None:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(_INSTALL_HINT) from exc
+
+
+def _location(dsn: str) -> str:
+    """The database as a person reads it, without the password."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"not a PostgreSQL connection string: {exc}") from None
+    user = f"{params['user']}@" if params.get("user") else ""
+    host = str(params.get("host") or "")
+    port = f":{params['port']}" if params.get("port") else ""
+    dbname = str(params.get("dbname") or "")
+    if host.startswith("/"):  # a Unix socket's folder
+        return f"postgresql://{user}{port}/{dbname}?host={host}"
+    return f"postgresql://{user}{host}{port}/{dbname}"
+
+
+@final
+class PostgresStore:
+    """A Store in a PostgreSQL database, which several processes and machines may share.
+
+    It keeps what SQLiteStore keeps, with the same guarantees: each call one transaction,
+    one owner per agent with every write fenced by its lease's epoch, rows that do not
+    decode reported by name, and a schema that migrates itself when the store opens
+    (tables ``satsuma_schema``, ``messages``, ``runs``, ``tool_calls``, ``leases``, in
+    the schema the connection's ``search_path`` names first).
+
+    Needs the extra: ``pip install 'satsuma[postgres]'``.
+
+    Args:
+        dsn: A libpq connection string or URI, e.g. ``"postgresql://app@db/agents"``
+            (a password may be in it, or in ``PGPASSWORD`` or ``~/.pgpass``).
+        pool_size: How many connections the store opens at most, and so how many of
+            its calls run at once; the others wait their turn (default 8).
+        connect_timeout: Seconds to wait for a new connection before giving up with a
+            StoreError (default 10; libpq counts whole seconds, at least 2).
+
+    Raises:
+        ImportError: psycopg is not installed (the message says what to install).
+        ValueError: ``dsn`` is not a connection string, or ``pool_size`` is below 1.
+        StoreError: (when first used) the server cannot be reached, the database does
+            not exist or may not be written, or its schema is newer than this satsuma
+            knows.
+    """
+
+    def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 10.0) -> None:
+        _check_driver()
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, got: {pool_size!r}")
+        self.dsn = dsn
+        self.location = _location(dsn)
+        self._connect_timeout = max(2, math.ceil(connect_timeout))
+        self._limiter = trio.CapacityLimiter(pool_size)
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle_lock = threading.Lock()  # worker threads take and give connections
+        self._opening = trio.Lock()
+        self._opened = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.location!r})"
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect and bring the schema up to date now (it is done on first use
+        otherwise), so that a bad DSN or an unreachable server is reported at start."""
+        async with self._opening:
+            if self._opened:
+                return
+            if self._closed:
+                raise StoreError(self.location, "the store is closed")
+            await trio.to_thread.run_sync(self._prepare, limiter=self._limiter)
+            self._opened = True
+
+    async def aclose(self) -> None:
+        """Close the store's connections. Calls made after fail with StoreError; a call
+        in flight finishes, and its connection is closed after it."""
+        async with self._opening:
+            with self._idle_lock:
+                self._closed = True
+                idle, self._idle = self._idle, []
+            if idle:
+                await trio.to_thread.run_sync(_close_all, idle, limiter=self._limiter)
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # --- connections (these run in worker threads) ---------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        try:
+            connection = psycopg.connect(
+                self.dsn,
+                autocommit=True,  # transactions are explicit: a read is one statement
+                connect_timeout=self._connect_timeout,
+            )
+        except psycopg.Error as exc:
+            raise StoreError(
+                self.location, f"cannot reach the database ({_first_line(exc)})"
+            ) from exc
+        return connection
+
+    def _checkout(self, *, fresh: bool) -> tuple[psycopg.Connection[Any], bool]:
+        """A connection, and whether it was idle in the pool (and so may have gone
+        stale: the server restarted since)."""
+        if not fresh:
+            with self._idle_lock:
+                if self._closed:
+                    raise StoreError(self.location, "the store is closed")
+                if self._idle:
+                    return self._idle.pop(), True
+        elif self._closed:
+            raise StoreError(self.location, "the store is closed")
+        return self._connect(), False
+
+    def _checkin(self, connection: psycopg.Connection[Any]) -> None:
+        """Give a connection back: to the pool when it is clean (idle, outside any
+        transaction), else closed."""
+        from psycopg.pq import TransactionStatus
+
+        clean = (
+            not connection.closed
+            and not connection.broken
+            and connection.info.transaction_status == TransactionStatus.IDLE
+        )
+        if clean:
+            with self._idle_lock:
+                if not self._closed:
+                    self._idle.append(connection)
+                    return
+        connection.close()
+
+    def _drop_idle(self) -> None:
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        _close_all(idle)
+
+    def _prepare(self) -> None:
+        import psycopg
+
+        connection, _ = self._checkout(fresh=True)
+        try:
+            with connection.transaction():
+                connection.execute("SELECT pg_advisory_xact_lock(%s, %s)", _MIGRATION_LOCK)
+                exists = connection.execute("SELECT to_regclass('satsuma_schema')").fetchone()
+                if exists is None or exists[0] is None:
+                    connection.execute("CREATE TABLE satsuma_schema (version INTEGER NOT NULL)")
+                row = connection.execute("SELECT max(version) FROM satsuma_schema").fetchone()
+                current = (row[0] if row else None) or 0
+                if current > SCHEMA_VERSION:
+                    raise StoreError(
+                        self.location,
+                        f"its schema is version {current}, newer than this satsuma knows "
+                        f"({SCHEMA_VERSION}); upgrade satsuma to use it",
+                    )
+                for version in range(current + 1, SCHEMA_VERSION + 1):
+                    for statement in _MIGRATIONS[version]:
+                        connection.execute(statement)
+                    connection.execute(
+                        "INSERT INTO satsuma_schema (version) VALUES (%s)", (version,)
+                    )
+        except psycopg.Error as exc:
+            problem = _explain(exc, lost=connection.broken, committing=False)
+            connection.close()  # a store that did not open keeps nothing open
+            raise StoreError(self.location, problem) from exc
+        except BaseException:
+            connection.close()
+            raise
+        self._checkin(connection)
+
+    def _run(
+        self,
+        work: Callable[[psycopg.Connection[Any]], T],
+        lease: Lease | None,
+        transaction: bool,
+    ) -> T:
+        import psycopg
+
+        for attempt in (1, 2):
+            connection, reused = self._checkout(fresh=attempt > 1)
+            committing = False
+            try:
+                if transaction:
+                    with connection.transaction():
+                        if lease is not None:
+                            self._check_lease(connection, lease)
+                        result = work(connection)
+                        committing = True
+                else:
+                    result = work(connection)
+            except psycopg.Error as exc:
+                self._checkin(connection)
+                if reused and connection.broken and not committing and attempt == 1:
+                    # A connection that broke while it was idle (the server restarted,
+                    # or dropped it): nothing of this call was committed, so it is run
+                    # again, once, on a new connection; the other idle ones are stale too.
+                    self._drop_idle()
+                    continue
+                raise StoreError(
+                    self.location,
+                    _explain(exc, lost=connection.broken, committing=committing),
+                ) from exc
+            except Damaged as exc:
+                self._checkin(connection)
+                raise StoreError(
+                    self.location, f"{exc}; nothing was guessed in its place"
+                ) from None
+            except BaseException:
+                self._checkin(connection)
+                raise
+            self._checkin(connection)
+            return result
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _call(
+        self,
+        work: Callable[[psycopg.Connection[Any]], T],
+        lease: Lease | None = None,
+        *,
+        transaction: bool = True,
+    ) -> T:
+        if not self._opened:
+            await self.open()
+        # Not abandoned on cancel (trio's default): a transaction is short and commits
+        # whole or not at all; waiting for its thread keeps the connection in one piece.
+        return await trio.to_thread.run_sync(
+            functools.partial(self._run, work, lease, transaction), limiter=self._limiter
+        )
+
+    # --- ownership ----------------------------------------------------------------------
+
+    def _refusal(self, db: psycopg.Connection[Any], lease: Lease) -> StoreError:
+        row = db.execute(
+            "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = %s",
+            (lease.agent_id,),
+        ).fetchone()
+        return self._refused(lease, row)
+
+    def _refused(self, lease: Lease, row: tuple[Any, ...] | None) -> StoreError:
+        if row is None or row[0] is None:
+            now = "no one holds it now"
+        else:
+            holder = Owner(owner_id=row[0], pid=row[1], host=row[2], process_start=row[3])
+            now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
+        return StoreError(
+            self.location,
+            f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
+            f"{lease.epoch}) was refused; {now}",
+        )
+
+    def _check_lease(self, db: psycopg.Connection[Any], lease: Lease) -> None:
+        # FOR SHARE: a takeover (which locks the row FOR UPDATE) waits until this write
+        # committed, and a write that comes after the takeover sees the new epoch.
+        row = db.execute(
+            "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = %s "
+            "FOR SHARE",
+            (lease.agent_id,),
+        ).fetchone()
+        if row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch:
+            return
+        raise self._refused(lease, row)
+
+    async def acquire_lease(self, agent_id: str, owner: Owner, *, seconds: float) -> Lease:
+        def work(db: psycopg.Connection[Any]) -> Lease:
+            # A row first (epoch 0, no holder), so that two first takers queue on its lock.
+            db.execute(
+                "INSERT INTO leases (agent_id, owner_id, pid, host, process_start, epoch, "
+                "expires_at) VALUES (%s, NULL, 0, '', '', 0, 0) ON CONFLICT (agent_id) DO NOTHING",
+                (agent_id,),
+            )
+            row = db.execute(
+                "SELECT owner_id, pid, host, process_start, epoch, expires_at, "
+                f"{_NOW} FROM leases WHERE agent_id = %s FOR UPDATE",
+                (agent_id,),
+            ).fetchone()
+            assert row is not None  # inserted above, and never deleted
+            holder_id, pid, host, process_start, epoch, expires_at, now = row
+            if holder_id is not None and holder_id != owner.owner_id:
+                holder = Owner(owner_id=holder_id, pid=pid, host=host, process_start=process_start)
+                if not holder_gone(holder, expires_at, now=now):
+                    raise StoreError(
+                        self.location,
+                        f"agent {agent_id!r} is already open in {owner_text(holder)}; an "
+                        "agent has one owner at a time (close it there first, or use "
+                        "another agent_id)",
+                    )
+            lease = Lease(agent_id=agent_id, owner=owner, epoch=epoch + 1, expires_at=now + seconds)
+            db.execute(
+                "UPDATE leases SET owner_id = %s, pid = %s, host = %s, process_start = %s, "
+                "epoch = %s, expires_at = %s WHERE agent_id = %s",
+                (
+                    owner.owner_id,
+                    owner.pid,
+                    owner.host,
+                    owner.process_start,
+                    lease.epoch,
+                    lease.expires_at,
+                    agent_id,
+                ),
+            )
+            return lease
+
+        lease = await self._call(work)
+        hold(owner)
+        return lease
+
+    async def renew_lease(self, lease: Lease, *, seconds: float) -> Lease:
+        def work(db: psycopg.Connection[Any]) -> float:
+            row = db.execute(
+                f"UPDATE leases SET expires_at = {_NOW} + %s WHERE agent_id = %s "
+                "AND owner_id = %s AND epoch = %s RETURNING expires_at",
+                (seconds, lease.agent_id, lease.owner.owner_id, lease.epoch),
+            ).fetchone()
+            if row is None:
+                raise self._refusal(db, lease)
+            expires_at: float = row[0]
+            return expires_at
+
+        return attrs.evolve(lease, expires_at=await self._call(work, transaction=False))
+
+    async def release_lease(self, lease: Lease) -> None:
+        def work(db: psycopg.Connection[Any]) -> None:
+            db.execute(
+                "UPDATE leases SET owner_id = NULL WHERE agent_id = %s AND owner_id = %s "
+                "AND epoch = %s",
+                (lease.agent_id, lease.owner.owner_id, lease.epoch),
+            )
+
+        try:
+            await self._call(work, transaction=False)
+        finally:
+            let_go(lease.owner)
+
+    # --- conversations ------------------------------------------------------------------
+
+    async def load_messages(self, agent_id: str) -> list[Message]:
+        def work(db: psycopg.Connection[Any]) -> list[Message]:
+            rows = db.execute(
+                "SELECT seq, role, content FROM messages WHERE agent_id = %s ORDER BY seq",
+                (agent_id,),
+            ).fetchall()
+            return [
+                message(agent_id, seq, expected, role, content)
+                for expected, (seq, role, content) in enumerate(rows)
+            ]
+
+        return await self._call(work, transaction=False)
+
+    def _write_tail(
+        self, db: psycopg.Connection[Any], agent_id: str, start: int, messages: Sequence[Message]
+    ) -> None:
+        # One writer of an agent's conversation at a time, as SQLite's single writer
+        # gives: two tails written at once could otherwise leave a gap in seq.
+        db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (agent_id,))
+        row = db.execute(
+            "SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = %s", (agent_id,)
+        ).fetchone()
+        count = row[0] if row else 0
+        if start > count:
+            raise StoreError(
+                self.location,
+                f"write_tail at {start} past the end ({count}) of agent {agent_id!r}",
+            )
+        db.execute("DELETE FROM messages WHERE agent_id = %s AND seq >= %s", (agent_id, start))
+        if messages:
+            with db.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO messages (agent_id, seq, role, content) VALUES (%s, %s, %s, %s)",
+                    [
+                        (agent_id, start + offset, m.role, json.dumps(list(m.content)))
+                        for offset, m in enumerate(messages)
+                    ],
+                )
+
+    async def write_tail(
+        self, agent_id: str, start: int, messages: Sequence[Message], *, lease: Lease | None = None
+    ) -> None:
+        await self._call(lambda db: self._write_tail(db, agent_id, start, messages), lease)
+
+    # --- runs ---------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        record: RunRecord,
+        *,
+        start: int | None = None,
+        messages: Sequence[Message] = (),
+        lease: Lease | None = None,
+    ) -> None:
+        def work(db: psycopg.Connection[Any]) -> None:
+            if start is not None:
+                self._write_tail(db, record.agent_id, start, messages)
+            db.execute(
+                f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    record.run_id,
+                    record.agent_id,
+                    record.status,
+                    record.prompt,
+                    record.started_at,
+                    record.ended_at,
+                    usage_json(record.usage),
+                    record.error,
+                    record.position,
+                ),
+            )
+
+        await self._call(work, lease)
+
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        status: RunRecordStatus,
+        ended_at: float,
+        usage: Usage,
+        error: str | None,
+        lease: Lease | None = None,
+    ) -> None:
+        def work(db: psycopg.Connection[Any]) -> None:
+            db.execute(
+                "UPDATE runs SET status = %s, ended_at = %s, usage = %s, error = %s "
+                "WHERE run_id = %s",
+                (status, ended_at, usage_json(usage), error, run_id),
+            )
+
+        await self._call(work, lease)
+
+    async def runs(self, agent_id: str) -> list[RunRecord]:
+        def work(db: psycopg.Connection[Any]) -> list[RunRecord]:
+            rows = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE agent_id = %s ORDER BY started_at, seq",
+                (agent_id,),
+            ).fetchall()
+            return [run_record(row) for row in rows]
+
+        return await self._call(work, transaction=False)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        def work(db: psycopg.Connection[Any]) -> RunRecord | None:
+            row = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+            return run_record(row) if row is not None else None
+
+        return await self._call(work, transaction=False)
+
+    async def mark_interrupted(
+        self, agent_id: str, *, lease: Lease | None = None
+    ) -> list[RunRecord]:
+        def work(db: psycopg.Connection[Any]) -> list[RunRecord]:
+            rows = db.execute(
+                "UPDATE runs SET status = 'interrupted' WHERE agent_id = %s "
+                f"AND status = 'running' RETURNING {RUN_COLUMNS}, seq",
+                (agent_id,),
+            ).fetchall()
+            rows.sort(key=lambda row: (row[4], row[-1]))  # started_at, then seq
+            return [run_record(row[:-1]) for row in rows]
+
+        return await self._call(work, lease)
+
+    # --- the tool-call journal ------------------------------------------------------------
+
+    async def call_started(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        tool_name: str,
+        input: Any,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
+        encoded = json.dumps(input)
+
+        def work(db: psycopg.Connection[Any]) -> None:
+            # A call run again (an idempotent one, on resume) keeps its place in the journal.
+            db.execute(
+                "INSERT INTO tool_calls (run_id, tool_use_id, tool_name, input) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (run_id, tool_use_id) DO UPDATE SET "
+                "tool_name = excluded.tool_name, input = excluded.input, finished = false, "
+                "content = NULL, is_error = false, error_kind = NULL",
+                (run_id, tool_use_id, tool_name, encoded),
+            )
+
+        await self._call(work, lease)
+
+    async def call_finished(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        *,
+        content: Any,
+        is_error: bool,
+        error_kind: str | None,
+        lease: Lease | None = None,
+    ) -> None:
+        encoded = json.dumps(content)
+
+        def work(db: psycopg.Connection[Any]) -> None:
+            db.execute(
+                "UPDATE tool_calls SET finished = true, content = %s, is_error = %s, "
+                "error_kind = %s WHERE run_id = %s AND tool_use_id = %s",
+                (encoded, is_error, error_kind, run_id, tool_use_id),
+            )
+
+        await self._call(work, lease)
+
+    async def calls(self, run_id: str) -> list[JournalEntry]:
+        def work(db: psycopg.Connection[Any]) -> list[JournalEntry]:
+            rows = db.execute(
+                "SELECT tool_use_id, tool_name, input, finished, content, is_error, error_kind "
+                "FROM tool_calls WHERE run_id = %s ORDER BY position",
+                (run_id,),
+            ).fetchall()
+            return [journal_entry(run_id, row) for row in rows]
+
+        return await self._call(work, transaction=False)
+
+
+def _close_all(connections: Sequence[psycopg.Connection[Any]]) -> None:
+    for connection in connections:
+        connection.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split("\n", 1)[0].split()) or type(exc).__name__
+
+
+def _explain(exc: psycopg.Error, *, lost: bool, committing: bool) -> str:
+    """A clear sentence for the errors of PostgreSQL and of the connection to it;
+    ``lost``: the connection broke."""
+    from psycopg import errors
+
+    text = _first_line(exc)
+    if lost and committing:
+        return (
+            "the connection was lost while the change was committed: it may or may not "
+            f"have been written ({text})"
+        )
+    if lost:
+        return (
+            f"the connection to the database was lost; nothing of this change was written ({text})"
+        )
+    if isinstance(exc, errors.DiskFull):
+        return f"the disk is full or failing; nothing of this change was written ({text})"
+    if isinstance(exc, (errors.InsufficientPrivilege, errors.ReadOnlySqlTransaction)):
+        return f"the database cannot be written by this user ({text})"
+    return text

