@@ -272,6 +272,19 @@ async def test_a_database_that_does_not_exist_is_a_clear_error_at_open(
             raise AssertionError("the agent must not start")
 
 
+async def test_a_database_not_in_utf8_is_refused_at_open(
+    postgres_server: Any, postgres_dsn: str
+) -> None:
+    with raw(postgres_dsn) as db:
+        db.execute("CREATE DATABASE satsuma_ascii ENCODING 'SQL_ASCII' TEMPLATE template0")
+    try:
+        with pytest.raises(satsuma.StoreError, match="encoding is SQL_ASCII, not UTF8"):
+            await PostgresStore(postgres_server.dsn("satsuma_ascii")).open()
+    finally:
+        with raw(postgres_dsn) as db:
+            db.execute("DROP DATABASE satsuma_ascii WITH (FORCE)")
+
+
 async def test_a_closed_store_says_so(postgres_dsn: str) -> None:
     store = PostgresStore(postgres_dsn)
     await store.open()

