@@ -686,6 +686,10 @@ def _said_goodbye(connection: psycopg.Connection[Any]) -> bool:
     if connection.closed or connection.broken:
         return True
     try:
+        if hasattr(select, "poll"):  # select.select refuses descriptors past 1023
+            poller = select.poll()
+            poller.register(connection.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
         readable, _, _ = select.select([connection.fileno()], [], [], 0)
     except (OSError, ValueError):
         return True
