@@ -4,6 +4,8 @@ application configures (or silences) all of it with ``logging.getLogger("satsuma
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import satsuma
@@ -68,3 +70,51 @@ def test_nothing_logs_to_the_root_logger_or_prints() -> None:
             if str(relative) not in APPLICATION:
                 assert name != "print", f"{where}: the library never prints"
                 assert name != "logging.basicConfig", f"{where}: a library leaves config alone"
+
+
+CRASHING_CHILD = """
+import logging
+import sys
+
+import trio
+
+import satsuma
+
+
+class Crashes:
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED):
+        task_status.started()
+        await trio.sleep(0.01)
+        raise RuntimeError("boom")
+
+
+async def main():
+    async with satsuma.Supervisor() as sup:
+        await sup.start_child(Crashes(), restart="temporary")
+        await trio.sleep(0.1)
+
+
+if sys.argv[1:] == ["configured"]:
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+trio.run(main)
+"""
+
+
+def test_a_library_warning_stays_off_stderr_until_logging_is_configured(tmp_path: Path) -> None:
+    # Without the NullHandler on "satsuma", logging's last-resort handler would print
+    # the crash's WARNING on stderr of a program that never asked for logs.
+    script = tmp_path / "crashing_child.py"
+    script.write_text(CRASHING_CHILD)
+
+    def stderr_of(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(script), *args], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    assert stderr_of() == ""
+    assert stderr_of("configured") == (
+        "WARNING satsuma.supervisor: the root supervisor: child Crashes crashed: "
+        "RuntimeError: boom\n"
+    )

@@ -6,6 +6,7 @@ satsuma.tools`` alone never loads the agents or the supervisor: tools sit below 
 """
 
 import importlib as _importlib
+import logging as _logging
 import typing as _typing
 
 from ._exceptions import AgentCrashed as AgentCrashed
@@ -94,6 +95,11 @@ if _typing.TYPE_CHECKING:
     from .supervisor import SupervisorEvent as SupervisorEvent
     from .supervisor import SupervisorGaveUp as SupervisorGaveUp
     from .supervisor import SupervisorStrategy as SupervisorStrategy
+
+# Without any handler in the tree, logging's last-resort handler prints a library's
+# warnings on stderr. An application turns satsuma's records on by configuring logging;
+# until then they stay quiet (the logging HOWTO's advice for libraries).
+_logging.getLogger("satsuma").addHandler(_logging.NullHandler())
 
 _AGENT_NAMES = frozenset(
     {

@@ -199,6 +199,8 @@ class SupervisorFailed(SatsumaError):
         child: The id of the child that caused it.
         cause: That child's last crash (None if it kept exiting normally).
         reason: ``"too many restarts"`` or ``"could not start"``.
+        label: How the message names the supervisor (``the root supervisor`` for one
+            left with the default name); ``supervisor NAME`` unless given.
     """
 
     def __init__(
@@ -207,13 +209,17 @@ class SupervisorFailed(SatsumaError):
         child: str,
         cause: BaseException | None,
         reason: str = "too many restarts",
+        *,
+        label: str | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.child = child
         self.cause = cause
         self.reason = reason
+        self.label = label if label is not None else f"supervisor {supervisor}"
         last = _describe(cause) if cause is not None else "it kept exiting"
-        super().__init__(f"Supervisor {supervisor} gave up ({reason}): child {child}: {last}")
+        who = self.label[:1].upper() + self.label[1:]
+        super().__init__(f"{who} gave up ({reason}): child {child}: {last}")
 
 
 class StoreError(SatsumaError):

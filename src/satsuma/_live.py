@@ -195,7 +195,9 @@ class LiveView:
 
     def supervisor_event(self, event: SupervisorEvent) -> None:
         """Take one event of a supervisor."""
-        where = f"supervisor {event.supervisor}: {event.child_id}"
+        # A supervisor left with its default name is not "supervisor supervisor".
+        who = "supervisor" if event.supervisor == "supervisor" else f"supervisor {event.supervisor}"
+        where = f"{who}: {event.child_id}"
         if isinstance(event, ChildStarted):
             text = Text(
                 f"{where} started" + (f" (#{event.incarnation})" if event.incarnation > 1 else ""),

@@ -4,6 +4,7 @@ ordering, shutdown timeouts. All on trio's virtual clock."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -433,17 +434,54 @@ async def test_shutdown_ends_runs_in_flight_as_cancelled_with_a_valid_history(
 
 
 async def test_serve_until_signalled_shuts_down_gracefully_on_sigterm(
-    autojump_clock: trio.abc.Clock,
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     import os
     import signal
 
+    caplog.set_level(logging.INFO, logger="satsuma.supervisor")
     a, b = Worker("a"), Worker("b")
     sup = Supervisor(children=[ChildSpec(a, id="a"), ChildSpec(b, id="b")])
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.serve_until_signalled)
         os.kill(os.getpid(), signal.SIGTERM)
     assert journal == ["start a", "start b", "stop b", "stop a"]
+    assert caplog.messages == ["the root supervisor: SIGTERM received, shutting down"]
+
+
+async def test_messages_name_supervisors_and_signals_as_a_person_would(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Left with the default name, a supervisor is named by its place, never
+    # "supervisor supervisor"; a named one by its name.
+    caplog.set_level(logging.WARNING, logger="satsuma.supervisor")
+    leaf, flaky, named = Worker("leaf"), Worker("flaky"), Worker("named")
+    inner = Supervisor(children=[ChildSpec(leaf, id="leaf")])
+    team = Supervisor(name="team", children=[ChildSpec(named, id="named")])
+    with pytest.raises(SupervisorFailed) as info:
+        async with Supervisor(
+            max_restarts=2, within=10, children=[inner, team, ChildSpec(flaky, id="flaky")]
+        ) as sup:
+            with pytest.raises(ValueError, match=r"^the root supervisor already has a child"):
+                await sup.start_child(Worker("again"), id="flaky")
+            for worker in (leaf, named, flaky):
+                worker.crash.set()
+                await settle()
+            for _ in range(2):  # the third restart of the root's within 10 s: it gives up
+                flaky.crash.set()
+                await settle()
+            await trio.sleep_forever()
+    assert caplog.messages[:3] == [
+        "a supervisor under the root supervisor: child leaf crashed: RuntimeError: leaf crashed",
+        "supervisor team: child named crashed: RuntimeError: named crashed",
+        "the root supervisor: child flaky crashed: RuntimeError: flaky crashed",
+    ]
+    assert str(info.value) == (
+        "The root supervisor gave up (too many restarts): child flaky: RuntimeError: flaky crashed"
+    )
+    assert info.value.supervisor == "supervisor"  # the data stays the name
+    with pytest.raises(RuntimeError, match=r"^the supervisor is not running$"):
+        await Supervisor().start_child(Worker("late"))
 
 
 class NeverStarted:

@@ -15,8 +15,9 @@ import signal
 import traceback
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, Literal, TypeAlias, final
+from typing import Any, Final, Literal, TypeAlias, final
 
 import attrs
 import trio
@@ -50,6 +51,11 @@ logger = logging.getLogger("satsuma.supervisor")
 
 SupervisorStrategy: TypeAlias = Literal["one_for_one", "one_for_all", "rest_for_one"]
 _STRATEGIES = ("one_for_one", "one_for_all", "rest_for_one")
+_DEFAULT_NAME: Final = "supervisor"
+
+# The supervisor whose serve() the current task runs under: one served as another's
+# child finds its parent here, to say where it stands in messages.
+_serving: ContextVar[Supervisor | None] = ContextVar("satsuma_supervisor", default=None)
 
 
 @attrs.frozen
@@ -132,6 +138,13 @@ def _describe(exc: BaseException) -> str:
     return "; ".join(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__ for e in leaves)
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name  # "SIGTERM", as a person names it
+    except ValueError:
+        return f"signal {signum}"
+
+
 def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
@@ -181,7 +194,7 @@ class Supervisor:
         within: float = 5.0,
         children: Iterable[object] = (),
         backoff: Backoff | None = None,
-        name: str = "supervisor",
+        name: str = _DEFAULT_NAME,
         events: Callable[[SupervisorEvent], object] | None = None,
         call_timeout: float = 30.0,
     ) -> None:
@@ -211,6 +224,7 @@ class Supervisor:
         self._stopping = False
         self._restart_times: deque[float] = deque()
         self._running = False
+        self._parent: Supervisor | None = None
         self._manager: Any = None
 
     # --- public API -----------------------------------------------------------------
@@ -249,7 +263,13 @@ class Supervisor:
             await self._start(record)
             if record.state is not _State.RUNNING:
                 self._forget(record)
-                raise SupervisorFailed(self.name, record.id, record.last_error, "could not start")
+                raise SupervisorFailed(
+                    self.name,
+                    record.id,
+                    record.last_error,
+                    "could not start",
+                    label=self._described(),
+                )
             return record.handle
 
         return await self._ask(start)
@@ -280,7 +300,13 @@ class Supervisor:
             await self._stop(child)
             await self._start(child)
             if child.state is not _State.RUNNING:
-                raise SupervisorFailed(self.name, child.id, child.last_error, "could not start")
+                raise SupervisorFailed(
+                    self.name,
+                    child.id,
+                    child.last_error,
+                    "could not start",
+                    label=self._described(),
+                )
             return child.handle
 
         return await self._ask(restart)
@@ -303,7 +329,7 @@ class Supervisor:
         """Have the control loop carry out ``action`` in its turn, and return its result
         (or raise its error)."""
         if self._nursery is None or self._stopping:
-            raise RuntimeError(f"supervisor {self.name} is not running")
+            raise RuntimeError(f"{self._described()} is not running")
         if not self._controlling:
             return await action()  # starting up: nothing else starts or stops children yet
         command = _Command(action)
@@ -344,7 +370,7 @@ class Supervisor:
         try:
             return self._by_name[name].handle
         except KeyError:
-            raise KeyError(f"supervisor {self.name} has no child named {name!r}") from None
+            raise KeyError(f"{self._described()} has no child named {name!r}") from None
 
     # --- running --------------------------------------------------------------------
 
@@ -356,8 +382,10 @@ class Supervisor:
             SupervisorFailed: too many restarts, or a child failed to start.
         """
         if self._running:
-            raise RuntimeError(f"supervisor {self.name} is already running")
+            raise RuntimeError(f"{self._described()} is already running")
         self._running = True
+        self._parent = _serving.get()
+        serving = _serving.set(self)
         self._children = []
         self._by_id = {}
         self._by_name = {}
@@ -383,6 +411,7 @@ class Supervisor:
                         await self._stop_all()
                     nursery.cancel_scope.cancel()
         finally:
+            _serving.reset(serving)
             self._running = False
             self._stopping = False
             self._nursery = None
@@ -399,7 +428,13 @@ class Supervisor:
                         supervisor=self.name, child_id=child.id, reason="could not start"
                     )
                 )
-                raise SupervisorFailed(self.name, child.id, child.last_error, "could not start")
+                raise SupervisorFailed(
+                    self.name,
+                    child.id,
+                    child.last_error,
+                    "could not start",
+                    label=self._described(),
+                )
 
     async def __aenter__(self) -> Supervisor:
         self._manager = trio.open_nursery()
@@ -474,22 +509,31 @@ class Supervisor:
 
     async def _wait_for_signal(self, received: AsyncIterator[int]) -> None:
         async for signum in received:
-            logger.info("supervisor %s: signal %s, shutting down", self.name, signum)
+            logger.info("%s: %s received, shutting down", self._described(), _signal_name(signum))
             return
 
     # --- internals ------------------------------------------------------------------
+
+    def _described(self) -> str:
+        """The supervisor as messages name it: ``supervisor workers`` when it has a name,
+        and by its place when it has the default one (never "supervisor supervisor")."""
+        if self.name != _DEFAULT_NAME:
+            return f"supervisor {self.name}"
+        if self._parent is not None:
+            return f"a supervisor under {self._parent._described()}"
+        return "the root supervisor" if self._running else "the supervisor"
 
     def _as_spec(self, child: object) -> ChildSpec:
         return child if isinstance(child, ChildSpec) else ChildSpec(child)
 
     def _add(self, spec: ChildSpec) -> Child:
         if self._nursery is None:
-            raise RuntimeError(f"supervisor {self.name} is not running")
+            raise RuntimeError(f"{self._described()} is not running")
         kind = kind_of(spec)
         if spec.id is not None:
             child_id = spec.id
             if child_id in self._by_id:
-                raise ValueError(f"supervisor {self.name} already has a child with id {child_id!r}")
+                raise ValueError(f"{self._described()} already has a child with id {child_id!r}")
         else:
             base = child_id = kind.default_id()
             number = 1
@@ -497,7 +541,7 @@ class Supervisor:
                 number += 1
                 child_id = f"{base}-{number}"
         if spec.name is not None and spec.name in self._by_name:
-            raise ValueError(f"supervisor {self.name} already has a child named {spec.name!r}")
+            raise ValueError(f"{self._described()} already has a child named {spec.name!r}")
         child = Child(spec=spec, id=child_id, kind=kind)
         if isinstance(kind, _AgentKind):
             child.target = _AgentTarget(child, kind.agent_id or child_id, self.call_timeout)
@@ -518,7 +562,7 @@ class Supervisor:
         try:
             return self._by_id[id]
         except KeyError:
-            raise KeyError(f"supervisor {self.name} has no child with id {id!r}") from None
+            raise KeyError(f"{self._described()} has no child with id {id!r}") from None
 
     def _emit(self, event: SupervisorEvent) -> None:
         if self._events is not None:
@@ -585,8 +629,8 @@ class Supervisor:
             # Stopped by us: _stop reports it. An error raised while stopping is only logged.
             if error is not None:
                 logger.warning(
-                    "supervisor %s: child %s raised while stopping: %s",
-                    self.name,
+                    "%s: child %s raised while stopping: %s",
+                    self._described(),
                     child.id,
                     _describe(error),
                 )
@@ -606,7 +650,7 @@ class Supervisor:
         self._inbox_send.send_nowait(_Exit(child, incarnation, error))
 
     def _emit_crash(self, child: Child, error: BaseException) -> None:
-        logger.warning("supervisor %s: child %s crashed: %s", self.name, child.id, _describe(error))
+        logger.warning("%s: child %s crashed: %s", self._described(), child.id, _describe(error))
         if self._events is None:
             return  # formatting a traceback nobody reads costs more than the restart
         self._emit(
@@ -632,8 +676,8 @@ class Supervisor:
             await child.finished.wait()
         if waited.cancelled_caught:
             logger.warning(
-                "supervisor %s: child %s still running %gs after it was cancelled",
-                self.name,
+                "%s: child %s still running %gs after it was cancelled",
+                self._described(),
                 child.id,
                 child.spec.shutdown_timeout,
             )
@@ -653,7 +697,7 @@ class Supervisor:
             except trio.WouldBlock:
                 return
             if isinstance(item, _Command):
-                item.error = failure or RuntimeError(f"supervisor {self.name} stopped")
+                item.error = failure or RuntimeError(f"{self._described()} stopped")
                 item.done.set()
 
     async def _control(self) -> None:
@@ -694,7 +738,9 @@ class Supervisor:
                         supervisor=self.name, child_id=child.id, reason="too many restarts"
                     )
                 )
-                failure = SupervisorFailed(self.name, child.id, exit_.error)
+                failure = SupervisorFailed(
+                    self.name, child.id, exit_.error, label=self._described()
+                )
                 why = f"its supervisor gave up: {failure}"
                 for each in self._children:
                     # What waits for a child that will not come back fails, saying why.
