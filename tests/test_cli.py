@@ -6,6 +6,7 @@ SDK (ANTHROPIC_BASE_URL); ``demo`` brings its own unless a key is set.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -390,6 +391,18 @@ async def test_an_unreachable_api_fails_after_its_retries(project: Path) -> None
     )
     assert out.count("model call retried") == 3
     assert "Traceback" not in out + err
+
+
+async def test_version_prints_the_installed_version() -> None:
+    for option in ("--version", "-V"):
+        status, out, err = await satsuma_command(option)
+        assert (status, err) == (0, "")
+        assert out == f"satsuma {importlib.metadata.version('satsuma')}\n"
+    assert out.split()[1][0].isdigit()
+    # The installed console script too, as a user types it.
+    script = Path(sys.executable).with_name("satsuma")
+    done = await trio.run_process([str(script), "--version"], capture_stdout=True)
+    assert done.stdout.decode() == out
 
 
 async def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

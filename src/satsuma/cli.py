@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="satsuma", description="LLM agents whose tool calls run under supervision."
     )
     parser.add_argument(
+        "-V", "--version", action="version", version=f"satsuma {_installed_version()}"
+    )
+    parser.add_argument(
         "--log-level",
         choices=_LOG_LEVELS,
         default="error",
@@ -114,6 +117,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _CAPABILITIES = ("read", "write", "shell", "network")
+
+
+def _installed_version() -> str:
+    # The installed distribution's, as pip and uv report it (not a copy in the source).
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("satsuma")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
 
 
 def _names(text: str) -> tuple[str, ...]:
