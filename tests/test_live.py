@@ -119,10 +119,62 @@ async def test_a_finished_run_is_printed_for_good_and_leaves_the_area(
     console.print(view.renderable())
     assert text_of(console) == [
         "researcher ← Go",
-        "researcher: Cold.",
         "researcher  0.0s",
         '└── ✓ fetch_weather(city="Oslo")  0.25s  ok  Oslo: 2°C',
+        "researcher: Cold.",
         "researcher run completed after 1 model call, 12 in / 3 out tokens",
+    ]
+
+
+def turn_end(view: LiveView, iteration: int, stop_reason: str) -> None:
+    view.agent_event(
+        TurnEnd(
+            **{**RUN, "iteration": iteration},
+            usage=Usage(input_tokens=10, output_tokens=5),
+            stop_reason=stop_reason,
+        )
+    )
+
+
+async def test_a_transcript_reads_in_order_prompt_calls_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # As the loop sends them: a turn's text and its end, then its calls, then the next
+    # turn's text (the answer). Each turn's calls are printed once the model has their
+    # results, between the text that asked for them and the text that follows.
+    console = recording_console()
+    view = LiveView(console, live=True, echo_prompts=False)
+    view.agent_event(RunStart(**RUN, prompt="Weather in Oslo and Rome?"))
+    view.agent_event(TextDelta(**RUN, text="Looking up Oslo."))
+    turn_end(view, 1, "tool_use")
+    start(view, "t1", "fetch_weather", {"city": "Oslo"})
+    end(view, "t1", "fetch_weather", content="Oslo: 2°C", is_error=False, duration=0.25)
+    view.agent_event(TextDelta(**RUN, text="Now Rome."))
+    turn_end(view, 2, "tool_use")
+    start(view, "t2", "fetch_weather", {"city": "Rome"})
+    await trio.sleep(0.5)
+    end(view, "t2", "fetch_weather", content="Rome: 21°C", is_error=False, duration=0.5)
+    view.agent_event(TextDelta(**RUN, text="Oslo is cold, Rome is warm."))
+    turn_end(view, 3, "end_turn")
+    result = RunResult(
+        run_id="run_1",
+        output="Oslo is cold, Rome is warm.",
+        status="completed",
+        usage=Usage(input_tokens=30, output_tokens=15),
+        iterations=3,
+    )
+    view.agent_event(RunEnd(**RUN, result=result))
+    view.say("you>")
+    assert text_of(console) == [
+        "researcher: Looking up Oslo.",
+        "researcher  0.0s",
+        '└── ✓ fetch_weather(city="Oslo")  0.25s  ok  Oslo: 2°C',
+        "researcher: Now Rome.",
+        "researcher  0.5s",
+        '└── ✓ fetch_weather(city="Rome")  0.50s  ok  Rome: 21°C',
+        "researcher: Oslo is cold, Rome is warm.",
+        "researcher run completed after 3 model calls, 30 in / 15 out tokens",
+        "you>",
     ]
 
 

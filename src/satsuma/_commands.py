@@ -426,7 +426,9 @@ async def chat(agent: type[Agent], options: RunOptions, *, console: Console) -> 
                         continue
                     session.running, session.cancelling = True, False
                     try:
-                        async with open_live_view(console) as view:
+                        # A terminal shows what the user typed: no need to repeat it.
+                        echo = not os.isatty(0)
+                        async with open_live_view(console, echo_prompts=echo) as view:
                             await handle.run(line, events=view.agent_event)
                     finally:
                         session.running = False

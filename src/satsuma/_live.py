@@ -2,8 +2,10 @@
 
 On a terminal it is a rich ``Live`` area: each run in progress is a tree (the agent and
 its prompt, the text it streams, its tool calls with spinners, elapsed time and the
-latest progress line); a finished run is printed above the area for good, each call with
-its outcome coloured by kind. Supervisor events are printed as lines as they come.
+latest progress line). What is done is printed above the area for good, in the order a
+transcript reads: the prompt, a turn's text, the tree of that turn's calls (each
+outcome coloured by kind) once the model has their results, the text that follows them,
+and the run's end. Supervisor events are printed as lines as they come.
 
 Anywhere else (a pipe, a file, CI) it degrades to plain lines, one per event worth
 reading, with no escape codes and no redraws.
@@ -122,11 +124,14 @@ class LiveView:
     Feed it with ``agent_event`` (an agent run's ``events=``) and ``supervisor_event``
     (a Supervisor's ``events=``); ``say`` prints a line of narration. ``live`` is True
     for the redrawn area, False for plain lines (the default: whether the console is a
-    terminal). Use it through ``open_live_view``, which refreshes the area.
+    terminal). ``echo_prompts`` False leaves out the line that repeats a run's prompt
+    (in a chat, the user just typed it). Use it through ``open_live_view``, which
+    refreshes the area.
     """
 
     console: Console
     live: bool
+    echo_prompts: bool = True
     _runs: dict[str, _Run] = attrs.Factory(dict)
     _area: Live | None = None
 
@@ -142,8 +147,9 @@ class LiveView:
             return
         if isinstance(event, RunStart):
             self._runs[event.run_id] = _Run(event.agent, event.prompt, trio.current_time())
-            prompt = _shorten(event.prompt, _PROMPT_SHOWN)
-            self._line(Text.assemble((f"{event.agent}", "bold cyan"), " ← ", prompt))
+            if self.echo_prompts:
+                prompt = _shorten(event.prompt, _PROMPT_SHOWN)
+                self._line(Text.assemble((f"{event.agent}", "bold cyan"), " ← ", prompt))
             return
         run = self._runs.get(event.run_id or "")
         if run is None:
@@ -159,6 +165,9 @@ class LiveView:
                 )
             )
         elif isinstance(event, TurnEnd):
+            # The calls of the turn before were answered before this model call: their
+            # tree goes above the text they led to, not below the final answer.
+            self._print_calls(run)
             if run.text.strip():
                 self._line(Text.assemble((f"{run.agent}", "bold cyan"), ": ", run.text.strip()))
             run.text = ""
@@ -178,8 +187,7 @@ class LiveView:
                 self._line(Text("  ").append(self._outcome_text(event.tool_name, event.outcome)))
         elif isinstance(event, RunEnd):
             del self._runs[event.run_id]
-            if self.live and run.calls:
-                self._line(self._tree(run, final=True))
+            self._print_calls(run, ended=True)
             result = event.result
             usage = result.usage
             self._line(
@@ -256,6 +264,16 @@ class LiveView:
             (_shorten(outcome.text, _RESULT_SHOWN), "bright_black" if kind == "ok" else style),
         )
 
+    def _print_calls(self, run: _Run, *, ended: bool = False) -> None:
+        """Print the run's calls for good (on a terminal; plain lines said each already)
+        once they are all done, or the run has ended, and take them off the area."""
+        if not self.live or not run.calls:
+            return
+        if not ended and any(call.outcome is None for call in run.calls.values()):
+            return
+        self._line(self._tree(run, final=True))
+        run.calls.clear()
+
     def _progress(self, run_id: str | None, tool_use_id: str, text: str) -> None:
         run = self._runs.get(run_id or "")
         call = run.calls.get(tool_use_id) if run is not None else None
@@ -281,16 +299,20 @@ class LiveView:
 
 @asynccontextmanager
 async def open_live_view(
-    console: Console | None = None, *, live: bool | None = None
+    console: Console | None = None, *, live: bool | None = None, echo_prompts: bool = True
 ) -> AsyncIterator[LiveView]:
     """A LiveView for the block; on a terminal, its area is redrawn until the block ends.
 
     Args:
         console: Where to draw (default: a Console on stdout).
         live: Force the redrawn area on or off (default: on for a terminal).
+        echo_prompts: Print a line with each run's prompt (not in a chat, where the
+            user has just typed it).
     """
     console = console or Console()
-    view = LiveView(console, console.is_terminal if live is None else live)
+    view = LiveView(
+        console, console.is_terminal if live is None else live, echo_prompts=echo_prompts
+    )
     if not view.live:
         yield view
         return
