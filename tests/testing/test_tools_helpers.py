@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import satsuma
 from satsuma import ToolCallEnd, ToolCallStart, ToolProgress
@@ -52,3 +56,49 @@ def test_tool_call_makes_fresh_ids_unless_given() -> None:
     assert first.input == {}
     assert second.input == {"x": 1}
     assert tool_call("a", id="mine").id == "mine"
+
+
+@pytest.mark.parametrize("test", ["first", "second"])
+async def test_tool_call_ids_start_again_in_each_test(test: str) -> None:
+    # Whichever test runs first, each sees the same ids: expected output is stable.
+    assert [tool_call("a").id, tool_call("b").id] == ["toolu_test_1", "toolu_test_2"]
+    outcome = await run_tool(WriteNote, {})
+    assert outcome.tool_use_id == "toolu_test_3"
+
+
+def test_loading_the_plugin_imports_nothing_of_satsuma() -> None:
+    # pytest loads installed plugins in every session, of any project: it must be free.
+    code = (
+        "import sys, _satsuma_pytest_plugin; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('satsuma', 'trio')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "[]\n"
+
+
+USERS_TESTS = """
+from satsuma.testing import tool_call
+
+
+def test_one(tool_workspace, tool_context, tool_events):
+    assert tool_context["working_dir"] == tool_workspace
+    assert tool_events.events == []
+    assert tool_call("x").id == "toolu_test_1"
+
+
+def test_two():
+    assert [tool_call("x").id, tool_call("y").id] == ["toolu_test_1", "toolu_test_2"]
+"""
+
+
+def test_a_users_project_gets_the_fixtures_with_no_conftest(tmp_path: Path) -> None:
+    (tmp_path / "test_users.py").write_text(USERS_TESTS)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_users.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout

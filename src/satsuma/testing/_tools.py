@@ -21,11 +21,21 @@ E = TypeVar("E")
 def tool_call(name: str, input: Any = None, id: str | None = None) -> ToolCall:
     """A ToolCall, with a fresh id (``toolu_test_1``, ``toolu_test_2``, ...) unless given.
 
-    ``input`` defaults to no arguments (``{}``).
+    Under pytest (satsuma's plugin) the ids start again at ``toolu_test_1`` in each
+    test, so a test's expected ids do not depend on the tests run before it; elsewhere
+    they count up for the life of the process. ``input`` defaults to no arguments
+    (``{}``).
     """
     return ToolCall(
         id if id is not None else f"toolu_test_{next(_ids)}", name, {} if input is None else input
     )
+
+
+def restart_ids() -> None:
+    """Number tool_call's next ids from ``toolu_test_1`` again (satsuma's pytest plugin
+    calls it before each test)."""
+    global _ids
+    _ids = itertools.count(1)
 
 
 @final
