@@ -35,7 +35,7 @@ bench: sync
 	$(UV) run --locked python benchmarks/long_lived.py
 	$(UV) run --locked python benchmarks/default_path.py
 
-# satsuma next to the libraries users would pick instead (~12 minutes); rewrites
+# satsuma next to the libraries users would pick instead (~30 minutes here); rewrites
 # docs/benchmarks.md with the figures and the machine's description.
 bench-peers: sync
 	$(UV) run --locked python benchmarks/run.py
