@@ -201,6 +201,8 @@ class SupervisorFailed(SatsumaError):
         reason: ``"too many restarts"`` or ``"could not start"``.
         label: How the message names the supervisor (``the root supervisor`` for one
             left with the default name); ``supervisor NAME`` unless given.
+        gave_up: False when only ``start_child`` or ``restart_child`` failed: the
+            supervisor runs on with its other children, and the caller is told.
     """
 
     def __init__(
@@ -211,15 +213,20 @@ class SupervisorFailed(SatsumaError):
         reason: str = "too many restarts",
         *,
         label: str | None = None,
+        gave_up: bool = True,
     ) -> None:
         self.supervisor = supervisor
         self.child = child
         self.cause = cause
         self.reason = reason
         self.label = label if label is not None else f"supervisor {supervisor}"
+        self.gave_up = gave_up
         last = _describe(cause) if cause is not None else "it kept exiting"
         who = self.label[:1].upper() + self.label[1:]
-        super().__init__(f"{who} gave up ({reason}): child {child}: {last}")
+        if gave_up:
+            super().__init__(f"{who} gave up ({reason}): child {child}: {last}")
+        else:
+            super().__init__(f"{who} could not start child {child} (it runs on): {last}")
 
 
 class StoreError(SatsumaError):

@@ -57,6 +57,13 @@ async def test_a_supervised_agent_without_a_key_could_not_start_and_is_not_resta
         assert sup.which_children() == []
     assert caught.value.reason == "could not start"
     assert isinstance(caught.value.cause, ConfigurationError)
+    assert caught.value.__cause__ is caught.value.cause
+    # Only this child failed: the supervisor runs on, and the message does not say
+    # that it gave up.
+    assert str(caught.value).startswith(
+        "Supervisor root could not start child chat (it runs on): ConfigurationError: "
+        "ANTHROPIC_API_KEY is not set"
+    )
     _says_what_and_how(caught.value.cause)
     assert not [e for e in events if type(e).__name__ == "ChildRestarted"]
     # As an initial child, the supervisor does not start at all.

@@ -512,7 +512,7 @@ async def test_a_child_that_never_reports_started_fails_its_start_after_start_ti
         began = trio.current_time()
         with pytest.raises(
             SupervisorFailed,
-            match=r"could not start\): child NeverStarted: TimeoutError: it did not report "
+            match=r"could not start child NeverStarted \(it runs on\): TimeoutError: it did not report "
             r"started within 7s \(its serve never called task_status.started\(\)\)",
         ):
             await sup.start_child(silent, start_timeout=7, shutdown_timeout=2)

@@ -269,7 +269,8 @@ class Supervisor:
                     record.last_error,
                     "could not start",
                     label=self._described(),
-                )
+                    gave_up=False,
+                ) from record.last_error
             return record.handle
 
         return await self._ask(start)
@@ -306,7 +307,8 @@ class Supervisor:
                     child.last_error,
                     "could not start",
                     label=self._described(),
-                )
+                    gave_up=False,
+                ) from child.last_error
             return child.handle
 
         return await self._ask(restart)
