@@ -11,6 +11,7 @@ import satsuma.testing
 import satsuma.tools
 
 EXPECTED_SATSUMA = {
+    "ApprovalDecided", "ApprovalRequested", "Approve", "Approver", "Ask", "PendingCall",
     "Batched", "Deny", "ErrorKind", "EventSink", "FunctionTool", "HookDecision", "Interrupt", "NestedEvent",
     "Parallel", "Rewrite", "SatsumaError", "Sequential", "Strategy", "Tool", "ToolCall",
     "ToolCallEnd", "ToolCallStart", "ToolContext", "ToolDefinition", "ToolDefinitionError",

@@ -22,6 +22,11 @@ from ._exceptions import ToolDefinitionError as ToolDefinitionError
 from ._exceptions import ToolError as ToolError
 from ._messages import Message as Message
 from ._messages import Usage as Usage
+from .tools import ApprovalDecided as ApprovalDecided
+from .tools import ApprovalRequested as ApprovalRequested
+from .tools import Approve as Approve
+from .tools import Approver as Approver
+from .tools import Ask as Ask
 from .tools import Batched as Batched
 from .tools import Deny as Deny
 from .tools import ErrorKind as ErrorKind
@@ -31,6 +36,7 @@ from .tools import HookDecision as HookDecision
 from .tools import Interrupt as Interrupt
 from .tools import NestedEvent as NestedEvent
 from .tools import Parallel as Parallel
+from .tools import PendingCall as PendingCall
 from .tools import Rewrite as Rewrite
 from .tools import Sequential as Sequential
 from .tools import Strategy as Strategy
@@ -183,6 +189,11 @@ __all__ = [
     "VerifyContext",
     "event_to_json",
     "open_agent",
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "Approve",
+    "Approver",
+    "Ask",
     "Batched",
     "Deny",
     "ErrorKind",
@@ -192,6 +203,7 @@ __all__ = [
     "Interrupt",
     "NestedEvent",
     "Parallel",
+    "PendingCall",
     "Rewrite",
     "SatsumaError",
     "Sequential",

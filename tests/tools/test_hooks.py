@@ -166,7 +166,7 @@ async def test_a_hook_returning_nonsense_denies() -> None:
 
     before = await run_with(Nonsense())
     assert before.error_kind == "denied"
-    assert "returned 'yes please', not None, Rewrite or Deny" in before.text
+    assert "returned 'yes please', not None, Rewrite, Deny or Ask" in before.text
     after = await run_with(NonsenseAfter())
     assert after.error_kind == "denied"
     assert "returned str, not None or a ToolOutcome" in after.text

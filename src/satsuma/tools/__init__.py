@@ -2,8 +2,13 @@
 
 from .._exceptions import ToolDefinitionError as ToolDefinitionError
 from .._exceptions import ToolError as ToolError
+from ._approval import Approve as Approve
+from ._approval import Approver as Approver
+from ._approval import PendingCall as PendingCall
 from ._calls import ToolCall as ToolCall
 from ._context import ToolContext as ToolContext
+from ._events import ApprovalDecided as ApprovalDecided
+from ._events import ApprovalRequested as ApprovalRequested
 from ._events import EventSink as EventSink
 from ._events import NestedEvent as NestedEvent
 from ._events import ToolCallEnd as ToolCallEnd
@@ -11,6 +16,7 @@ from ._events import ToolCallStart as ToolCallStart
 from ._events import ToolEvent as ToolEvent
 from ._events import ToolProgress as ToolProgress
 from ._events import ToolUpdate as ToolUpdate
+from ._hooks import Ask as Ask
 from ._hooks import Deny as Deny
 from ._hooks import HookDecision as HookDecision
 from ._hooks import Rewrite as Rewrite
@@ -35,6 +41,11 @@ from ._tool import Toolset as Toolset
 from ._tool import tool as tool
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "Approve",
+    "Approver",
+    "Ask",
     "Batched",
     "Deny",
     "ErrorKind",
@@ -44,6 +55,7 @@ __all__ = [
     "Interrupt",
     "NestedEvent",
     "Parallel",
+    "PendingCall",
     "Rewrite",
     "Sequential",
     "Strategy",

@@ -41,6 +41,8 @@ import trio
 from ._results import Content, ToolOutcome
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
     "EventSink",
     "NestedEvent",
     "ToolCallEnd",
@@ -109,7 +111,38 @@ class NestedEvent(_Tagged):
     event: Any
 
 
-ToolEvent: TypeAlias = ToolCallStart | ToolProgress | ToolUpdate | ToolCallEnd | NestedEvent
+@attrs.frozen(kw_only=True)
+class ApprovalRequested(_Tagged):
+    """A call needs a person's decision before it may run (its tool ``requires_approval``,
+    or a hook returned ``Ask``); ``input`` is what it would run with."""
+
+    tool_use_id: str
+    tool_name: str
+    input: Any
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalDecided(_Tagged):
+    """A decision on a call that needed one: ``approved``, with the ``input`` it runs with
+    (edited or not); or denied, with the ``reason`` the model reads."""
+
+    tool_use_id: str
+    tool_name: str
+    approved: bool
+    input: Any = None
+    reason: str | None = None
+
+
+ToolEvent: TypeAlias = (
+    ToolCallStart
+    | ToolProgress
+    | ToolUpdate
+    | ToolCallEnd
+    | NestedEvent
+    | ApprovalRequested
+    | ApprovalDecided
+)
 EventSink: TypeAlias = "Callable[[ToolEvent], object] | trio.MemorySendChannel[Any]"
 
 
@@ -137,7 +170,8 @@ DRAIN_GRACE = 1.0
 """Seconds ``execute``, once its calls are done, waits for a channel's reader to take the
 next queued event before it considers the reader stuck and drops what is left."""
 
-_LIFECYCLE = (ToolCallStart, ToolCallEnd)
+# Never dropped from a full queue: a few per call at most, and a UI waits on them.
+_LIFECYCLE = (ToolCallStart, ToolCallEnd, ApprovalRequested, ApprovalDecided)
 
 
 class _State(enum.Enum):

@@ -1,4 +1,5 @@
-"""Hooks around each call: allow, rewrite or deny before it runs; replace the outcome after.
+"""Hooks around each call: allow, rewrite, deny or ask a person before it runs; replace
+the outcome after.
 
 A hook is an object with ``before_call`` and/or ``after_call`` methods, sync or async;
 subclass ToolHook and override what you need. Hooks fail closed: a ``before_call`` that
@@ -19,12 +20,16 @@ from ._calls import ToolCall
 from ._context import ToolContext
 from ._results import ToolOutcome
 
-__all__ = ["Deny", "HookDecision", "Rewrite", "ToolHook"]
+__all__ = ["Ask", "Deny", "HookDecision", "Rewrite", "ToolHook"]
 
 
 @attrs.frozen
 class Deny:
-    """Refuse the call; the model reads ``Error: Denied: <reason>``."""
+    """Refuse the call; the model reads ``Error: Denied: <reason>``.
+
+    A hook returns it from ``before_call``; an approver (or ``agent.resume(...,
+    decisions=...)``) gives it as a person's decision on a call waiting for one.
+    """
 
     reason: str
 
@@ -36,14 +41,24 @@ class Rewrite:
     input: Mapping[str, Any]
 
 
-HookDecision: TypeAlias = Deny | Rewrite | None
+@attrs.frozen
+class Ask:
+    """Let the call run only once a person approves it (as if its tool declared
+    ``requires_approval = True``): the approver is asked, or the agent's run pauses
+    ``awaiting_approval``. ``reason`` tells the person why."""
+
+    reason: str
+
+
+HookDecision: TypeAlias = Deny | Rewrite | Ask | None
 
 
 class ToolHook:
     """Base class for hooks; override either method, sync or async.
 
-    ``before_call(call, ctx)`` returns None to allow, ``Rewrite(input)`` or ``Deny(reason)``.
-    It sees the decoded arguments before validation. ``after_call(call, outcome)`` returns
+    ``before_call(call, ctx)`` returns None to allow, ``Rewrite(input)``, ``Deny(reason)``
+    or ``Ask(reason)`` (a person decides; later hooks still run, and one may deny). It
+    sees the decoded arguments before validation. ``after_call(call, outcome)`` returns
     None to keep the outcome or a ToolOutcome to replace it (e.g. redacted). It sees every
     outcome, including unknown tools and invalid arguments.
     """

@@ -32,10 +32,28 @@ from opentelemetry.trace import Tracer
 from .. import _telemetry
 from .._exceptions import ToolDefinitionError, ToolError
 from .._jsonvalue import MAX_DEPTH, json_problem
+from ._approval import (
+    DEFAULT_APPROVAL_TIMEOUT,
+    Approver,
+    Decision,
+    Deferral,
+    PendingCall,
+    approval_reason,
+    ask,
+    report_decision,
+)
 from ._calls import ToolCall, as_call
 from ._context import ToolContext
-from ._events import ChannelEmitter, Emitter, EventSink, ToolCallEnd, ToolCallStart, make_emitter
-from ._hooks import CompiledHook, Deny, Rewrite, compile_hooks
+from ._events import (
+    ChannelEmitter,
+    Emitter,
+    EventSink,
+    ToolCallEnd,
+    ToolCallStart,
+    make_emitter,
+)
+from ._hooks import Ask, CompiledHook, Deny, Rewrite, compile_hooks
+from ._propagation import propagating_part as _propagating_part
 from ._results import (
     SKIPPED_TEXT,
     ToolOutcome,
@@ -155,6 +173,9 @@ class _Environment:
     trio_token: trio.lowlevel.TrioToken
     tracer: Tracer | None  # None: no TracerProvider configured, no spans
     on_outcome: OutcomeCallback | None
+    approver: Approver | Deferral | None
+    approval_timeout: float | None
+    decisions: Mapping[str, Decision]
 
 
 def _parse_context(
@@ -265,6 +286,9 @@ class ToolRunner:
         events: EventSink | None = None,
         agent: Any = None,
         on_outcome: OutcomeCallback | None = None,
+        approver: Approver | Deferral | None = None,
+        approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT,
+        decisions: Mapping[str, Decision] | None = None,
     ) -> list[ToolOutcome]:
         """Run the calls and return one outcome per call, in call order.
 
@@ -284,6 +308,17 @@ class ToolRunner:
                 journals them this way). A plain function or an async one; an async
                 one is awaited shielded from cancellation (for at most 10 seconds).
                 What it raises is logged and does not change the outcome.
+            approver: Asked (``PendingCall -> Approve | Deny``) about each call that
+                needs a decision (its tool ``requires_approval``, or a hook returned
+                ``Ask``), after the hooks and the validation of its arguments. Without
+                one, such calls are denied. A ``Deferral`` (as an agent with a store
+                gives) collects them instead, unrun.
+            approval_timeout: Seconds the approver has for each call; past them (or if
+                it raises) the call is denied. None: no limit.
+            decisions: Decisions already made, by call id, for calls collected by a
+                ``Deferral`` and now run again: their before_call hooks are not run a
+                second time (they ran when the call was first made), and the decision
+                stands in for the approver's.
 
         Cancelling ``execute`` cancels every call still running and returns nothing;
         each call cancelled in flight still gets its ToolCallEnd (``error_kind``
@@ -307,6 +342,9 @@ class ToolRunner:
             trio_token=trio.lowlevel.current_trio_token(),
             tracer=_telemetry.tracer(),
             on_outcome=on_outcome,
+            approver=approver,
+            approval_timeout=_positive_or_none("approval_timeout", approval_timeout),
+            decisions=decisions if decisions is not None else {},
         )
         outcomes: list[ToolOutcome | None] = [None] * len(call_list)
         if isinstance(emitter, ChannelEmitter):
@@ -391,7 +429,7 @@ class ToolRunner:
         if emitter is not None:
             emitter.emit(ToolCallStart(tool_use_id=call.id, tool_name=call.name, input=call.input))
         try:
-            outcome, call = await self._outcome(call, env)
+            decided, call = await self._outcome(call, env)
         except BaseException:
             # Cancelled in flight (or KeyboardInterrupt): the call still ends, for whoever
             # watches, before the cancellation goes on.
@@ -401,19 +439,29 @@ class ToolRunner:
                     ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=cancelled)
                 )
             raise
+        if decided is None:
+            # Deferred: the call has not ended, it waits for a decision; its ToolCallEnd
+            # comes when it is run with one.
+            return error_outcome(call.id, call.name, "denied", denied_text("awaiting a decision"))
         if emitter is not None:
-            emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=outcome))
-        return outcome
+            emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=decided))
+        return decided
 
-    async def _outcome(self, call: ToolCall, env: _Environment) -> tuple[ToolOutcome, ToolCall]:
+    async def _outcome(
+        self, call: ToolCall, env: _Environment
+    ) -> tuple[ToolOutcome | None, ToolCall]:
         """The call's final outcome (after truncation and the after_call hooks), given to
-        ``on_outcome``; and the call as it was finally made."""
+        ``on_outcome``, or None when a Deferral took it; and the call as it was finally
+        made."""
         start = trio.current_time()
+        outcome: ToolOutcome | None
         if env.interrupt is not None and env.interrupt.is_set():
             outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
         else:
             try:
                 outcome, call = await self._attempt(call, env, start)
+                if outcome is None:
+                    return None, call
             except Exception as exc:
                 # Not the tool's failure (that is captured inside): a value nothing
                 # foresaw broke satsuma's own handling of this call. It still gets its
@@ -441,8 +489,9 @@ class ToolRunner:
 
     async def _attempt(
         self, call: ToolCall, env: _Environment, start: float
-    ) -> tuple[ToolOutcome, ToolCall]:
-        """The call's outcome, and the call as it was finally made (decoded, rewritten)."""
+    ) -> tuple[ToolOutcome | None, ToolCall]:
+        """The call's outcome (None: deferred), and the call as it was finally made
+        (decoded, rewritten, edited by its approver)."""
         entry = self._entries.get(call.name)
         if entry is None:
             return error_outcome(
@@ -484,13 +533,17 @@ class ToolRunner:
             trio_thread=env.trio_thread,
             trio_token=env.trio_token,
         )
-        if self._before:
+        preset = env.decisions.get(call.id)
+        asked = approval_reason(call.name) if definition.requires_approval else None
+        # A call decided after a pause had its hooks run when it was first made: run again,
+        # an Ask would only ask again, and a Rewrite rewrite what was already rewritten.
+        if self._before and preset is None:
             if not isinstance(arguments, Mapping):
                 errors = [expected_text("arguments", "object", arguments)]
                 return error_outcome(
                     call.id, call.name, "invalid_args", invalid_args_text(errors)
                 ), call
-            decided = await self._run_before(call, ctx)
+            decided, hook_asked = await self._run_before(call, ctx)
             if isinstance(decided, ToolOutcome):
                 return decided, call
             if decided is not call:
@@ -499,11 +552,42 @@ class ToolRunner:
                     return refused, decided
             call = decided
             arguments = call.input
+            if hook_asked is not None:
+                asked = hook_asked if asked is None else f"{asked}; {hook_asked}"
         args, errors = definition.check(arguments)
         if errors:
             return error_outcome(
                 call.id, call.name, "invalid_args", invalid_args_text(errors)
             ), call
+        if preset is not None or asked is not None:
+            decision = preset
+            if decision is None:
+                assert asked is not None
+                decision = await ask(
+                    PendingCall(id=call.id, tool_name=call.name, input=call.input, reason=asked),
+                    env.approver,
+                    env.approval_timeout,
+                    env.emitter,
+                )
+                if decision is None:
+                    return None, call
+            if isinstance(decision, Deny):
+                report_decision(env.emitter, call, decision)
+                return error_outcome(
+                    call.id, call.name, "denied", denied_text(decision.reason)
+                ), call
+            if decision.input is not None:
+                call = attrs.evolve(call, input=dict(decision.input))
+            report_decision(env.emitter, call, decision)
+            if decision.input is not None:
+                refused = _input_problem(call)
+                if refused is not None:
+                    return refused, call
+                args, errors = definition.check(call.input)
+                if errors:
+                    return error_outcome(
+                        call.id, call.name, "invalid_args", invalid_args_text(errors)
+                    ), call
 
         timeout = definition.timeout if definition.timeout is not None else self._timeout
         # The tool's deadline counts from when it is entered: hooks have their own.
@@ -583,26 +667,35 @@ class ToolRunner:
                 raise going_on from None
             return None, exc
 
-    async def _run_before(self, call: ToolCall, ctx: ToolContext) -> ToolCall | ToolOutcome:
-        """The call as the hooks leave it (rewritten or not), or the denial."""
+    async def _run_before(
+        self, call: ToolCall, ctx: ToolContext
+    ) -> tuple[ToolCall | ToolOutcome, str | None]:
+        """The call as the hooks leave it (rewritten or not), or the denial; and the
+        reasons of the hooks that asked for a person's decision, if any did."""
+        asked: list[str] = []
         for hook in self._before:
             decision, failure = await self._call_hook(hook, call, ctx)
             if failure is not None:
-                return self._hook_failed(call, hook, "before_call", failure)
+                return self._hook_failed(call, hook, "before_call", failure), None
             if decision is None:
                 continue
             if isinstance(decision, Deny):
-                return error_outcome(call.id, call.name, "denied", denied_text(decision.reason))
+                return error_outcome(
+                    call.id, call.name, "denied", denied_text(decision.reason)
+                ), None
             if isinstance(decision, Rewrite) and isinstance(decision.input, Mapping):
                 call = attrs.evolve(call, input=dict(decision.input))
+                continue
+            if isinstance(decision, Ask) and isinstance(decision.reason, str):
+                asked.append(decision.reason)
                 continue
             return self._hook_failed(
                 call,
                 hook,
                 "before_call",
-                TypeError(f"returned {decision!r}, not None, Rewrite or Deny"),
-            )
-        return call
+                TypeError(f"returned {decision!r}, not None, Rewrite, Deny or Ask"),
+            ), None
+        return call, "; ".join(asked) if asked else None
 
     async def _run_after(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
         for hook in self._after:
@@ -670,35 +763,3 @@ def _input_problem(call: ToolCall) -> ToolOutcome | None:
     if problem is None:
         return None
     return error_outcome(call.id, call.name, "invalid_args", invalid_args_text([problem]))
-
-
-def _really_cancelled() -> bool:
-    # A task inside a scope that is being cancelled sees an effective deadline of -inf;
-    # a Cancelled raised while it is not (kept from an earlier scope and re-raised) is
-    # stale: nothing is cancelling this call.
-    return trio.current_effective_deadline() == -math.inf
-
-
-def _propagating_part(exc: BaseException) -> BaseException | None:
-    """What of an exception raised by user code (a tool, a hook) must go on past the
-    runner, or None when all of it is that call's failure.
-
-    Only KeyboardInterrupt, SystemExit and a Cancelled of a scope really being
-    cancelled go on; everything else is captured, BaseExceptions included.
-    """
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        return exc
-    if isinstance(exc, trio.Cancelled):
-        return exc if _really_cancelled() else None
-    if isinstance(exc, BaseExceptionGroup):
-        stopping, _ = exc.split((KeyboardInterrupt, SystemExit))
-        if stopping is not None:
-            return exc  # the whole group goes on, as a KeyboardInterrupt would
-        cancelled, rest = exc.split(trio.Cancelled)
-        if cancelled is None or not _really_cancelled():
-            return None
-        if rest is not None:
-            # The cancellation goes on; the tool's own errors it would hide are logged.
-            logger.warning("a tool failed while being cancelled: %s", describe_exception(rest))
-        return cancelled
-    return None

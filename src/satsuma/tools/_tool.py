@@ -43,6 +43,7 @@ class ToolDefinition:
         input_schema: The JSON Schema of the arguments.
         timeout: The tool's own deadline in seconds, or None for the runner's.
         idempotent: Whether running it twice is harmless (used when resuming).
+        requires_approval: Whether every call waits for a person's decision first.
         capabilities: What the context must grant before the tool may run (``read``,
             ``write``, ``shell``, ``network``, or a name of the user's own).
         is_async: Whether ``run`` is a coroutine function (else it runs in a thread).
@@ -58,6 +59,7 @@ class ToolDefinition:
     is_async: bool
     check: Checker = attrs.field(repr=False)
     capabilities: frozenset[str] = frozenset()
+    requires_approval: bool = False
 
     def schema(self) -> dict[str, Any]:
         return anthropic_tool(self.name, self.description, self.input_schema)
@@ -120,6 +122,14 @@ def _validate_common(
     return name, inspect.cleandoc(description), label or name, timeout, idempotent
 
 
+def _validate_approval(tool: str, requires_approval: object) -> bool:
+    if not isinstance(requires_approval, bool):
+        raise ToolDefinitionError(
+            tool, f"requires_approval must be True or False, got: {requires_approval!r}"
+        )
+    return requires_approval
+
+
 def _validate_capabilities(tool: str, capabilities: object) -> frozenset[str]:
     if isinstance(capabilities, str) or not isinstance(capabilities, Iterable):
         raise ToolDefinitionError(
@@ -163,8 +173,10 @@ class Tool:
 
     Set ``name``, ``description`` and ``parameters`` (a spec dict or an attrs class), or
     ``input_schema`` (a raw JSON Schema) instead of ``parameters``; optionally ``label``,
-    ``timeout``, ``idempotent`` and ``capabilities`` (what the context must grant, e.g.
-    ``{"read"}``: without it the call fails closed with ``Tool capability denied``); and
+    ``timeout``, ``idempotent``, ``capabilities`` (what the context must grant, e.g.
+    ``{"read"}``: without it the call fails closed with ``Tool capability denied``) and
+    ``requires_approval`` (every call waits for a person's decision, see
+    docs/approval.md); and
     define ``async def run(self, args, ctx)`` or a
     sync ``def run`` (run in a worker thread). See docs/tools.md.
 
@@ -183,6 +195,7 @@ class Tool:
     timeout: ClassVar[float | None] = None
     idempotent: ClassVar[bool] = False
     capabilities: ClassVar[Iterable[str]] = frozenset()
+    requires_approval: ClassVar[bool] = False
 
     __satsuma_definition__: ClassVar[ToolDefinition | None] = None
 
@@ -242,6 +255,7 @@ def _define_class(cls: type[Tool]) -> ToolDefinition:
         is_async=inspect.iscoroutinefunction(run),
         check=check,
         capabilities=_validate_capabilities(name, cls.capabilities),
+        requires_approval=_validate_approval(name, cls.requires_approval),
     )
 
 
@@ -352,6 +366,7 @@ def _make_function_tool(
     timeout: float | None,
     idempotent: bool,
     capabilities: Iterable[str],
+    requires_approval: bool,
 ) -> FunctionTool[P, R]:
     if not callable(fn):
         raise ToolDefinitionError(None, f"@tool needs a function, got: {type(fn).__name__}")
@@ -381,6 +396,7 @@ def _make_function_tool(
         is_async=inspect.iscoroutinefunction(fn),
         check=_function_checker(root, to_structure),
         capabilities=_validate_capabilities(tool_name, capabilities),
+        requires_approval=_validate_approval(tool_name, requires_approval),
     )
     return FunctionTool(fn, definition, context_param=context_param, is_method=is_method)
 
@@ -398,6 +414,7 @@ def tool(
     timeout: float | None = None,
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
+    requires_approval: bool = False,
 ) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
@@ -411,6 +428,7 @@ def tool(
     timeout: float | None = None,
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
+    requires_approval: bool = False,
 ) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Make a plain (async or sync) function a tool.
 
@@ -418,7 +436,8 @@ def tool(
     before its first section), each parameter's description from its ``Args:`` section.
     A parameter annotated ``ToolContext`` receives the context and is not in the schema.
     Use it bare (``@tool``) or with options (``@tool(name="...", timeout=5)``);
-    ``capabilities`` names what the context must grant before the tool may run.
+    ``capabilities`` names what the context must grant before the tool may run;
+    ``requires_approval=True`` makes every call wait for a person's decision.
 
     Raises:
         ToolDefinitionError: at decoration, for any declaration mistake.
@@ -430,6 +449,7 @@ def tool(
         "timeout": timeout,
         "idempotent": idempotent,
         "capabilities": capabilities,
+        "requires_approval": requires_approval,
     }
     if fn is None:
         return lambda inner: _make_function_tool(inner, **options)

@@ -1,0 +1,159 @@
+"""Human approval of tool calls: what a person is asked (PendingCall) and what they
+answer (Approve, or the hooks' Deny).
+
+A call needs a decision when its tool declares ``requires_approval = True`` or a
+``before_call`` hook returns ``Ask(reason)``. The runner asks after the hooks and the
+validation of the arguments (a call that would be refused anyway is never put to a
+person), and before the tool's own deadline starts. Who answers is the ``approver`` given
+to ``ToolRunner.execute``: an async callable, awaited under ``approval_timeout`` (fail
+closed: no answer in time denies); or, for an agent with a store and no approver, a
+``Deferral``, which takes the question away so that the run can pause and be resumed
+with decisions, in this process or another.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeAlias
+
+import attrs
+import trio
+
+from ._calls import ToolCall
+from ._events import ApprovalDecided, ApprovalRequested, Emitter
+from ._hooks import Deny
+from ._propagation import propagating_part
+from ._results import describe_exception
+
+__all__ = [
+    "DEFAULT_APPROVAL_TIMEOUT",
+    "Approve",
+    "Approver",
+    "Decision",
+    "Deferral",
+    "PendingCall",
+    "approval_reason",
+    "ask",
+    "report_decision",
+]
+
+logger = logging.getLogger("satsuma.tools")
+
+DEFAULT_APPROVAL_TIMEOUT: Final = 300.0
+"""Seconds an approver has to answer before the call is denied."""
+
+
+@attrs.frozen(kw_only=True)
+class PendingCall:
+    """A tool call waiting for a person's decision.
+
+    Attributes:
+        id: The call's id (the ``tool_use`` id): the key of ``decisions``.
+        tool_name: The tool it calls.
+        input: The arguments it would run with (validated; after any hook's rewrite).
+        reason: Why it needs a decision (the tool requires approval, or a hook's reason).
+    """
+
+    id: str
+    tool_name: str
+    input: Any
+    reason: str
+
+
+@attrs.frozen
+class Approve:
+    """Let a waiting call run: with its own arguments, or with ``input`` instead (an
+    edit, validated like the model's arguments: invalid, the model reads why)."""
+
+    input: Mapping[str, Any] | None = None
+
+
+Decision: TypeAlias = Approve | Deny
+
+Approver: TypeAlias = Callable[[PendingCall], Awaitable[Decision]]
+"""An async callable that a person answers through: ``PendingCall -> Approve | Deny``."""
+
+
+@attrs.define(eq=False)
+class Deferral:
+    """Given as ``approver``: calls that need a decision do not wait and do not run; they
+    are collected in ``pending``, have no ToolCallEnd, and their slots in ``execute``'s
+    list are placeholders that must not reach the model. The caller pauses the run and,
+    once decided, passes the decisions back with ``execute(..., decisions=...)``."""
+
+    pending: list[PendingCall] = attrs.Factory(list)
+
+
+def approval_reason(tool_name: str) -> str:
+    """The reason given for a call whose tool declares ``requires_approval``."""
+    return f"{tool_name} requires approval"
+
+
+async def ask(
+    pending: PendingCall,
+    approver: Approver | Deferral | None,
+    # A deadline for the person, not for this function: it answers Deny when it passes.
+    timeout: float | None,  # noqa: ASYNC109
+    emitter: Emitter | None,
+) -> Decision | None:
+    """The approver's decision on a call (None: a Deferral took it). Fails closed: no
+    approver, no answer within ``timeout``, an approver that raises or answers something
+    else, all deny. Cancelling the caller cancels the wait."""
+    if emitter is not None:
+        emitter.emit(
+            ApprovalRequested(
+                tool_use_id=pending.id,
+                tool_name=pending.tool_name,
+                input=pending.input,
+                reason=pending.reason,
+            )
+        )
+    if isinstance(approver, Deferral):
+        approver.pending.append(pending)
+        return None
+    if approver is None:
+        return Deny(f"{pending.reason}, and there is no approver to ask")
+    deadline = trio.current_time() + timeout if timeout is not None else math.inf
+    answer: object = None
+    try:
+        with trio.CancelScope(deadline=deadline) as scope:
+            answer = await approver(pending)
+    except BaseException as exc:
+        going_on = propagating_part(exc)
+        if going_on is exc:
+            raise
+        if going_on is not None:
+            raise going_on from None
+        logger.warning(
+            "tool %s (call %s): the approver failed", pending.tool_name, pending.id, exc_info=exc
+        )
+        return Deny(f"the approver failed: {describe_exception(exc)}")
+    # Checked after the scope exits: cancel_called is True only for our own deadline (an
+    # outer cancellation raised out of the scope above). An approver that swallowed the
+    # Cancelled and answered anyway was still too late.
+    if scope.cancel_called:
+        assert timeout is not None
+        return Deny(f"no decision within {timeout:g}s")
+    if isinstance(answer, Deny) and isinstance(answer.reason, str):
+        return answer
+    if isinstance(answer, Approve) and (answer.input is None or isinstance(answer.input, Mapping)):
+        return answer
+    return Deny(f"the approver answered {answer!r}, not Approve or Deny")
+
+
+def report_decision(emitter: Emitter | None, call: ToolCall, decision: Decision) -> None:
+    """Emit the ApprovalDecided of ``call`` (as it will run, when approved)."""
+    if emitter is None:
+        return
+    approved = isinstance(decision, Approve)
+    emitter.emit(
+        ApprovalDecided(
+            tool_use_id=call.id,
+            tool_name=call.name,
+            approved=approved,
+            input=call.input if approved else None,
+            reason=decision.reason if isinstance(decision, Deny) else None,
+        )
+    )
