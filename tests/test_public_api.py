@@ -103,6 +103,21 @@ def test_testing_exports() -> None:
     assert public_names(satsuma.testing) == set(satsuma.testing.__all__)
 
 
+def test_cluster_exports_and_it_loads_only_when_used() -> None:
+    import satsuma.cluster
+
+    assert set(satsuma.cluster.__all__) == {"Cluster", "Node", "QueuedRun", "QueuedRunStatus"}
+    assert public_names(satsuma.cluster) == set(satsuma.cluster.__all__)
+    code = (
+        "import sys, satsuma;"
+        "print(sorted(m for m in sys.modules if m.startswith(('satsuma.cluster', 'psycopg'))));"
+        "satsuma.cluster.Node;"
+        "print('satsuma.cluster' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "True"]
+
+
 def test_exported_objects_say_they_live_in_private_modules_of_their_layer() -> None:
     for name in satsuma.__all__:
         obj = getattr(satsuma, name)

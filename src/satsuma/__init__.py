@@ -128,6 +128,10 @@ _SUPERVISOR_NAMES = frozenset(
 
 
 def __getattr__(name: str) -> _typing.Any:
+    if name == "cluster":
+        # ``satsuma.cluster.Node`` after a bare ``import satsuma``: the subpackage loads on
+        # first use, never with satsuma itself (it needs the agents and the supervisor).
+        return _importlib.import_module("satsuma.cluster")
     if name in _AGENT_NAMES:
         module = "satsuma.agents"
     elif name in _SUPERVISOR_NAMES:

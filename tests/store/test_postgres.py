@@ -245,7 +245,9 @@ async def test_the_schema_is_created_once_by_stores_opening_at_once(postgres_dsn
             "WHERE table_schema = current_schema() ORDER BY table_name"
         ).fetchall()
     assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
-    assert [t for (t,) in tables] == ["leases", "messages", "runs", "satsuma_schema", "tool_calls"]
+    assert [t for (t,) in tables] == [
+        "leases", "messages", "nodes", "run_queue", "runs", "satsuma_schema", "tool_calls",
+    ]  # fmt: skip
 
 
 async def test_a_newer_schema_is_refused(postgres_dsn: str) -> None:

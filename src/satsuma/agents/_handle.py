@@ -25,7 +25,7 @@ from ._model import Model
 from ._persist import own_answer
 from ._result import RunResult
 
-__all__ = ["AgentHandle", "Target", "open_agent"]
+__all__ = ["AgentHandle", "Target", "open_agent", "run_with_id"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -262,6 +262,14 @@ async def _abandon(job: Job) -> None:
     job.abandon()
     with trio.move_on_after(_WIND_DOWN_SECONDS, shield=True):
         await job.done.wait()
+
+
+async def run_with_id(handle: AgentHandle, prompt: str, run_id: str) -> RunResult:
+    """``handle.run(prompt)`` under a run id the caller chose: a cluster's queued run
+    keeps its id in the agent's own records, so that a node taking it over after a
+    failover finds the run (and its journal) by that id."""
+    _check_prompt(prompt)
+    return await handle._serve(Job(prompt=prompt, run_id=run_id, sink=None))
 
 
 def _check_prompt(text: object) -> None:

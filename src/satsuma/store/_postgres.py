@@ -101,6 +101,50 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             expires_at DOUBLE PRECISION NOT NULL
         )""",
     ),
+    # The cluster (satsuma.cluster): the queue of runs that nodes claim, and the nodes.
+    2: (
+        # status: queued, claimed, running, completed, failed, cancelled. node_id: the
+        # node that claimed it, while claimed or running. result: the RunResult as JSON
+        # text, once ended. available_at: not claimed before (a run handed back because
+        # its agent was still held elsewhere waits a little). Times on the database's
+        # clock, seconds since the epoch.
+        """CREATE TABLE run_queue (
+            run_id TEXT PRIMARY KEY,
+            seq BIGINT GENERATED ALWAYS AS IDENTITY,
+            agent_name TEXT NOT NULL,
+            agent_id TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            status TEXT NOT NULL,
+            node_id TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            cancel_requested BOOLEAN NOT NULL DEFAULT false,
+            submitted_at DOUBLE PRECISION NOT NULL,
+            available_at DOUBLE PRECISION NOT NULL,
+            claimed_at DOUBLE PRECISION,
+            ended_at DOUBLE PRECISION,
+            result TEXT,
+            error TEXT
+        )""",
+        "CREATE INDEX run_queue_queued ON run_queue (seq) WHERE status = 'queued'",
+        "CREATE INDEX run_queue_by_agent ON run_queue (agent_id, seq)",
+        # At most one run of a conversation in flight, whatever the claiming query does.
+        "CREATE UNIQUE INDEX run_queue_one_in_flight ON run_queue (agent_id) "
+        "WHERE status IN ('claimed', 'running')",
+        "CREATE INDEX run_queue_by_node ON run_queue (node_id) "
+        "WHERE status IN ('claimed', 'running')",
+        # agents: the Agent names it serves, as a JSON list.
+        """CREATE TABLE nodes (
+            node_id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            agents TEXT NOT NULL,
+            started_at DOUBLE PRECISION NOT NULL,
+            heartbeat_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            draining BOOLEAN NOT NULL DEFAULT false
+        )""",
+    ),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
 
@@ -148,8 +192,9 @@ class PostgresStore:
     It keeps what SQLiteStore keeps, with the same guarantees: each call one transaction,
     one owner per agent with every write fenced by its lease's epoch, rows that do not
     decode reported by name, and a schema that migrates itself when the store opens
-    (tables ``satsuma_schema``, ``messages``, ``runs``, ``tool_calls``, ``leases``, in
-    the schema the connection's ``search_path`` names first).
+    (tables ``satsuma_schema``, ``messages``, ``runs``, ``tool_calls``, ``leases``, and
+    for ``satsuma.cluster`` ``run_queue`` and ``nodes``, in the schema the connection's
+    ``search_path`` names first).
 
     Needs the extra: ``pip install 'satsuma[postgres]'``.
 

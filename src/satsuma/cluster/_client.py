@@ -1,0 +1,169 @@
+"""Cluster: submit runs to the nodes of a cluster and wait for their results, from any
+process (a web handler, a script)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final, final
+
+import trio
+
+from ..agents import Agent, RunResult
+from ..agents._actor import new_run_id
+from ..agents._agent import spec_of
+from ..store import PostgresStore
+from ..store import _queue as queue
+from ..store._queue import QueuedRun, QueuedRunStatus
+from ._listen import Listener
+from ._results import decode_result, encode_result, failed_result
+
+__all__ = ["Cluster"]
+
+_CANCELLED_WHILE_QUEUED: Final = "cancelled before a node started it"
+
+
+@final
+class Cluster:
+    """The client of a cluster: puts runs in the queue that the nodes serve and reads
+    their results. It keeps no state of its own beyond the store: any number of them,
+    in any processes, may share one database.
+
+    Args:
+        store: The cluster's PostgresStore (the nodes use the same database).
+        poll_interval: Results arrive by LISTEN/NOTIFY; should a notification be lost
+            (its connection broke), a waiting ``result`` still reads the run's state
+            this often, in seconds (default 5).
+    """
+
+    def __init__(self, store: PostgresStore, *, poll_interval: float = 5.0) -> None:
+        if not isinstance(store, PostgresStore):
+            raise TypeError(f"a cluster runs on a PostgresStore, got: {type(store).__name__}")
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be positive, got: {poll_interval!r}")
+        self.store = store
+        self.poll_interval = poll_interval
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.store!r})"
+
+    async def submit(self, agent: type[Agent], agent_id: str, prompt: str) -> str:
+        """Queue a run of ``agent`` (a class some node serves) in the conversation
+        ``agent_id``, and return its run id at once. Runs of one ``agent_id`` run one at
+        a time, in the order they were submitted.
+
+        Raises:
+            TypeError: ``agent`` is not a concrete Agent subclass.
+            ValueError: the prompt or the agent_id is empty.
+            StoreError: the queue could not be written.
+        """
+        name = spec_of(agent).name
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"a prompt must be a non-empty str, got: {prompt!r}")
+        if not isinstance(agent_id, str) or not agent_id:
+            raise ValueError(f"agent_id must be a non-empty str, got: {agent_id!r}")
+        run_id = new_run_id()
+        await queue.enqueue(self.store, run_id, name, agent_id, prompt)
+        return run_id
+
+    # The contract (DESIGN.md) names the option: a run outlives a caller's deadline, so a
+    # TimeoutError that says the run goes on is clearer here than a cancelled wait.
+    async def result(self, run_id: str, *, timeout: float | None = None) -> RunResult:  # noqa: ASYNC109
+        """Wait for the run to end and return its RunResult (with whatever status the
+        run ended: completed, failed, cancelled, ...). A run that no agent could answer
+        (its agent could not be opened, say) ends ``failed`` with the reason in
+        ``error``.
+
+        Args:
+            run_id: As ``submit`` returned it.
+            timeout: Seconds to wait at most (None: as long as it takes).
+
+        Raises:
+            ValueError: no run has this id.
+            TimeoutError: the run had not ended after ``timeout`` seconds (it goes on).
+            StoreError: the queue could not be read.
+        """
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        # Listening before the first read: an end committed after it is heard.
+        listener = Listener(self.store.dsn, [queue.DONE_CHANNEL])
+        try:
+            try:
+                await listener.open()
+            except Exception:  # the server is away: the loop below polls, and says so
+                listener.close()
+            while True:
+                found = await queue.outcome(self.store, run_id)
+                if found is None:
+                    raise ValueError(f"no run {run_id!r} in the cluster's queue")
+                run, text = found
+                if run.status in queue.ENDED:
+                    return (
+                        decode_result(text)
+                        if text is not None
+                        else failed_result(run_id, run.error or f"the run ended {run.status}")
+                    )
+                await self._wait_for(run_id, listener, deadline, timeout)
+        finally:
+            listener.close()
+
+    async def _wait_for(
+        self, run_id: str, listener: Listener, deadline: float, limit: float | None
+    ) -> None:
+        """Until a notification names the run, the poll interval passed, or the
+        deadline (then TimeoutError)."""
+        while True:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                raise TimeoutError(f"run {run_id} had not ended after {limit:g}s")
+            heard = await listener.wait(min(left, self.poll_interval))
+            if not heard or any(payload == run_id for _, payload in heard):
+                return
+
+    async def run(self, agent: type[Agent], agent_id: str, prompt: str) -> RunResult:
+        """Submit a run and wait for its result: ``submit`` then ``result``.
+
+        If the caller is cancelled while it waits, the run is not: it goes on in the
+        cluster (``cancel`` it to stop it).
+
+        Raises:
+            TypeError, ValueError, StoreError: as ``submit`` and ``result``.
+        """
+        return await self.result(await self.submit(agent, agent_id, prompt))
+
+    async def cancel(self, run_id: str) -> QueuedRunStatus:
+        """Cancel a run: a queued one ends ``cancelled`` at once; the node of one in
+        flight is told to cancel it (it ends ``cancelled`` as ``AgentHandle.cancel``
+        ends a run: the calls in flight are cancelled and answered). A run that has
+        ended is left as it is.
+
+        Returns:
+            The run's status after the call (``cancelled``, still ``claimed`` or
+            ``running`` while its node cancels it, or how it had ended).
+
+        Raises:
+            ValueError: no run has this id.
+            StoreError: the queue could not be written.
+        """
+        result = encode_result(
+            RunResult(run_id=run_id, output="", status="cancelled", error=_CANCELLED_WHILE_QUEUED)
+        )
+        status = await queue.request_cancel(self.store, run_id, result)
+        if status is None:
+            raise ValueError(f"no run {run_id!r} in the cluster's queue")
+        return status
+
+    async def runs(
+        self,
+        agent_id: str | None = None,
+        *,
+        status: QueuedRunStatus | Sequence[QueuedRunStatus] = (),
+        limit: int = 100,
+    ) -> list[QueuedRun]:
+        """The queue's runs, oldest first: the last ``limit`` submitted, of one
+        conversation (``agent_id``) or all, with the given statuses (all by default).
+
+        Raises:
+            StoreError: the queue could not be read.
+        """
+        statuses = (status,) if isinstance(status, str) else tuple(status)
+        return await queue.listing(self.store, agent_id, statuses, limit)

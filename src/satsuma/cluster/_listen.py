@@ -1,0 +1,88 @@
+"""A LISTEN connection that waits under trio without a thread.
+
+psycopg's sync connection in autocommit mode, LISTENing on a few channels: trio waits for
+its socket to be readable (``trio.lowlevel.wait_readable``) and psycopg then reads what
+arrived without blocking (``notifies(timeout=0)``). Connecting, and LISTEN itself, run in
+a worker thread. A connection that breaks (the server restarted) is dropped and made
+again on the next wait; meanwhile callers fall back on polling, which they bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, final
+
+import trio
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["Listener"]
+
+logger = logging.getLogger("satsuma.cluster")
+
+
+@final
+class Listener:
+    """Notifications on ``channels``, as ``(channel, payload)`` pairs. One task at a time
+    may wait on it."""
+
+    def __init__(self, dsn: str, channels: Sequence[str]) -> None:
+        self._dsn = dsn
+        self._channels = tuple(channels)
+        self._connection: psycopg.Connection[Any] | None = None
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
+        try:
+            for channel in self._channels:
+                connection.execute(f'LISTEN "{channel}"')
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    async def open(self) -> None:
+        """Connect and LISTEN now: notifications sent from here on are kept for ``wait``.
+
+        Raises:
+            psycopg.Error: the server cannot be reached.
+        """
+        if self._connection is None:
+            self._connection = await trio.to_thread.run_sync(self._connect)
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            trio.lowlevel.notify_closing(connection.fileno())
+            connection.close()
+
+    def _read(self) -> list[tuple[str, str]]:
+        assert self._connection is not None
+        return [(n.channel, n.payload) for n in self._connection.notifies(timeout=0)]
+
+    async def wait(self, seconds: float) -> list[tuple[str, str]]:
+        """The notifications that arrived, waiting up to ``seconds`` for one;
+        empty when none came (or the connection broke: the caller polls instead)."""
+        import psycopg
+
+        with trio.move_on_after(seconds):
+            try:
+                await self.open()
+                while True:
+                    got = self._read()
+                    if got:
+                        return got
+                    assert self._connection is not None
+                    await trio.lowlevel.wait_readable(self._connection.fileno())
+            except (psycopg.Error, OSError) as exc:
+                logger.warning("lost the connection that listens for runs (%s); polling", exc)
+                self._drop()
+                await trio.sleep_forever()  # until the timeout: the caller polls
+        return []
+
+    def close(self) -> None:
+        self._drop()

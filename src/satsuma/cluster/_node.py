@@ -1,0 +1,402 @@
+"""Node: a supervisable service that runs the queued runs of the agent classes it serves.
+
+One task claims runs (``run_queue``, SELECT ... FOR UPDATE SKIP LOCKED) when a NOTIFY
+says there may be one, or every ``poll_interval`` seconds; each claimed run gets a task
+that opens its agent with the store (taking the agent's lease, so that two nodes never
+run one agent at once), runs or resumes it, and writes its result. A heartbeat keeps the
+node's row alive and puts back in the queue the runs of nodes whose row expired; the node
+that claims such a run resumes it from the agent's tool-call journal.
+
+Draining (the node's ``serve`` is cancelled): no more claims; runs in flight get
+``drain_timeout`` seconds to end, then are cancelled and handed back to the queue for
+another node, which resumes them. The draining work runs in a shielded scope with that
+deadline, so a supervisor's cancellation does not cut it short.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, final
+
+import attrs
+import trio
+
+from .._exceptions import StoreError
+from ..agents import Agent, AgentHandle, Model, RunResult, open_agent
+from ..agents._agent import spec_of
+from ..agents._handle import run_with_id
+from ..store import PostgresStore
+from ..store import _queue as queue
+from ..store._queue import QueuedRun, QueuedRunStatus
+from ._listen import Listener
+from ._results import encode_result, failed_result, result_from_record
+
+__all__ = ["Node"]
+
+logger = logging.getLogger("satsuma.cluster")
+
+# A run whose agent another owner still holds (its node died on another host, and the
+# agent's lease has not expired yet) goes back to the queue for this long; after this
+# many claims it fails rather than circulate for ever.
+_HELD_ELSEWHERE_DELAY: Final = 1.0
+_MAX_ATTEMPTS: Final = 100
+# Store writes made while stopping (hand-backs, leaving the node table) are bounded.
+_STOP_WRITE_SECONDS: Final = 5.0
+
+
+@attrs.define(eq=False)
+class _InFlight:
+    run: QueuedRun
+    handle: AgentHandle | None = None
+    cancel_requested: bool = False
+
+    async def cancel(self) -> None:
+        self.cancel_requested = True
+        if self.handle is not None:
+            await self.handle.cancel()
+
+
+@final
+class Node:
+    """Runs the cluster's queued runs of some agent classes, in this process.
+
+    A supervisable child: ``await sup.start_child(node)``. Start as many nodes as you
+    like, in as many processes and machines, on one database; a run is claimed by one
+    node, and runs of one ``agent_id`` go one at a time, in order.
+
+    Args:
+        store: The cluster's PostgresStore.
+        agents: The Agent classes this node serves (by ``Agent.name``).
+        name: A name for people (``satsuma cluster status``); the host and pid by
+            default.
+        max_agents: How many agents the node has open at once.
+        max_runs: How many runs it runs at once (by default ``max_agents``). Each run
+            opens its agent and closes it at its end, so the lower of the two bounds
+            both today.
+        model: The model provider for its agents (by default each class's own, as
+            ``open_agent`` makes it); tests pass a ScriptedModel or a FunctionModel.
+        context: The tools' context mapping for its agents.
+        lease_seconds: The node counts as dead when it has not sent a heartbeat for
+            this long (it sends one every third of it); its runs then go to the other
+            nodes.
+        drain_timeout: When the node is stopped, how long its runs in flight have to
+            end before they are cancelled and handed back. Keep it below the
+            supervisor's ``shutdown_timeout`` for the child (5 s by default).
+        poll_interval: New runs are announced by NOTIFY; the node also looks for work
+            this often, in seconds.
+
+    Raises:
+        TypeError: ``store`` is not a PostgresStore, or an entry of ``agents`` is not a
+            concrete Agent subclass.
+        ValueError: no agents, two classes with one name, or a bound below 1.
+    """
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        agents: Iterable[type[Agent]],
+        *,
+        name: str | None = None,
+        max_agents: int = 100,
+        max_runs: int | None = None,
+        model: Model | None = None,
+        context: Mapping[str, Any] | None = None,
+        lease_seconds: float = 15.0,
+        drain_timeout: float = 3.0,
+        poll_interval: float = 2.0,
+    ) -> None:
+        if not isinstance(store, PostgresStore):
+            raise TypeError(f"a node runs on a PostgresStore, got: {type(store).__name__}")
+        classes: dict[str, type[Agent]] = {}
+        for agent in agents:
+            agent_name = spec_of(agent).name
+            if agent_name in classes and classes[agent_name] is not agent:
+                raise ValueError(f"two agent classes are named {agent_name!r}")
+            classes[agent_name] = agent
+        if not classes:
+            raise ValueError("a node needs at least one agent class to serve")
+        for label, bound in (("max_agents", max_agents), ("max_runs", max_runs)):
+            if bound is not None and bound < 1:
+                raise ValueError(f"{label} must be at least 1, got: {bound!r}")
+        for label, seconds in (
+            ("lease_seconds", lease_seconds),
+            ("drain_timeout", drain_timeout),
+            ("poll_interval", poll_interval),
+        ):
+            if not seconds > 0:
+                raise ValueError(f"{label} must be positive, got: {seconds!r}")
+        self.store = store
+        self.agents = tuple(classes.values())
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.node_id = uuid.uuid4().hex
+        self.max_agents = max_agents
+        self.max_runs = max_runs if max_runs is not None else max_agents
+        self.model = model
+        self.context = dict(context or {})
+        self.lease_seconds = lease_seconds
+        self.drain_timeout = drain_timeout
+        self.poll_interval = poll_interval
+        self._classes = classes
+        self._slots = trio.Semaphore(min(self.max_agents, self.max_runs))
+        self._in_flight: dict[str, _InFlight] = {}
+        self._wake = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} serving {', '.join(self._classes)}>"
+
+    @property
+    def in_flight(self) -> tuple[str, ...]:
+        """The ids of the runs this node is running now."""
+        return tuple(self._in_flight)
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled, then drain (see the class). Reports started once it is
+        in the node table and listening for work.
+
+        Raises:
+            StoreError: the database cannot be reached at start.
+        """
+        await self.store.open()
+        listener = Listener(self.store.dsn, [queue.QUEUED_CHANNEL, queue.CANCEL_CHANNEL])
+        try:
+            await listener.open()
+            await self._register()
+            # Shielded: a cancellation of serve() drains (below) rather than cutting runs
+            # short; the drain's deadline is this scope's.
+            work = trio.CancelScope(shield=True)
+            claiming = trio.CancelScope()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._work, work, claiming, listener)
+                task_status.started()
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    claiming.cancel()
+                    work.deadline = min(work.deadline, trio.current_time() + self.drain_timeout)
+        finally:
+            listener.close()
+            with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
+                try:
+                    # Anything still held (a hand-back that could not be written) goes
+                    # back to the queue with the node's row.
+                    await queue.unregister_node(self.store, self.node_id)
+                except StoreError:
+                    logger.warning(
+                        "node %s: could not leave the node table; the others will see it "
+                        "dead after %gs",
+                        self.name,
+                        self.lease_seconds,
+                        exc_info=True,
+                    )
+
+    async def _register(self) -> None:
+        await queue.register_node(
+            self.store,
+            self.node_id,
+            name=self.name,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            agents=list(self._classes),
+            lease_seconds=self.lease_seconds,
+        )
+        await self._beat()  # the runs of nodes that died while none was alive
+
+    async def _work(
+        self, work: trio.CancelScope, claiming: trio.CancelScope, listener: Listener
+    ) -> None:
+        with work:
+            async with trio.open_nursery() as services:
+                services.start_soon(self._keep_alive)
+                services.start_soon(self._listen, listener)
+                async with trio.open_nursery() as runs:
+                    with claiming:
+                        await self._claim_runs(runs)
+                # Every run ended or was handed back.
+                services.cancel_scope.cancel()
+
+    # --- claiming -------------------------------------------------------------------------
+
+    async def _claim_runs(self, runs: trio.Nursery) -> None:
+        names = list(self._classes)
+        while True:
+            await self._slots.acquire()
+            self._wake = trio.Event()  # a NOTIFY from here on wakes the wait below
+            try:
+                run = await queue.claim(self.store, self.node_id, names)
+            except StoreError:
+                logger.warning("node %s: could not claim runs", self.name, exc_info=True)
+                run = None
+            if run is None:
+                self._slots.release()
+                with trio.move_on_after(self.poll_interval):
+                    await self._wake.wait()
+                continue
+            self._in_flight[run.run_id] = _InFlight(run)
+            runs.start_soon(self._execute, run)
+
+    async def _listen(self, listener: Listener) -> None:
+        while True:
+            for channel, payload in await listener.wait(self.poll_interval):
+                if channel == queue.QUEUED_CHANNEL and payload in self._classes:
+                    self._wake.set()
+                elif channel == queue.CANCEL_CHANNEL:
+                    await self._cancel(payload)
+
+    async def _cancel(self, run_id: str) -> None:
+        entry = self._in_flight.get(run_id)
+        if entry is not None:
+            await entry.cancel()
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await trio.sleep(self.lease_seconds / 3)
+            try:
+                await self._beat()
+            except StoreError:
+                logger.warning("node %s: heartbeat failed", self.name, exc_info=True)
+
+    async def _beat(self) -> None:
+        beat = await queue.heartbeat(self.store, self.node_id, lease_seconds=self.lease_seconds)
+        if not beat.registered:
+            # Declared dead (no heartbeat for lease_seconds): its runs went back to the
+            # queue, and what it still writes of them is refused. It joins again.
+            logger.warning(
+                "node %s: was counted dead (no heartbeat for %gs); its runs went to other nodes",
+                self.name,
+                self.lease_seconds,
+            )
+            await self._register()
+        if beat.requeued:
+            self._wake.set()
+        for run_id in beat.cancels:
+            await self._cancel(run_id)
+
+    # --- running --------------------------------------------------------------------------
+
+    async def _execute(self, run: QueuedRun) -> None:
+        try:
+            await self._attempt(run, self._in_flight[run.run_id])
+        finally:
+            del self._in_flight[run.run_id]
+            self._slots.release()
+
+    async def _attempt(self, run: QueuedRun, entry: _InFlight) -> None:
+        result: RunResult | None = None
+        handed_back = False
+        try:
+            async with open_agent(
+                self._classes[run.agent_name],
+                model=self.model,
+                context=self.context,
+                agent_id=run.agent_id,
+                store=self.store,
+            ) as handle:
+                entry.handle = handle
+                if not await queue.mark_running(self.store, run.run_id, self.node_id):
+                    handed_back = True  # no longer ours: the node was counted dead
+                    return
+                if entry.cancel_requested:
+                    result = RunResult(run_id=run.run_id, output="", status="cancelled")
+                else:
+                    result = await self._run(handle, run)
+        except StoreError as exc:
+            if result is not None:
+                # Closing the agent failed after its run ended: the result stands.
+                logger.warning(
+                    "node %s: closing the agent of run %s: %s", self.name, run.run_id, exc
+                )
+                await self._finish(run, result)
+                return
+            # Its agent could not be opened: held by another owner (a node that died on
+            # another host, before its lease expired) or the store is away. Later.
+            logger.warning("node %s: run %s handed back: %s", self.name, run.run_id, exc)
+            if run.attempts >= _MAX_ATTEMPTS:
+                result = failed_result(run.run_id, f"its agent could not be opened: {exc}")
+            else:
+                handed_back = await self._hand_back(run, "keep", _HELD_ELSEWHERE_DELAY)
+        except Exception as exc:
+            if result is None:
+                result = failed_result(run.run_id, f"the agent crashed: {exc}")
+        finally:
+            if result is None and not handed_back:
+                # Cancelled (the drain's deadline) before it ended: another node goes on.
+                await self._hand_back(run, "auto", 0.0)
+        if result is not None:
+            await self._finish(run, result)
+
+    async def _run(self, handle: AgentHandle, run: QueuedRun) -> RunResult:
+        """Run the queued run, or go on with it where an earlier attempt stopped."""
+        record = await self.store.get_run(run.run_id)
+        if record is None:
+            return await run_with_id(handle, run.prompt, run.run_id)
+        if record.status == "interrupted":
+            # A node died (or handed it back) mid-run: finished calls keep their
+            # journaled outcomes, in-doubt ones re-run only when idempotent.
+            try:
+                return await handle.resume(run.run_id)
+            except ValueError as exc:
+                return failed_result(run.run_id, str(exc))
+        # Its agent recorded its end; the queue never heard of it.
+        return result_from_record(record, handle.history)
+
+    async def _hand_back(
+        self, run: QueuedRun, agent_record: Literal["keep", "auto"], delay: float
+    ) -> bool:
+        with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
+            try:
+                return await queue.hand_back(
+                    self.store,
+                    run,
+                    self.node_id,
+                    agent_record=agent_record,
+                    delay=delay,
+                )
+            except StoreError:
+                logger.warning(
+                    "node %s: could not hand run %s back", self.name, run.run_id, exc_info=True
+                )
+        return False
+
+    async def _finish(self, run: QueuedRun, result: RunResult) -> None:
+        status: QueuedRunStatus = (
+            "cancelled"
+            if result.status == "cancelled"
+            else "failed"
+            if result.status == "failed"
+            else "completed"
+        )
+        # Shielded: a run that ended is recorded even while the node drains. Tried again
+        # while the store is away (the run stays this node's meanwhile).
+        with trio.CancelScope(shield=True):
+            for attempt in range(30):
+                try:
+                    written = await queue.finish(
+                        self.store,
+                        run,
+                        self.node_id,
+                        status=status,
+                        result=encode_result(result),
+                        error=result.error if status == "failed" else None,
+                    )
+                except StoreError:
+                    logger.warning(
+                        "node %s: could not record the end of run %s (attempt %d)",
+                        self.name,
+                        run.run_id,
+                        attempt + 1,
+                        exc_info=True,
+                    )
+                    await trio.sleep(1.0)
+                    continue
+                if not written:
+                    logger.warning(
+                        "node %s: run %s ended here after it went to another node; its "
+                        "result here is dropped",
+                        self.name,
+                        run.run_id,
+                    )
+                return

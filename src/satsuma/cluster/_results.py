@@ -1,0 +1,86 @@
+"""A RunResult as the queue keeps it: JSON text, written by the node that ran the run
+and read by the client that waits for it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, cast
+
+from .._messages import Message, Usage
+from ..agents import RunResult, RunStatus
+from ..store import RunRecord
+
+__all__ = ["decode_result", "encode_result", "failed_result", "result_from_record"]
+
+
+def encode_result(result: RunResult) -> str:
+    return json.dumps(
+        {
+            "run_id": result.run_id,
+            "output": result.output,
+            "status": result.status,
+            "messages": [
+                {"role": message.role, "content": list(message.content)}
+                for message in result.messages
+            ],
+            "usage": {
+                "input_tokens": result.usage.input_tokens,
+                "output_tokens": result.usage.output_tokens,
+                "cache_creation_input_tokens": result.usage.cache_creation_input_tokens,
+                "cache_read_input_tokens": result.usage.cache_read_input_tokens,
+            },
+            "iterations": result.iterations,
+            "error": result.error,
+        }
+    )
+
+
+def decode_result(text: str) -> RunResult:
+    data: dict[str, Any] = json.loads(text)
+    return RunResult(
+        run_id=data["run_id"],
+        output=data["output"],
+        status=data["status"],
+        messages=tuple(
+            Message(role=message["role"], content=message["content"])
+            for message in data["messages"]
+        ),
+        usage=Usage(**data["usage"]),
+        iterations=data["iterations"],
+        error=data["error"],
+    )
+
+
+def failed_result(run_id: str, error: str) -> RunResult:
+    """The result of a run that no agent could answer (its class is served by no node
+    that could open it, its agent could not be opened, ...)."""
+    return RunResult(run_id=run_id, output="", status="failed", error=error)
+
+
+def result_from_record(record: RunRecord, history: Sequence[Message]) -> RunResult:
+    """The result of a run whose agent recorded its end but whose node stopped before
+    the queue heard of it: rebuilt from the record and the conversation (the messages
+    of the run, from its prompt to the next prompt or the end; its iterations are not
+    recorded)."""
+    part: list[Message] = []
+    if record.position is not None and record.position < len(history):
+        part.append(history[record.position])
+        for message in history[record.position + 1 :]:
+            if message.role == "user" and any(
+                block.get("type") == "text" for block in message.content
+            ):
+                break  # the next run's prompt
+            part.append(message)
+    output = next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
+    status: RunStatus = "failed"
+    if record.status not in ("running", "interrupted"):
+        status = cast("RunStatus", record.status)
+    return RunResult(
+        run_id=record.run_id,
+        output=output,
+        status=status,
+        messages=tuple(part),
+        usage=record.usage,
+        error=record.error,
+    )

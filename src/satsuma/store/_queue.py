@@ -1,0 +1,371 @@
+"""The cluster's run queue and node table in PostgreSQL (satsuma.cluster uses them).
+
+Each function is one transaction of PostgresStore's (see ``_postgres``), so a change and
+its NOTIFY commit together: a listener never hears of a change it cannot read yet. The
+tables are migration 2 of ``_postgres``. Times are on the database's clock, the one
+clock every machine of a cluster shares.
+
+A run's life: ``queued`` (submitted, or handed back) → ``claimed`` (by one node) →
+``running`` (its agent is open) → ``completed`` / ``failed`` / ``cancelled``. A node
+writes to a run only while it is the run's claimer (``node_id``, status claimed or
+running): a node declared dead and replaced cannot overwrite what its successor does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import attrs
+
+from ._postgres import PostgresStore
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "DONE_CHANNEL",
+    "QUEUED_CHANNEL",
+    "QueuedRun",
+    "QueuedRunStatus",
+]
+
+QueuedRunStatus = Literal["queued", "claimed", "running", "completed", "failed", "cancelled"]
+ENDED: Final = ("completed", "failed", "cancelled")
+
+# NOTIFY channels. Payloads: a run id (done, cancel) or an agent name (queued).
+DONE_CHANNEL: Final = "satsuma_run_done"
+QUEUED_CHANNEL: Final = "satsuma_run_queued"
+CANCEL_CHANNEL: Final = "satsuma_run_cancel"
+
+_NOW: Final = "extract(epoch from clock_timestamp())::float8"
+_COLUMNS: Final = (
+    "run_id, agent_name, agent_id, prompt, status, node_id, attempts, cancel_requested, "
+    "submitted_at, claimed_at, ended_at, error"
+)
+
+
+@attrs.frozen(kw_only=True)
+class QueuedRun:
+    """A run in the cluster's queue, as ``Cluster.runs`` lists it.
+
+    Attributes:
+        run_id: The run's id (the agent's run record and RunResult carry it too).
+        agent_name: The ``Agent.name`` of the class that runs it.
+        agent_id: The conversation it runs in.
+        prompt: The user's message.
+        status: ``queued``, ``claimed``, ``running``, ``completed``, ``failed`` or
+            ``cancelled`` (``completed`` means the run ended: its RunResult says how).
+        node_id: The node that holds it while claimed or running, else None.
+        attempts: How many times a node claimed it (more than one after a failover or
+            a hand-back).
+        cancel_requested: ``Cluster.cancel`` was called while it was in flight.
+        submitted_at: When it was submitted (seconds since the epoch).
+        claimed_at: When a node last claimed it.
+        ended_at: When it ended.
+        error: Why it failed, when no RunResult could be had.
+    """
+
+    run_id: str
+    agent_name: str
+    agent_id: str
+    prompt: str
+    status: QueuedRunStatus
+    node_id: str | None
+    attempts: int
+    cancel_requested: bool
+    submitted_at: float
+    claimed_at: float | None
+    ended_at: float | None
+    error: str | None
+
+
+def _queued_run(row: Sequence[Any]) -> QueuedRun:
+    return QueuedRun(
+        run_id=row[0],
+        agent_name=row[1],
+        agent_id=row[2],
+        prompt=row[3],
+        status=row[4],
+        node_id=row[5],
+        attempts=row[6],
+        cancel_requested=row[7],
+        submitted_at=row[8],
+        claimed_at=row[9],
+        ended_at=row[10],
+        error=row[11],
+    )
+
+
+# --- the client's side -------------------------------------------------------------------
+
+
+async def enqueue(
+    store: PostgresStore, run_id: str, agent_name: str, agent_id: str, prompt: str
+) -> None:
+    def work(db: psycopg.Connection[Any]) -> None:
+        db.execute(
+            "INSERT INTO run_queue (run_id, agent_name, agent_id, prompt, status, "
+            f"submitted_at, available_at) VALUES (%s, %s, %s, %s, 'queued', {_NOW}, {_NOW})",
+            (run_id, agent_name, agent_id, prompt),
+        )
+        db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
+
+    await store._call(work)
+
+
+async def outcome(store: PostgresStore, run_id: str) -> tuple[QueuedRun, str | None] | None:
+    """The run and its result (JSON text, once ended), or None for an unknown run."""
+
+    def work(db: psycopg.Connection[Any]) -> tuple[QueuedRun, str | None] | None:
+        row = db.execute(
+            f"SELECT {_COLUMNS}, result FROM run_queue WHERE run_id = %s", (run_id,)
+        ).fetchone()
+        return None if row is None else (_queued_run(row), row[-1])
+
+    return await store._call(work, transaction=False)
+
+
+async def listing(
+    store: PostgresStore, agent_id: str | None, statuses: Sequence[str], limit: int
+) -> list[QueuedRun]:
+    def work(db: psycopg.Connection[Any]) -> list[QueuedRun]:
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM run_queue WHERE (%s::text IS NULL OR agent_id = %s) "
+            "AND (cardinality(%s::text[]) = 0 OR status = ANY(%s::text[])) "
+            "ORDER BY seq DESC LIMIT %s",
+            (agent_id, agent_id, list(statuses), list(statuses), limit),
+        ).fetchall()
+        return [_queued_run(row) for row in reversed(rows)]
+
+    return await store._call(work, transaction=False)
+
+
+async def request_cancel(store: PostgresStore, run_id: str, result: str) -> QueuedRunStatus | None:
+    """Cancel a queued run at once (its result: ``result``); ask the node of one in flight
+    to cancel it. The run's status after, or None for an unknown run."""
+
+    def work(db: psycopg.Connection[Any]) -> QueuedRunStatus | None:
+        row = db.execute(
+            "SELECT status FROM run_queue WHERE run_id = %s FOR UPDATE", (run_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        status: QueuedRunStatus = row[0]
+        if status == "queued":
+            db.execute(
+                f"UPDATE run_queue SET status = 'cancelled', ended_at = {_NOW}, result = %s, "
+                "cancel_requested = true WHERE run_id = %s",
+                (result, run_id),
+            )
+            db.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, run_id))
+            return "cancelled"
+        if status in ("claimed", "running"):
+            db.execute("UPDATE run_queue SET cancel_requested = true WHERE run_id = %s", (run_id,))
+            db.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
+        return status
+
+    return await store._call(work)
+
+
+# --- the node's side ---------------------------------------------------------------------
+
+
+async def register_node(
+    store: PostgresStore,
+    node_id: str,
+    *,
+    name: str,
+    host: str,
+    pid: int,
+    agents: Sequence[str],
+    lease_seconds: float,
+) -> None:
+    def work(db: psycopg.Connection[Any]) -> None:
+        db.execute(
+            "INSERT INTO nodes (node_id, name, host, pid, agents, started_at, heartbeat_at, "
+            f"expires_at) VALUES (%s, %s, %s, %s, %s, {_NOW}, {_NOW}, {_NOW} + %s) "
+            "ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, "
+            "expires_at = excluded.expires_at",
+            (node_id, name, host, pid, json.dumps(list(agents)), lease_seconds),
+        )
+
+    await store._call(work)
+
+
+@attrs.frozen(kw_only=True)
+class Heartbeat:
+    """What a node learns from its heartbeat."""
+
+    registered: bool  # False: it had been declared dead (its row was gone)
+    requeued: int  # runs of dead nodes put back in the queue
+    cancels: tuple[str, ...]  # its runs whose cancellation was asked
+
+
+async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float) -> Heartbeat:
+    """Push the node's expiry ahead; put the runs of nodes whose expiry passed back in
+    the queue (any node does it: whichever comes first); read the cancellations asked of
+    this node's runs (in case a NOTIFY was missed)."""
+
+    def work(db: psycopg.Connection[Any]) -> Heartbeat:
+        alive = db.execute(
+            f"UPDATE nodes SET heartbeat_at = {_NOW}, expires_at = {_NOW} + %s "
+            "WHERE node_id = %s RETURNING node_id",
+            (lease_seconds, node_id),
+        ).fetchone()
+        requeued = db.execute(
+            f"WITH dead AS (DELETE FROM nodes WHERE expires_at < {_NOW} RETURNING node_id) "
+            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {_NOW} "
+            "WHERE status IN ('claimed', 'running') AND (node_id IN (SELECT node_id FROM dead) "
+            "OR node_id NOT IN (SELECT node_id FROM nodes)) RETURNING agent_name",
+        ).fetchall()
+        for (agent_name,) in requeued:
+            db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
+        cancels = db.execute(
+            "SELECT run_id FROM run_queue WHERE node_id = %s AND cancel_requested "
+            "AND status IN ('claimed', 'running')",
+            (node_id,),
+        ).fetchall()
+        return Heartbeat(
+            registered=alive is not None,
+            requeued=len(requeued),
+            cancels=tuple(run_id for (run_id,) in cancels),
+        )
+
+    return await store._call(work)
+
+
+async def unregister_node(store: PostgresStore, node_id: str) -> int:
+    """Remove the node's row, putting back in the queue what it still held; how many."""
+
+    def work(db: psycopg.Connection[Any]) -> int:
+        db.execute("DELETE FROM nodes WHERE node_id = %s", (node_id,))
+        rows = db.execute(
+            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {_NOW} "
+            "WHERE node_id = %s AND status IN ('claimed', 'running') RETURNING agent_name",
+            (node_id,),
+        ).fetchall()
+        for (agent_name,) in rows:
+            db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
+        return len(rows)
+
+    return await store._call(work)
+
+
+async def claim(store: PostgresStore, node_id: str, agent_names: Sequence[str]) -> QueuedRun | None:
+    """Claim the oldest queued run of the given classes that may run now: none of its
+    conversation's runs is in flight, and no older one of it waits (runs of one
+    conversation go in order). SKIP LOCKED: nodes claiming at once take different runs."""
+
+    def work(db: psycopg.Connection[Any]) -> QueuedRun | None:
+        row = db.execute(
+            "WITH candidate AS ("
+            " SELECT run_id FROM run_queue q"
+            f" WHERE q.status = 'queued' AND q.agent_name = ANY(%s) AND q.available_at <= {_NOW}"
+            " AND NOT EXISTS (SELECT 1 FROM run_queue o WHERE o.agent_id = q.agent_id"
+            "  AND (o.status IN ('claimed', 'running') OR (o.status = 'queued' AND o.seq < q.seq)))"
+            " ORDER BY q.seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
+            f"UPDATE run_queue SET status = 'claimed', node_id = %s, claimed_at = {_NOW}, "
+            "attempts = attempts + 1 WHERE run_id IN (SELECT run_id FROM candidate) "
+            f"RETURNING {_COLUMNS}",
+            (list(agent_names), node_id),
+        ).fetchone()
+        return None if row is None else _queued_run(row)
+
+    return await store._call(work)
+
+
+async def mark_running(store: PostgresStore, run_id: str, node_id: str) -> bool:
+    """Whether the node still holds the run (and it is now ``running``)."""
+
+    def work(db: psycopg.Connection[Any]) -> bool:
+        row = db.execute(
+            "UPDATE run_queue SET status = 'running' WHERE run_id = %s AND node_id = %s "
+            "AND status IN ('claimed', 'running') RETURNING run_id",
+            (run_id, node_id),
+        ).fetchone()
+        return row is not None
+
+    return await store._call(work)
+
+
+async def finish(
+    store: PostgresStore,
+    run: QueuedRun,
+    node_id: str,
+    *,
+    status: QueuedRunStatus,
+    result: str,
+    error: str | None,
+) -> bool:
+    """Record the run's end and tell the listeners; False when the node no longer held
+    the run (it was declared dead and the run put back in the queue: nothing is
+    written)."""
+
+    def work(db: psycopg.Connection[Any]) -> bool:
+        row = db.execute(
+            f"UPDATE run_queue SET status = %s, ended_at = {_NOW}, result = %s, error = %s, "
+            "node_id = NULL WHERE run_id = %s AND node_id = %s "
+            "AND status IN ('claimed', 'running') RETURNING run_id",
+            (status, result, error, run.run_id, node_id),
+        ).fetchone()
+        if row is None:
+            return False
+        db.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, run.run_id))
+        # The conversation's next run may go now.
+        db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, run.agent_name))
+        return True
+
+    return await store._call(work)
+
+
+async def hand_back(
+    store: PostgresStore,
+    run: QueuedRun,
+    node_id: str,
+    *,
+    agent_record: Literal["keep", "auto"],
+    delay: float = 0.0,
+) -> bool:
+    """Put a run the node holds back in the queue, for any node to claim after
+    ``delay`` seconds; False when the node no longer held it.
+
+    ``agent_record``: ``keep`` leaves the agent's own record of the run as it is (the
+    node never started it, or it stays ``running`` and the next node finds it
+    ``interrupted``). ``auto`` is for a run the node cancelled to hand it back, which
+    its agent recorded ``cancelled``: when the conversation kept something of it (an
+    answer of the model after its prompt), the record becomes ``interrupted`` again and
+    the next node resumes it from the journal; when it kept nothing (the prompt was
+    taken back out), the record and its journal are deleted and the next node starts
+    the run afresh."""
+
+    def work(db: psycopg.Connection[Any]) -> bool:
+        row = db.execute(
+            f"UPDATE run_queue SET status = 'queued', node_id = NULL, "
+            f"available_at = {_NOW} + %s WHERE run_id = %s AND node_id = %s "
+            "AND status IN ('claimed', 'running') RETURNING run_id",
+            (delay, run.run_id, node_id),
+        ).fetchone()
+        if row is None:
+            return False
+        if agent_record == "auto":
+            kept = db.execute(
+                "SELECT EXISTS (SELECT 1 FROM messages m WHERE m.agent_id = r.agent_id "
+                "AND m.seq > r.position AND m.role = 'assistant') FROM runs r "
+                "WHERE r.run_id = %s AND r.status = 'cancelled'",
+                (run.run_id,),
+            ).fetchone()
+            if kept is not None and kept[0]:
+                db.execute(
+                    "UPDATE runs SET status = 'interrupted', ended_at = NULL, error = NULL "
+                    "WHERE run_id = %s",
+                    (run.run_id,),
+                )
+            elif kept is not None:
+                db.execute("DELETE FROM tool_calls WHERE run_id = %s", (run.run_id,))
+                db.execute("DELETE FROM runs WHERE run_id = %s", (run.run_id,))
+        db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, run.agent_name))
+        return True
+
+    return await store._call(work)
