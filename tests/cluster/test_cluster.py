@@ -159,7 +159,13 @@ async def test_cancel_ends_a_queued_run_at_once_and_asks_a_node_to_end_a_running
         with pytest.raises(ValueError, match="no run 'nope'"):
             await cluster.cancel("nope")
 
-        node = Node(store, agents=[Waiter], model=FunctionModel(waiter_reply), poll_interval=0.5)
+        node = Node(
+            store,
+            agents=[Waiter],
+            model=FunctionModel(waiter_reply),
+            poll_interval=0.5,
+            drain_timeout=0.1,  # its last run waits for ever: handed back when the test ends
+        )
         await nursery.start(node.serve)
         running = await cluster.submit(Waiter, "w1", "wait")
         with trio.fail_after(10):
