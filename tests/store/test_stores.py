@@ -160,7 +160,9 @@ async def test_a_version_1_file_is_migrated_and_keeps_its_data(tmp_path: Path) -
         assert lease.epoch == 1
         await store.release_lease(lease)
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()[0] == 2
+        assert (
+            raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()[0] == SCHEMA_VERSION
+        )
 
 
 async def test_a_file_that_is_not_a_database_is_a_clear_error_at_open(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from ._lease import Owner as Owner
 from ._memory import MemoryStore as MemoryStore
 from ._postgres import PostgresStore as PostgresStore
 from ._records import JournalEntry as JournalEntry
+from ._records import PendingApproval as PendingApproval
 from ._records import RunRecord as RunRecord
 from ._records import RunRecordStatus as RunRecordStatus
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
@@ -18,6 +19,7 @@ __all__ = [
     "Lease",
     "MemoryStore",
     "Owner",
+    "PendingApproval",
     "PostgresStore",
     "RunRecord",
     "RunRecordStatus",

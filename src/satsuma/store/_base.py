@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from .._messages import Message, Usage
 from ._lease import Lease, Owner
-from ._records import JournalEntry, RunRecord, RunRecordStatus
+from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
 
 __all__ = ["Store"]
 
@@ -106,6 +106,31 @@ class Store(Protocol):
     ) -> list[RunRecord]:
         """Mark the agent's runs still ``running`` as ``interrupted`` (the agent starting
         again knows no run of its is running) and return them."""
+        ...
+
+    # --- runs awaiting approval -----------------------------------------------------------
+
+    async def pause_run(
+        self,
+        run_id: str,
+        pending: Sequence[PendingApproval],
+        *,
+        usage: Usage,
+        lease: Lease | None = None,
+    ) -> None:
+        """Mark the run ``awaiting_approval`` and keep its pending calls (in place of any
+        it had before), in one transaction."""
+        ...
+
+    async def pending_calls(self, run_id: str) -> list[PendingApproval]:
+        """The calls the run last paused on, in the order they were made (kept after the
+        run went on, as a record of what was asked)."""
+        ...
+
+    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+        """Mark the run ``running`` again if it is ``awaiting_approval``, atomically: True
+        for the one caller that did, False for any other (the run was decided already, or
+        never paused). This is what keeps two decisions from both running a call."""
         ...
 
     # --- the tool-call journal ------------------------------------------------------------

@@ -13,7 +13,7 @@ import trio
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
-from ._records import JournalEntry, RunRecord, RunRecordStatus
+from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
 
 __all__ = ["MemoryStore"]
 
@@ -27,6 +27,7 @@ class MemoryStore:
         self._messages: dict[str, list[Message]] = {}
         self._runs: dict[str, RunRecord] = {}
         self._calls: dict[str, dict[str, JournalEntry]] = {}
+        self._pending: dict[str, tuple[PendingApproval, ...]] = {}
         # agent_id -> (holder or None once released, epoch, expires_at)
         self._leases: dict[str, tuple[Owner | None, int, float]] = {}
 
@@ -162,6 +163,34 @@ class MemoryStore:
                 self._runs[run_id] = marked_record = attrs.evolve(record, status="interrupted")
                 marked.append(marked_record)
         return sorted(marked, key=lambda r: r.started_at)
+
+    async def pause_run(
+        self,
+        run_id: str,
+        pending: Sequence[PendingApproval],
+        *,
+        usage: Usage,
+        lease: Lease | None = None,
+    ) -> None:
+        await trio.lowlevel.checkpoint()
+        self._check(lease)
+        self._runs[run_id] = attrs.evolve(
+            self._runs[run_id], status="awaiting_approval", usage=usage
+        )
+        self._pending[run_id] = tuple(pending)
+
+    async def pending_calls(self, run_id: str) -> list[PendingApproval]:
+        await trio.lowlevel.checkpoint()
+        return list(self._pending.get(run_id, ()))
+
+    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+        await trio.lowlevel.checkpoint()
+        self._check(lease)
+        record = self._runs.get(run_id)
+        if record is None or record.status != "awaiting_approval":
+            return False
+        self._runs[run_id] = attrs.evolve(record, status="running")
+        return True
 
     async def call_started(
         self,

@@ -35,8 +35,16 @@ import trio
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
-from ._records import JournalEntry, RunRecord, RunRecordStatus
-from ._rows import RUN_COLUMNS, Damaged, journal_entry, message, run_record, usage_json
+from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
+from ._rows import (
+    RUN_COLUMNS,
+    Damaged,
+    journal_entry,
+    message,
+    pending_approval,
+    run_record,
+    usage_json,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -143,6 +151,19 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             heartbeat_at DOUBLE PRECISION NOT NULL,
             expires_at DOUBLE PRECISION NOT NULL,
             draining BOOLEAN NOT NULL DEFAULT false
+        )""",
+    ),
+    3: (
+        # The calls a run paused on, waiting for a person's decision (the run's status
+        # is then awaiting_approval). Replaced each time the run pauses again.
+        """CREATE TABLE approvals (
+            run_id TEXT NOT NULL,
+            tool_use_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            tool_name TEXT NOT NULL,
+            input TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            PRIMARY KEY (run_id, tool_use_id)
         )""",
     ),
 }
@@ -664,6 +685,61 @@ class PostgresStore:
             ).fetchall()
             rows.sort(key=lambda row: (row[4], row[-1]))  # started_at, then seq
             return [run_record(row[:-1]) for row in rows]
+
+        return await self._call(work, lease)
+
+    # --- runs awaiting approval -----------------------------------------------------------
+
+    async def pause_run(
+        self,
+        run_id: str,
+        pending: Sequence[PendingApproval],
+        *,
+        usage: Usage,
+        lease: Lease | None = None,
+    ) -> None:
+        rows = [
+            (run_id, p.tool_use_id, position, p.tool_name, json.dumps(p.input), p.reason)
+            for position, p in enumerate(pending)
+        ]
+
+        def work(db: psycopg.Connection[Any]) -> None:
+            db.execute(
+                "UPDATE runs SET status = 'awaiting_approval', usage = %s WHERE run_id = %s",
+                (usage_json(usage), run_id),
+            )
+            db.execute("DELETE FROM approvals WHERE run_id = %s", (run_id,))
+            if rows:
+                with db.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO approvals (run_id, tool_use_id, position, tool_name, "
+                        "input, reason) VALUES (%s, %s, %s, %s, %s, %s)",
+                        rows,
+                    )
+
+        await self._call(work, lease)
+
+    async def pending_calls(self, run_id: str) -> list[PendingApproval]:
+        def work(db: psycopg.Connection[Any]) -> list[PendingApproval]:
+            rows = db.execute(
+                "SELECT tool_use_id, tool_name, input, reason FROM approvals "
+                "WHERE run_id = %s ORDER BY position",
+                (run_id,),
+            ).fetchall()
+            return [pending_approval(run_id, row) for row in rows]
+
+        return await self._call(work, transaction=False)
+
+    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+        def work(db: psycopg.Connection[Any]) -> bool:
+            # One statement: of two claims at once, the second waits for the first's row
+            # lock, then finds the status changed and updates nothing.
+            row = db.execute(
+                "UPDATE runs SET status = 'running' WHERE run_id = %s "
+                "AND status = 'awaiting_approval' RETURNING run_id",
+                (run_id,),
+            ).fetchone()
+            return row is not None
 
         return await self._call(work, lease)
 

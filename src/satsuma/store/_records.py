@@ -8,11 +8,11 @@ import attrs
 
 from .._messages import Usage
 
-__all__ = ["JournalEntry", "RunRecord", "RunRecordStatus"]
+__all__ = ["JournalEntry", "PendingApproval", "RunRecord", "RunRecordStatus"]
 
 RunRecordStatus: TypeAlias = Literal[
     "running", "interrupted", "completed", "max_iterations", "deadline_exceeded", "cancelled",
-    "failed",
+    "failed", "awaiting_approval",
 ]  # fmt: skip
 
 
@@ -25,7 +25,8 @@ class RunRecord:
         agent_id: The agent it belongs to.
         status: ``running`` while it runs, ``interrupted`` once found running by an agent
             that started afresh (the process stopped or the agent crashed), else the
-            RunResult status it ended with.
+            RunResult status it ended with (``awaiting_approval``: paused until its
+            pending calls are decided, see ``Store.pause_run``).
         prompt: The user's prompt.
         started_at: When it started (seconds since the epoch).
         ended_at: When it ended, or None.
@@ -71,3 +72,22 @@ class JournalEntry:
     content: Any = None
     is_error: bool = False
     error_kind: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PendingApproval:
+    """A tool call of a paused run, waiting for a person's decision.
+
+    Attributes:
+        run_id: The run it belongs to.
+        tool_use_id: The call's id.
+        tool_name: The tool.
+        input: The arguments it would run with.
+        reason: Why it needs a decision.
+    """
+
+    run_id: str
+    tool_use_id: str
+    tool_name: str
+    input: Any
+    reason: str

@@ -12,7 +12,7 @@ import json
 from typing import Any, Final, get_args
 
 from .._messages import Message, Usage
-from ._records import JournalEntry, RunRecord, RunRecordStatus
+from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
 
 __all__ = [
     "RUN_COLUMNS",
@@ -20,6 +20,7 @@ __all__ = [
     "decoded",
     "journal_entry",
     "message",
+    "pending_approval",
     "run_record",
     "usage_json",
 ]
@@ -132,6 +133,18 @@ def journal_entry(run_id: str, row: tuple[Any, ...]) -> JournalEntry:
         content=decoded(f"{where}: its outcome", content) if content is not None else None,
         is_error=bool(is_error),
         error_kind=error_kind,
+    )
+
+
+def pending_approval(run_id: str, row: tuple[Any, ...]) -> PendingApproval:
+    """A pending call from a row of ``tool_use_id, tool_name, input, reason``."""
+    tool_use_id, tool_name, input, reason = row
+    return PendingApproval(
+        run_id=run_id,
+        tool_use_id=tool_use_id,
+        tool_name=tool_name,
+        input=decoded(f"the pending call {tool_use_id!r} of run {run_id!r}: its input", input),
+        reason=reason,
     )
 
 

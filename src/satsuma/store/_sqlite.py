@@ -21,11 +21,12 @@ import trio
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
-from ._records import JournalEntry, RunRecord, RunRecordStatus
+from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
 from ._rows import RUN_COLUMNS as _RUN_COLUMNS
 from ._rows import Damaged as _Damaged
 from ._rows import journal_entry as _journal_entry
 from ._rows import message as _message
+from ._rows import pending_approval as _pending_approval
 from ._rows import run_record as _run
 from ._rows import usage_json as _usage_json
 
@@ -81,6 +82,19 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             process_start TEXT NOT NULL,
             epoch INTEGER NOT NULL,
             expires_at REAL NOT NULL
+        )""",
+    ),
+    3: (
+        # The calls a run paused on, waiting for a person's decision (the run's status
+        # is then awaiting_approval). Replaced each time the run pauses again.
+        """CREATE TABLE approvals (
+            run_id TEXT NOT NULL,
+            tool_use_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            tool_name TEXT NOT NULL,
+            input TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            PRIMARY KEY (run_id, tool_use_id)
         )""",
     ),
 }
@@ -446,6 +460,57 @@ class SQLiteStore:
                 (agent_id,),
             )
             return [_run((*row[:2], "interrupted", *row[3:])) for row in rows]
+
+        return await self._call(work, lease)
+
+    # --- runs awaiting approval -----------------------------------------------------------
+
+    async def pause_run(
+        self,
+        run_id: str,
+        pending: Sequence[PendingApproval],
+        *,
+        usage: Usage,
+        lease: Lease | None = None,
+    ) -> None:
+        rows = [
+            (run_id, p.tool_use_id, position, p.tool_name, json.dumps(p.input), p.reason)
+            for position, p in enumerate(pending)
+        ]
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE runs SET status = 'awaiting_approval', usage = ? WHERE run_id = ?",
+                (_usage_json(usage), run_id),
+            )
+            db.execute("DELETE FROM approvals WHERE run_id = ?", (run_id,))
+            db.executemany(
+                "INSERT INTO approvals (run_id, tool_use_id, position, tool_name, input, reason) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+        await self._call(work, lease)
+
+    async def pending_calls(self, run_id: str) -> list[PendingApproval]:
+        def work(db: sqlite3.Connection) -> list[PendingApproval]:
+            rows = db.execute(
+                "SELECT tool_use_id, tool_name, input, reason FROM approvals WHERE run_id = ? "
+                "ORDER BY position",
+                (run_id,),
+            ).fetchall()
+            return [_pending_approval(run_id, row) for row in rows]
+
+        return await self._call(work)
+
+    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+        def work(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(
+                "UPDATE runs SET status = 'running' WHERE run_id = ? "
+                "AND status = 'awaiting_approval'",
+                (run_id,),
+            )
+            return cursor.rowcount == 1
 
         return await self._call(work, lease)
 
