@@ -21,9 +21,11 @@ import trio
 from .. import _telemetry
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message, Usage
-from ..store import Owner, RunRecord, Store
+from ..store import Owner, PendingApproval, RunRecord, Store
+from ..tools import Approve, Approver, Deny
 from ._agent import AgentSpec
 from ._aliases import resolve_model
+from ._approval import claim_paused
 from ._events import AgentEvent
 from ._loop import execute_run
 from ._model import Model
@@ -56,6 +58,10 @@ class Job:
     error: BaseException | None = None
     on_done: Callable[[], None] | None = None
     resume: RunRecord | None = None  # set when the job resumes an interrupted run
+    # Set when the job goes on with a run paused awaiting approval: the decisions given,
+    # and (once the run is claimed) the calls the run waited on.
+    decisions: Mapping[str, Approve | Deny] | None = None
+    pending: tuple[PendingApproval, ...] = ()
     # The requester's OpenTelemetry context: the run happens in the agent's task, and its
     # span is the child of the caller's span (a tool's, for a sub-agent), not the agent's.
     trace_context: Context | None = attrs.Factory(_telemetry.current_context)
@@ -142,8 +148,10 @@ class Actor:
         mailbox: Mailbox | None = None,
         fence: Callable[[], bool] | None = None,
         owner: Owner | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self.spec = spec
+        self.approver = approver if approver is not None else spec.approver
         self.model = model
         self.model_id = resolve_model(spec.model) or spec.model
         # True while this incarnation is the agent's newest (a supervisor's fencing
@@ -155,6 +163,7 @@ class Actor:
             else None
         )
         self.interrupted: list[RunRecord] = []
+        self.awaiting: list[str] = []  # ids of runs paused awaiting approval, oldest first
         # Tool servers list their tools once running: until serve() has started them,
         # the runner holds the other tools only.
         self.tool_sources = spec.tool_sources
@@ -240,7 +249,7 @@ class Actor:
         if persistence is not None:
             # Before the agent counts as started: a bad store, a history that cannot be
             # read, or an agent that another owner holds fails the start.
-            messages, self.interrupted = await persistence.load()
+            messages, self.interrupted, self.awaiting = await persistence.load()
             self.history[:] = messages
         try:
             async with trio.open_nursery() as background:
@@ -309,6 +318,15 @@ class Actor:
             # Abandoned while it waited: it never starts and leaves no trace.
             job.complete(RunResult(run_id=job.run_id, output="", status="cancelled"))
             return
+        if job.decisions is not None:
+            # Checked and claimed here, in the agent's own task, one job at a time, and
+            # atomically in the store: of two resumes with decisions, one runs the calls
+            # and the other is told the run is no longer awaiting approval.
+            try:
+                await claim_paused(self, job)
+            except (ValueError, TypeError) as exc:
+                job.fail(exc)
+                return
         self.current = job
         returned = False
         try:

@@ -12,6 +12,7 @@ import attrs
 
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from ..tools import ToolRunner
+from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
 from ..tools._strategies import as_strategy
 from ._aliases import MODEL_ALIASES, resolve_model
 from ._history import HistoryProcessor, KeepAll
@@ -42,6 +43,8 @@ class AgentSpec:
     history: HistoryProcessor
     mailbox_size: int
     resume_interrupted: bool = False
+    approver: Approver | None = None
+    approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT
 
     @property
     def tool_sources(self) -> tuple[object, ...]:
@@ -86,7 +89,12 @@ class Agent:
     - ``history``: a HistoryProcessor (default KeepAll());
     - ``mailbox_size``: how many requests may wait for the agent (default 16);
     - ``resume_interrupted``: with a store, resume the runs a crash or a kill
-      interrupted when the agent starts again (default False).
+      interrupted when the agent starts again (default False);
+    - ``approver``: an async function ``PendingCall -> Approve | Deny`` asked about calls
+      that need a person's decision (``open_agent(approver=...)`` overrides it); without
+      one, an agent with a store pauses the run ``awaiting_approval``;
+      ``approval_timeout``: seconds the approver has for each call, past which the call
+      is denied (default 300; None: no limit). See docs/approval.md.
 
     Start one with ``satsuma.open_agent(X)``. A class meant only as a base for other
     agents is declared ``class Base(satsuma.Agent, abstract=True)``.
@@ -111,6 +119,8 @@ class Agent:
     history: ClassVar[HistoryProcessor] = KeepAll()
     mailbox_size: ClassVar[int] = 16
     resume_interrupted: ClassVar[bool] = False
+    approver: ClassVar[Approver | None] = None
+    approval_timeout: ClassVar[float | None] = DEFAULT_APPROVAL_TIMEOUT
 
     __satsuma_agent__: ClassVar[AgentSpec | None] = None
 
@@ -160,6 +170,13 @@ def _declare(cls: type[Agent]) -> AgentSpec:
         raise fail(f"loop_guard must be an integer >= 1 or None, got: {cls.loop_guard!r}")
     if not isinstance(cls.resume_interrupted, bool):
         raise fail(f"resume_interrupted must be True or False, got: {cls.resume_interrupted!r}")
+    if cls.approver is not None and not callable(cls.approver):
+        raise fail(f"approver must be an async function or None, got: {cls.approver!r}")
+    if not _seconds(cls.approval_timeout):
+        raise fail(
+            "approval_timeout must be a positive number of seconds or None, got: "
+            f"{cls.approval_timeout!r}"
+        )
     if not callable(getattr(cls.history, "process", None)):
         raise fail(f"history must be a HistoryProcessor, got: {cls.history!r}")
     if isinstance(cls.tools, (str, bytes)) or not isinstance(cls.tools, Sequence):
@@ -191,6 +208,8 @@ def _declare(cls: type[Agent]) -> AgentSpec:
         history=cls.history,
         mailbox_size=cls.mailbox_size,
         resume_interrupted=cls.resume_interrupted,
+        approver=cls.approver,
+        approval_timeout=None if cls.approval_timeout is None else float(cls.approval_timeout),
     )
     try:
         as_strategy(cls.strategy)

@@ -13,7 +13,15 @@ import attrs
 import cattrs
 
 from .._messages import Usage
-from ..tools import NestedEvent, ToolCallEnd, ToolCallStart, ToolProgress, ToolUpdate
+from ..tools import (
+    ApprovalDecided,
+    ApprovalRequested,
+    NestedEvent,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolProgress,
+    ToolUpdate,
+)
 from ._result import RunResult
 
 __all__ = [
@@ -94,6 +102,8 @@ AgentEvent: TypeAlias = (
     | ToolUpdate
     | ToolCallEnd
     | NestedEvent
+    | ApprovalRequested
+    | ApprovalDecided
     | TurnEnd
     | RunEnd
 )

@@ -17,6 +17,7 @@ import trio
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message
 from ..store import RunRecord, Store
+from ..tools import Approve, Approver, Deny
 from ._actor import Actor, Job, ResetRequest, new_run_id
 from ._agent import Agent, spec_of
 from ._clients import shared_model
@@ -133,24 +134,46 @@ class AgentHandle:
         return await self._serve(job)
 
     async def resume(
-        self, run_id: str, *, events: Callable[[AgentEvent], object] | None = None
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, Approve | Deny] | None = None,
+        events: Callable[[AgentEvent], object] | None = None,
     ) -> RunResult:
         """Go on with a run that a crash or a kill interrupted (its record says
         ``interrupted``): calls it had finished keep their journaled outcomes, calls it
         had not are run again only for tools declared ``idempotent = True`` (the others
         are answered ``Error: Interrupted: ...``), and the loop goes on.
 
+        With ``decisions``, go on with a run paused ``awaiting_approval`` instead: one
+        decision (``Approve()``, ``Approve(input={...})`` or ``Deny(reason)``) per id of
+        its ``pending`` calls. The calls of that turn that needed no decision keep their
+        journaled outcomes; the pending ones run (or are denied) once, however many
+        resumes race: the first takes the run, the others raise.
+
         Raises:
-            ValueError: the agent has no store, or the run is not an interrupted run of
-                this agent.
+            ValueError: the agent has no store; the run is not an interrupted run of this
+                agent (or, with decisions, not one awaiting approval, or another decision
+                took it first); a decision names a call the run does not wait on, or a
+                pending call has none.
+            TypeError: a decision is not Approve or Deny.
             AgentUnavailable: the agent has stopped.
         """
+        if decisions is not None:
+            # Checked, and the run claimed, by the agent's own task (see Actor._serve_job).
+            job = Job(prompt="", run_id=run_id, sink=_callback_sink(events), decisions=decisions)
+            return await self._serve(job)
         actor = await self._target.acquire()
         if actor.persistence is None:
             raise ValueError(f"agent {self.name} has no store: only a stored run can be resumed")
         record = await actor.persistence.store.get_run(run_id)
         if record is None or record.agent_id != actor.agent_id:
             raise ValueError(f"agent {actor.agent_id} has no run {run_id!r}")
+        if record.status == "awaiting_approval":
+            raise ValueError(
+                f"run {run_id} is awaiting approval: resume it with decisions={{...}} for "
+                "its pending calls"
+            )
         if record.status != "interrupted":
             raise ValueError(
                 f"run {run_id} ended {record.status}; only an interrupted run can be resumed"
@@ -302,6 +325,7 @@ async def open_agent(
     context: Mapping[str, Any] | None = None,
     agent_id: str | None = None,
     store: Store | None = None,
+    approver: Approver | None = None,
 ) -> AsyncIterator[AgentHandle]:
     """Start an agent inside the caller's structured concurrency.
 
@@ -320,6 +344,11 @@ async def open_agent(
             loads it and goes on.
         store: Where the conversation, the run records and the tool-call journal are
             kept (a SQLiteStore, a MemoryStore); none by default.
+        approver: Asked (``PendingCall -> Approve | Deny``) about each call that needs a
+            person's decision, while the run waits (within the class's
+            ``approval_timeout``); default: the class's ``approver``. With neither, an
+            agent with a store pauses such a run ``awaiting_approval`` (see
+            ``resume``), and one without a store denies the calls.
 
     Raises:
         TypeError: ``agent`` is not a concrete Agent subclass.
@@ -332,8 +361,15 @@ async def open_agent(
         raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
     if store is not None:
         await store.open()  # a bad file is a plain StoreError here, before anything starts
+    if approver is not None and not callable(approver):
+        raise TypeError(f"approver must be an async function, got: {approver!r}")
     actor = Actor(
-        spec, model, context, agent_id or f"{spec.name}-{next(_agent_numbers)}", store=store
+        spec,
+        model,
+        context,
+        agent_id or f"{spec.name}-{next(_agent_numbers)}",
+        store=store,
+        approver=approver,
     )
     actor.handle = AgentHandle(actor)
     started = False

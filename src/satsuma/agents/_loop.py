@@ -21,9 +21,11 @@ import trio
 from .. import _telemetry
 from .._exceptions import ModelError, StoreError
 from .._messages import Message, Usage
-from ..tools import ToolCall, ToolOutcome, format_results
+from ..store import PendingApproval
+from ..tools import PendingCall, ToolCall, ToolOutcome, format_results
+from ..tools._approval import Approver, Deferral
 from ..tools._events import ToolEvent
-from ..tools._results import cancelled_text, describe_exception, error_outcome
+from ..tools._results import cancelled_text, denied_text, describe_exception, error_outcome
 from . import _tracing
 from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
 from ._model import ModelRequest, ModelResponse
@@ -155,6 +157,7 @@ class _Run:
         self.finished: dict[str, ToolOutcome] = {}
         self.unjournaled: list[ToolOutcome] = []  # answers written only into the history
         self.paused = False  # the last response was a pause_turn, continued next
+        self.awaiting: tuple[PendingCall, ...] = ()  # the calls the run paused on
         self.result: RunResult | None = None
         self.chat = _telemetry.null_scope()  # the model call's span, while one runs
         self.before: tuple[int, Message | None] | None = None
@@ -244,7 +247,15 @@ class _Run:
     async def _begin_and_loop(self) -> tuple[RunStatus, str | None]:
         actor = self.actor
         history = actor.history
-        if self.job.resume is not None:
+        if self.job.decisions is not None:
+            # Going on with a run paused awaiting approval (claimed by the actor).
+            assert self.job.resume is not None
+            actor.awaiting = [r for r in actor.awaiting if r != self.run_id]
+            self.usage = self.job.resume.usage
+            problem = await self._run_decided()
+            if problem is not None:
+                return "failed", problem
+        elif self.job.resume is not None:
             # Resumed now: no later run may close it as abandoned.
             actor.interrupted = [r for r in actor.interrupted if r.run_id != self.run_id]
             assert actor.persistence is not None
@@ -263,9 +274,28 @@ class _Run:
                 self.output = last.text  # its calls were all answered by the journal
                 return "completed", None
         else:
-            if dangling_tool_uses(history):
+            if dangling_tool_uses(history) and actor.awaiting:
+                # The calls a paused run waits on: no one decided them before this run.
+                await self._repair(
+                    actor.awaiting[-1],
+                    rerun=False,
+                    undecided=f"no decision was made before run {self.run_id} started",
+                )
+            elif dangling_tool_uses(history):
                 previous = actor.interrupted[-1].run_id if actor.interrupted else ""
                 await self._repair(previous, rerun=False)
+            if actor.persistence is not None and actor.awaiting:
+                # A new run goes past the paused ones: they can no longer be resumed.
+                for run_id in actor.awaiting:
+                    record = await actor.persistence.store.get_run(run_id)
+                    if record is not None and record.status == "awaiting_approval":
+                        await actor.persistence.end_run(
+                            run_id,
+                            "cancelled",
+                            record.usage,
+                            f"awaiting approval, and not decided before run {self.run_id} started",
+                        )
+                actor.awaiting = []
             if actor.persistence is not None and actor.interrupted:
                 # A new run goes past the interrupted ones: they can no longer be resumed.
                 for record in actor.interrupted:
@@ -312,23 +342,33 @@ class _Run:
             history.pop()
             self.actor.changed_from(len(history))
 
-    async def _repair(self, run_id: str, *, rerun: bool) -> None:
+    async def _repair(self, run_id: str, *, rerun: bool, undecided: str | None = None) -> None:
         """Answer the calls a crash or a kill left without a result: a finished call with
         its journaled outcome; an unfinished one by running it again if ``rerun`` and its
-        tool is idempotent, else with the fixed Interrupted text."""
+        tool is idempotent, else with the fixed Interrupted text. With ``undecided``, the
+        run paused awaiting approval: its pending calls never ran, and are denied with
+        that reason."""
         actor = self.actor
         tool_uses = dangling_tool_uses(actor.history)
         if not tool_uses:
             return
         journal = {}
+        waiting: set[str] = set()
         if actor.persistence is not None and run_id:
             journal = {e.tool_use_id: e for e in await actor.persistence.store.calls(run_id)}
+            if undecided is not None:
+                pending = await actor.persistence.store.pending_calls(run_id)
+                waiting = {call.tool_use_id for call in pending}
         idempotent = {d.name for d in actor.runner.definitions if d.idempotent}
         answers: dict[str, ToolOutcome] = {}
         again: list[ToolCall] = []
         for block in tool_uses:
             entry = journal.get(block["id"])
-            if entry is not None and entry.finished:
+            if undecided is not None and block["id"] in waiting:
+                answers[block["id"]] = error_outcome(
+                    block["id"], block.get("name", ""), "denied", denied_text(undecided)
+                )
+            elif entry is not None and entry.finished:
                 answers[block["id"]] = journaled_outcome(entry)
             elif rerun and block.get("name") in idempotent:
                 again.append(ToolCall(block["id"], block["name"], block.get("input", {})))
@@ -347,6 +387,52 @@ class _Run:
                 answers[outcome.tool_use_id] = outcome
         self.commit_user(format_results([answers[block["id"]] for block in tool_uses]))
         await actor.flush()
+
+    async def _run_decided(self) -> str | None:
+        """Answer the calls of the turn a run paused on: those that needed no decision
+        with their journaled outcomes (they ran before the pause, and do not run again),
+        the pending ones by running them with their decisions. A reason when the run
+        cannot go on."""
+        actor = self.actor
+        assert actor.persistence is not None and self.job.decisions is not None
+        tool_uses = dangling_tool_uses(actor.history)
+        pending = {call.tool_use_id: call for call in self.job.pending}
+        if not pending.keys() <= {block["id"] for block in tool_uses}:
+            return f"run {self.run_id}: the conversation no longer ends with its pending calls"
+        journal = {e.tool_use_id: e for e in await actor.persistence.store.calls(self.run_id)}
+        answers: dict[str, ToolOutcome] = {}
+        decided: list[ToolCall] = []
+        for block in tool_uses:
+            waiting = pending.get(block["id"])
+            entry = journal.get(block["id"])
+            if waiting is not None:
+                decided.append(ToolCall(waiting.tool_use_id, waiting.tool_name, waiting.input))
+            elif entry is not None and entry.finished:
+                answers[block["id"]] = journaled_outcome(entry)
+            else:
+                answers[block["id"]] = interrupted_outcome(block)
+        # Should the run be cancelled now, the calls that have answers keep them.
+        self.pending = [block["id"] for block in tool_uses]
+        self.finished = dict(answers)
+        if decided:
+            await actor.persistence.calls_started(self.run_id, decided)
+            for outcome in await actor.runner.execute(
+                decided,
+                actor.context,
+                events=self._tool_sink(),
+                agent=actor.handle,
+                on_outcome=self._finished,
+                decisions=self.job.decisions,
+            ):
+                answers[outcome.tool_use_id] = outcome
+                nested = subagent_usage(outcome.details)
+                if nested is not None:
+                    self.usage = self.usage + nested
+        self.pending = []
+        self.finished = {}
+        self.commit_user(format_results([answers[block["id"]] for block in tool_uses]))
+        await actor.flush()
+        return None
 
     async def _loop(self) -> tuple[RunStatus, str | None]:
         spec = self.actor.spec
@@ -388,6 +474,8 @@ class _Run:
                 tripped = await self._act(response.calls)
                 if tripped is not None:
                     return "failed", tripped
+                if self.awaiting:
+                    return "awaiting_approval", None
                 continue
             self.output = response.text if response.content else ""
             if self.actor.has_steering():
@@ -447,6 +535,12 @@ class _Run:
             if actor.persistence is not None:
                 await actor.persistence.calls_started(self.run_id, calls)
             self.finished = {}
+            # Without an approver, an agent with a store pauses on the calls that need a
+            # decision; one without either denies them (the runner's default).
+            approver: Approver | Deferral | None = actor.approver
+            deferral = None
+            if approver is None and actor.persistence is not None:
+                approver = deferral = Deferral()
             outcomes = await actor.runner.execute(
                 calls,
                 actor.context,
@@ -456,7 +550,12 @@ class _Run:
                 # Without a store there is nothing to await: a plain callback costs the
                 # call no shielded step.
                 on_outcome=self._finished if actor.persistence is not None else self._keep,
+                approver=approver,
+                approval_timeout=actor.spec.approval_timeout,
             )
+            if deferral is not None and deferral.pending:
+                await self._pause(deferral.pending, outcomes)
+                return None
         for outcome in outcomes:
             nested = subagent_usage(outcome.details)
             if nested is not None:
@@ -465,6 +564,43 @@ class _Run:
         self.finished = {}
         self.commit_user(format_results(outcomes))
         return stopped
+
+    async def _pause(self, pending: Sequence[PendingCall], outcomes: Sequence[ToolOutcome]) -> None:
+        """End the turn waiting for decisions on ``pending``: the other calls ran and are
+        journaled; the tool_use message stays unanswered until the run is resumed.
+
+        Raises:
+            StoreError: the pause could not be recorded (the run fails; the calls that
+                ran keep their outcomes, the pending ones are answered as cancelled).
+        """
+        actor = self.actor
+        assert actor.persistence is not None
+        waiting = {call.id for call in pending}
+        for outcome in outcomes:
+            nested = subagent_usage(outcome.details)
+            if outcome.tool_use_id not in waiting and nested is not None:
+                self.usage = self.usage + nested
+        await actor.flush()
+        await actor.persistence.pause_run(
+            self.run_id,
+            [
+                PendingApproval(
+                    run_id=self.run_id,
+                    tool_use_id=call.id,
+                    tool_name=call.tool_name,
+                    input=call.input,
+                    reason=call.reason,
+                )
+                for call in pending
+            ],
+            self.usage,
+        )
+        # Recorded: from here on nothing answers these calls but a resume with decisions
+        # (or a later run that goes past this one).
+        self.pending = []
+        self.finished = {}
+        self.awaiting = tuple(pending)
+        actor.awaiting.append(self.run_id)
 
     def _keep(self, call: ToolCall, outcome: ToolOutcome) -> None:
         """A call's final outcome, kept for the history whatever happens to the turn now."""
@@ -560,6 +696,7 @@ class _Run:
             usage=self.usage,
             iterations=self.iteration,
             error=error,
+            pending=self.awaiting,
         )
         self.result = result
         self.emit(
@@ -617,9 +754,10 @@ async def _save_end(actor: Actor, run: _Run) -> None:
         try:
             await actor.flush()
             result = run.result
-            await actor.persistence.end_run(
-                result.run_id, result.status, result.usage, result.error
-            )
+            if result.status != "awaiting_approval":  # a pause is recorded by _pause
+                await actor.persistence.end_run(
+                    result.run_id, result.status, result.usage, result.error
+                )
         except StoreError:
             logger.warning(
                 "agent %s: could not record the end of run %s",

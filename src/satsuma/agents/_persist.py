@@ -14,7 +14,15 @@ import trio
 
 from .._exceptions import StoreError
 from .._messages import Message, Usage
-from ..store import JournalEntry, Lease, Owner, RunRecord, RunRecordStatus, Store
+from ..store import (
+    JournalEntry,
+    Lease,
+    Owner,
+    PendingApproval,
+    RunRecord,
+    RunRecordStatus,
+    Store,
+)
 from ..store._lease import DEFAULT_LEASE_SECONDS
 from ..tools import ToolCall, ToolOutcome
 from ..tools._results import INTERRUPTED_TEXT, error_outcome
@@ -122,8 +130,9 @@ class Persistence:
         if self.dirty_from is None or index < self.dirty_from:
             self.dirty_from = max(index, 0)
 
-    async def load(self) -> tuple[list[Message], list[RunRecord]]:
-        """Take the agent's lease and load its conversation and its interrupted runs.
+    async def load(self) -> tuple[list[Message], list[RunRecord], list[str]]:
+        """Take the agent's lease and load its conversation, its interrupted runs and
+        the ids of its runs awaiting approval (untouched: a restart decides nothing).
 
         Raises:
             StoreError: another owner holds the agent, or its history cannot be read.
@@ -140,7 +149,11 @@ class Persistence:
         except BaseException:
             await self.release()
             raise
-        return messages, [record for record in runs if record.status == "interrupted"]
+        return (
+            messages,
+            [record for record in runs if record.status == "interrupted"],
+            [record.run_id for record in runs if record.status == "awaiting_approval"],
+        )
 
     async def keep_lease(self) -> None:
         """Renew the lease every third of its time, until cancelled.
@@ -254,6 +267,22 @@ class Persistence:
                     exc_info=True,
                 )
                 return
+
+    async def pause_run(
+        self, run_id: str, pending: Sequence[PendingApproval], usage: Usage
+    ) -> None:
+        """Record that the run waits for decisions on ``pending``.
+
+        Raises:
+            StoreError: the store could not record it (the run then fails).
+        """
+        self._check_fence("a paused run")
+        await self.store.pause_run(run_id, pending, usage=usage, lease=self.lease)
+
+    async def claim_paused_run(self, run_id: str) -> bool:
+        """Take a paused run up again; False if another decision took it first."""
+        self._check_fence("a paused run")
+        return await self.store.claim_paused_run(run_id, lease=self.lease)
 
     async def calls_started(self, run_id: str, calls: Sequence[ToolCall]) -> None:
         """Journal a turn's calls as started, before any of them runs.

@@ -7,6 +7,7 @@ from typing import Final, Literal
 import attrs
 
 from .._messages import Message, Usage
+from ..tools import PendingCall
 
 __all__ = ["SUBAGENT_USAGE", "RunResult", "RunStatus", "subagent_usage"]
 
@@ -14,7 +15,9 @@ __all__ = ["SUBAGENT_USAGE", "RunResult", "RunStatus", "subagent_usage"]
 # parent run adds to its own.
 SUBAGENT_USAGE: Final = "satsuma.subagent_usage"
 
-RunStatus = Literal["completed", "max_iterations", "deadline_exceeded", "cancelled", "failed"]
+RunStatus = Literal[
+    "completed", "max_iterations", "deadline_exceeded", "cancelled", "failed", "awaiting_approval"
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -24,13 +27,15 @@ class RunResult:
     Attributes:
         run_id: The run's id (also on every event of the run).
         output: The final assistant text ("" if there was none).
-        status: ``completed``, ``max_iterations``, ``deadline_exceeded``, ``cancelled``
-            or ``failed``.
+        status: ``completed``, ``max_iterations``, ``deadline_exceeded``, ``cancelled``,
+            ``failed``, or ``awaiting_approval`` (paused: ``pending`` calls wait for a
+            person's decision; ``agent.resume(run_id, decisions=...)`` goes on).
         messages: The messages this run added to the conversation, in order.
         usage: Tokens summed over the run's model calls.
         iterations: How many model calls the run made.
         error: None, or what ended a failed run (the API's message, a loop-guard
             reason, ...).
+        pending: The calls a run ``awaiting_approval`` waits on; empty otherwise.
     """
 
     run_id: str
@@ -40,6 +45,7 @@ class RunResult:
     usage: Usage = attrs.Factory(Usage)
     iterations: int = 0
     error: str | None = None
+    pending: tuple[PendingCall, ...] = ()
 
 
 def subagent_usage(details: object) -> Usage | None:

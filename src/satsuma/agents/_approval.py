@@ -1,0 +1,81 @@
+"""Going on with a run paused ``awaiting_approval``: the decisions checked against what
+the run waits on, and the run claimed in the store so that only one set of decisions
+ever runs its calls (two people clicking at once, two processes resuming at once)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..store import PendingApproval
+from ..tools import Approve, Deny
+
+if TYPE_CHECKING:
+    from ._actor import Actor, Job
+
+__all__ = ["check_decisions", "claim_paused"]
+
+
+def check_decisions(
+    run_id: str, pending: Sequence[PendingApproval], decisions: Mapping[str, object]
+) -> None:
+    """Raises ValueError unless ``decisions`` decides exactly the pending calls, and
+    TypeError for a decision that is not ``Approve`` or ``Deny``."""
+    if not isinstance(decisions, Mapping):
+        raise TypeError(f"decisions must be a mapping of call ids, got: {decisions!r}")
+    ids = [call.tool_use_id for call in pending]
+    unknown = [call_id for call_id in decisions if call_id not in ids]
+    if unknown:
+        raise ValueError(
+            f"run {run_id} has no pending call {', '.join(map(repr, unknown))} "
+            f"(its pending calls: {', '.join(map(repr, ids))})"
+        )
+    missing = [call for call in pending if call.tool_use_id not in decisions]
+    if missing:
+        named = ", ".join(f"{call.tool_use_id!r} ({call.tool_name})" for call in missing)
+        raise ValueError(
+            f"run {run_id}: no decision for pending call {named}; every pending call needs one"
+        )
+    for call_id, decision in decisions.items():
+        if not isinstance(decision, (Approve, Deny)):
+            raise TypeError(
+                f"the decision for call {call_id!r} must be Approve or Deny, got: {decision!r}"
+            )
+        if isinstance(decision, Approve) and not (
+            decision.input is None or isinstance(decision.input, Mapping)
+        ):
+            raise TypeError(
+                f"Approve(input=...) for call {call_id!r} must be a mapping, got: "
+                f"{decision.input!r}"
+            )
+
+
+async def claim_paused(actor: Actor, job: Job) -> None:
+    """Check the job's decisions and take its run up in the store (its status becomes
+    ``running``); fill the job with the run's record, prompt and pending calls.
+
+    Raises:
+        ValueError: the agent has no store, the run is not one of its runs awaiting
+            approval (or another decision took it first), or the decisions do not
+            match its pending calls.
+        TypeError: a decision is not Approve or Deny.
+    """
+    persistence = actor.persistence
+    if persistence is None:
+        raise ValueError(f"agent {actor.spec.name} has no store: only a stored run can be resumed")
+    assert job.decisions is not None
+    store = persistence.store
+    record = await store.get_run(job.run_id)
+    if record is None or record.agent_id != actor.agent_id:
+        raise ValueError(f"agent {actor.agent_id} has no run {job.run_id!r}")
+    if record.status != "awaiting_approval":
+        raise ValueError(f"run {job.run_id} is not awaiting approval (it is {record.status})")
+    pending = await store.pending_calls(job.run_id)
+    check_decisions(job.run_id, pending, job.decisions)
+    if not await persistence.claim_paused_run(job.run_id):
+        raise ValueError(
+            f"run {job.run_id} is not awaiting approval any more: another decision on it came first"
+        )
+    job.resume = record
+    job.prompt = record.prompt
+    job.pending = tuple(pending)

@@ -1,0 +1,166 @@
+"""Human approval in an agent's runs, inline: an approver answers while the run waits.
+Deferred approval (a run paused in its store) is tested in tests/store/test_agent_approval.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+import satsuma
+from satsuma import Approve, Deny, PendingCall
+from satsuma.testing import Reply, ScriptedModel, check_conversation
+
+done: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    done.clear()
+
+
+@satsuma.tool(requires_approval=True)
+async def transfer(to: str, amount: int) -> str:
+    """Move money.
+
+    Args:
+        to: Who gets it.
+        amount: How much (at least 1).
+    """
+    if amount < 1:
+        raise satsuma.ToolError("amount must be at least 1")
+    done.append(f"transfer {amount} to {to}")
+    return f"sent {amount} to {to}"
+
+
+@satsuma.tool
+async def balance(account: str) -> str:
+    """Read a balance.
+
+    Args:
+        account: The account.
+    """
+    done.append(f"balance {account}")
+    return f"{account}: 100"
+
+
+class Banker(satsuma.Agent):
+    name = "banker"
+    tools = [transfer, balance]
+
+
+def mixed_turn(*answers: str) -> ScriptedModel:
+    return ScriptedModel(
+        [
+            Reply(
+                tool_calls=[
+                    ("balance", {"account": "main"}),
+                    ("transfer", {"to": "bob", "amount": 10}),
+                ]
+            ),
+            *answers,
+        ]
+    )
+
+
+def results_read(model: ScriptedModel) -> list[Any]:
+    """The tool_result contents of the last request the model received."""
+    return [
+        block["content"]
+        for block in model.requests[-1].messages[-1].content
+        if block.get("type") == "tool_result"
+    ]
+
+
+async def test_an_inline_approver_answers_while_the_run_waits() -> None:
+    asked: list[PendingCall] = []
+
+    async def approver(call: PendingCall) -> Approve:
+        asked.append(call)
+        return Approve()
+
+    model = mixed_turn("Paid.")
+    async with satsuma.open_agent(Banker, model=model, approver=approver) as agent:
+        result = await agent.run("Pay Bob 10")
+    assert (result.status, result.output, result.pending) == ("completed", "Paid.", ())
+    assert [(c.tool_name, c.input, c.reason) for c in asked] == [
+        ("transfer", {"to": "bob", "amount": 10}, "transfer requires approval")
+    ]
+    assert results_read(model) == ["main: 100", "sent 10 to bob"]
+    assert sorted(done) == ["balance main", "transfer 10 to bob"]  # the calls run in parallel
+
+
+async def test_an_approver_on_the_class_and_events_in_the_stream() -> None:
+    async def no(call: PendingCall) -> Deny:
+        return Deny("not today")
+
+    class Careful(Banker):
+        name = "careful"
+        approver = no
+
+    model = mixed_turn("Not paid.")
+    async with satsuma.open_agent(Careful, model=model) as agent:
+        events = [event async for event in agent.stream("Pay Bob 10")]
+    assert results_read(model) == ["main: 100", "Error: Denied: not today"]
+    decided = [e for e in events if isinstance(e, satsuma.ApprovalDecided)]
+    assert [(e.tool_name, e.approved, e.reason, e.agent) for e in decided] == [
+        ("transfer", False, "not today", "careful")
+    ]
+    requested = [e for e in events if isinstance(e, satsuma.ApprovalRequested)]
+    assert satsuma.event_to_json(requested[0])["type"] == "ApprovalRequested"
+    assert satsuma.event_to_json(decided[0])["reason"] == "not today"
+    assert done == ["balance main"]
+
+
+async def test_an_approver_that_does_not_answer_in_time_denies(autojump_clock: Any) -> None:
+    async def away(call: PendingCall) -> Approve:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    class Hurried(Banker):
+        name = "hurried"
+        approval_timeout = 60
+
+    model = mixed_turn("Timed out.")
+    async with satsuma.open_agent(Hurried, model=model, approver=away) as agent:
+        start = trio.current_time()
+        result = await agent.run("Pay Bob 10")
+    assert trio.current_time() - start == pytest.approx(60)
+    assert result.status == "completed"
+    assert results_read(model) == ["main: 100", "Error: Denied: no decision within 60s"]
+    assert done == ["balance main"]
+
+
+async def test_cancelling_the_run_cancels_the_wait(autojump_clock: Any) -> None:
+    waiting = trio.Event()
+
+    async def slow(call: PendingCall) -> Approve:
+        waiting.set()
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async with satsuma.open_agent(Banker, model=mixed_turn(), approver=slow) as agent:
+        async with trio.open_nursery() as nursery:
+            results: list[satsuma.RunResult] = []
+
+            async def run() -> None:
+                results.append(await agent.run("Pay Bob 10"))
+
+            nursery.start_soon(run)
+            await waiting.wait()
+            await agent.cancel()
+        check_conversation(agent.history)
+    (result,) = results
+    assert result.status == "cancelled"
+    assert done == ["balance main"]
+
+
+async def test_without_a_store_or_an_approver_the_call_is_denied() -> None:
+    model = mixed_turn("Could not.")
+    async with satsuma.open_agent(Banker, model=model) as agent:
+        result = await agent.run("Pay Bob 10")
+    assert result.status == "completed"
+    assert results_read(model)[1] == (
+        "Error: Denied: transfer requires approval, and there is no approver to ask"
+    )

@@ -1,0 +1,234 @@
+"""Deferred human approval: a run pauses awaiting_approval in its store and is resumed
+with decisions, in this process or after a restart (the store tests' ``store`` fixture:
+every kind of store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import satsuma
+from satsuma import Approve, Deny
+from satsuma.store import SQLiteStore, Store
+from satsuma.testing import Reply, ScriptedModel, check_conversation
+
+done: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    done.clear()
+
+
+@satsuma.tool(requires_approval=True)
+async def transfer(to: str, amount: int) -> str:
+    """Move money.
+
+    Args:
+        to: Who gets it.
+        amount: How much (at least 1).
+    """
+    if amount < 1:
+        raise satsuma.ToolError("amount must be at least 1")
+    done.append(f"transfer {amount} to {to}")
+    return f"sent {amount} to {to}"
+
+
+@satsuma.tool
+async def balance(account: str) -> str:
+    """Read a balance.
+
+    Args:
+        account: The account.
+    """
+    done.append(f"balance {account}")
+    return f"{account}: 100"
+
+
+class Banker(satsuma.Agent):
+    name = "banker"
+    tools = [transfer, balance]
+
+
+def mixed_turn(*answers: str) -> ScriptedModel:
+    return ScriptedModel(
+        [
+            Reply(
+                tool_calls=[
+                    ("balance", {"account": "main"}),
+                    ("transfer", {"to": "bob", "amount": 10}),
+                ]
+            ),
+            *answers,
+        ]
+    )
+
+
+def results_read(model: ScriptedModel) -> list[Any]:
+    """The tool_result contents of the last request the model received."""
+    return [
+        block["content"]
+        for block in model.requests[-1].messages[-1].content
+        if block.get("type") == "tool_result"
+    ]
+
+
+async def paused(agent: satsuma.AgentHandle) -> satsuma.RunResult:
+    result = await agent.run("Pay Bob 10")
+    assert result.status == "awaiting_approval"
+    (call,) = result.pending
+    assert (call.tool_name, call.input) == ("transfer", {"to": "bob", "amount": 10})
+    return result
+
+
+async def test_a_deferred_run_pauses_and_resumes_with_an_approval(store: Store) -> None:
+    model = mixed_turn("Paid.")
+    async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b1") as agent:
+        first = await paused(agent)
+        assert done == ["balance main"]  # the call that needed no decision ran at once
+        (record,) = await store.runs("b1")
+        assert record.status == "awaiting_approval"
+        assert [p.tool_use_id for p in await store.pending_calls(first.run_id)] == [
+            first.pending[0].id
+        ]
+        journal = {e.tool_name: e for e in await store.calls(first.run_id)}
+        assert journal["balance"].finished and journal["balance"].content == "main: 100"
+        result = await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
+        check_conversation(agent.history)
+    assert (result.run_id, result.status, result.output) == (first.run_id, "completed", "Paid.")
+    assert results_read(model) == ["main: 100", "sent 10 to bob"]
+    assert done == ["balance main", "transfer 10 to bob"]  # each ran once
+    (record,) = await store.runs("b1")
+    assert record.status == "completed"
+
+
+async def test_a_denial_and_an_invalid_edit_are_what_the_model_reads(store: Store) -> None:
+    model = mixed_turn("Denied.", Reply(tool_calls=[("transfer", {"to": "x", "amount": 5})]), "?")
+    async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b2") as agent:
+        first = await paused(agent)
+        await agent.resume(first.run_id, decisions={first.pending[0].id: Deny("not today")})
+        assert results_read(model) == ["main: 100", "Error: Denied: not today"]
+        second = await agent.run("Pay x 5")
+        assert second.status == "awaiting_approval"
+        edit = Approve(input={"to": "x", "amount": "five"})
+        await agent.resume(second.run_id, decisions={second.pending[0].id: edit})
+        (text,) = results_read(model)
+        assert text == "Error: Invalid arguments: expected amount to be an integer, got: string"
+        check_conversation(agent.history)
+    assert done == ["balance main"]
+
+
+async def test_an_edited_approval_runs_with_the_edit(store: Store) -> None:
+    async with satsuma.open_agent(
+        Banker, model=mixed_turn("Paid."), store=store, agent_id="b3"
+    ) as agent:
+        first = await paused(agent)
+        edit = Approve(input={"to": "bob", "amount": 3})
+        await agent.resume(first.run_id, decisions={first.pending[0].id: edit})
+    assert done == ["balance main", "transfer 3 to bob"]
+
+
+async def test_wrong_decisions_are_clear_errors_and_leave_the_run_waiting(store: Store) -> None:
+    async with satsuma.open_agent(
+        Banker, model=mixed_turn("Paid."), store=store, agent_id="b4"
+    ) as agent:
+        first = await paused(agent)
+        call_id = first.pending[0].id
+        with pytest.raises(ValueError, match=f"has no pending call 'nope' .*'{call_id}'"):
+            await agent.resume(first.run_id, decisions={"nope": Approve(), call_id: Approve()})
+        with pytest.raises(ValueError, match=f"no decision for pending call '{call_id}'"):
+            await agent.resume(first.run_id, decisions={})
+        with pytest.raises(TypeError, match="must be Approve or Deny"):
+            await agent.resume(first.run_id, decisions={call_id: True})  # type: ignore[dict-item]
+        with pytest.raises(ValueError, match="is awaiting approval: resume it with decisions"):
+            await agent.resume(first.run_id)
+        with pytest.raises(ValueError, match="has no run 'run_nope'"):
+            await agent.resume("run_nope", decisions={})
+        result = await agent.resume(first.run_id, decisions={call_id: Approve()})
+        assert result.status == "completed"
+        with pytest.raises(ValueError, match="is not awaiting approval \\(it is completed\\)"):
+            await agent.resume(first.run_id, decisions={call_id: Approve()})
+    assert done == ["balance main", "transfer 10 to bob"]
+
+
+async def test_two_resumes_at_once_run_the_call_once(store: Store) -> None:
+    async with satsuma.open_agent(
+        Banker, model=mixed_turn("Paid."), store=store, agent_id="b5"
+    ) as agent:
+        first = await paused(agent)
+        decisions = {first.pending[0].id: Approve()}
+        outcomes: list[object] = []
+
+        async def resume() -> None:
+            try:
+                outcomes.append((await agent.resume(first.run_id, decisions=decisions)).status)
+            except ValueError as exc:
+                outcomes.append(str(exc))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(resume)
+            nursery.start_soon(resume)
+    assert sorted(map(str, outcomes)) == [
+        "completed",
+        f"run {first.run_id} is not awaiting approval (it is completed)",
+    ]
+    assert done == ["balance main", "transfer 10 to bob"]
+
+
+async def test_a_new_run_goes_past_a_paused_one(store: Store) -> None:
+    model = mixed_turn("Not paid, then.", "Hello.")
+    async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b6") as agent:
+        first = await paused(agent)
+        second = await agent.run("Never mind")
+        assert second.status == "completed"
+        assert results_read(model) == [
+            "main: 100",
+            f"Error: Denied: no decision was made before run {second.run_id} started",
+        ]
+        check_conversation(agent.history)
+        with pytest.raises(ValueError, match="is not awaiting approval \\(it is cancelled\\)"):
+            await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
+    assert done == ["balance main"]
+
+
+async def test_a_paused_run_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "agents.db"
+    async with (
+        SQLiteStore(path) as store,
+        satsuma.open_agent(Banker, model=mixed_turn(), store=store, agent_id="b7") as agent,
+    ):
+        first = await paused(agent)
+    # Another process, later: the same file, the same agent id.
+    model = ScriptedModel(["Paid."])
+    async with (
+        SQLiteStore(path) as store,
+        satsuma.open_agent(Banker, model=model, store=store, agent_id="b7") as agent,
+    ):
+        assert agent.interrupted == ()  # still waiting, untouched
+        (record,) = await store.runs("b7")
+        assert record.status == "awaiting_approval"
+        result = await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
+        check_conversation(agent.history)
+    assert (result.status, result.output) == ("completed", "Paid.")
+    assert results_read(model) == ["main: 100", "sent 10 to bob"]
+    assert done == ["balance main", "transfer 10 to bob"]
+
+
+async def test_a_supervised_agent_restarted_while_a_run_waits_keeps_it_waiting(
+    tmp_path: Path,
+) -> None:
+    model = mixed_turn("Paid.")
+    async with SQLiteStore(tmp_path / "s.db") as store, satsuma.Supervisor() as sup:
+        agent = await sup.start_child(Banker, id="banker", model=model, store=store, agent_id="b8")
+        first = await paused(agent)
+        await sup.restart_child("banker")  # a new incarnation loads the agent from the store
+        assert agent.interrupted == ()
+        (record,) = await store.runs("b8")
+        assert record.status == "awaiting_approval"
+        result = await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
+        assert (result.status, result.output) == ("completed", "Paid.")
+        check_conversation(agent.history)
+    assert done == ["balance main", "transfer 10 to bob"]
