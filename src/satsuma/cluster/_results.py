@@ -10,6 +10,7 @@ from typing import Any, cast
 from .._messages import Message, Usage
 from ..agents import RunResult, RunStatus
 from ..store import RunRecord
+from ..tools import PendingCall
 
 __all__ = ["decode_result", "encode_result", "failed_result", "result_from_record"]
 
@@ -32,6 +33,10 @@ def encode_result(result: RunResult) -> str:
             },
             "iterations": result.iterations,
             "error": result.error,
+            "pending": [
+                {"id": p.id, "tool_name": p.tool_name, "input": p.input, "reason": p.reason}
+                for p in result.pending
+            ],
         }
     )
 
@@ -49,6 +54,7 @@ def decode_result(text: str) -> RunResult:
         usage=Usage(**data["usage"]),
         iterations=data["iterations"],
         error=data["error"],
+        pending=tuple(PendingCall(**p) for p in data.get("pending", ())),
     )
 
 
