@@ -263,17 +263,24 @@ class Supervisor:
             await self._start(record)
             if record.state is not _State.RUNNING:
                 self._forget(record)
-                raise SupervisorFailed(
-                    self.name,
-                    record.id,
-                    record.last_error,
-                    "could not start",
-                    label=self._described(),
-                    gave_up=False,
-                ) from record.last_error
+                raise self._could_not_start(record)
             return record.handle
 
         return await self._ask(start)
+
+    def _could_not_start(self, child: Child) -> SupervisorFailed:
+        """What start_child and restart_child raise for a child that did not start: only
+        that child failed, so the supervisor runs on and says so."""
+        failure = SupervisorFailed(
+            self.name,
+            child.id,
+            child.last_error,
+            "could not start",
+            label=self._described(),
+            gave_up=False,
+        )
+        failure.__cause__ = child.last_error
+        return failure
 
     async def terminate_child(self, id: str) -> None:
         """Stop a child (it is given its shutdown timeout); its spec stays, to
@@ -301,14 +308,7 @@ class Supervisor:
             await self._stop(child)
             await self._start(child)
             if child.state is not _State.RUNNING:
-                raise SupervisorFailed(
-                    self.name,
-                    child.id,
-                    child.last_error,
-                    "could not start",
-                    label=self._described(),
-                    gave_up=False,
-                ) from child.last_error
+                raise self._could_not_start(child)
             return child.handle
 
         return await self._ask(restart)
