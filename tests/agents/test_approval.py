@@ -164,3 +164,25 @@ async def test_without_a_store_or_an_approver_the_call_is_denied() -> None:
     assert results_read(model)[1] == (
         "Error: Denied: transfer requires approval, and there is no approver to ask"
     )
+
+
+async def test_a_supervised_agent_takes_its_approver_and_timeout_from_start_child(
+    autojump_clock: Any,
+) -> None:
+    async def away(call: PendingCall) -> Approve:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    model = mixed_turn("Timed out.")
+    async with satsuma.Supervisor() as sup:
+        agent = await sup.start_child(Banker, model=model, approver=away, approval_timeout=30)
+        start = trio.current_time()
+        result = await agent.run("Pay Bob 10")
+        assert trio.current_time() - start == pytest.approx(30)
+        with pytest.raises(ValueError, match="approval_timeout must be a positive number"):
+            await sup.start_child(Banker, model=model, approval_timeout=0)
+        with pytest.raises(TypeError, match="approver must be an async function"):
+            await sup.start_child(Banker, model=model, approver="yes")
+    assert result.status == "completed"
+    assert results_read(model) == ["main: 100", "Error: Denied: no decision within 30s"]
+    assert done == ["balance main"]

@@ -133,7 +133,8 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _seconds(value: object) -> bool:
+def seconds_or_none(value: object) -> bool:
+    """Whether ``value`` is a positive number of seconds, or None (no limit)."""
     return value is None or (
         isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
     )
@@ -162,7 +163,7 @@ def _declare(cls: type[Agent]) -> AgentSpec:
         raise fail(f"max_tokens must be an integer >= 1, got: {cls.max_tokens!r}")
     if not _whole(cls.mailbox_size) or cls.mailbox_size < 1:
         raise fail(f"mailbox_size must be an integer >= 1, got: {cls.mailbox_size!r}")
-    if not _seconds(cls.max_duration):
+    if not seconds_or_none(cls.max_duration):
         raise fail(
             f"max_duration must be a positive number of seconds or None, got: {cls.max_duration!r}"
         )
@@ -172,7 +173,7 @@ def _declare(cls: type[Agent]) -> AgentSpec:
         raise fail(f"resume_interrupted must be True or False, got: {cls.resume_interrupted!r}")
     if cls.approver is not None and not callable(cls.approver):
         raise fail(f"approver must be an async function or None, got: {cls.approver!r}")
-    if not _seconds(cls.approval_timeout):
+    if not seconds_or_none(cls.approval_timeout):
         raise fail(
             "approval_timeout must be a positive number of seconds or None, got: "
             f"{cls.approval_timeout!r}"

@@ -18,6 +18,7 @@ from ..agents._clients import shared_model
 from ..agents._handle import AgentHandle
 from ..agents._model import Model
 from ..store import Owner, Store
+from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
 
 __all__ = ["ChildSpec", "RestartType"]
 
@@ -53,8 +54,10 @@ class ChildSpec:
         start_timeout: Seconds a start may take before the child counts as failed to
             start (its ``serve`` never called ``task_status.started()``): it is then
             cancelled, and the start fails (default 60).
-        options: For an agent: ``model``, ``context``, ``agent_id``, ``store`` (as
-            ``open_agent``). With a store, a restarted agent reloads its conversation.
+        options: For an agent: ``model``, ``context``, ``agent_id``, ``store``,
+            ``approver`` (as ``open_agent``) and ``approval_timeout`` (seconds the
+            approver has for each call, or None; default: the class's). With a store, a
+            restarted agent reloads its conversation.
     """
 
     child: Any = attrs.field(kw_only=False)
@@ -102,6 +105,8 @@ class _AgentKind:
     context: Mapping[str, Any] | None
     agent_id: str | None
     store: Store | None = None
+    approver: Approver | None = None
+    approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT
     kind: Literal["worker", "supervisor"] = "worker"
     # The child holds its agent's lease across restarts: a new incarnation takes it over
     # (with a new epoch, which fences the old one's writes) even while the old one is
@@ -116,7 +121,7 @@ class _AgentKind:
         return AgentHandle(child.target)
 
     async def serve(self, child: Child, status: _Started) -> None:
-        spec = spec_of(self.agent)
+        spec = attrs.evolve(spec_of(self.agent), approval_timeout=self.approval_timeout)
         # Without a model, the run's shared one for the environment (one client and
         # connection pool for every such agent, closed when the run ends).
         model = self.model if self.model is not None else await shared_model(spec.name, spec.model)
@@ -138,6 +143,7 @@ class _AgentKind:
             mailbox=target.mailbox,
             fence=lambda: child.incarnation == incarnation,
             owner=self.owner,
+            approver=self.approver,
         )
         actor.handle = child.handle
         child.actor = actor

@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from .._exceptions import AgentUnavailable, SupervisorFailed
-from ..agents._agent import Agent, spec_of
+from ..agents._agent import Agent, seconds_or_none, spec_of
 from ._children import (
     Child,
     ChildSpec,
@@ -111,15 +111,27 @@ def kind_of(spec: ChildSpec) -> _Kind:
     options = dict(spec.options)
     if isinstance(child, type) and issubclass(child, Agent):
         spec_of(child)  # a concrete, checked Agent
-        unknown = set(options) - {"model", "context", "agent_id", "store"}
+        unknown = set(options) - {
+            "model", "context", "agent_id", "store", "approver", "approval_timeout",
+        }  # fmt: skip
         if unknown:
             raise TypeError(f"unknown agent options: {', '.join(sorted(unknown))}")
+        approver = options.get("approver")
+        if approver is not None and not callable(approver):
+            raise TypeError(f"approver must be an async function, got: {approver!r}")
+        timeout = options.get("approval_timeout", spec_of(child).approval_timeout)
+        if not seconds_or_none(timeout):
+            raise ValueError(
+                f"approval_timeout must be a positive number of seconds or None, got: {timeout!r}"
+            )
         return _AgentKind(
             child,
             options.get("model"),
             options.get("context"),
             options.get("agent_id"),
             options.get("store"),
+            approver=approver,
+            approval_timeout=None if timeout is None else float(timeout),
         )
     if options:
         raise TypeError(f"options apply to agents only, got: {', '.join(sorted(options))}")
