@@ -889,3 +889,113 @@ async def test_runs_of_a_missing_store_or_an_empty_one(tmp_path: Path) -> None:
         "runs", "--store", "s.db", "--agent-id", "x", cwd=tmp_path
     )
     assert (status, out.strip()) == (0, "agent x has no runs in s.db")
+
+
+# --- human approval ---------------------------------------------------------------------------
+
+BANK = '''
+from pathlib import Path
+
+import satsuma
+
+
+@satsuma.tool(requires_approval=True)
+async def transfer(to: str, amount: int) -> str:
+    """Move money.
+
+    Args:
+        to: Who gets it.
+        amount: How much.
+    """
+    with Path("transfers.log").open("a") as log:
+        log.write(f"{amount} to {to}\\n")
+    return f"sent {amount} to {to}"
+
+
+class Bank(satsuma.Agent):
+    name = "bank"
+    tools = [transfer]
+'''
+
+
+async def paused_run(tmp_path: Path) -> tuple[str, str]:
+    """A run of bank.py:Bank paused awaiting approval of one transfer: its id and the
+    call's."""
+    (tmp_path / "bank.py").write_text(BANK)
+    status, _out, err = await satsuma_command(
+        "run",
+        "bank.py:Bank",
+        'transfer {"to": "bob", "amount": 5}',
+        "--model",
+        "fake",
+        "--store",
+        "s.db",
+        cwd=tmp_path,
+    )
+    assert status == 1, err
+    run_id = re.search(r"run (run_\w+) is awaiting approval of:", err).group(1)  # type: ignore[union-attr]
+    call_id = re.search(r"  (\S+)  transfer\(", err).group(1)  # type: ignore[union-attr]
+    assert f"satsuma resume bank.py:Bank {run_id} --store s.db --approve CALL_ID" in err
+    assert not (tmp_path / "transfers.log").exists()
+    return run_id, call_id
+
+
+async def test_a_paused_run_is_listed_refused_past_and_approved(tmp_path: Path) -> None:
+    run_id, call_id = await paused_run(tmp_path)
+    offline = ("--model", "fake", "--store", "s.db")
+
+    status, out, err = await satsuma_command(
+        "runs", "bank.py:Bank", "--store", "s.db", cwd=tmp_path
+    )
+    assert (status, err) == (0, ""), err
+    lines = out.splitlines()
+    assert re.match(rf"  {run_id}  awaiting_approval \S+ \S+  'transfer ", lines[1]), out
+    assert lines[2] == (
+        f'      pending   transfer({{"to": "bob", "amount": 5}})  {call_id}  '
+        "(transfer requires approval)"
+    )
+
+    # A new run says so rather than going past it.
+    status, out, err = await satsuma_command("run", "bank.py:Bank", "hello", *offline, cwd=tmp_path)
+    assert (status, out) == (2, "")
+    assert "agent bank has runs awaiting approval" in err and call_id in err
+    assert "--past-paused" in err
+
+    # Every pending call needs a decision, and only those.
+    for decided, message in [
+        ((), f"call {call_id} of run {run_id} needs a decision: --approve {call_id}"),
+        (("--approve", "nope"), f"run {run_id} has no pending call nope (it waits on: {call_id})"),
+    ]:
+        status, out, err = await satsuma_command(
+            "resume", "bank.py:Bank", run_id, *offline, *decided, cwd=tmp_path
+        )
+        assert (status, out) == (2, ""), err
+        assert err.strip().startswith(f"satsuma: error: {message}"), err
+
+    status, out, err = await satsuma_command(
+        "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
+    )
+    assert status == 0, err
+    assert "- transfer: sent 5 to bob" in out
+    assert (tmp_path / "transfers.log").read_text() == "5 to bob\n"
+
+    # Decided once: a second decision is refused and the transfer does not run again.
+    status, out, err = await satsuma_command(
+        "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
+    )
+    assert status == 2
+    assert "is completed, not awaiting approval" in err
+    assert (tmp_path / "transfers.log").read_text() == "5 to bob\n"
+    status, out, err = await satsuma_command("run", "bank.py:Bank", "hello", *offline, cwd=tmp_path)
+    assert status == 0, err
+
+
+async def test_a_denied_call_tells_the_model_why(tmp_path: Path) -> None:
+    run_id, call_id = await paused_run(tmp_path)
+    status, out, err = await satsuma_command(
+        "resume", "bank.py:Bank", run_id, "--model", "fake", "--store", "s.db",
+        "--deny", f"{call_id}:not today", cwd=tmp_path,
+    )  # fmt: skip
+    assert status == 0, err
+    assert "- transfer (an error): Error: Denied: not today" in out
+    assert not (tmp_path / "transfers.log").exists()

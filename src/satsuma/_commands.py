@@ -33,6 +33,7 @@ from .agents import open_agent as _open_agent
 from .agents._agent import spec_of
 from .store import RunRecord, SQLiteStore, Store
 from .testing import FakeModel
+from .tools import Approve, Deny
 
 __all__ = [
     "FAKE_MODEL",
@@ -42,6 +43,7 @@ __all__ = [
     "builtin_tools",
     "capability_warnings",
     "chat",
+    "decisions_from",
     "fake_server",
     "list_runs",
     "load_agent",
@@ -85,6 +87,7 @@ class RunOptions:
     allow: frozenset[str] = frozenset()
     workdir: Path | None = None
     past_interrupted: bool = False
+    past_paused: bool = False
 
 
 class Assistant(Agent):
@@ -276,6 +279,15 @@ async def _open(
                 and not (resuming or options.past_interrupted)
             ):
                 raise CommandError(await _interrupted_text(handle, store, options))
+            if store is not None and not (resuming or options.past_paused):
+                assert agent_id is not None
+                paused = [
+                    record
+                    for record in await store.runs(agent_id)
+                    if record.status == "awaiting_approval"
+                ]
+                if paused:
+                    raise CommandError(await _paused_text(agent_id, paused, store, options))
             yield handle
     finally:
         if isinstance(model, AnthropicModel):
@@ -299,10 +311,24 @@ async def _interrupted_text(handle: AgentHandle, store: SQLiteStore, options: Ru
     return "\n".join(lines)
 
 
+async def _paused_text(
+    agent_id: str, paused: list[RunRecord], store: SQLiteStore, options: RunOptions
+) -> str:
+    lines = [f"agent {agent_id} has runs awaiting approval:"]
+    for record in paused:
+        lines.extend(await _run_lines(record, store))
+    lines.append(
+        f"decide with `satsuma resume TARGET RUN_ID --store {options.store} --approve "
+        "CALL_ID ... --deny CALL_ID[:REASON] ...`, or start anyway with --past-paused "
+        "(they can then no longer be decided)"
+    )
+    return "\n".join(lines)
+
+
 async def _run_lines(record: RunRecord, store: Store) -> list[str]:
     """A run of ``satsuma runs``: id, status, when, the prompt; for a run that did not
     end, its calls in doubt (started, no outcome recorded: they may or may not have
-    happened)."""
+    happened); for a run awaiting approval, its pending calls and why they wait."""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
     prompt = record.prompt if len(record.prompt) <= 60 else record.prompt[:57] + "..."
     lines = [f"  {record.run_id}  {record.status:<17} {started}  {prompt!r}"]
@@ -313,6 +339,15 @@ async def _run_lines(record: RunRecord, store: Store) -> list[str]:
             if len(arguments) > 80:
                 arguments = arguments[:77] + "..."
             lines.append(f"      {state:<9} {entry.tool_name}({arguments})  {entry.tool_use_id}")
+    if record.status == "awaiting_approval":
+        for pending in await store.pending_calls(record.run_id):
+            arguments = json.dumps(pending.input, ensure_ascii=False, default=repr)
+            if len(arguments) > 80:
+                arguments = arguments[:77] + "..."
+            lines.append(
+                f"      pending   {pending.tool_name}({arguments})  {pending.tool_use_id}"
+                f"  ({pending.reason})"
+            )
     return lines
 
 
@@ -340,17 +375,89 @@ async def list_runs(
     return 0
 
 
+def decisions_from(approve: list[str], deny: list[str]) -> dict[str, Approve | Deny]:
+    """The decisions of ``resume --approve CALL_ID --deny CALL_ID[:REASON]``.
+
+    Raises:
+        CommandError: a call is decided twice.
+    """
+    decisions: dict[str, Approve | Deny] = {}
+    given: list[tuple[str, Approve | Deny]] = [(call_id, Approve()) for call_id in approve]
+    for text in deny:
+        call_id, _, reason = text.partition(":")
+        given.append((call_id, Deny(reason.strip() or "the user said no")))
+    for call_id, decision in given:
+        if call_id in decisions:
+            raise CommandError(f"call {call_id} is decided twice")
+        decisions[call_id] = decision
+    return decisions
+
+
 async def resume_run(
-    agent: type[Agent], run_id: str, options: RunOptions, *, console: Console
+    agent: type[Agent],
+    run_id: str,
+    options: RunOptions,
+    decisions: dict[str, Approve | Deny] | None = None,
+    *,
+    console: Console,
 ) -> RunResult:
-    """Resume an interrupted run, live on ``console``."""
+    """Resume an interrupted run, or (with ``decisions``) a run awaiting approval,
+    live on ``console``."""
     if options.store is None:
         raise CommandError("resume needs the --store the run is in")
     async with _open(agent, options, resuming=True) as handle:
+        record = await _stored_run(options.store, run_id)
+        if (
+            record is not None
+            and record.agent_id == handle.agent_id
+            and record.status == "awaiting_approval"
+        ):
+            await _check_decisions(options.store, run_id, decisions or {})
+            async with open_live_view(console) as view:
+                return await handle.resume(
+                    run_id, decisions=decisions or {}, events=view.agent_event
+                )
+        if decisions:
+            where = f"{record.status}, not awaiting approval" if record else "not found"
+            raise CommandError(
+                f"run {run_id} is {where}: --approve and --deny decide the calls of a paused run"
+            )
         if run_id not in {record.run_id for record in handle.interrupted}:
             raise CommandError(await _not_resumable(handle, run_id, options))
         async with open_live_view(console) as view:
             return await handle.resume(run_id, events=view.agent_event)
+
+
+async def _stored_run(path: Path, run_id: str) -> RunRecord | None:
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        return await store.get_run(run_id)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+async def _check_decisions(path: Path, run_id: str, decisions: dict[str, Approve | Deny]) -> None:
+    """Every pending call of the paused run decided, and nothing else."""
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        pending = [call.tool_use_id for call in await store.pending_calls(run_id)]
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+    unknown = [call_id for call_id in decisions if call_id not in pending]
+    if unknown:
+        raise CommandError(
+            f"run {run_id} has no pending call {unknown[0]} (it waits on: {', '.join(pending)})"
+        )
+    missing = [call_id for call_id in pending if call_id not in decisions]
+    if missing:
+        raise CommandError(
+            f"call {missing[0]} of run {run_id} needs a decision: --approve {missing[0]} or "
+            f"--deny {missing[0]}:REASON"
+        )
 
 
 async def _not_resumable(handle: AgentHandle, run_id: str, options: RunOptions) -> str:

@@ -9,6 +9,7 @@ did not complete (a bad key, an unreachable API, too many iterations).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -57,10 +58,26 @@ def _parser() -> argparse.ArgumentParser:
         "--agent-id", help="the conversation's id in the store (default: the agent's name)"
     )
     resume = commands.add_parser(
-        "resume", help="go on with a run that a crash or a kill interrupted"
+        "resume",
+        help="go on with a run that a crash or a kill interrupted, or decide the calls of "
+        "a run awaiting approval",
     )
     resume.add_argument(
         "words", nargs="+", metavar="[TARGET] RUN_ID", help=f"{target_help}; the run's id"
+    )
+    resume.add_argument(
+        "--approve",
+        action="append",
+        default=[],
+        metavar="CALL_ID",
+        help="let a pending call of a run awaiting approval run (repeat for more)",
+    )
+    resume.add_argument(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="CALL_ID[:REASON]",
+        help="refuse a pending call; the model reads 'Error: Denied: REASON' (repeat for more)",
     )
     fake = commands.add_parser(
         "fake-server",
@@ -76,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="run even though the conversation has interrupted runs: their open calls "
             "are answered 'Interrupted' and they can no longer be resumed",
+        )
+        command.add_argument(
+            "--past-paused",
+            action="store_true",
+            help="run even though the conversation has runs awaiting approval: they can "
+            "then no longer be decided",
         )
     for command in (run, chat, resume):
         command.add_argument(
@@ -169,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         RunOptions,
         capability_warnings,
         chat,
+        decisions_from,
         fake_server,
         list_runs,
         load_agent,
@@ -212,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             allow=frozenset(args.allow),
             workdir=args.workdir,
             past_interrupted=getattr(args, "past_interrupted", False),
+            past_paused=getattr(args, "past_paused", False),
         )
         if args.command == "chat":
             target, prompt = args.target, ""
@@ -227,8 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             status: int = trio.run(partial(chat, agent, options, console=console))
             return status
         if args.command == "resume":
-            result = trio.run(partial(resume_run, agent, prompt, options, console=console))
-            return _ended(result, errors)
+            decisions = decisions_from(args.approve, args.deny)
+            result = trio.run(
+                partial(resume_run, agent, prompt, options, decisions, console=console)
+            )
+            return _ended(result, errors, target, args.store)
         printer = sys.stdout if args.json else None
         result = trio.run(
             partial(run_once, agent, prompt, options, console=console, json_lines=printer)
@@ -252,10 +280,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exits is None or rest is not None:
             raise
         return _exit_status(exits)
-    return _ended(result, errors)
+    return _ended(result, errors, target, args.store)
 
 
-def _ended(result: Any, errors: Any) -> int:
+def _ended(result: Any, errors: Any, target: str | None = None, store: Path | None = None) -> int:
+    if result.status == "awaiting_approval":
+        command = " ".join(
+            word
+            for word in ("satsuma resume", target, result.run_id, "--store", str(store))
+            if word
+        )
+        lines = [f"satsuma: run {result.run_id} is awaiting approval of:"]
+        for call in result.pending:
+            arguments = json.dumps(call.input, ensure_ascii=False, default=repr)
+            lines.append(f"  {call.id}  {call.tool_name}({arguments})  ({call.reason})")
+        lines.append(f"decide with `{command} --approve CALL_ID ... --deny CALL_ID[:REASON] ...`")
+        errors.print("\n".join(lines), highlight=False, soft_wrap=True, markup=False)
+        return 1
     if result.status != "completed":
         reason = f": {result.error}" if result.error else ""
         errors.print(f"satsuma: run {result.status}{reason}", highlight=False, soft_wrap=True)
