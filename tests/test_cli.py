@@ -999,3 +999,39 @@ async def test_a_denied_call_tells_the_model_why(tmp_path: Path) -> None:
     assert status == 0, err
     assert "- transfer (an error): Error: Denied: not today" in out
     assert not (tmp_path / "transfers.log").exists()
+
+
+async def test_chat_asks_the_person_about_each_call(tmp_path: Path) -> None:
+    (tmp_path / "bank.py").write_text(BANK)
+    typed = "\n".join(
+        [
+            'transfer {"to": "bob", "amount": 5}',
+            "y",
+            'transfer {"to": "ann", "amount": 7}',
+            "n: not today",
+            'transfer {"to": "carl", "amount": 9}',
+            "maybe",
+            "e",
+            "[1]",
+            '{"to": "carl", "amount": 1}',
+        ]
+    )
+    result = await trio.run_process(
+        [sys.executable, "-m", "satsuma.cli", "chat", "bank.py:Bank", "--model", "fake"],
+        stdin=typed.encode() + b"\n",
+        cwd=tmp_path,
+        env=environment(),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert (result.returncode, err) == (0, ""), err
+    asked = 'approve transfer({"to": "bob", "amount": 5})? (transfer requires approval) [y/n/e]'
+    assert asked in out
+    assert "- transfer: sent 5 to bob" in out
+    assert "- transfer (an error): Error: Denied: not today" in out
+    assert "answer y, n (or n: reason) or e: " in out
+    assert "not a JSON object; again: " in out
+    assert "- transfer: sent 1 to carl" in out
+    assert (tmp_path / "transfers.log").read_text() == "5 to bob\n1 to carl\n"

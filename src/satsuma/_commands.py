@@ -33,7 +33,7 @@ from .agents import open_agent as _open_agent
 from .agents._agent import spec_of
 from .store import RunRecord, SQLiteStore, Store
 from .testing import FakeModel
-from .tools import Approve, Deny
+from .tools import Approve, Approver, Deny, PendingCall
 
 __all__ = [
     "FAKE_MODEL",
@@ -256,7 +256,11 @@ def _context(options: RunOptions) -> dict[str, Any]:
 
 @asynccontextmanager
 async def _open(
-    agent: type[Agent], options: RunOptions, *, resuming: bool = False
+    agent: type[Agent],
+    options: RunOptions,
+    *,
+    resuming: bool = False,
+    approver: Approver | None = None,
 ) -> AsyncIterator[AgentHandle]:
     """The agent, opened as the options say. Unless ``resuming`` (or told to go past
     them), a conversation with interrupted runs is not run on: a new run would answer
@@ -271,7 +275,7 @@ async def _open(
     agent_id = options.agent_id or (agent.name if store is not None else None)
     try:
         async with _open_agent(
-            agent, model=model, context=context, store=store, agent_id=agent_id
+            agent, model=model, context=context, store=store, agent_id=agent_id, approver=approver
         ) as handle:
             if (
                 handle.interrupted
@@ -513,33 +517,90 @@ async def chat(agent: type[Agent], options: RunOptions, *, console: Console) -> 
 
     Returns the exit status: 0 at end of input, 130 after Ctrl-C.
     """
-    async with _open(agent, options) as handle, _stdin_lines() as lines:
-        session = _Session()
+    async with (
+        _stdin_lines() as lines,
+        _open(agent, options, approver=_asking(lines, console)) as handle,
+    ):
+        return await _chat(handle, lines, console)
+
+
+def _asking(lines: Callable[[], Any], console: Console) -> Approver:
+    """An approver that asks the person at the terminal about each call: y runs it, n
+    (or ``n: reason``) denies it, e edits its JSON input first."""
+
+    async def ask(call: PendingCall) -> Approve | Deny:
+        arguments = json.dumps(call.input, ensure_ascii=False, default=repr)
         console.print(
-            f"chatting with {handle.name} (Ctrl-C cancels a run; Ctrl-C again or Ctrl-D quits)"
+            f"approve {call.tool_name}({arguments})? ({call.reason}) [y/n/e] ",
+            end="",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
-        with trio.open_signal_receiver(signal.SIGINT) as interrupts:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    _watch, interrupts, handle, session, nursery.cancel_scope, console
-                )
-                while True:
-                    console.print("[bold]you>[/] ", end="")
-                    line = await lines()
-                    if line is None:
-                        console.print()
-                        break
-                    if not line.strip():
-                        continue
-                    session.running, session.cancelling = True, False
-                    try:
-                        # A terminal shows what the user typed: no need to repeat it.
-                        echo = not os.isatty(0)
-                        async with open_live_view(console, echo_prompts=echo) as view:
-                            await handle.run(line, events=view.agent_event)
-                    finally:
-                        session.running = False
-                nursery.cancel_scope.cancel()
+        while True:
+            line = await lines()
+            if line is None:
+                return Deny("no answer: the input ended")
+            answer, _, reason = line.strip().partition(":")
+            if answer.strip().lower() in ("y", "yes"):
+                return Approve()
+            if answer.strip().lower() in ("n", "no"):
+                return Deny(reason.strip() or "the user said no")
+            if answer.strip().lower() in ("e", "edit"):
+                edited = await _edited_input(lines, console)
+                if edited is None:
+                    return Deny("no answer: the input ended")
+                return Approve(input=edited)
+            console.print(
+                "answer y, n (or n: reason) or e: ", end="", highlight=False, soft_wrap=True
+            )
+
+    return ask
+
+
+async def _edited_input(lines: Callable[[], Any], console: Console) -> dict[str, Any] | None:
+    """A JSON object read from the person, asked again until it is one."""
+    console.print("new input (JSON, on one line): ", end="", highlight=False, soft_wrap=True)
+    while True:
+        line = await lines()
+        if line is None:
+            return None
+        try:
+            value = json.loads(line)
+        except ValueError as error:
+            value, problem = None, f"not JSON ({error})"
+        else:
+            problem = "not a JSON object"
+        if isinstance(value, dict):
+            return value
+        console.print(f"{problem}; again: ", end="", highlight=False, markup=False, soft_wrap=True)
+
+
+async def _chat(handle: AgentHandle, lines: Callable[[], Any], console: Console) -> int:
+    session = _Session()
+    console.print(
+        f"chatting with {handle.name} (Ctrl-C cancels a run; Ctrl-C again or Ctrl-D quits)"
+    )
+    with trio.open_signal_receiver(signal.SIGINT) as interrupts:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch, interrupts, handle, session, nursery.cancel_scope, console)
+            while True:
+                console.print("[bold]you>[/] ", end="")
+                line = await lines()
+                if line is None:
+                    console.print()
+                    break
+                if not line.strip():
+                    continue
+                session.running, session.cancelling = True, False
+                try:
+                    # A terminal shows what the user typed: no need to repeat it.
+                    echo = not os.isatty(0)
+                    async with open_live_view(console, echo_prompts=echo) as view:
+                        await handle.run(line, events=view.agent_event)
+                finally:
+                    session.running = False
+            nursery.cancel_scope.cancel()
     return 130 if session.interrupted else 0
 
 
