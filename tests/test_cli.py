@@ -965,6 +965,7 @@ async def test_a_paused_run_is_listed_refused_past_and_approved(tmp_path: Path) 
     for decided, message in [
         ((), f"call {call_id} of run {run_id} needs a decision: --approve {call_id}"),
         (("--approve", "nope"), f"run {run_id} has no pending call nope (it waits on: {call_id})"),
+        (("--approve", call_id, "--deny", call_id), f"call {call_id} is decided twice"),
     ]:
         status, out, err = await satsuma_command(
             "resume", "bank.py:Bank", run_id, *offline, *decided, cwd=tmp_path
