@@ -36,11 +36,11 @@ import time
 import tracemalloc
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 from _harness import header, table
-from long_lived import ANSWER, MAX_TOKENS, MODEL, PROMPT_PADDING, Notes, _noop, _server
+from long_lived import ANSWER, PROMPT_PADDING, Notes, _server
+from long_lived import _hand_loop as _hand_loop_over_one_client
 
 from satsuma import AnthropicModel, open_agent
 
@@ -110,59 +110,7 @@ async def _streamed(runs: int, on_run: Callable[[int], None]) -> None:
 
 
 async def _hand_loop(runs: int, on_run: Callable[[int], None]) -> None:
-    import anthropic
-
-    tools = [
-        {
-            "name": "noop",
-            "description": "Does nothing.",
-            "input_schema": {
-                "type": "object",
-                "properties": {"n": {"type": "integer", "description": "A number."}},
-                "required": ["n"],
-            },
-        }
-    ]
-    client = anthropic.AsyncAnthropic()
-    try:
-        for index in range(runs):
-            prompt = {"type": "text", "text": f"note {index}: {PROMPT_PADDING}"}
-            messages: list[dict[str, Any]] = [{"role": "user", "content": [prompt]}]
-            while True:
-                async with client.messages.stream(
-                    model=MODEL, max_tokens=MAX_TOKENS, messages=messages, tools=tools
-                ) as stream:
-                    message = await stream.get_final_message()
-                content = [block.model_dump(exclude_none=True) for block in message.content]
-                messages.append({"role": "assistant", "content": content})
-                calls = [block for block in message.content if block.type == "tool_use"]
-                if not calls:
-                    break
-                results: list[dict[str, Any]] = []
-
-                async def call(block: Any, results: list[dict[str, Any]] = results) -> None:
-                    try:
-                        text, is_error = await _noop(**block.input), False
-                    except Exception as exc:
-                        text, is_error = f"Error: {exc}", True
-                    results.append(
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": block.id,
-                            "content": text,
-                            "is_error": is_error,
-                        }
-                    )
-
-                async with trio.open_nursery() as nursery:
-                    for block in calls:
-                        nursery.start_soon(call, block)
-                messages.append({"role": "user", "content": results})
-            if message.content[0].text != ANSWER:  # type: ignore[union-attr]
-                raise SystemExit(f"hand loop run {index} answered {message.content!r}")
-            on_run(index)
-    finally:
-        await client.close()
+    await _hand_loop_over_one_client(runs, on_run, fresh=True)
 
 
 async def _memory_over_runs(

@@ -105,7 +105,10 @@ async def _satsuma(runs: int, on_run: Callable[[int], None]) -> None:
             on_run(index)
 
 
-async def _hand_loop(runs: int, on_run: Callable[[int], None]) -> None:
+async def _hand_loop(runs: int, on_run: Callable[[int], None], *, fresh: bool = False) -> None:
+    """A hand-written trio loop over one shared ``AsyncAnthropic``: one conversation that
+    grows run after run, or with ``fresh`` a new one per run (as default_path.py opens an
+    agent per conversation)."""
     import anthropic
 
     tools = [
@@ -126,6 +129,8 @@ async def _hand_loop(runs: int, on_run: Callable[[int], None]) -> None:
             # The same body as satsuma sends (a prompt is a text block), so that what
             # differs is the client's own work.
             prompt = {"type": "text", "text": f"note {index}: {PROMPT_PADDING}"}
+            if fresh:
+                messages = []
             messages.append({"role": "user", "content": [prompt]})
             while True:
                 async with client.messages.stream(
