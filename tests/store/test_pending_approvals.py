@@ -62,6 +62,30 @@ async def test_only_one_claim_of_a_paused_run_wins(store: Store) -> None:
     assert record is not None and record.status == "running"
 
 
+async def test_runs_awaiting_approval_are_listed_across_agents(store: Store) -> None:
+    assert await store.runs_awaiting_approval() == []
+    for run_id, agent_id, started_at in [("r2", "b", 2.0), ("r1", "a", 1.0), ("r3", "a", 3.0)]:
+        await store.start_run(
+            RunRecord(
+                run_id=run_id,
+                agent_id=agent_id,
+                status="running",
+                prompt="pay",
+                started_at=started_at,
+            )
+        )
+    await store.pause_run("r2", [pending("t2", 2)], usage=Usage())
+    await store.pause_run("r1", [pending("t1", 1)], usage=Usage())
+    paused = await store.runs_awaiting_approval()
+    assert [(r.run_id, r.agent_id, r.status) for r in paused] == [
+        ("r1", "a", "awaiting_approval"),
+        ("r2", "b", "awaiting_approval"),
+    ]
+    # Taken up by a decision: no longer waiting on anyone.
+    assert await store.claim_paused_run("r1")
+    assert [r.run_id for r in await store.runs_awaiting_approval()] == ["r2"]
+
+
 async def test_a_paused_run_is_not_marked_interrupted(store: Store) -> None:
     await started(store)
     await store.pause_run("r1", [pending("t1", 1)], usage=Usage())

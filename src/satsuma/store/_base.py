@@ -127,6 +127,11 @@ class Store(Protocol):
         run went on, as a record of what was asked)."""
         ...
 
+    async def runs_awaiting_approval(self) -> list[RunRecord]:
+        """Every run ``awaiting_approval``, whatever its agent, oldest first: what waits
+        on a person (an approval inbox, a service listing them after a restart)."""
+        ...
+
     async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
         """Mark the run ``running`` again if it is ``awaiting_approval``, atomically: True
         for the one caller that did, False for any other (the run was decided already, or

@@ -183,6 +183,11 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         return list(self._pending.get(run_id, ()))
 
+    async def runs_awaiting_approval(self) -> list[RunRecord]:
+        await trio.lowlevel.checkpoint()
+        paused = [r for r in self._runs.values() if r.status == "awaiting_approval"]
+        return sorted(paused, key=lambda r: r.started_at)
+
     async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
         await trio.lowlevel.checkpoint()
         self._check(lease)

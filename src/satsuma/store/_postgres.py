@@ -730,6 +730,16 @@ class PostgresStore:
 
         return await self._call(work, transaction=False)
 
+    async def runs_awaiting_approval(self) -> list[RunRecord]:
+        def work(db: psycopg.Connection[Any]) -> list[RunRecord]:
+            rows = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
+                "ORDER BY started_at, seq"
+            ).fetchall()
+            return [run_record(row) for row in rows]
+
+        return await self._call(work, transaction=False)
+
     async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
         def work(db: psycopg.Connection[Any]) -> bool:
             # One statement: of two claims at once, the second waits for the first's row

@@ -503,6 +503,16 @@ class SQLiteStore:
 
         return await self._call(work)
 
+    async def runs_awaiting_approval(self) -> list[RunRecord]:
+        def work(db: sqlite3.Connection) -> list[RunRecord]:
+            rows = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
+                "ORDER BY started_at, rowid"
+            ).fetchall()
+            return [_run(row) for row in rows]
+
+        return await self._call(work)
+
     async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
         def work(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
