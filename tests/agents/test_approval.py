@@ -186,3 +186,28 @@ async def test_a_supervised_agent_takes_its_approver_and_timeout_from_start_chil
     assert result.status == "completed"
     assert results_read(model) == ["main: 100", "Error: Denied: no decision within 30s"]
     assert done == ["balance main"]
+
+
+async def test_open_agent_takes_an_approval_timeout(autojump_clock: Any) -> None:
+    async def slow(call: PendingCall) -> Approve:
+        await trio.sleep(1000)  # past the class's 300 s
+        return Approve()
+
+    model = mixed_turn("Timed out.")
+    async with satsuma.open_agent(Banker, model=model, approver=slow, approval_timeout=30) as a:
+        start = trio.current_time()
+        await a.run("Pay Bob 10")
+        assert trio.current_time() - start == pytest.approx(30)
+    assert results_read(model) == ["main: 100", "Error: Denied: no decision within 30s"]
+    # None: no limit, the person may take as long as they need.
+    model = mixed_turn("Paid.")
+    async with satsuma.open_agent(Banker, model=model, approver=slow, approval_timeout=None) as a:
+        await a.run("Pay Bob 10")
+    assert results_read(model) == ["main: 100", "sent 10 to bob"]
+    for wrong in (0, -1, "30", True, float("nan")):
+        with pytest.raises(
+            ValueError,
+            match=f"approval_timeout must be a positive number of seconds or None, got: {wrong!r}",
+        ):
+            async with satsuma.open_agent(Banker, model=model, approval_timeout=wrong):  # type: ignore[arg-type]
+                raise AssertionError("started")

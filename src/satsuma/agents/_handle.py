@@ -5,13 +5,15 @@ starts one inside the caller's structured concurrency. The actor itself is in
 from __future__ import annotations
 
 import contextlib
+import enum
 import itertools
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, final
+from typing import Any, Final, Protocol, final
 
+import attrs
 import trio
 
 from .._exceptions import AgentCrashed, AgentUnavailable
@@ -19,7 +21,7 @@ from .._messages import Message
 from ..store import RunRecord, Store
 from ..tools import Approve, Approver, Deny
 from ._actor import Actor, Job, ResetRequest, new_run_id
-from ._agent import Agent, spec_of
+from ._agent import Agent, seconds_or_none, spec_of
 from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
@@ -295,6 +297,16 @@ async def run_with_id(handle: AgentHandle, prompt: str, run_id: str) -> RunResul
     return await handle._serve(Job(prompt=prompt, run_id=run_id, sink=None))
 
 
+@final
+class _ClassDefault(enum.Enum):
+    """``approval_timeout``'s default, where None already means "no limit"."""
+
+    TOKEN = enum.auto()
+
+
+CLASS_DEFAULT: Final = _ClassDefault.TOKEN
+
+
 def _check_prompt(text: object) -> None:
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
@@ -326,6 +338,7 @@ async def open_agent(
     agent_id: str | None = None,
     store: Store | None = None,
     approver: Approver | None = None,
+    approval_timeout: float | _ClassDefault | None = CLASS_DEFAULT,
 ) -> AsyncIterator[AgentHandle]:
     """Start an agent inside the caller's structured concurrency.
 
@@ -349,12 +362,23 @@ async def open_agent(
             ``approval_timeout``); default: the class's ``approver``. With neither, an
             agent with a store pauses such a run ``awaiting_approval`` (see
             ``resume``), and one without a store denies the calls.
+        approval_timeout: Seconds the approver has for each call, past which the call
+            is denied; None: no limit. Default: the class's ``approval_timeout`` (300).
 
     Raises:
         TypeError: ``agent`` is not a concrete Agent subclass.
+        ValueError: ``approval_timeout`` is not a positive number or None.
         ConfigurationError: no model is passed and the environment has no API key.
     """
     spec = spec_of(agent)
+    if not isinstance(approval_timeout, _ClassDefault):
+        if not seconds_or_none(approval_timeout):
+            raise ValueError(
+                "approval_timeout must be a positive number of seconds or None, got: "
+                f"{approval_timeout!r}"
+            )
+        seconds = None if approval_timeout is None else float(approval_timeout)
+        spec = attrs.evolve(spec, approval_timeout=seconds)
     if model is None:
         model = await shared_model(spec.name, spec.model)
     if store is not None and agent_id is None:
