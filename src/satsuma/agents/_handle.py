@@ -289,12 +289,18 @@ async def _abandon(job: Job) -> None:
         await job.done.wait()
 
 
-async def run_with_id(handle: AgentHandle, prompt: str, run_id: str) -> RunResult:
-    """``handle.run(prompt)`` under a run id the caller chose: a cluster's queued run
-    keeps its id in the agent's own records, so that a node taking it over after a
-    failover finds the run (and its journal) by that id."""
+async def run_with_id(
+    handle: AgentHandle,
+    prompt: str,
+    run_id: str,
+    *,
+    events: Callable[[AgentEvent], object] | None = None,
+) -> RunResult:
+    """``handle.run(prompt, events=events)`` under a run id the caller chose: a cluster's
+    queued run keeps its id in the agent's own records, so that a node taking it over
+    after a failover finds the run (and its journal) by that id."""
     _check_prompt(prompt)
-    return await handle._serve(Job(prompt=prompt, run_id=run_id, sink=None))
+    return await handle._serve(Job(prompt=prompt, run_id=run_id, sink=_callback_sink(events)))
 
 
 @final
