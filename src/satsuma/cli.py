@@ -1,5 +1,5 @@
-"""The ``satsuma`` command: ``demo``, ``run``, ``chat``, ``runs``, ``resume`` and
-``fake-server``.
+"""The ``satsuma`` command: ``demo``, ``run``, ``chat``, ``runs``, ``resume``,
+``fake-server``, and for a cluster ``node`` and ``cluster status``.
 
 Errors a user can cause print one line on stderr and exit non-zero, never a traceback:
 2 for a mistake on the command line (bad target, no key, bad option), 1 for a run that
@@ -87,6 +87,59 @@ def _parser() -> argparse.ArgumentParser:
     fake.add_argument(
         "--port", type=_port, default=8765, help="the port (default: 8765; 0 for any free one)"
     )
+    node = commands.add_parser(
+        "node",
+        help="serve a cluster's queued runs of some agent classes, until SIGTERM or Ctrl-C",
+    )
+    node.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="MODULE:AgentClass or path/to/file.py:AgentClass, one for each class served",
+    )
+    node.add_argument(
+        "--store", required=True, help="the cluster's database: postgresql://USER@HOST/DBNAME"
+    )
+    node.add_argument("--name", help="the node's name (default: the host and the pid)")
+    node.add_argument(
+        "--max-agents", type=_positive, help="agents open at once at most (default: 100)"
+    )
+    node.add_argument(
+        "--max-runs", type=_positive, help="runs at once at most (default: --max-agents)"
+    )
+    node.add_argument(
+        "--lease-seconds",
+        type=_seconds,
+        help="the node counts as dead after this long without a heartbeat (default: 15)",
+    )
+    node.add_argument(
+        "--drain-timeout",
+        type=_seconds,
+        help="on SIGTERM, how long runs in flight have to end before they are handed back "
+        "(default: 3)",
+    )
+    node.add_argument(
+        "--poll-interval",
+        type=_seconds,
+        help="how often to look for work besides the database's notifications (default: 2)",
+    )
+    cluster = commands.add_parser("cluster", help="look at a cluster")
+    cluster_commands = cluster.add_subparsers(
+        dest="cluster_command", required=True, metavar="COMMAND"
+    )
+    status = cluster_commands.add_parser(
+        "status", help="the nodes, leases, queue depth and runs in flight of a cluster"
+    )
+    status.add_argument(
+        "--store", required=True, help="the cluster's database: postgresql://USER@HOST/DBNAME"
+    )
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument(
+        "--limit",
+        type=_positive,
+        default=20,
+        help="leases and runs in flight listed at most (default: 20; all are counted)",
+    )
     for command in (run, chat):
         command.add_argument(
             "--past-interrupted",
@@ -100,18 +153,11 @@ def _parser() -> argparse.ArgumentParser:
             help="run even though the conversation has runs awaiting approval: they can "
             "then no longer be decided",
         )
-    for command in (run, chat, resume):
+    for command in (run, chat, resume, node):
         command.add_argument(
             "--model",
             help="a model alias or id, instead of the class's; 'fake' for the offline fake "
             "model (no key, no network)",
-        )
-        command.add_argument(
-            "--tools",
-            type=_names,
-            default=(),
-            help="built-in tools to add, comma-separated (read_file, write_file, edit_file, "
-            "list_dir, search, bash, http_fetch, date_resolver)",
         )
         command.add_argument(
             "--allow",
@@ -126,6 +172,14 @@ def _parser() -> argparse.ArgumentParser:
             type=Path,
             help="the tools' working directory: every path resolves inside it "
             "(default: the current directory)",
+        )
+    for command in (run, chat, resume):
+        command.add_argument(
+            "--tools",
+            type=_names,
+            default=(),
+            help="built-in tools to add, comma-separated (read_file, write_file, edit_file, "
+            "list_dir, search, bash, http_fetch, date_resolver)",
         )
         command.add_argument(
             "--max-iterations", type=_positive, help="model calls per run, instead of the class's"
@@ -179,6 +233,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got: {text}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status."""
     args = _parser().parse_args(argv)
@@ -221,6 +285,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fake-server":
             served: int = trio.run(partial(fake_server, args.host, args.port, console=console))
             return served
+        if args.command == "node":
+            return _node(args, console, errors)
+        if args.command == "cluster":
+            from ._cluster_commands import show_status
+
+            printer = sys.stdout if args.json else None
+            shown_status: int = trio.run(
+                partial(
+                    show_status, args.store, limit=args.limit, console=console, json_out=printer
+                )
+            )
+            return shown_status
         if args.command == "runs":
             listed = load_agent(args.target) if args.target is not None else None
             shown: int = trio.run(
@@ -281,6 +357,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _exit_status(exits)
     return _ended(result, errors, target, args.store)
+
+
+def _node(args: argparse.Namespace, console: Any, errors: Any) -> int:
+    import trio
+
+    from ._cluster_commands import cluster_store, serve_node
+    from ._commands import RunOptions, capability_warnings, load_agent
+
+    store = cluster_store(args.store)  # a URL that is not PostgreSQL's, before any import
+    options = RunOptions(model=args.model, allow=frozenset(args.allow), workdir=args.workdir)
+    agents = [load_agent(target, options) for target in args.targets]
+    for agent in agents:
+        for line in capability_warnings(agent, options):
+            errors.print(f"satsuma: note: {line}", highlight=False, soft_wrap=True, markup=False)
+    given = {
+        "name": args.name,
+        "max_agents": args.max_agents,
+        "max_runs": args.max_runs,
+        "lease_seconds": args.lease_seconds,
+        "drain_timeout": args.drain_timeout,
+        "poll_interval": args.poll_interval,
+    }
+    settings = {key: value for key, value in given.items() if value is not None}
+    status: int = trio.run(
+        partial(serve_node, agents, args.targets, store, options, settings, console=console)
+    )
+    return status
 
 
 def _ended(result: Any, errors: Any, target: str | None = None, store: Path | None = None) -> int:
