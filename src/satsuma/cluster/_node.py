@@ -33,6 +33,7 @@ from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
 from ._listen import Listener
+from ._recording import EventLog, RunRecorder, expire_events
 from ._results import encode_result, failed_result, result_from_record
 
 __all__ = ["Node"]
@@ -51,8 +52,13 @@ _STOP_WRITE_SECONDS: Final = 5.0
 @attrs.define(eq=False)
 class _InFlight:
     run: QueuedRun
+    # The node's id when it claimed the run: its queue writes are made under it, and
+    # refused once the node was counted dead and joined again under another.
+    node_id: str
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     handle: AgentHandle | None = None
     cancel_requested: bool = False
+    lost: bool = False  # the node was counted dead: the run is another node's now
 
     async def cancel(self) -> None:
         self.cancel_requested = True
@@ -88,6 +94,8 @@ class Node:
             supervisor's ``shutdown_timeout`` for the child (5 s by default).
         poll_interval: New runs are announced by NOTIFY; the node also looks for work
             this often, in seconds.
+        event_log: How the events of its runs are kept for ``Cluster.events``
+            (``EventLog()``: bounded per run, an hour after the run); None keeps none.
 
     Raises:
         TypeError: ``store`` is not a PostgresStore, or an entry of ``agents`` is not a
@@ -108,6 +116,7 @@ class Node:
         lease_seconds: float = 15.0,
         drain_timeout: float = 3.0,
         poll_interval: float = 2.0,
+        event_log: EventLog | None = EventLog(),  # noqa: B008  (frozen: one shared value is fine)
     ) -> None:
         if not isinstance(store, PostgresStore):
             raise TypeError(f"a node runs on a PostgresStore, got: {type(store).__name__}")
@@ -140,6 +149,7 @@ class Node:
         self.lease_seconds = lease_seconds
         self.drain_timeout = drain_timeout
         self.poll_interval = poll_interval
+        self.event_log = event_log
         self._classes = classes
         self._slots = trio.Semaphore(min(self.max_agents, self.max_runs))
         self._in_flight: dict[str, _InFlight] = {}
@@ -212,6 +222,8 @@ class Node:
             async with trio.open_nursery() as services:
                 services.start_soon(self._keep_alive)
                 services.start_soon(self._listen, listener)
+                if self.event_log is not None:
+                    services.start_soon(expire_events, self.store, self.event_log)
                 async with trio.open_nursery() as runs:
                     with claiming:
                         await self._claim_runs(runs)
@@ -225,18 +237,24 @@ class Node:
         while True:
             await self._slots.acquire()
             self._wake = trio.Event()  # a NOTIFY from here on wakes the wait below
+            node_id = self.node_id
             try:
-                run = await queue.claim(self.store, self.node_id, names)
+                run = await queue.claim(self.store, node_id, names)
             except StoreError:
                 logger.warning("node %s: could not claim runs", self.name, exc_info=True)
+                run = None
+            if run is not None and node_id != self.node_id:
+                # Claimed under the id of an incarnation counted dead meanwhile.
+                await self._hand_back(run, node_id, "keep", 0.0)
                 run = None
             if run is None:
                 self._slots.release()
                 with trio.move_on_after(self.poll_interval):
                     await self._wake.wait()
                 continue
-            self._in_flight[run.run_id] = _InFlight(run)
-            runs.start_soon(self._execute, run)
+            entry = _InFlight(run, node_id)
+            self._in_flight[run.run_id] = entry
+            runs.start_soon(self._execute, entry)
 
     async def _listen(self, listener: Listener) -> None:
         while True:
@@ -262,13 +280,24 @@ class Node:
     async def _beat(self) -> None:
         beat = await queue.heartbeat(self.store, self.node_id, lease_seconds=self.lease_seconds)
         if not beat.registered:
-            # Declared dead (no heartbeat for lease_seconds): its runs went back to the
-            # queue, and what it still writes of them is refused. It joins again.
+            # Counted dead (no heartbeat for lease_seconds: the process was paused, or
+            # cut off from the database): its runs went back to the queue and the leases
+            # of their agents were let go, so that what it still writes of them is
+            # refused. It gives them up at once (they may be running on another node
+            # already) and joins again as a new node, under a new id, so that nothing
+            # its old self held can be written under its name.
+            lost = list(self._in_flight.values())
             logger.warning(
-                "node %s: was counted dead (no heartbeat for %gs); its runs went to other nodes",
+                "node %s: was counted dead (no heartbeat for %gs); gives up its %d run(s), "
+                "which went to other nodes, and joins again",
                 self.name,
                 self.lease_seconds,
+                len(lost),
             )
+            for entry in lost:
+                entry.lost = True
+                entry.scope.cancel()
+            self.node_id = uuid.uuid4().hex
             await self._register()
         if beat.requeued:
             self._wake.set()
@@ -277,16 +306,20 @@ class Node:
 
     # --- running --------------------------------------------------------------------------
 
-    async def _execute(self, run: QueuedRun) -> None:
+    async def _execute(self, entry: _InFlight) -> None:
+        run = entry.run
         try:
-            await self._attempt(run, self._in_flight[run.run_id])
+            with entry.scope:
+                await self._attempt(run, entry)
         finally:
-            del self._in_flight[run.run_id]
+            if self._in_flight.get(run.run_id) is entry:
+                del self._in_flight[run.run_id]
             self._slots.release()
 
     async def _attempt(self, run: QueuedRun, entry: _InFlight) -> None:
         result: RunResult | None = None
         handed_back = False
+        node_id = entry.node_id
         try:
             async with open_agent(
                 self._classes[run.agent_name],
@@ -296,20 +329,25 @@ class Node:
                 store=self.store,
             ) as handle:
                 entry.handle = handle
-                if not await queue.mark_running(self.store, run.run_id, self.node_id):
+                if not await queue.mark_running(self.store, run.run_id, entry.node_id):
                     handed_back = True  # no longer ours: the node was counted dead
                     return
                 if entry.cancel_requested:
                     result = RunResult(run_id=run.run_id, output="", status="cancelled")
+                elif self.event_log is None:
+                    result = await self._run(handle, run, None)
                 else:
-                    result = await self._run(handle, run)
+                    recorder = RunRecorder(self.store, run, self.node_id, self.name, self.event_log)
+                    # Its last events are written before its result (_finish, below).
+                    async with recorder.recording():
+                        result = await self._run(handle, run, recorder)
         except StoreError as exc:
             if result is not None:
                 # Closing the agent failed after its run ended: the result stands.
                 logger.warning(
                     "node %s: closing the agent of run %s: %s", self.name, run.run_id, exc
                 )
-                await self._finish(run, result)
+                await self._finish(run, node_id, result)
                 return
             # Its agent could not be opened: held by another owner (a node that died on
             # another host, before its lease expired) or the store is away. Later.
@@ -317,41 +355,46 @@ class Node:
             if run.attempts >= _MAX_ATTEMPTS:
                 result = failed_result(run.run_id, f"its agent could not be opened: {exc}")
             else:
-                handed_back = await self._hand_back(run, "keep", _HELD_ELSEWHERE_DELAY)
+                handed_back = await self._hand_back(run, node_id, "keep", _HELD_ELSEWHERE_DELAY)
         except Exception as exc:
             if result is None:
                 result = failed_result(run.run_id, f"the agent crashed: {exc}")
         finally:
+            if entry.lost:
+                # Another node has the run (and its agent) now: nothing here is written.
+                result, handed_back = None, True
             if result is None and not handed_back:
                 # Cancelled (the drain's deadline) before it ended: another node goes on.
-                await self._hand_back(run, "auto", 0.0)
+                await self._hand_back(run, node_id, "auto", 0.0)
         if result is not None:
-            await self._finish(run, result)
+            await self._finish(run, node_id, result)
 
-    async def _run(self, handle: AgentHandle, run: QueuedRun) -> RunResult:
+    async def _run(
+        self, handle: AgentHandle, run: QueuedRun, events: RunRecorder | None
+    ) -> RunResult:
         """Run the queued run, or go on with it where an earlier attempt stopped."""
         record = await self.store.get_run(run.run_id)
         if record is None:
-            return await run_with_id(handle, run.prompt, run.run_id)
+            return await run_with_id(handle, run.prompt, run.run_id, events=events)
         if record.status == "interrupted":
             # A node died (or handed it back) mid-run: finished calls keep their
             # journaled outcomes, in-doubt ones re-run only when idempotent.
             try:
-                return await handle.resume(run.run_id)
+                return await handle.resume(run.run_id, events=events)
             except ValueError as exc:
                 return failed_result(run.run_id, str(exc))
         # Its agent recorded its end; the queue never heard of it.
         return result_from_record(record, handle.history)
 
     async def _hand_back(
-        self, run: QueuedRun, agent_record: Literal["keep", "auto"], delay: float
+        self, run: QueuedRun, node_id: str, agent_record: Literal["keep", "auto"], delay: float
     ) -> bool:
         with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
             try:
                 return await queue.hand_back(
                     self.store,
                     run,
-                    self.node_id,
+                    node_id,
                     agent_record=agent_record,
                     delay=delay,
                 )
@@ -361,7 +404,7 @@ class Node:
                 )
         return False
 
-    async def _finish(self, run: QueuedRun, result: RunResult) -> None:
+    async def _finish(self, run: QueuedRun, node_id: str, result: RunResult) -> None:
         status: QueuedRunStatus = (
             "cancelled"
             if result.status == "cancelled"
@@ -377,7 +420,7 @@ class Node:
                     written = await queue.finish(
                         self.store,
                         run,
-                        self.node_id,
+                        node_id,
                         status=status,
                         result=encode_result(result),
                         error=result.error if status == "failed" else None,

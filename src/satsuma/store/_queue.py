@@ -205,8 +205,9 @@ class Heartbeat:
 
 async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float) -> Heartbeat:
     """Push the node's expiry ahead; put the runs of nodes whose expiry passed back in
-    the queue (any node does it: whichever comes first); read the cancellations asked of
-    this node's runs (in case a NOTIFY was missed)."""
+    the queue, and let go of the leases their processes held on those runs' agents (any
+    node does it: whichever comes first); read the cancellations asked of this node's
+    runs (in case a NOTIFY was missed)."""
 
     def work(db: psycopg.Connection[Any]) -> Heartbeat:
         alive = db.execute(
@@ -214,13 +215,30 @@ async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float)
             "WHERE node_id = %s RETURNING node_id",
             (lease_seconds, node_id),
         ).fetchone()
-        requeued = db.execute(
-            f"WITH dead AS (DELETE FROM nodes WHERE expires_at < {_NOW} RETURNING node_id) "
-            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {_NOW} "
-            "WHERE status IN ('claimed', 'running') AND (node_id IN (SELECT node_id FROM dead) "
-            "OR node_id NOT IN (SELECT node_id FROM nodes)) RETURNING agent_name",
+        dead = db.execute(
+            f"DELETE FROM nodes WHERE expires_at < {_NOW} RETURNING node_id, host, pid"
         ).fetchall()
-        for (agent_name,) in requeued:
+        requeued = db.execute(
+            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {_NOW} "
+            "WHERE status IN ('claimed', 'running') AND (node_id = ANY(%s) "
+            "OR node_id NOT IN (SELECT node_id FROM nodes)) RETURNING agent_name, agent_id",
+            ([dead_id for dead_id, _, _ in dead],),
+        ).fetchall()
+        if dead and requeued:
+            # The agents of those runs are still held by the dead node's process, which
+            # may not be dead at all: paused (SIGSTOP, a long GC), or cut off. On its
+            # host a live pid would keep the lease for as long as the process lives;
+            # letting it go here (no owner: the epoch stays, a takeover adds one) frees
+            # the agent for the node that claims the run, and refuses from now on
+            # every write the old process makes under it.
+            agent_ids = sorted({agent_id for _, agent_id in requeued})
+            for _, host, pid in dead:
+                db.execute(
+                    "UPDATE leases SET owner_id = NULL WHERE agent_id = ANY(%s) "
+                    "AND host = %s AND pid = %s AND owner_id IS NOT NULL",
+                    (agent_ids, host, pid),
+                )
+        for agent_name, _ in requeued:
             db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
         cancels = db.execute(
             "SELECT run_id FROM run_queue WHERE node_id = %s AND cancel_requested "
