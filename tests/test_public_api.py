@@ -20,7 +20,7 @@ EXPECTED_SATSUMA = {
     # agents
     "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "MCPServerError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
     "AgentUnavailable", "HistoryProcessor", "JsonLinesLog", "KeepAll", "KeepLastExchanges", "Message", "Model",
-    "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "RunEnd",
+    "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
     "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
     # supervision
@@ -106,7 +106,10 @@ def test_testing_exports() -> None:
 def test_cluster_exports_and_it_loads_only_when_used() -> None:
     import satsuma.cluster
 
-    assert set(satsuma.cluster.__all__) == {"Cluster", "Node", "QueuedRun", "QueuedRunStatus"}
+    assert set(satsuma.cluster.__all__) == {
+        "Cluster", "ClusterEvent", "EventLog", "EventStream", "EventsDropped", "Node",
+        "QueuedRun", "QueuedRunStatus", "RunResumed",
+    }  # fmt: skip
     assert public_names(satsuma.cluster) == set(satsuma.cluster.__all__)
     code = (
         "import sys, satsuma;"

@@ -15,8 +15,9 @@ from ..agents._agent import spec_of
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
+from ._events import EventStream
 from ._listen import Listener
-from ._results import decode_result, encode_result, failed_result
+from ._results import encode_result, queued_result
 
 __all__ = ["Cluster"]
 
@@ -57,11 +58,7 @@ class Cluster:
             ValueError: the prompt or the agent_id is empty.
             StoreError: the queue could not be written.
         """
-        name = spec_of(agent).name
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(f"a prompt must be a non-empty str, got: {prompt!r}")
-        if not isinstance(agent_id, str) or not agent_id:
-            raise ValueError(f"agent_id must be a non-empty str, got: {agent_id!r}")
+        name = _checked(agent, agent_id, prompt)
         run_id = new_run_id()
         await queue.enqueue(self.store, run_id, name, agent_id, prompt)
         return run_id
@@ -97,11 +94,7 @@ class Cluster:
                     raise ValueError(f"no run {run_id!r} in the cluster's queue")
                 run, text = found
                 if run.status in queue.ENDED:
-                    return (
-                        decode_result(text)
-                        if text is not None
-                        else failed_result(run_id, run.error or f"the run ended {run.status}")
-                    )
+                    return queued_result(run, text)
                 await self._wait_for(run_id, listener, deadline, timeout)
         finally:
             listener.close()
@@ -129,6 +122,51 @@ class Cluster:
             TypeError, ValueError, StoreError: as ``submit`` and ``result``.
         """
         return await self.result(await self.submit(agent, agent_id, prompt))
+
+    def events(self, run_id: str, *, start: int = 0) -> EventStream:
+        """The run's events as they happen, wherever it runs: an async iterator of the
+        agent's events (``RunStart``, ``TextDelta``, ``ToolCallStart``, ...) as its node
+        recorded them, from the run's beginning (or from ``start``, an
+        ``EventStream.position`` kept from an earlier stream), ending with ``RunEnd``
+        once the run has ended, however it ended. A run that ended already replays its
+        events (while its nodes keep them, see ``EventLog``), then its ``RunEnd``.
+
+        The stream also has two events of its own: ``RunResumed`` where another node
+        took the run over, and ``EventsDropped`` where events are missing (the run
+        passed its node's cap, say). Consecutive text deltas may arrive merged into one.
+
+        Nothing is read until the stream is iterated. Leaving it does not cancel the run;
+        use it in ``async with`` to close its connection at once when you may leave
+        early.
+
+        Raises:
+            ValueError: (when iterated) no run has this id.
+            StoreError: (when iterated) the queue could not be read.
+        """
+        if start < 0:
+            raise ValueError(f"start must be 0 or more, got: {start!r}")
+        return EventStream(self.store, run_id, start=start, poll_interval=self.poll_interval)
+
+    def stream(self, agent: type[Agent], agent_id: str, prompt: str) -> EventStream:
+        """Submit a run and stream its events: ``submit`` then ``events``, as
+        ``AgentHandle.stream`` is to ``run``. The run is submitted when the stream is
+        first iterated; its id is ``run_id`` of the stream at once. Leaving the stream
+        does not cancel the run (``cancel`` it to stop it).
+
+        Raises:
+            TypeError: ``agent`` is not a concrete Agent subclass.
+            ValueError: the prompt or the agent_id is empty.
+            StoreError: (when iterated) the queue could not be written or read.
+        """
+        name = _checked(agent, agent_id, prompt)
+        run_id = new_run_id()
+
+        async def submit() -> None:
+            await queue.enqueue(self.store, run_id, name, agent_id, prompt)
+
+        return EventStream(
+            self.store, run_id, start=0, poll_interval=self.poll_interval, before=submit
+        )
 
     async def cancel(self, run_id: str) -> QueuedRunStatus:
         """Cancel a run: a queued one ends ``cancelled`` at once; the node of one in
@@ -167,3 +205,13 @@ class Cluster:
         """
         statuses = (status,) if isinstance(status, str) else tuple(status)
         return await queue.listing(self.store, agent_id, statuses, limit)
+
+
+def _checked(agent: type[Agent], agent_id: str, prompt: str) -> str:
+    """The class's name, once the submission is known to be sound."""
+    name = spec_of(agent).name
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError(f"a prompt must be a non-empty str, got: {prompt!r}")
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValueError(f"agent_id must be a non-empty str, got: {agent_id!r}")
+    return name

@@ -10,9 +10,16 @@ from typing import Any, cast
 from .._messages import Message, Usage
 from ..agents import RunResult, RunStatus
 from ..store import RunRecord
+from ..store._queue import QueuedRun
 from ..tools import PendingCall
 
-__all__ = ["decode_result", "encode_result", "failed_result", "result_from_record"]
+__all__ = [
+    "decode_result",
+    "encode_result",
+    "failed_result",
+    "queued_result",
+    "result_from_record",
+]
 
 
 def encode_result(result: RunResult) -> str:
@@ -62,6 +69,14 @@ def failed_result(run_id: str, error: str) -> RunResult:
     """The result of a run that no agent could answer (its class is served by no node
     that could open it, its agent could not be opened, ...)."""
     return RunResult(run_id=run_id, output="", status="failed", error=error)
+
+
+def queued_result(run: QueuedRun, text: str | None) -> RunResult:
+    """The result of a run that ended in the queue: the one its node wrote, or (none
+    was: the run never reached a node that could run it) a failed one saying why."""
+    if text is not None:
+        return decode_result(text)
+    return failed_result(run.run_id, run.error or f"the run ended {run.status}")
 
 
 def result_from_record(record: RunRecord, history: Sequence[Message]) -> RunResult:

@@ -166,6 +166,31 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             PRIMARY KEY (run_id, tool_use_id)
         )""",
     ),
+    # The events of queued runs, recorded by the node that runs them for the clients
+    # that watch (satsuma.cluster, _run_events.py). seq: the event's place in its run's
+    # stream, from 0; a missing seq is an event dropped (the run passed its cap, or the
+    # write failed). kind: which go first when the run passes its cap (0 text deltas,
+    # 1 progress and updates, 2 the rest). size: the event's bytes. event: JSON text.
+    4: (
+        """CREATE TABLE run_events (
+            run_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            kind SMALLINT NOT NULL,
+            size INTEGER NOT NULL,
+            event TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        # One row per run with events: the next seq, what is stored (for the cap), how
+        # many were dropped. Its lock orders the writers of one run.
+        """CREATE TABLE run_event_streams (
+            run_id TEXT PRIMARY KEY,
+            next_seq BIGINT NOT NULL DEFAULT 0,
+            stored_events INTEGER NOT NULL DEFAULT 0,
+            stored_bytes BIGINT NOT NULL DEFAULT 0,
+            dropped BIGINT NOT NULL DEFAULT 0,
+            updated_at DOUBLE PRECISION NOT NULL
+        )""",
+    ),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
 
@@ -214,7 +239,8 @@ class PostgresStore:
     one owner per agent with every write fenced by its lease's epoch, rows that do not
     decode reported by name, and a schema that migrates itself when the store opens
     (tables ``satsuma_schema``, ``messages``, ``runs``, ``tool_calls``, ``leases``, and
-    for ``satsuma.cluster`` ``run_queue`` and ``nodes``, in the schema the connection's
+    for ``satsuma.cluster`` ``run_queue``, ``nodes``, ``run_events`` and
+    ``run_event_streams``, in the schema the connection's
     ``search_path`` names first).
 
     Needs the extra: ``pip install 'satsuma[postgres]'``.

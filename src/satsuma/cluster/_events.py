@@ -1,0 +1,284 @@
+"""The events of a queued run, as the process that submitted it reads them: the events
+its node recorded in the database (``_recording``), decoded back into the agent's event
+classes, and two of the cluster's own: ``EventsDropped`` and ``RunResumed``.
+
+A stream reads the run's events in order from a position, waits for more on the run's
+NOTIFY channel (polling as the fallback, as ``Cluster.result`` does) and ends with a
+``RunEnd`` made from the result the queue holds, once the run has ended and every event
+recorded before its end was read: the end is the queue's, so a run that ended without
+any event (cancelled while queued, or no node could open its agent) still ends its
+stream, and a run handed from node to node ends once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Final, TypeAlias, final
+
+import attrs
+import cattrs
+
+from ..agents import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
+from ..agents._jsonlog import _line
+from ..store import PostgresStore
+from ..store import _queue as queue
+from ..store._run_events import channel_for, read_events
+from ..tools import (
+    ApprovalDecided,
+    ApprovalRequested,
+    NestedEvent,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolProgress,
+    ToolUpdate,
+)
+from ..tools._results import Content
+from ._listen import Listener
+from ._results import queued_result
+
+__all__ = ["ClusterEvent", "EventStream", "EventsDropped", "RunResumed"]
+
+logger = logging.getLogger("satsuma.cluster")
+
+_PAGE: Final = 500  # events read at once
+
+
+@attrs.frozen(kw_only=True)
+class EventsDropped:
+    """Events of the run that the stream cannot give, at this point of it: the run's
+    stored events passed its node's cap (the oldest text deltas went first, see
+    ``EventLog``), the stream started after events that were dropped, a write of them
+    failed, or one could not be read back. ``reason`` says which, as far as the reader
+    can tell.
+
+    Attributes:
+        agent: The agent's name.
+        run_id: The run.
+        count: How many events are missing here.
+        reason: Why, in a sentence.
+    """
+
+    agent: str
+    run_id: str
+    count: int
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class RunResumed:
+    """The run goes on in a new attempt, on node ``node``: the node that ran it died, or
+    was stopped and handed it back. The events that follow are the new attempt's (it
+    starts with its own ``RunStart``); events of the earlier attempt not yet written
+    when its node stopped are not in the stream.
+
+    Attributes:
+        agent: The agent's name.
+        run_id: The run.
+        node: The name of the node that runs it now.
+        attempt: Which claim of the run this is (2 for the first takeover).
+    """
+
+    agent: str
+    run_id: str
+    node: str
+    attempt: int
+
+
+ClusterEvent: TypeAlias = AgentEvent | EventsDropped | RunResumed
+"""What ``Cluster.events`` yields: the agent's events, and the cluster's own markers."""
+
+# Every class a node records (RunEnd is never recorded: the stream makes it from the
+# queue's result).
+_CLASSES: Final[dict[str, type[Any]]] = {
+    cls.__name__: cls
+    for cls in (
+        RunStart,
+        TextDelta,
+        ThinkingDelta,
+        ModelRetry,
+        ToolCallStart,
+        ToolProgress,
+        ToolUpdate,
+        ToolCallEnd,
+        NestedEvent,
+        ApprovalRequested,
+        ApprovalDecided,
+        TurnEnd,
+        RunResumed,
+    )
+}
+
+# satsuma's own converter: never cattrs' global one.
+_converter: Final = cattrs.Converter()
+# A tool's content is JSON's own shape already (a string or a list of blocks).
+_converter.register_structure_hook(Content, lambda value, _: value)
+
+
+def encode_event(event: object) -> str:
+    """An event as the JSON-lines log writes it (one line, without its newline)."""
+    return _line(event).rstrip("\n")
+
+
+def decode_event(text: str) -> ClusterEvent:
+    """An event back from its JSON. A ``NestedEvent``'s inner event stays the JSON
+    object it was written as (without its class name, which the log does not write).
+
+    Raises:
+        ValueError: the text is not an event this satsuma knows.
+    """
+    try:
+        data = json.loads(text)
+        cls = _CLASSES[data.pop("type")]
+        event: ClusterEvent = _converter.structure(data, cls)
+    except Exception as exc:
+        raise ValueError(f"not an event this satsuma can read: {_summary(exc)}") from exc
+    return event
+
+
+def _summary(exc: Exception) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc))
+    if isinstance(exc, KeyError):
+        return f"unknown or missing type {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+_CAPPED: Final = (
+    "the run's stored events passed its node's cap (oldest text deltas first), or could "
+    "not be written"
+)
+
+
+@final
+class EventStream:
+    """The events of one queued run, in order, as an async iterator; it ends after the
+    run's ``RunEnd``. Made by ``Cluster.events`` (and ``Cluster.stream``).
+
+    Use it in ``async with`` (or ``contextlib.aclosing``) when you may leave the loop
+    early: that closes its LISTEN connection at once (it is closed anyway when the
+    stream ends). Leaving the loop does not cancel the run.
+
+    Attributes:
+        run_id: The run.
+        position: Where the stream is in the run's recorded events: pass it as
+            ``start`` to ``Cluster.events`` to go on from here later (after a
+            reconnect, say).
+    """
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        run_id: str,
+        *,
+        start: int,
+        poll_interval: float,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._store = store
+        self.run_id = run_id
+        self.position = start
+        self._poll_interval = poll_interval
+        self._before = before
+        self._listener: Listener | None = None
+        self._buffer: deque[ClusterEvent] = deque()
+        self._ended = False
+
+    def __repr__(self) -> str:
+        return f"<EventStream {self.run_id} at {self.position}>"
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> ClusterEvent:
+        while not self._buffer:
+            if self._ended:
+                raise StopAsyncIteration
+            try:
+                await self._fill()
+            except BaseException:
+                # Cancelled (or failed) while waiting: nothing stays open behind the
+                # caller; a next iteration opens it again.
+                self._close_listener()
+                raise
+        return self._buffer.popleft()
+
+    async def aclose(self) -> None:
+        """Stop reading: close the LISTEN connection; iterating then ends at once."""
+        self._ended = True
+        self._buffer.clear()
+        self._close_listener()
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+
+    async def _fill(self) -> None:
+        """Read what the run has recorded past ``position``; if nothing, end the stream
+        (the run ended) or wait for a notification (or the poll interval)."""
+        if self._before is not None:
+            await self._before()
+            self._before = None
+        if self._listener is None:
+            # Listening before the read: a batch committed after it is heard.
+            listener = Listener(self._store.dsn, [channel_for(self.run_id), queue.DONE_CHANNEL])
+            try:
+                await listener.open()
+            except Exception:  # the server is away: polling, and the read below says so
+                listener.close()
+            self._listener = listener
+        page = await read_events(self._store, self.run_id, self.position, _PAGE)
+        if page is None:
+            self._close_listener()
+            raise ValueError(f"no run {self.run_id!r} in the cluster's queue")
+        for seq, text in page.events:
+            if seq > self.position:
+                self._dropped(page.agent_name, seq - self.position, _CAPPED)
+            try:
+                self._buffer.append(decode_event(text))
+            except ValueError as exc:
+                self._dropped(page.agent_name, 1, f"it could not be read back ({exc})")
+            self.position = seq + 1
+        if page.events:
+            return
+        if page.ended:
+            # Events are written before the run's end: none will come after this read.
+            if page.next_seq > self.position:
+                self._dropped(page.agent_name, page.next_seq - self.position, _CAPPED)
+                self.position = page.next_seq
+            found = await queue.outcome(self._store, self.run_id)
+            assert found is not None  # an ended run stays in the queue
+            result = queued_result(*found)
+            self._buffer.append(
+                RunEnd(
+                    agent=page.agent_name,
+                    run_id=self.run_id,
+                    iteration=result.iterations,
+                    result=result,
+                )
+            )
+            self._ended = True
+            self._close_listener()
+            return
+        assert self._listener is not None
+        await self._listener.wait(self._poll_interval)
+
+    def _dropped(self, agent: str, count: int, reason: str) -> None:
+        self._buffer.append(
+            EventsDropped(agent=agent, run_id=self.run_id, count=count, reason=reason)
+        )

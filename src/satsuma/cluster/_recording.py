@@ -1,0 +1,257 @@
+"""How a node records the events of the runs it runs, for ``Cluster.events``.
+
+The agent calls the recorder with each event, on the trio thread; the recorder only
+queues it in memory (text deltas merged into the one before them, other events turned
+into their JSON at once, as the JSON-lines log does) and never waits. A flusher task
+writes what queued up in one transaction: at once after a tool or turn boundary (a call
+starting or ending, a turn ending, a retry, an approval), else ``flush_interval`` after
+the first event queued, and a last time when the run ends, before its result is written.
+
+A write that fails is logged and tried again with the next batch (a second later at the
+soonest): the run goes on whatever happens to its events. What waits in memory is bounded
+like what is stored: past the cap, the oldest half is dropped, and the stream says how
+many events it missed there (their seqs are skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final, final
+
+import attrs
+import trio
+
+from .._exceptions import StoreError
+from ..agents import AgentEvent, RunEnd, TextDelta, ThinkingDelta
+from ..store import PostgresStore
+from ..store._queue import QueuedRun
+from ..store._run_events import (
+    KIND_CHATTER,
+    KIND_DELTA,
+    KIND_OTHER,
+    Entry,
+    append_events,
+    purge_ended,
+)
+from ..tools import NestedEvent, ToolProgress, ToolUpdate
+from ._events import RunResumed, encode_event
+
+__all__ = ["EventLog", "RunRecorder", "expire_events"]
+
+logger = logging.getLogger("satsuma.cluster")
+
+# After a failed write, the next is tried this much later at the soonest.
+_RETRY_DELAY: Final = 1.0
+# The last write of a run (and a write cut short by a drain) is bounded.
+_LAST_WRITE_SECONDS: Final = 5.0
+# How often a node deletes the events of runs past their retention, at most.
+_EXPIRY_PERIOD: Final = 60.0
+
+_CHATTER: Final = (ToolProgress, ToolUpdate, NestedEvent)
+
+
+def _positive(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be positive, got: {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class EventLog:
+    """How a node keeps the events of the runs it runs, for ``Cluster.events``: in the
+    database, per run, bounded, and for a while after the run ends. Pass it to
+    ``Node(event_log=...)``; ``None`` there records nothing (streams then give only each
+    run's ``RunEnd``).
+
+    Attributes:
+        max_events: A run keeps at most this many events. Past it (or ``max_bytes``),
+            its oldest are deleted: text deltas first, then progress lines and updates,
+            then the rest, down to nine tenths of the cap; a watcher behind them gets
+            ``EventsDropped``. Consecutive text deltas are stored merged, so a long
+            answer costs a few events per second, not one per token.
+        max_bytes: A run keeps at most this many bytes of events (as JSON); an event
+            larger than this is not kept at all.
+        flush_interval: Seconds an event may wait before it is written; a tool or turn
+            boundary writes at once.
+        retention: Seconds a run's events are kept after it ended; nodes delete older
+            ones about once a minute. The run's result stays in the queue.
+
+    Raises:
+        ValueError: a bound is below 1, or a time is not positive.
+    """
+
+    max_events: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
+    max_bytes: int = attrs.field(default=4_000_000, validator=attrs.validators.ge(1))
+    flush_interval: float = attrs.field(default=0.1, validator=_positive)
+    retention: float = attrs.field(default=3600.0, validator=_positive)
+
+
+@attrs.define(eq=False)
+class _Delta:
+    """Text deltas of one kind and iteration, merged while they wait."""
+
+    first: TextDelta | ThinkingDelta
+    parts: list[str]
+
+    def event(self) -> TextDelta | ThinkingDelta:
+        return attrs.evolve(self.first, text="".join(self.parts))
+
+
+_Pending = _Delta | Entry
+
+
+@final
+class RunRecorder:
+    """The event sink of one attempt at a queued run on a node; ``recording()`` runs its
+    flusher."""
+
+    def __init__(
+        self, store: PostgresStore, run: QueuedRun, node_id: str, node_name: str, log: EventLog
+    ) -> None:
+        self._store = store
+        self._run = run
+        self._node_id = node_id
+        self._log = log
+        self._pending: list[_Pending] = []
+        self._pending_bytes = 0
+        self._queued = trio.Event()  # something waits to be written
+        self._boundary = trio.Event()  # ... and it should be written now
+        self._stopped = False  # the run is no longer this node's: nothing more is written
+        self._failures = 0
+        if run.attempts > 1:
+            self(
+                RunResumed(
+                    agent=run.agent_name, run_id=run.run_id, node=node_name, attempt=run.attempts
+                )
+            )
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def __call__(self, event: AgentEvent | RunResumed) -> None:
+        if self._stopped or isinstance(event, RunEnd):
+            return  # the run's end is the queue's: a stream makes its RunEnd from it
+        if isinstance(event, (TextDelta, ThinkingDelta)):
+            last = self._pending[-1] if self._pending else None
+            if (
+                isinstance(last, _Delta)
+                and type(last.first) is type(event)
+                and last.first.iteration == event.iteration
+            ):
+                last.parts.append(event.text)
+            else:
+                self._pending.append(_Delta(event, [event.text]))
+            self._pending_bytes += len(event.text)
+        else:
+            text = encode_event(event)
+            if len(text) > self._log.max_bytes:
+                self._pending.append(1)  # too big to keep: a gap in the stream
+            else:
+                kind = KIND_CHATTER if isinstance(event, _CHATTER) else KIND_OTHER
+                self._pending.append((kind, text))
+                self._pending_bytes += len(text)
+                if kind == KIND_OTHER:
+                    self._boundary.set()
+        self._queued.set()
+        if len(self._pending) > self._log.max_events or self._pending_bytes > self._log.max_bytes:
+            self._shed()
+
+    def _shed(self) -> None:
+        """Drop the oldest half of what waits (the database is away, or far too slow):
+        one gap in its place."""
+        keep = len(self._pending) // 2
+        dropped = self._pending[: len(self._pending) - keep]
+        count = sum(entry if isinstance(entry, int) else 1 for entry in dropped)
+        self._pending = [count, *self._pending[len(dropped) :]]
+        self._pending_bytes = sum(_size(entry) for entry in self._pending)
+        logger.warning(
+            "run %s: %d events waiting to be written were dropped (the database is slow or away)",
+            self._run.run_id,
+            count,
+        )
+
+    @asynccontextmanager
+    async def recording(self) -> AsyncIterator[RunRecorder]:
+        """Run the flusher while the block runs; write what is left when it ends (also
+        when it is cancelled: bounded, shielded)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._flush_loop)
+                try:
+                    yield self
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True):
+                await self.flush()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._queued.wait()
+            with trio.move_on_after(self._log.flush_interval):
+                await self._boundary.wait()
+            if not await self.flush():
+                await trio.sleep(_RETRY_DELAY)
+
+    async def flush(self) -> bool:
+        """Write what waits, in one transaction; False if that failed (it waits on)."""
+        if self._stopped or not self._pending:
+            return True
+        batch: list[Entry] = [
+            (KIND_DELTA, encode_event(entry.event())) if isinstance(entry, _Delta) else entry
+            for entry in self._pending
+        ]
+        self._pending, self._pending_bytes = [], 0
+        self._queued, self._boundary = trio.Event(), trio.Event()
+        try:
+            held = await append_events(
+                self._store,
+                self._run.run_id,
+                self._node_id,
+                batch,
+                max_events=self._log.max_events,
+                max_bytes=self._log.max_bytes,
+            )
+        # Any Exception: the run must not fail because its events could not be written
+        # (a StoreError, or a bug of this module); the run's own writes are what count.
+        except Exception as exc:
+            self._failures += 1
+            if self._failures == 1 or not isinstance(exc, StoreError):
+                logger.warning(
+                    "run %s: could not write its events (%s); trying again with the next batch",
+                    self._run.run_id,
+                    exc,
+                    exc_info=not isinstance(exc, StoreError),
+                )
+            self._pending[:0] = batch
+            self._pending_bytes = sum(_size(entry) for entry in self._pending)
+            self._queued.set()
+            return False
+        if not held:
+            # Declared dead and the run given to another node: nothing more of it here.
+            self._stopped = True
+            self._pending, self._pending_bytes = [], 0
+        self._failures = 0
+        return True
+
+
+def _size(entry: _Pending) -> int:
+    if isinstance(entry, int):
+        return 0
+    if isinstance(entry, _Delta):
+        return sum(map(len, entry.parts))
+    return len(entry[1])
+
+
+async def expire_events(store: PostgresStore, log: EventLog) -> None:
+    """Delete, about once a minute (or each ``retention``, if shorter), the events of
+    runs that ended more than ``retention`` seconds ago. Runs until cancelled."""
+    while True:
+        await trio.sleep(min(log.retention, _EXPIRY_PERIOD))
+        try:
+            await purge_ended(store, older_than=log.retention)
+        except StoreError:
+            logger.warning("could not delete expired run events", exc_info=True)

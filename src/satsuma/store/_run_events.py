@@ -1,0 +1,211 @@
+"""The events of the cluster's queued runs in PostgreSQL (``satsuma.cluster`` writes and
+reads them; the tables are migration 4 of ``_postgres``).
+
+The node that runs a queued run appends its events in batches: each batch is one
+transaction that checks the node still holds the run (as every queue write does, so a
+node declared dead writes nothing into a run another node took over), numbers the events
+after the run's last one, keeps the run under its cap and NOTIFYs the run's channel.
+Events are JSON text here; what they mean is ``satsuma.cluster``'s business.
+
+The cap: when a run's stored events pass ``max_events`` or ``max_bytes``, the oldest are
+deleted, text deltas first, then progress lines and updates, then the rest, down to nine
+tenths of the cap (so that a run at its cap does not prune at every batch). A deleted
+event leaves its seq unused: a reader sees the gap and says how many it missed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from ._postgres import PostgresStore
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["EventPage", "append_events", "channel_for", "purge_ended", "read_events"]
+
+_NOW: Final = "extract(epoch from clock_timestamp())::float8"
+
+# Which go first when a run passes its cap.
+KIND_DELTA: Final = 0
+KIND_CHATTER: Final = 1
+KIND_OTHER: Final = 2
+
+Entry = tuple[int, str] | int
+"""One slot of a batch: ``(kind, event JSON)``, or a number of events lost before they
+reached the database (their seqs are skipped)."""
+
+
+def channel_for(run_id: str) -> str:
+    """The NOTIFY channel of one run's events: a channel per run, so that a watcher hears
+    only of its own run, and short enough for PostgreSQL's 63-byte names whatever the
+    run id."""
+    return "satsuma_events_" + hashlib.blake2b(run_id.encode(), digest_size=12).hexdigest()
+
+
+async def append_events(
+    store: PostgresStore,
+    run_id: str,
+    node_id: str,
+    entries: Sequence[Entry],
+    *,
+    max_events: int,
+    max_bytes: int,
+) -> bool:
+    """Append a batch to the run's events; False (nothing written) when the node no
+    longer holds the run."""
+
+    def work(db: psycopg.Connection[Any]) -> bool:
+        # FOR SHARE: a heartbeat that puts the run back in the queue waits for this
+        # batch, or this batch sees that the run is no longer the node's.
+        held = db.execute(
+            "SELECT 1 FROM run_queue WHERE run_id = %s AND node_id = %s "
+            "AND status IN ('claimed', 'running') FOR SHARE",
+            (run_id, node_id),
+        ).fetchone()
+        if held is None:
+            return False
+        db.execute(
+            "INSERT INTO run_event_streams (run_id, updated_at) "
+            f"VALUES (%s, {_NOW}) ON CONFLICT (run_id) DO NOTHING",
+            (run_id,),
+        )
+        row = db.execute(
+            "SELECT next_seq, stored_events, stored_bytes FROM run_event_streams "
+            "WHERE run_id = %s FOR UPDATE",
+            (run_id,),
+        ).fetchone()
+        assert row is not None  # inserted above if it was missing
+        seq, stored_events, stored_bytes = row
+        rows: list[tuple[str, int, int, int, str]] = []
+        lost = 0
+        for entry in entries:
+            if isinstance(entry, int):
+                seq += entry
+                lost += entry
+                continue
+            kind, text = entry
+            size = len(text.encode())
+            rows.append((run_id, seq, kind, size, text))
+            stored_events += 1
+            stored_bytes += size
+            seq += 1
+        if rows:
+            with db.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO run_events (run_id, seq, kind, size, event) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    rows,
+                )
+        pruned_events, pruned_bytes = 0, 0
+        if stored_events > max_events or stored_bytes > max_bytes:
+            pruned = db.execute(
+                "WITH ordered AS (SELECT seq, size, "
+                " sum(size) OVER w - size AS bytes_before, row_number() OVER w - 1 AS count_before"
+                " FROM run_events WHERE run_id = %(run)s"
+                " WINDOW w AS (ORDER BY kind, seq ROWS UNBOUNDED PRECEDING)) "
+                "DELETE FROM run_events e USING ordered o "
+                "WHERE e.run_id = %(run)s AND e.seq = o.seq "
+                "AND (o.bytes_before < %(bytes)s OR o.count_before < %(count)s) "
+                "RETURNING e.size",
+                {
+                    "run": run_id,
+                    "bytes": stored_bytes - max_bytes * 9 // 10,
+                    "count": stored_events - max_events * 9 // 10,
+                },
+            ).fetchall()
+            pruned_events = len(pruned)
+            pruned_bytes = sum(size for (size,) in pruned)
+        db.execute(
+            "UPDATE run_event_streams SET next_seq = %s, stored_events = %s, "
+            f"stored_bytes = %s, dropped = dropped + %s, updated_at = {_NOW} WHERE run_id = %s",
+            (
+                seq,
+                stored_events - pruned_events,
+                stored_bytes - pruned_bytes,
+                lost + pruned_events,
+                run_id,
+            ),
+        )
+        db.execute("SELECT pg_notify(%s, '')", (channel_for(run_id),))
+        return True
+
+    return await store._call(work)
+
+
+@attrs.frozen(kw_only=True)
+class EventPage:
+    """What a reader gets in one read: a consistent view (one statement, one snapshot).
+
+    ``ended``: the run had ended when these were read, so that, with fewer events than
+    asked for, no more will come. ``next_seq``: the seq its next event will have (events
+    up to it that are missing were dropped).
+    """
+
+    agent_name: str
+    status: str
+    ended: bool
+    events: tuple[tuple[int, str], ...]
+    next_seq: int
+
+
+async def read_events(
+    store: PostgresStore, run_id: str, start: int, limit: int
+) -> EventPage | None:
+    """The run's events from seq ``start`` on (at most ``limit``), or None for a run the
+    queue does not know."""
+
+    def work(db: psycopg.Connection[Any]) -> EventPage | None:
+        rows = db.execute(
+            "SELECT q.agent_name, q.status, coalesce(s.next_seq, 0), e.seq, e.event "
+            "FROM run_queue q "
+            "LEFT JOIN run_event_streams s ON s.run_id = q.run_id "
+            "LEFT JOIN LATERAL (SELECT seq, event FROM run_events "
+            " WHERE run_id = q.run_id AND seq >= %s ORDER BY seq LIMIT %s) e ON true "
+            "WHERE q.run_id = %s ORDER BY e.seq",
+            (start, limit, run_id),
+        ).fetchall()
+        if not rows:
+            return None
+        agent_name, status, next_seq = rows[0][:3]
+        return EventPage(
+            agent_name=agent_name,
+            status=status,
+            ended=status in ("completed", "failed", "cancelled"),
+            events=tuple((seq, event) for *_, seq, event in rows if seq is not None),
+            next_seq=next_seq,
+        )
+
+    return await store._call(work, transaction=False)
+
+
+async def purge_ended(store: PostgresStore, *, older_than: float, batch: int = 1000) -> int:
+    """Delete the events of runs that ended more than ``older_than`` seconds ago (and of
+    runs the queue no longer knows); how many runs' events went."""
+
+    def work(db: psycopg.Connection[Any]) -> int:
+        doomed = db.execute(
+            "DELETE FROM run_event_streams s WHERE s.run_id IN ("
+            " SELECT s2.run_id FROM run_event_streams s2"
+            " LEFT JOIN run_queue q ON q.run_id = s2.run_id"
+            " WHERE q.run_id IS NULL OR (q.status IN ('completed', 'failed', 'cancelled')"
+            f"  AND q.ended_at < {_NOW} - %s) LIMIT %s) RETURNING s.run_id",
+            (older_than, batch),
+        ).fetchall()
+        if doomed:
+            db.execute(
+                "DELETE FROM run_events WHERE run_id = ANY(%s)",
+                ([run_id for (run_id,) in doomed],),
+            )
+        return len(doomed)
+
+    total = 0
+    while True:
+        purged = await store._call(work)
+        total += purged
+        if purged < batch:
+            return total
