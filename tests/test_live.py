@@ -8,9 +8,14 @@ import re
 import trio
 from rich.console import Console
 
+import satsuma
 from satsuma import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Approve,
     ChildCrashed,
     ChildRestarted,
+    Deny,
     RunEnd,
     RunResult,
     RunStart,
@@ -23,6 +28,8 @@ from satsuma import (
     Usage,
 )
 from satsuma._live import LiveView, open_live_view
+from satsuma.store import MemoryStore
+from satsuma.testing import Reply, ScriptedModel
 
 RUN = {"agent": "researcher", "run_id": "run_1", "iteration": 1}
 
@@ -237,3 +244,136 @@ async def test_the_area_is_brought_up_to_date_before_each_printed_line(
     assert "* slow_tool()" in text  # the area was drawn while the call ran
     after = text[text.rindex("after the run") :]
     assert "slow_tool" not in after
+
+
+# --- human approval: a real agent's events --------------------------------------------
+
+
+@satsuma.tool(requires_approval=True)
+async def transfer(to: str, amount: int) -> str:
+    """Move money."""
+    return f"sent {amount} to {to}"
+
+
+class Banker(satsuma.Agent):
+    name = "banker"
+    tools = [transfer]
+
+
+def payments() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            Reply(
+                tool_calls=[
+                    ("transfer", {"to": "bob", "amount": 10}),
+                    ("transfer", {"to": "eve", "amount": 99}),
+                ]
+            ),
+            "Paid Bob.",
+        ]
+    )
+
+
+async def pause_and_resume(view: LiveView) -> None:
+    """A run that pauses on two calls, then resumed: one approved with an edit, one
+    denied, each decision naming who made it."""
+    async with (
+        MemoryStore() as store,
+        satsuma.open_agent(Banker, model=payments(), store=store, agent_id="b") as agent,
+    ):
+        first = await agent.run("Pay Bob and Eve", events=view.agent_event)
+        bob, eve = first.pending
+        if view.live:
+            view.console.print(view.renderable())  # nothing left in the area
+        decisions = {
+            bob.id: Approve(input={"to": "bob", "amount": 5}, by="alice"),
+            eve.id: Deny("not eve", by="carol"),
+        }
+        await agent.resume(first.run_id, decisions=decisions, events=view.agent_event)
+
+
+async def test_calls_awaiting_approval_and_their_decisions_in_plain_lines(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    console = Console(record=True, width=200, force_terminal=False, file=io.StringIO())
+    await pause_and_resume(LiveView(console, live=False))
+    lines = console.export_text().splitlines()
+    # The calls of a turn run at once: their lines may come in either order.
+    assert lines[0] == "banker ← Pay Bob and Eve"
+    assert sorted(lines[1:5]) == [
+        '  banker → transfer(to="bob", amount=10)',
+        '  banker → transfer(to="eve", amount=99)',
+        '  banker ⏸ transfer(to="bob", amount=10) awaits approval: transfer requires approval',
+        '  banker ⏸ transfer(to="eve", amount=99) awaits approval: transfer requires approval',
+    ]
+    assert lines[5] == (
+        "banker run awaiting_approval after 1 model call, 10 in / 17 out tokens; waiting for "
+        "a decision on transfer (toolu_test_1), transfer (toolu_test_2)"
+    )
+    assert lines[6] == "banker ← Pay Bob and Eve"
+    assert sorted(lines[7:13]) == [
+        '  banker → transfer(to="bob", amount=10)',
+        '  banker → transfer(to="eve", amount=99)',
+        '  banker ✓ transfer(to="bob", amount=5) approved with an edit by alice',
+        '  banker ✗ transfer(to="eve", amount=99) denied by carol: not eve',
+        "  ✓ transfer  0.00s  ok  sent 5 to bob",
+        "  ✗ transfer  0.00s  denied  Error: Denied: not eve",
+    ]
+    assert lines[13:] == [
+        "banker: Paid Bob.",
+        "banker run completed after 1 model call, 123 in / 19 out tokens",
+    ]
+
+
+async def test_a_call_awaiting_approval_shows_so_in_the_tree_then_its_decision(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    console = recording_console()
+    await pause_and_resume(LiveView(console, live=True))
+    lines = text_of(console)
+    assert lines[:2] == ["banker ← Pay Bob and Eve", "banker  0.0s"]
+    assert sorted(line[4:] for line in lines[2:4]) == [
+        '⏸ transfer(to="bob", amount=10)  awaiting approval: transfer requires approval',
+        '⏸ transfer(to="eve", amount=99)  awaiting approval: transfer requires approval',
+    ]
+    assert lines[4:7] == [
+        "banker run awaiting_approval after 1 model call, 10 in / 17 out tokens; waiting for a decision on",
+        "transfer (toolu_test_1), transfer (toolu_test_2)",
+        "banker ← Pay Bob and Eve",
+    ]
+    assert sorted(line[4:] for line in lines[8:10]) == [
+        '✓ transfer(to="bob", amount=5)  0.00s  ok  sent 5 to bob  (approved with an edit by alice)',
+        '✗ transfer(to="eve", amount=99)  0.00s  denied  Error: Denied: not eve  (denied by carol)',
+    ]
+    assert lines[10:] == [
+        "banker: Paid Bob.",
+        "banker run completed after 1 model call, 123 in / 19 out tokens",
+    ]
+
+
+async def test_an_inline_wait_has_no_spinner_and_says_why(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    console = recording_console()
+    view = LiveView(console, live=True)
+    view.agent_event(RunStart(**RUN, prompt="Pay"))
+    start(view, "t1", "transfer", {"to": "bob"})
+    view.agent_event(
+        ApprovalRequested(
+            **RUN, tool_use_id="t1", tool_name="transfer", input={"to": "bob"}, reason="big"
+        )
+    )
+    await trio.sleep(2)
+    console.print(view.renderable())
+    view.agent_event(
+        ApprovalDecided(
+            **RUN, tool_use_id="t1", tool_name="transfer", approved=True, input={"to": "bob"}
+        )
+    )
+    console.print(view.renderable())
+    assert text_of(console)[1:] == [
+        "researcher  2.0s",
+        '└── ⏸ transfer(to="bob")  2.0s  awaiting approval: big',
+        "researcher  2.0s",
+        '└── * transfer(to="bob")  2.0s  approved',
+    ]

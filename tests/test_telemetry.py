@@ -465,6 +465,116 @@ async def test_a_runner_cancelled_from_outside_ends_its_spans_cleanly(
     assert attributes(invalid)["error.type"] == "invalid_args"
 
 
+# --- human approval -------------------------------------------------------------------
+
+
+@satsuma.tool(requires_approval=True)
+async def pay(to: str) -> str:
+    """Pay someone."""
+    return f"paid {to}"
+
+
+class Payer(satsuma.Agent):
+    name = "payer"
+    model = "claude-sonnet-5-5"
+    tools = [pay]
+
+
+def two_payments() -> Reply:
+    return Reply(tool_calls=[("pay", {"to": "ann"}), ("pay", {"to": "bob"})])
+
+
+def pay_spans(finished: Sequence[ReadableSpan]) -> dict[str, ReadableSpan]:
+    """The execute_tool pay spans by call id."""
+    return {
+        attributes(span)["gen_ai.tool.call.id"]: span
+        for span in by_name(finished, "execute_tool pay")
+    }
+
+
+async def test_an_inline_decision_and_who_made_it_are_on_the_calls_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    async def approver(call: satsuma.PendingCall) -> satsuma.Approve | satsuma.Deny:
+        if call.input["to"] == "ann":
+            return satsuma.Approve(input={"to": "ann"}, by="alice@example.com")
+        return satsuma.Deny("not bob", by="carol")
+
+    model = ScriptedModel([two_payments(), "One paid."])
+    async with satsuma.open_agent(Payer, model=model, approver=approver) as agent:
+        result = await agent.run("Pay Ann and Bob")
+    ann, bob = (block["id"] for block in result.messages[1].content)
+    found = pay_spans(spans.get_finished_spans())
+    assert {key: value for key, value in attributes(found[ann]).items() if "approval" in key} == {
+        "satsuma.approval.requested": True,
+        "satsuma.approval.deferred": False,
+        "satsuma.approval.approved": True,
+        "satsuma.approval.edited": True,
+        "satsuma.approval.decided_by": "alice@example.com",
+    }
+    assert attributes(found[ann])["satsuma.tool.outcome"] == "ok"
+    denied = attributes(found[bob])
+    assert (denied["satsuma.approval.approved"], denied["satsuma.approval.decided_by"]) == (
+        False,
+        "carol",
+    )
+    assert denied["error.type"] == "denied"
+    # The person's reason and the input are content: they stay off the span.
+    assert not any("not bob" in str(value) for value in denied.values())
+
+
+async def test_a_denial_no_one_made_names_no_decider(
+    spans: InMemorySpanExporter, autojump_clock: trio.abc.Clock
+) -> None:
+    async def away(call: satsuma.PendingCall) -> satsuma.Approve:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    model = ScriptedModel([Reply(tool_calls=[("pay", {"to": "ann"})]), "No."])
+    async with satsuma.open_agent(Payer, model=model, approver=away, approval_timeout=10) as agent:
+        await agent.run("Pay Ann")
+    (span,) = pay_spans(spans.get_finished_spans()).values()
+    assert attributes(span)["satsuma.approval.approved"] is False
+    assert "satsuma.approval.decided_by" not in attributes(span)
+
+
+async def test_a_paused_call_is_awaiting_on_its_span_and_decided_on_the_resumes(
+    spans: InMemorySpanExporter,
+) -> None:
+    from satsuma.store import MemoryStore
+
+    model = ScriptedModel([two_payments(), "Done."])
+    async with (
+        MemoryStore() as store,
+        satsuma.open_agent(Payer, model=model, store=store, agent_id="p1") as agent,
+    ):
+        first = await agent.run("Pay Ann and Bob")
+        assert first.status == "awaiting_approval"
+        paused = pay_spans(spans.get_finished_spans())
+        assert paused.keys() == {call.id for call in first.pending}
+        for span in paused.values():
+            assert span.status.status_code is StatusCode.UNSET  # waiting is no error
+            assert attributes(span)["satsuma.tool.outcome"] == "awaiting_approval"
+            assert attributes(span)["satsuma.approval.deferred"] is True
+            assert "satsuma.approval.approved" not in attributes(span)
+        run = only(spans.get_finished_spans(), "invoke_agent payer")
+        assert attributes(run)["satsuma.run.status"] == "awaiting_approval"
+        spans.clear()
+        ann, bob = (call.id for call in first.pending)
+        decisions: dict[str, satsuma.Approve | satsuma.Deny] = {
+            ann: satsuma.Approve(by="alice"),
+            bob: satsuma.Deny("no", by="dan"),
+        }
+        await agent.resume(first.run_id, decisions=decisions)
+    resumed = pay_spans(spans.get_finished_spans())
+    assert attributes(resumed[ann])["satsuma.approval.decided_by"] == "alice"
+    assert attributes(resumed[ann])["satsuma.approval.approved"] is True
+    assert attributes(resumed[bob])["satsuma.approval.decided_by"] == "dan"
+    assert attributes(resumed[bob])["satsuma.approval.approved"] is False
+    # Decided in advance, not asked again.
+    assert "satsuma.approval.requested" not in attributes(resumed[ann])
+
+
 # --- failures of telemetry itself -----------------------------------------------------
 
 

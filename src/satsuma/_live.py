@@ -7,6 +7,10 @@ transcript reads: the prompt, a turn's text, the tree of that turn's calls (each
 outcome coloured by kind) once the model has their results, the text that follows them,
 and the run's end. Supervisor events are printed as lines as they come.
 
+A call that waits for a person's decision shows it (``⏸ ... awaiting approval: reason``)
+instead of a spinner, and its decision (``approved by alice``, ``denied: reason``) stays
+beside it; a run that pauses ``awaiting_approval`` ends with the calls it waits on.
+
 Anywhere else (a pipe, a file, CI) it degrades to plain lines, one per event worth
 reading, with no escape codes and no redraws.
 
@@ -45,7 +49,15 @@ from .supervisor import (
     SupervisorEvent,
     SupervisorGaveUp,
 )
-from .tools import NestedEvent, ToolCallEnd, ToolCallStart, ToolOutcome, ToolProgress
+from .tools import (
+    ApprovalDecided,
+    ApprovalRequested,
+    NestedEvent,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolOutcome,
+    ToolProgress,
+)
 
 __all__ = ["LiveView", "open_live_view", "outcome_style"]
 
@@ -67,6 +79,7 @@ _STYLES: Final[dict[str, str]] = {
 _RUN_STYLES: Final[dict[str, str]] = {
     "completed": "green",
     "cancelled": "bright_black",
+    "awaiting_approval": "yellow",
 }
 _REFRESH: Final = 1 / 8
 _ARGUMENTS_SHOWN: Final = 60
@@ -84,6 +97,16 @@ def outcome_kind(outcome: ToolOutcome) -> str:
 def outcome_style(kind: str) -> str:
     """The colour an outcome kind is shown in."""
     return _STYLES.get(kind, "red")
+
+
+def _decision(event: ApprovalDecided, edited: bool, *, with_reason: bool) -> str:
+    """``approved``, ``approved with an edit``, ``denied: reason``; ``by`` whom if known."""
+    what = ("approved with an edit" if edited else "approved") if event.approved else "denied"
+    if event.decided_by is not None:
+        what += f" by {event.decided_by}"
+    if with_reason and not event.approved and event.reason:
+        what += f": {_shorten(event.reason, _RESULT_SHOWN)}"
+    return what
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -106,6 +129,8 @@ class _Call:
     started: float
     progress: str | None = None
     outcome: ToolOutcome | None = None
+    awaiting: str | None = None  # why it waits for a person's decision, while it does
+    decision: str | None = None  # "approved by alice", "denied: not today"
 
 
 @attrs.define
@@ -179,6 +204,32 @@ class LiveView:
                 self._line(Text(f"  {run.agent} → {event.tool_name}({_arguments(event.input)})"))
         elif isinstance(event, ToolProgress):
             self._progress(event.run_id, event.tool_use_id, event.text)
+        elif isinstance(event, ApprovalRequested):
+            call = run.calls.get(event.tool_use_id)
+            if call is not None:
+                call.awaiting = event.reason
+            if not self.live:
+                # With its arguments: the calls of a turn run at once, and two calls of
+                # one tool would otherwise read alike.
+                shown = f"{event.tool_name}({_arguments(event.input)})"
+                self._line(
+                    Text(f"  {run.agent} ⏸ {shown} awaits approval: {event.reason}", "yellow")
+                )
+        elif isinstance(event, ApprovalDecided):
+            call = run.calls.get(event.tool_use_id)
+            asked = call.arguments if call is not None else None
+            edited = event.approved and asked is not None and _arguments(event.input) != asked
+            if call is not None:
+                call.awaiting = None
+                # The outcome beside it says the denial's reason already.
+                call.decision = _decision(event, edited, with_reason=False)
+                if edited:
+                    call.arguments = _arguments(event.input)  # what it runs with
+            if not self.live:
+                mark, style = ("✓", "green") if event.approved else ("✗", "bright_red")
+                shown = f"{event.tool_name}({call.arguments})" if call else event.tool_name
+                decision = _decision(event, edited, with_reason=True)
+                self._line(Text(f"  {run.agent} {mark} {shown} {decision}", style))
         elif isinstance(event, ToolCallEnd):
             call = run.calls.get(event.tool_use_id)
             if call is not None:
@@ -190,6 +241,7 @@ class LiveView:
             self._print_calls(run, ended=True)
             result = event.result
             usage = result.usage
+            waiting = ", ".join(f"{call.tool_name} ({call.id})" for call in result.pending)
             self._line(
                 Text.assemble(
                     (f"{run.agent}", "bold cyan"),
@@ -198,6 +250,7 @@ class LiveView:
                     f" after {result.iterations} model call{'s' * (result.iterations != 1)},"
                     f" {usage.input_tokens} in / {usage.output_tokens} out tokens",
                     f": {result.error}" if result.error else "",
+                    (f"; waiting for a decision on {waiting}", "yellow") if waiting else "",
                 )
             )
 
@@ -242,9 +295,23 @@ class LiveView:
             tree.add(Text(_shorten(run.text.strip(), 100), "italic"))
         for call in run.calls.values():
             if call.outcome is not None:
-                tree.add(self._outcome_text(call.name, call.outcome, call.arguments))
+                line = self._outcome_text(call.name, call.outcome, call.arguments)
+                if call.decision is not None:
+                    line.append(f"  ({call.decision})", "bright_black")
+                tree.add(line)
+            elif call.awaiting is not None:
+                # No spinner: nothing runs, a person is being asked (or will be).
+                tree.add(
+                    Text.assemble(
+                        (f"⏸ {call.name}({call.arguments})", "yellow"),
+                        "" if final else f"  {now - call.started:.1f}s",
+                        (f"  awaiting approval: {call.awaiting}", "yellow"),
+                    )
+                )
             else:
                 line = Text(f"{call.name}({call.arguments})  {now - call.started:.1f}s")
+                if call.decision is not None:
+                    line.append(f"  {call.decision}", "bright_black")
                 if call.progress:
                     line.append(f"  {call.progress}", "cyan")
                 tree.add(Spinner("dots", text=line, style="cyan") if not final else line)

@@ -45,6 +45,7 @@ __all__ = [
     "error_type",
     "null_scope",
     "record_on_current_span",
+    "set_on_current_span",
     "start_span",
     "tracer",
     "usage_attributes",
@@ -250,6 +251,16 @@ def record_on_current_span(exc: BaseException) -> None:
         trace.get_current_span().record_exception(exc)
     except Exception:
         _failed("recording an exception")
+
+
+def set_on_current_span(attributes: Mapping[str, AttributeValue]) -> None:
+    """Set attributes on the span current in this task (a tool call's, while its
+    approval is asked and decided). Only for callers that know they started that span:
+    without one, the current span is someone else's."""
+    try:
+        trace.get_current_span().set_attributes(attributes)
+    except Exception:
+        _failed("setting span attributes")
 
 
 def usage_attributes(usage: Usage) -> dict[str, AttributeValue]:

@@ -3,6 +3,8 @@ Deferred approval (a run paused in its store) is tested in tests/store/test_agen
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import trio
 
 import satsuma
 from satsuma import Approve, Deny, PendingCall
+from satsuma.store import MemoryStore
 from satsuma.testing import Reply, ScriptedModel, check_conversation
 
 done: list[str] = []
@@ -211,3 +214,48 @@ async def test_open_agent_takes_an_approval_timeout(autojump_clock: Any) -> None
         ):
             async with satsuma.open_agent(Banker, model=model, approval_timeout=wrong):  # type: ignore[arg-type]
                 raise AssertionError("started")
+
+
+async def test_who_decided_is_in_the_events_and_the_json_lines_log(tmp_path: Path) -> None:
+    """Inline (the approver's answer) and deferred (the decisions given to resume)."""
+
+    async def approver(call: PendingCall) -> Approve:
+        return Approve(by="alice")
+
+    path = tmp_path / "events.jsonl"
+    with satsuma.JsonLinesLog(path) as log:
+        async with satsuma.open_agent(Banker, model=mixed_turn("Paid."), approver=approver) as a:
+            await a.run("Pay Bob 10", events=log)
+        model = mixed_turn("Not paid.")
+        async with (
+            MemoryStore() as store,
+            satsuma.open_agent(Banker, model=model, store=store, agent_id="b") as agent,
+        ):
+            first = await agent.run("Pay Bob 10", events=log)
+            (call,) = first.pending
+            decisions = {call.id: Deny("over budget", by="bob@example.com")}
+            await agent.resume(first.run_id, decisions=decisions, events=log)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    asked = [line for line in lines if line["type"] == "ApprovalRequested"]
+    decided = [line for line in lines if line["type"] == "ApprovalDecided"]
+    assert [(line["tool_name"], line["input"], line["reason"]) for line in asked] == [
+        ("transfer", {"to": "bob", "amount": 10}, "transfer requires approval")
+    ] * 2
+    assert [(d["approved"], d["decided_by"], d["reason"], d["input"]) for d in decided] == [
+        (True, "alice", None, {"to": "bob", "amount": 10}),
+        (False, "bob@example.com", "over budget", None),
+    ]
+    assert decided[1]["run_id"] == first.run_id == asked[1]["run_id"]
+    assert sorted(done) == ["balance main", "balance main", "transfer 10 to bob"]
+
+
+def test_by_is_optional_a_str_and_leaves_hook_denials_as_they_were() -> None:
+    assert Deny("no") == Deny("no", by=None) and Deny("no").by is None
+    assert Approve({"a": 1}).input == {"a": 1} and Approve().by is None
+    with pytest.raises(TypeError, match="'by' must be <class 'str'>"):
+        Approve(by=42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'by' must be <class 'str'>"):
+        Deny("no", by=["alice"])  # type: ignore[arg-type]
+    match Deny("reason only"):
+        case Deny(reason):
+            assert reason == "reason only"

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 import trio
 
+from .. import _telemetry
 from ._calls import ToolCall
 from ._events import ApprovalDecided, ApprovalRequested, Emitter
 from ._hooks import Deny
@@ -65,9 +66,19 @@ class PendingCall:
 @attrs.frozen
 class Approve:
     """Let a waiting call run: with its own arguments, or with ``input`` instead (an
-    edit, validated like the model's arguments: invalid, the model reads why)."""
+    edit, validated like the model's arguments). ``by`` says who decided (a user name,
+    an email): it is recorded in ``ApprovalDecided.decided_by`` and on the call's span.
+
+    Raises:
+        TypeError: ``by`` is not a str or None.
+    """
 
     input: Mapping[str, Any] | None = None
+    by: str | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=attrs.validators.optional(attrs.validators.instance_of(str)),
+    )
 
 
 Decision: TypeAlias = Approve | Deny
@@ -79,7 +90,8 @@ Approver: TypeAlias = Callable[[PendingCall], Awaitable[Decision]]
 @attrs.define(eq=False)
 class Deferral:
     """Given as ``approver``: calls that need a decision do not wait and do not run; they
-    are collected in ``pending``, have no ToolCallEnd, and their slots in ``execute``'s
+    are collected in ``pending`` (in call order once ``execute`` returns), have no
+    ToolCallEnd, and their slots in ``execute``'s
     list are placeholders that must not reach the model. The caller pauses the run and,
     once decided, passes the decisions back with ``execute(..., decisions=...)``."""
 
@@ -97,10 +109,20 @@ async def ask(
     # A deadline for the person, not for this function: it answers Deny when it passes.
     timeout: float | None,  # noqa: ASYNC109
     emitter: Emitter | None,
+    *,
+    traced: bool = False,
 ) -> Decision | None:
     """The approver's decision on a call (None: a Deferral took it). Fails closed: no
     approver, no answer within ``timeout``, an approver that raises or answers something
-    else, all deny. Cancelling the caller cancels the wait."""
+    else, all deny. Cancelling the caller cancels the wait. ``traced``: the call's
+    ``execute_tool`` span is current, and is told that the call was put to a person."""
+    if traced:
+        _telemetry.set_on_current_span(
+            {
+                "satsuma.approval.requested": True,
+                "satsuma.approval.deferred": isinstance(approver, Deferral),
+            }
+        )
     if emitter is not None:
         emitter.emit(
             ApprovalRequested(
@@ -143,11 +165,24 @@ async def ask(
     return Deny(f"the approver answered {answer!r}, not Approve or Deny")
 
 
-def report_decision(emitter: Emitter | None, call: ToolCall, decision: Decision) -> None:
-    """Emit the ApprovalDecided of ``call`` (as it will run, when approved)."""
+def report_decision(
+    emitter: Emitter | None, call: ToolCall, decision: Decision, *, traced: bool = False
+) -> None:
+    """Emit the ApprovalDecided of ``call`` (as it will run, when approved); ``traced``:
+    record the decision, and who made it, on the call's span (current in this task).
+    The reasons and the input stay off the span: they are content, which the GenAI
+    conventions keep opt-in (the events carry them)."""
+    approved = isinstance(decision, Approve)
+    if traced:
+        attributes: dict[str, bool | str] = {
+            "satsuma.approval.approved": approved,
+            "satsuma.approval.edited": isinstance(decision, Approve) and decision.input is not None,
+        }
+        if decision.by is not None:
+            attributes["satsuma.approval.decided_by"] = decision.by
+        _telemetry.set_on_current_span(attributes)
     if emitter is None:
         return
-    approved = isinstance(decision, Approve)
     emitter.emit(
         ApprovalDecided(
             tool_use_id=call.id,
@@ -155,5 +190,6 @@ def report_decision(emitter: Emitter | None, call: ToolCall, decision: Decision)
             approved=approved,
             input=call.input if approved else None,
             reason=decision.reason if isinstance(decision, Deny) else None,
+            decided_by=decision.by,
         )
     )

@@ -125,13 +125,17 @@ class ApprovalRequested(_Tagged):
 @attrs.frozen(kw_only=True)
 class ApprovalDecided(_Tagged):
     """A decision on a call that needed one: ``approved``, with the ``input`` it runs with
-    (edited or not); or denied, with the ``reason`` the model reads."""
+    (edited or not); or denied, with the ``reason`` the model reads. ``decided_by`` is
+    the decision's ``by`` (``Approve(by=...)``, ``Deny(reason, by=...)``); None when it
+    named no one, or when satsuma denied the call itself (no answer in time, no
+    approver, an approver that failed)."""
 
     tool_use_id: str
     tool_name: str
     approved: bool
     input: Any = None
     reason: str | None = None
+    decided_by: str | None = None
 
 
 ToolEvent: TypeAlias = (

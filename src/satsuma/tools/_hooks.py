@@ -28,10 +28,20 @@ class Deny:
     """Refuse the call; the model reads ``Error: Denied: <reason>``.
 
     A hook returns it from ``before_call``; an approver (or ``agent.resume(...,
-    decisions=...)``) gives it as a person's decision on a call waiting for one.
+    decisions=...)``) gives it as a person's decision on a call waiting for one, and may
+    say who decided with ``by`` (recorded in ``ApprovalDecided.decided_by`` and on the
+    call's span; a hook's ``by`` is not recorded anywhere).
+
+    Raises:
+        TypeError: ``by`` is not a str or None.
     """
 
     reason: str
+    by: str | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=attrs.validators.optional(attrs.validators.instance_of(str)),
+    )
 
 
 @attrs.frozen

@@ -356,6 +356,11 @@ class ToolRunner:
                     emitter.close()
         else:
             await self._run_units(call_list, env, outcomes)
+        if isinstance(approver, Deferral):
+            # In call order, as the model asked for them (the calls ran at once, and
+            # reached the Deferral in whatever order their tasks did).
+            order = {call.id: index for index, call in enumerate(call_list)}
+            approver.pending.sort(key=lambda pending: order.get(pending.id, len(order)))
         return outcomes  # type: ignore[return-value]  # every slot is filled by now
 
     async def _run_units(
@@ -414,6 +419,11 @@ class ToolRunner:
         )
         with scope:
             outcome = await self._run_supervised(call, env)
+            approver = env.approver
+            if isinstance(approver, Deferral) and any(p.id == call.id for p in approver.pending):
+                # Not an outcome: the call waits for a person, and the run pauses on it.
+                scope.set({"satsuma.tool.outcome": "awaiting_approval"})
+                return outcome
             scope.set(
                 {
                     "satsuma.tool.outcome": outcome.error_kind or "ok",
@@ -568,17 +578,18 @@ class ToolRunner:
                     env.approver,
                     env.approval_timeout,
                     env.emitter,
+                    traced=env.tracer is not None,
                 )
                 if decision is None:
                     return None, call
             if isinstance(decision, Deny):
-                report_decision(env.emitter, call, decision)
+                report_decision(env.emitter, call, decision, traced=env.tracer is not None)
                 return error_outcome(
                     call.id, call.name, "denied", denied_text(decision.reason)
                 ), call
             if decision.input is not None:
                 call = attrs.evolve(call, input=dict(decision.input))
-            report_decision(env.emitter, call, decision)
+            report_decision(env.emitter, call, decision, traced=env.tracer is not None)
             if decision.input is not None:
                 refused = _input_problem(call)
                 if refused is not None:
