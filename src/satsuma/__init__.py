@@ -76,6 +76,9 @@ if _typing.TYPE_CHECKING:
     from .agents import ModelRequest as ModelRequest
     from .agents import ModelResponse as ModelResponse
     from .agents import ModelRetry as ModelRetry
+    from .agents import OutputDelta as OutputDelta
+    from .agents import OutputRejected as OutputRejected
+    from .agents import OutputValidated as OutputValidated
     from .agents import RunEnd as RunEnd
     from .agents import RunResult as RunResult
     from .agents import RunStart as RunStart
@@ -111,7 +114,8 @@ _AGENT_NAMES = frozenset(
     {
         "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "HistoryProcessor", "JsonLinesLog", "KeepAll",
         "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
-        "ModelRetry", "RunEnd", "RunResult", "RunStart", "RunStatus", "TextDelta",
+        "ModelRetry", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
+        "RunResult", "RunStart", "RunStatus", "TextDelta",
         "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
         "event_to_json", "open_agent",
     }
@@ -179,6 +183,9 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelRetry",
+    "OutputDelta",
+    "OutputRejected",
+    "OutputValidated",
     "RunEnd",
     "RunResult",
     "RunStart",

@@ -417,12 +417,15 @@ class StreamAccumulator:
     Attributes:
         on_text: Called with each text delta.
         on_thinking: Called with each thinking delta.
+        on_tool_input: Called with a tool_use block's name and each piece of its input's
+            JSON as it streams (an input given whole: in one piece), or None.
         complete: Whether ``message_stop`` has arrived.
         error: The ``error`` object of an ``error`` event (``{"type", "message"}``), or None.
     """
 
     on_text: Callable[[str], None] = _no_delta
     on_thinking: Callable[[str], None] = _no_delta
+    on_tool_input: Callable[[str, str], None] | None = None
     complete: bool = attrs.field(default=False, init=False)
     error: dict[str, Any] | None = attrs.field(default=None, init=False)
     _blocks: dict[int, dict[str, Any]] = attrs.field(factory=dict, init=False)
@@ -455,7 +458,9 @@ class StreamAccumulator:
                 self.on_text(kept.get("text", ""))
             elif kind == "thinking":
                 self.on_thinking(kept.get("thinking", ""))
-            elif kind == "tool_use" and not isinstance(kept.get("input", {}), dict):
+            elif kind == "tool_use" and self.on_tool_input is not None:
+                self.on_tool_input(kept.get("name", ""), json.dumps(kept.get("input", {})))
+            if kind == "tool_use" and not isinstance(kept.get("input", {}), dict):
                 # As for a streamed input that is not an object: {} in the history, the
                 # call keeps what the model sent.
                 self._raw_inputs[index] = json.dumps(kept["input"])
@@ -495,6 +500,8 @@ class StreamAccumulator:
 
     def _input_json(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
         self._json.setdefault(index, []).append(delta["partial_json"])
+        if self.on_tool_input is not None:
+            self.on_tool_input(block.get("name", ""), delta["partial_json"])
 
     def _citation(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
         block.setdefault("citations", []).append(_without_none(delta["citation"]))

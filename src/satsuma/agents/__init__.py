@@ -7,6 +7,9 @@ from ._aliases import MODEL_ALIASES as MODEL_ALIASES
 from ._anthropic import AnthropicModel as AnthropicModel
 from ._events import AgentEvent as AgentEvent
 from ._events import ModelRetry as ModelRetry
+from ._events import OutputDelta as OutputDelta
+from ._events import OutputRejected as OutputRejected
+from ._events import OutputValidated as OutputValidated
 from ._events import RunEnd as RunEnd
 from ._events import RunStart as RunStart
 from ._events import TextDelta as TextDelta
@@ -48,6 +51,9 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelRetry",
+    "OutputDelta",
+    "OutputRejected",
+    "OutputValidated",
     "RunEnd",
     "RunResult",
     "RunStart",

@@ -29,6 +29,7 @@ from ._approval import claim_paused
 from ._events import AgentEvent
 from ._loop import execute_run
 from ._model import Model
+from ._output import OutputSpec
 from ._persist import Persistence
 from ._result import RunResult
 from ._verifiers import as_check
@@ -54,7 +55,7 @@ class Job:
     sink: Callable[[AgentEvent], None] | None
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     done: trio.Event = attrs.Factory(trio.Event)
-    result: RunResult | None = None
+    result: RunResult[Any] | None = None
     error: BaseException | None = None
     on_done: Callable[[], None] | None = None
     resume: RunRecord | None = None  # set when the job resumes an interrupted run
@@ -62,6 +63,9 @@ class Job:
     # and (once the run is claimed) the calls the run waited on.
     decisions: Mapping[str, Approve | Deny] | None = None
     pending: tuple[PendingApproval, ...] = ()
+    # A run's own output type and retries (agent.run(..., output_type=...)); None: the
+    # agent's.
+    output: tuple[OutputSpec | None, int] | None = None
     # The requester's OpenTelemetry context: the run happens in the agent's task, and its
     # span is the child of the caller's span (a tool's, for a sub-agent), not the agent's.
     trace_context: Context | None = attrs.Factory(_telemetry.current_context)
@@ -70,7 +74,7 @@ class Job:
         """The caller is gone (or asked to cancel): stop the run, or never start it."""
         self.scope.cancel()
 
-    def complete(self, result: RunResult) -> None:
+    def complete(self, result: RunResult[Any]) -> None:
         self.result = result
         self._finish()
 
@@ -87,8 +91,18 @@ class Job:
     def stopped(self) -> None:
         """The agent stopped (not crashed) before or while serving this job."""
         self.complete(
-            RunResult(run_id=self.run_id, output="", status="cancelled", error="the agent stopped")
+            RunResult(
+                run_id=self.run_id,
+                output=self.no_output(),
+                status="cancelled",
+                error="the agent stopped",
+            )
         )
+
+    def no_output(self) -> Any:
+        """What ``output`` is for a run that ended without an answer: "" for text, None
+        for a typed one (known here only for a per-run type; the actor knows the rest)."""
+        return "" if self.output is None or self.output[0] is None else None
 
 
 @attrs.define(eq=False)
@@ -316,7 +330,7 @@ class Actor:
     async def _serve_job(self, job: Job) -> None:
         if job.scope.cancel_called:
             # Abandoned while it waited: it never starts and leaves no trace.
-            job.complete(RunResult(run_id=job.run_id, output="", status="cancelled"))
+            job.complete(RunResult(run_id=job.run_id, output=job.no_output(), status="cancelled"))
             return
         if job.decisions is not None:
             # Checked and claimed here, in the agent's own task, one job at a time, and
@@ -375,6 +389,10 @@ class Actor:
         return self.history
 
     async def submit(self, request: Request) -> None:
+        if isinstance(request, Job) and request.output is None:
+            # Known from here on, so that a run ended before it starts has the right
+            # kind of output (None for a typed one, "" for text).
+            request.output = (self.spec.output, self.spec.output_retries)
         try:
             await self.mailbox.send.send(request)
         except (trio.ClosedResourceError, trio.BrokenResourceError):

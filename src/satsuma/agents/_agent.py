@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Generic, TypeVar, get_args, get_origin
 
 import attrs
 
@@ -16,6 +16,8 @@ from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
 from ..tools._strategies import as_strategy
 from ._aliases import MODEL_ALIASES, resolve_model
 from ._history import HistoryProcessor, KeepAll
+from ._output import OUTPUT_TOOL, OutputSpec, compile_output
+from ._result import OutputT
 from ._verifiers import as_check
 
 __all__ = ["Agent", "AgentSpec"]
@@ -45,6 +47,8 @@ class AgentSpec:
     resume_interrupted: bool = False
     approver: Approver | None = None
     approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT
+    output: OutputSpec | None = None  # the compiled output_type; None: the final text
+    output_retries: int = 2
 
     @property
     def tool_sources(self) -> tuple[object, ...]:
@@ -72,7 +76,7 @@ def is_tool_source(item: object) -> bool:
     return getattr(type(item), "__satsuma_tool_source__", False) is True
 
 
-class Agent:
+class Agent(Generic[OutputT]):
     """Base class of agents. Declare one with class attributes:
 
     - ``name`` (required), ``model`` (an alias — ``sonnet``, ``opus``, ``haiku`` — or a
@@ -95,6 +99,12 @@ class Agent:
       one, an agent with a store pauses the run ``awaiting_approval``;
       ``approval_timeout``: seconds the approver has for each call, past which the call
       is denied (default 300; None: no limit). See docs/approval.md.
+    - ``output_type``: the type of the answer (an attrs class, dataclass, TypedDict,
+      enum, Literal, primitive, list, or union of attrs classes); the model gives it by
+      calling a ``final_answer`` tool, and ``result.output`` is the typed value. Declared
+      as the type argument, ``class Extractor(satsuma.Agent[Invoice])``, type checkers
+      know it too. ``output_retries``: how many invalid answers the model may correct
+      before the run fails (default 2). See docs/output.md.
 
     Start one with ``satsuma.open_agent(X)``. A class meant only as a base for other
     agents is declared ``class Base(satsuma.Agent, abstract=True)``.
@@ -121,6 +131,8 @@ class Agent:
     resume_interrupted: ClassVar[bool] = False
     approver: ClassVar[Approver | None] = None
     approval_timeout: ClassVar[float | None] = DEFAULT_APPROVAL_TIMEOUT
+    output_type: ClassVar[Any] = None
+    output_retries: ClassVar[int] = 2
 
     __satsuma_agent__: ClassVar[AgentSpec | None] = None
 
@@ -140,7 +152,7 @@ def seconds_or_none(value: object) -> bool:
     )
 
 
-def _declare(cls: type[Agent]) -> AgentSpec:
+def _declare(cls: type[Agent[Any]]) -> AgentSpec:
     label = getattr(cls, "name", None)
     if not isinstance(label, str) or not label:
         raise AgentDefinitionError(cls.__name__, 'has no name; set name = "..."')
@@ -189,6 +201,9 @@ def _declare(cls: type[Agent]) -> AgentSpec:
             raise fail(
                 f"verifiers must be Verifier classes or instances or functions, got: {verifier!r}"
             )
+    if not _whole(cls.output_retries) or cls.output_retries < 0:
+        raise fail(f"output_retries must be an integer >= 0, got: {cls.output_retries!r}")
+    output = _declared_output(cls, fail)
     options: dict[str, Any] = {
         "strategy": cls.strategy,
         "max_concurrency": cls.max_concurrency,
@@ -211,15 +226,99 @@ def _declare(cls: type[Agent]) -> AgentSpec:
         resume_interrupted=cls.resume_interrupted,
         approver=cls.approver,
         approval_timeout=None if cls.approval_timeout is None else float(cls.approval_timeout),
+        output=output,
+        output_retries=cls.output_retries,
     )
     try:
         as_strategy(cls.strategy)
-        spec.make_runner(with_sources=False)  # every tool checked now: names, options
+        runner = spec.make_runner(with_sources=False)  # every tool checked now: names, options
     except ToolDefinitionError as exc:
         raise fail(f"tools: {exc}") from exc
     except (TypeError, ValueError) as exc:
         raise fail(str(exc)) from exc
+    if output is not None and any(d.name == OUTPUT_TOOL for d in runner.definitions):
+        raise fail(
+            f"a tool is named {OUTPUT_TOOL!r}, the tool the model gives its typed answer "
+            "with: rename the tool"
+        )
     return spec
+
+
+def _type_argument(cls: type) -> Any:
+    """X of the nearest ``Agent[X]`` among the class's bases, or None."""
+    for klass in cls.__mro__:
+        for base in klass.__dict__.get("__orig_bases__", ()):
+            if get_origin(base) is Agent:
+                (argument,) = get_args(base)
+                return argument
+    return None
+
+
+def _declared_output(cls: type[Agent[Any]], fail: Any) -> OutputSpec | None:
+    """The compiled output type: ``output_type``, or the type argument of ``Agent[X]``;
+    given both, they must agree."""
+    declared = cls.output_type
+    argument = _type_argument(cls)
+    if isinstance(argument, TypeVar):
+        argument = None  # a generic base of the user's own: Agent[T]
+    if declared is not None and argument is not None and declared != argument:
+        raise fail(
+            f"output_type is {_text(declared)} but the class is declared "
+            f"Agent[{_text(argument)}]: give one type"
+        )
+    hint = declared if declared is not None else argument
+    try:
+        return compile_output(hint)
+    except TypeError as exc:
+        raise fail(str(exc)) from None
+
+
+def _text(hint: object) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
+def check_output_options(
+    spec: AgentSpec, output_type: Any, output_retries: int | None
+) -> tuple[OutputSpec | None, int] | None:
+    """A run's own output type and retries, checked; None when the run keeps the
+    agent's.
+
+    Raises:
+        TypeError: the type is not supported.
+        ValueError: output_retries is not an integer >= 0, or a tool of the agent is
+            named like the final-answer tool.
+    """
+    if output_type is _KEEP and output_retries is None:
+        return None
+    if output_retries is not None and (not _whole(output_retries) or output_retries < 0):
+        raise ValueError(f"output_retries must be an integer >= 0, got: {output_retries!r}")
+    output = spec.output
+    if output_type is not _KEEP:
+        try:
+            output = compile_output(output_type)
+        except TypeError as exc:
+            raise TypeError(f"agent {spec.name}: {exc}") from None
+        if output is not None and any(
+            definition.name == OUTPUT_TOOL
+            for definition in spec.make_runner(with_sources=False).definitions
+        ):
+            raise ValueError(
+                f"agent {spec.name} has a tool named {OUTPUT_TOOL!r}, the tool the model "
+                "gives its typed answer with: rename the tool to ask for a typed answer"
+            )
+    retries = spec.output_retries if output_retries is None else output_retries
+    return output, retries
+
+
+class _Keep:
+    """The output type a run keeps when it names none (None already means: no type)."""
+
+    def __repr__(self) -> str:
+        return "<the agent's output_type>"
+
+
+_KEEP: Final = _Keep()
+KEEP_OUTPUT: Final[Any] = _KEEP
 
 
 def spec_of(agent_class: object) -> AgentSpec:

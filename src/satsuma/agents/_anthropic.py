@@ -184,7 +184,12 @@ class AnthropicModel:
         import anthropic
         import httpx2
 
-        accumulator = _codec.StreamAccumulator(on_text=listener.text, on_thinking=listener.thinking)
+        accumulator = _codec.StreamAccumulator(
+            on_text=listener.text,
+            on_thinking=listener.thinking,
+            # Only a run whose typed answer someone watches asks for it (see _loop).
+            on_tool_input=getattr(listener, "tool_input", None),
+        )
         failure: ModelError | None = None
         try:
             if not stream:

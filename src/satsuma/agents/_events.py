@@ -7,7 +7,7 @@ classes with those three fields filled in.
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, get_origin
 
 import attrs
 import cattrs
@@ -27,6 +27,9 @@ from ._result import RunResult
 __all__ = [
     "AgentEvent",
     "ModelRetry",
+    "OutputDelta",
+    "OutputRejected",
+    "OutputValidated",
     "RunEnd",
     "RunStart",
     "TextDelta",
@@ -78,6 +81,33 @@ class ModelRetry(_RunEvent):
 
 
 @attrs.frozen(kw_only=True)
+class OutputDelta(_RunEvent):
+    """A piece of the typed answer's JSON as the model writes it (the streamed input of
+    its ``final_answer`` call; see docs/output.md). Parse it only once whole: the answer
+    is ``OutputValidated``'s."""
+
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class OutputValidated(_RunEvent):
+    """The model's answer validated: ``output`` is the typed value (verifiers, if any,
+    have yet to pass it)."""
+
+    output: Any
+
+
+@attrs.frozen(kw_only=True)
+class OutputRejected(_RunEvent):
+    """The model's answer did not validate (or it ended its turn without one): it reads
+    the errors and tries again while ``retries_left`` is above 0; else the run fails.
+    A UI should drop the JSON this iteration streamed."""
+
+    errors: tuple[str, ...]
+    retries_left: int
+
+
+@attrs.frozen(kw_only=True)
 class TurnEnd(_RunEvent):
     """A model call ended: its usage and stop reason."""
 
@@ -104,12 +134,29 @@ AgentEvent: TypeAlias = (
     | NestedEvent
     | ApprovalRequested
     | ApprovalDecided
+    | OutputDelta
+    | OutputValidated
+    | OutputRejected
     | TurnEnd
     | RunEnd
 )
 
 # satsuma's own converter: never cattrs' global one.
 _converter: Final = cattrs.Converter()
+
+
+def _is_run_result(cls: Any) -> bool:
+    return cls is RunResult or get_origin(cls) is RunResult
+
+
+def _unstructure_result(result: RunResult[Any]) -> dict[str, Any]:
+    # The output is typed by the agent (an attrs instance, an enum...), not by the field:
+    # unstructured by what it is.
+    data = {field.name: getattr(result, field.name) for field in attrs.fields(RunResult)}
+    return {key: _converter.unstructure(value) for key, value in data.items()}
+
+
+_converter.register_unstructure_hook_func(_is_run_result, _unstructure_result)
 
 
 def event_to_json(event: AgentEvent) -> dict[str, Any]:

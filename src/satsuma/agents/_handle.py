@@ -10,8 +10,8 @@ import itertools
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
-from typing import Any, Final, Protocol, final
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Final, Generic, Protocol, TypeVar, final, overload
 
 import attrs
 import trio
@@ -21,18 +21,21 @@ from .._messages import Message
 from ..store import RunRecord, Store
 from ..tools import Approve, Approver, Deny
 from ._actor import Actor, Job, ResetRequest, new_run_id
-from ._agent import Agent, seconds_or_none, spec_of
+from ._agent import KEEP_OUTPUT, Agent, check_output_options, seconds_or_none, spec_of
 from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
 from ._persist import own_answer
-from ._result import RunResult
+from ._result import OutputT, RunResult
 
 __all__ = ["AgentHandle", "Target", "open_agent", "run_with_id"]
 
 logger = logging.getLogger("satsuma.agents")
 
 _agent_numbers = itertools.count(1)
+
+# The output type a run asks for instead of its agent's (agent.run(..., output_type=X)).
+RunOutputT = TypeVar("RunOutputT")
 
 
 class Target(Protocol):
@@ -59,10 +62,11 @@ class Target(Protocol):
 
 
 @final
-class AgentHandle:
+class AgentHandle(Generic[OutputT]):
     """How a program talks to a running agent. Returned by ``open_agent`` and by a
     supervisor's ``start_child`` — in which case it addresses the child, not one
-    incarnation of it, and stays valid across restarts.
+    incarnation of it, and stays valid across restarts. ``AgentHandle[Invoice]`` for an
+    agent declared ``satsuma.Agent[Invoice]``: its runs' output is an Invoice.
 
     Every method may be called from any task of the trio run. Runs queue in the agent's
     mailbox and are served one at a time, in order.
@@ -114,9 +118,43 @@ class AgentHandle:
             raise AgentUnavailable(self.name, "it is not running")
         return tuple(actor.interrupted)
 
+    @overload
     async def run(
-        self, prompt: str, *, events: Callable[[AgentEvent], object] | None = None
-    ) -> RunResult:
+        self,
+        prompt: str,
+        *,
+        events: Callable[[AgentEvent], object] | None = None,
+        output_retries: int | None = None,
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        output_type: type[RunOutputT],
+        events: Callable[[AgentEvent], object] | None = None,
+        output_retries: int | None = None,
+    ) -> RunResult[RunOutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        output_type: object,
+        events: Callable[[AgentEvent], object] | None = None,
+        output_retries: int | None = None,
+    ) -> RunResult[Any]: ...
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        output_type: object = KEEP_OUTPUT,
+        events: Callable[[AgentEvent], object] | None = None,
+        output_retries: int | None = None,
+    ) -> RunResult[Any]:
         """Run the agent on ``prompt`` and return how the run ended.
 
         If the caller is cancelled while the run waits or runs, the run is cancelled too
@@ -125,15 +163,23 @@ class AgentHandle:
         Args:
             prompt: The user's message.
             events: Called with each event of the run, on the trio thread.
+            output_type: This run's answer type instead of the agent's (``str`` for the
+                final text); see docs/output.md. A type checker knows it for a class
+                (``output_type=Invoice`` gives ``RunResult[Invoice]``).
+            output_retries: How many invalid answers the model may correct in this run
+                (default: the agent's ``output_retries``).
 
         Raises:
+            TypeError: ``output_type`` is not supported.
+            ValueError: ``output_retries`` is below 0, or a tool of the agent is named
+                ``final_answer``.
             AgentUnavailable: the agent has stopped (or, supervised, did not come back
                 from a restart in time).
             AgentCrashed: the agent crashed before answering; ``cause`` says why.
         """
         _check_prompt(prompt)
         job = Job(prompt=prompt, run_id=new_run_id(), sink=_callback_sink(events))
-        return await self._serve(job)
+        return await self._serve(job, output_type, output_retries)
 
     async def resume(
         self,
@@ -141,7 +187,7 @@ class AgentHandle:
         *,
         decisions: Mapping[str, Approve | Deny] | None = None,
         events: Callable[[AgentEvent], object] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Go on with a run that a crash or a kill interrupted (its record says
         ``interrupted``): calls it had finished keep their journaled outcomes, calls it
         had not are run again only for tools declared ``idempotent = True`` (the others
@@ -188,8 +234,11 @@ class AgentHandle:
         job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
         return await self._serve(job)
 
-    async def _serve(self, job: Job) -> RunResult:
+    async def _serve(
+        self, job: Job, output_type: object = KEEP_OUTPUT, output_retries: int | None = None
+    ) -> RunResult[Any]:
         actor = await self._target.acquire()
+        job.output = check_output_options(actor.spec, output_type, output_retries)
         await actor.submit(job)
         try:
             await job.done.wait()
@@ -200,11 +249,15 @@ class AgentHandle:
         assert job.result is not None
         return job.result
 
-    async def stream(self, prompt: str) -> AsyncIterator[AgentEvent]:
+    async def stream(
+        self, prompt: str, *, output_type: object = KEEP_OUTPUT, output_retries: int | None = None
+    ) -> AsyncIterator[AgentEvent]:
         """Run the agent on ``prompt``, yielding its events as they happen; the last one
-        is ``RunEnd``. Leaving the loop early cancels the run.
+        is ``RunEnd``. Leaving the loop early cancels the run. ``output_type`` and
+        ``output_retries`` as for ``run``.
 
         Raises:
+            TypeError, ValueError: as for ``run``.
             AgentUnavailable: the agent has stopped.
             AgentCrashed: the agent crashed before the run ended.
         """
@@ -220,6 +273,7 @@ class AgentHandle:
 
         job = Job(prompt=prompt, run_id=new_run_id(), sink=deliver, on_done=send.close)
         actor = await self._target.acquire()
+        job.output = check_output_options(actor.spec, output_type, output_retries)
         await actor.submit(job)
         try:
             async with receive:
@@ -290,12 +344,12 @@ async def _abandon(job: Job) -> None:
 
 
 async def run_with_id(
-    handle: AgentHandle,
+    handle: AgentHandle[Any],
     prompt: str,
     run_id: str,
     *,
     events: Callable[[AgentEvent], object] | None = None,
-) -> RunResult:
+) -> RunResult[Any]:
     """``handle.run(prompt, events=events)`` under a run id the caller chose: a cluster's
     queued run keeps its id in the agent's own records, so that a node taking it over
     after a failover finds the run (and its journal) by that id."""
@@ -335,9 +389,8 @@ def _callback_sink(
     return sink
 
 
-@asynccontextmanager
-async def open_agent(
-    agent: type[Agent],
+def open_agent(
+    agent: type[Agent[OutputT]],
     *,
     model: Model | None = None,
     context: Mapping[str, Any] | None = None,
@@ -345,11 +398,13 @@ async def open_agent(
     store: Store | None = None,
     approver: Approver | None = None,
     approval_timeout: float | _ClassDefault | None = CLASS_DEFAULT,
-) -> AsyncIterator[AgentHandle]:
+) -> AbstractAsyncContextManager[AgentHandle[OutputT]]:
     """Start an agent inside the caller's structured concurrency.
 
     ``async with satsuma.open_agent(CodingAgent) as agent: await agent.run("...")``. The
     agent runs until the block exits; a run still in progress then ends ``cancelled``.
+    For an agent declared ``satsuma.Agent[Invoice]`` the handle is an
+    ``AgentHandle[Invoice]`` (see docs/output.md).
 
     Args:
         agent: An Agent subclass.
@@ -376,6 +431,28 @@ async def open_agent(
         ValueError: ``approval_timeout`` is not a positive number or None.
         ConfigurationError: no model is passed and the environment has no API key.
     """
+    return _open_agent(
+        agent,
+        model=model,
+        context=context,
+        agent_id=agent_id,
+        store=store,
+        approver=approver,
+        approval_timeout=approval_timeout,
+    )
+
+
+@asynccontextmanager
+async def _open_agent(
+    agent: type[Agent[Any]],
+    *,
+    model: Model | None,
+    context: Mapping[str, Any] | None,
+    agent_id: str | None,
+    store: Store | None,
+    approver: Approver | None,
+    approval_timeout: float | _ClassDefault | None,
+) -> AsyncIterator[AgentHandle[Any]]:
     spec = spec_of(agent)
     if not isinstance(approval_timeout, _ClassDefault):
         if not seconds_or_none(approval_timeout):

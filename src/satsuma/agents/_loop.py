@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -27,8 +27,28 @@ from ..tools._approval import Approver, Deferral
 from ..tools._events import ToolEvent
 from ..tools._results import cancelled_text, denied_text, describe_exception, error_outcome
 from . import _tracing
-from ._events import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
+from ._events import (
+    AgentEvent,
+    ModelRetry,
+    OutputDelta,
+    OutputRejected,
+    OutputValidated,
+    RunEnd,
+    RunStart,
+    TextDelta,
+    ThinkingDelta,
+    TurnEnd,
+)
 from ._model import ModelRequest, ModelResponse
+from ._output import (
+    ANSWER_TAKEN_TEXT,
+    NOT_RUN_TEXT,
+    ONE_ANSWER_TEXT,
+    OUTPUT_TOOL,
+    answer_json,
+    invalid_answer_text,
+    reminder_text,
+)
 from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome, own_answer
 from ._responses import checked_response
 from ._result import RunResult, RunStatus, subagent_usage
@@ -124,6 +144,15 @@ class _Listener:
                 )
             )
 
+    @property
+    def tool_input(self) -> Callable[[str, str], None] | None:
+        """Called with each piece of a tool_use's input as it streams: only when a typed
+        answer is due and someone watches (the answer's JSON becomes OutputDelta)."""
+        run = self.run
+        if run.output_spec is None or run.job.sink is None:
+            return None
+        return run.answer_delta
+
     def retry(self, attempt: int, delay: float, reason: str) -> None:
         run = self.run
         _tracing.retried(run.chat, attempt, delay, reason)
@@ -158,9 +187,15 @@ class _Run:
         self.unjournaled: list[ToolOutcome] = []  # answers written only into the history
         self.paused = False  # the last response was a pause_turn, continued next
         self.awaiting: tuple[PendingCall, ...] = ()  # the calls the run paused on
-        self.result: RunResult | None = None
+        self.result: RunResult[Any] | None = None
         self.chat = _telemetry.null_scope()  # the model call's span, while one runs
         self.before: tuple[int, Message | None] | None = None
+        # A typed answer (docs/output.md): the compiled output type, or None for text.
+        self.output_spec, self.output_retries = (
+            job.output if job.output is not None else (actor.spec.output, actor.spec.output_retries)
+        )
+        self.answer: Any = None  # the typed answer, once validated and verified
+        self.answers_rejected = 0
 
     # --- events and history ---------------------------------------------------------
 
@@ -211,13 +246,21 @@ class _Run:
             return
         self.commit(Message(role="assistant", content=list(content)))
 
+    def answer_delta(self, name: str, delta: str) -> None:
+        if name == OUTPUT_TOOL:
+            self.emit(
+                OutputDelta(
+                    agent=self.agent, run_id=self.run_id, iteration=self.iteration, text=delta
+                )
+            )
+
     def take_steering(self) -> list[dict[str, Any]]:
         texts = self.actor.take_steering()
         return [{"type": "text", "text": text} for text in texts]
 
     # --- the loop ---------------------------------------------------------------------
 
-    async def execute(self) -> RunResult:
+    async def execute(self) -> RunResult[Any]:
         spec = self.actor.spec
         self.emit(
             RunStart(agent=self.agent, run_id=self.run_id, iteration=0, prompt=self.job.prompt)
@@ -471,6 +514,15 @@ class _Run:
             if response.stop_reason == "pause_turn":
                 continue  # the API paused a long turn: send it back as it is to go on
             if response.calls:
+                if self.output_spec is not None and any(
+                    call.name == OUTPUT_TOOL for call in response.calls
+                ):
+                    ended = await self._take_answer(response.calls)
+                    if ended is not None:
+                        return ended
+                    if self.awaiting:
+                        return "awaiting_approval", None
+                    continue
                 tripped = await self._act(response.calls)
                 if tripped is not None:
                     return "failed", tripped
@@ -480,7 +532,20 @@ class _Run:
             self.output = response.text if response.content else ""
             if self.actor.has_steering():
                 continue  # the user spoke while the model answered: that is the next turn
-            reason = await self._verify()
+            if self.output_spec is not None:
+                # A typed answer is due, and the model ended its turn in text.
+                failed = self._reject(
+                    [f"the turn ended without a {OUTPUT_TOOL} call"],
+                    lambda: (
+                        f"the model ended its turn without calling {OUTPUT_TOOL}; its last "
+                        f"text: {self.output[:2000]!r}"
+                    ),
+                )
+                if failed is not None:
+                    return "failed", failed
+                self.commit_user([{"type": "text", "text": reminder_text()}])
+                continue
+            reason = await self._verify(self.output)
             if reason is None:
                 return "completed", None
             self.commit_user([{"type": "text", "text": verification_text(reason)}])
@@ -490,11 +555,14 @@ class _Run:
         spec = actor.spec
         messages = actor.spec.history.process(tuple(actor.history), actor.last_usage)
         actor.refresh_tools()  # an MCP server may have announced new tools since
+        tools: tuple[Mapping[str, Any], ...] = actor.tool_schemas
+        if self.output_spec is not None:
+            tools = (*tools, self.output_spec.tool)
         request = ModelRequest(
             model=actor.model_id,
             system=spec.system,
             messages=tuple(messages),
-            tools=actor.tool_schemas,
+            tools=tools,
             max_tokens=spec.max_tokens,
         )
         with _tracing.start_chat(request) as chat:
@@ -505,9 +573,97 @@ class _Run:
         actor.last_usage = response.usage
         return response
 
-    async def _act(self, calls: Sequence[ToolCall]) -> str | None:
+    def _reject(self, errors: list[str], why: Callable[[], str]) -> str | None:
+        """Count an answer that is not one (invalid, or missing); the reason the run
+        fails when no retry is left, else None (the model tries again)."""
+        self.answers_rejected += 1
+        left = self.output_retries - self.answers_rejected
+        self.emit(
+            OutputRejected(
+                agent=self.agent,
+                run_id=self.run_id,
+                iteration=self.iteration,
+                errors=tuple(errors),
+                retries_left=max(left, 0),
+            )
+        )
+        if left >= 0:
+            return None
+        return f"no valid answer after {self.output_retries} retries (output_retries): {why()}"
+
+    async def _take_answer(self, calls: Sequence[ToolCall]) -> tuple[RunStatus, str | None] | None:
+        """A turn with a final_answer call. A valid answer that the verifiers pass ends
+        the run (the turn's other calls are not run: each reads NOT_RUN_TEXT); otherwise
+        the answer's tool_result says what is wrong, the other calls run as in any turn,
+        and the loop goes on. Only the first final_answer call of a turn is read. The
+        status and error when the run ends, else None."""
+        assert self.output_spec is not None
+        first = next(call for call in calls if call.name == OUTPUT_TOOL)
+        others = [call for call in calls if call.name != OUTPUT_TOOL]
+        answered: dict[str, ToolOutcome] = {
+            call.id: error_outcome(call.id, OUTPUT_TOOL, "skipped", ONE_ANSWER_TEXT)
+            for call in calls
+            if call.name == OUTPUT_TOOL and call is not first
+        }
+        value, errors = self.output_spec.parse(first.input)
+        ended: tuple[RunStatus, str | None] | None = None
+        if errors:
+            failed = self._reject(
+                errors,
+                lambda: (
+                    f"the last answer, {answer_json(first.input)}, is invalid: " + "; ".join(errors)
+                ),
+            )
+            answered[first.id] = error_outcome(
+                first.id, OUTPUT_TOOL, "invalid_args", invalid_answer_text(errors)
+            )
+            if failed is not None:
+                ended = ("failed", failed)
+        else:
+            self.emit(
+                OutputValidated(
+                    agent=self.agent, run_id=self.run_id, iteration=self.iteration, output=value
+                )
+            )
+            reason = await self._verify(value)
+            if reason is None:
+                self.answer = value
+                answered[first.id] = ToolOutcome(
+                    tool_use_id=first.id,
+                    tool_name=OUTPUT_TOOL,
+                    content=ANSWER_TAKEN_TEXT,
+                    is_error=False,
+                )
+                ended = ("completed", None)
+            else:
+                answered[first.id] = error_outcome(
+                    first.id, OUTPUT_TOOL, "failed", verification_text(reason)
+                )
+        if ended is not None:
+            # The run ends here: the other calls are answered, never run.
+            for call in others:
+                answered[call.id] = error_outcome(call.id, call.name, "skipped", NOT_RUN_TEXT)
+            self.pending = []
+            self.finished = {}
+            self.commit_user(format_results([answered[call.id] for call in calls]))
+            return ended
+        if not others:
+            self.pending = []
+            self.commit_user(format_results([answered[call.id] for call in calls]))
+            return None
+        tripped = await self._act(others, answered=answered, order=calls)
+        return ("failed", tripped) if tripped is not None else None
+
+    async def _act(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        answered: dict[str, ToolOutcome] | None = None,
+        order: Sequence[ToolCall] = (),
+    ) -> str | None:
         """Run one turn's calls and commit their results; a loop-guard reason if the run
-        must stop."""
+        must stop. ``answered``: outcomes of other calls of the turn (a final answer's),
+        committed with these in the turn's ``order``."""
         actor = self.actor
         guard = actor.spec.loop_guard
         request = _TurnRequest.of(calls)
@@ -562,6 +718,9 @@ class _Run:
                 self.usage = self.usage + nested
         self.pending = []
         self.finished = {}
+        if answered:
+            answered.update((outcome.tool_use_id, outcome) for outcome in outcomes)
+            outcomes = [answered[call.id] for call in order]
         self.commit_user(format_results(outcomes))
         return stopped
 
@@ -616,14 +775,14 @@ class _Run:
         if self.actor.persistence is not None:
             await self.actor.persistence.call_finished(self.run_id, outcome)
 
-    async def _verify(self) -> str | None:
+    async def _verify(self, output: Any) -> str | None:
         actor = self.actor
         if not actor.verifiers:
             return None
         ctx = VerifyContext(
             agent=self.agent,
             run_id=self.run_id,
-            output=self.output,
+            output=output,
             messages=tuple(actor.history),
             iteration=self.iteration,
             working_dir=actor.working_dir,
@@ -680,17 +839,25 @@ class _Run:
         self.actor.changed_from(len(history) - 1 if last is not None else 0)
         self.messages = []
 
-    def finish(self, status: RunStatus, error: str | None) -> RunResult:
+    def finish(self, status: RunStatus, error: str | None) -> RunResult[Any]:
         if status != "completed":
             self._roll_back()
-        if not self.output:
-            for message in reversed(self.messages):
-                if message.role == "assistant" and message.text not in ("", EMPTY_RESPONSE_TEXT):
-                    self.output = message.text
-                    break
-        result = RunResult(
+        output: Any
+        if self.output_spec is not None:
+            output = self.answer if status == "completed" else None
+        else:
+            if not self.output:
+                for message in reversed(self.messages):
+                    if message.role == "assistant" and message.text not in (
+                        "",
+                        EMPTY_RESPONSE_TEXT,
+                    ):
+                        self.output = message.text
+                        break
+            output = self.output
+        result: RunResult[Any] = RunResult(
             run_id=self.run_id,
-            output=self.output,
+            output=output,
             status=status,
             messages=tuple(self.messages),
             usage=self.usage,
@@ -705,7 +872,7 @@ class _Run:
         return result
 
 
-async def execute_run(actor: Actor, job: Job) -> RunResult:
+async def execute_run(actor: Actor, job: Job) -> RunResult[Any]:
     """Run one job to its end. If the agent itself is being torn down (an outer
     cancellation) or crashes, the run still ends — ``cancelled`` or ``failed`` — with a
     valid history, and the cancellation or the crash goes on. With a store, the
@@ -727,7 +894,7 @@ async def execute_run(actor: Actor, job: Job) -> RunResult:
                 _tracing.end_run(span, run.result)
 
 
-async def _execute(actor: Actor, run: _Run) -> RunResult:
+async def _execute(actor: Actor, run: _Run) -> RunResult[Any]:
     try:
         return await run.execute()
     except Exception as exc:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Generic, Literal
 
 import attrs
+from typing_extensions import TypeVar
 
 from .._messages import Message, Usage
 from ..tools import PendingCall
 
-__all__ = ["SUBAGENT_USAGE", "RunResult", "RunStatus", "subagent_usage"]
+__all__ = ["SUBAGENT_USAGE", "OutputT", "RunResult", "RunStatus", "subagent_usage"]
+
+# What an agent answers: its output_type (see docs/output.md), the final text by default.
+OutputT = TypeVar("OutputT", default=str)
 
 # The key under which a sub-agent's tool outcome carries the sub-run's usage, which the
 # parent run adds to its own.
@@ -21,12 +25,14 @@ RunStatus = Literal[
 
 
 @attrs.frozen(kw_only=True)
-class RunResult:
-    """The end of a run.
+class RunResult(Generic[OutputT]):
+    """The end of a run; ``RunResult[Invoice]`` for an agent whose output_type is Invoice.
 
     Attributes:
         run_id: The run's id (also on every event of the run).
-        output: The final assistant text ("" if there was none).
+        output: The final assistant text ("" if there was none); for an agent with an
+            ``output_type``, the typed answer, which a run has only when it ended
+            ``completed`` (otherwise None).
         status: ``completed``, ``max_iterations``, ``deadline_exceeded``, ``cancelled``,
             ``failed``, or ``awaiting_approval`` (paused: ``pending`` calls wait for a
             person's decision; ``agent.resume(run_id, decisions=...)`` goes on).
@@ -39,7 +45,7 @@ class RunResult:
     """
 
     run_id: str
-    output: str
+    output: OutputT
     status: RunStatus
     messages: tuple[Message, ...] = ()
     usage: Usage = attrs.Factory(Usage)

@@ -116,7 +116,7 @@ class _AgentKind:
     def default_id(self) -> str:
         return spec_of(self.agent).name
 
-    def handle(self, child: Child) -> AgentHandle:
+    def handle(self, child: Child) -> AgentHandle[Any]:
         assert isinstance(child.target, _AgentTarget)
         return AgentHandle(child.target)
 

@@ -17,13 +17,15 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, Final, Literal, TypeAlias, final
+from typing import Any, Final, Literal, TypeAlias, final, overload
 
 import attrs
 import trio
 
 from .._exceptions import AgentUnavailable, SupervisorFailed
 from ..agents._agent import Agent, seconds_or_none, spec_of
+from ..agents._handle import AgentHandle
+from ..agents._result import OutputT
 from ._children import (
     Child,
     ChildSpec,
@@ -241,6 +243,32 @@ class Supervisor:
 
     # --- public API -----------------------------------------------------------------
 
+    @overload
+    async def start_child(
+        self,
+        child: type[Agent[OutputT]],
+        *,
+        id: str | None = None,
+        name: str | None = None,
+        restart: RestartType = "permanent",
+        shutdown_timeout: float = 5.0,
+        start_timeout: float = 60.0,
+        **options: Any,
+    ) -> AgentHandle[OutputT]: ...
+
+    @overload
+    async def start_child(
+        self,
+        child: object,
+        *,
+        id: str | None = None,
+        name: str | None = None,
+        restart: RestartType = "permanent",
+        shutdown_timeout: float = 5.0,
+        start_timeout: float = 60.0,
+        **options: Any,
+    ) -> Any: ...
+
     async def start_child(
         self,
         child: object,
@@ -253,7 +281,8 @@ class Supervisor:
         **options: Any,
     ) -> Any:
         """Start a child now and return its handle once it is running: an AgentHandle
-        for an agent (valid across its restarts), the Supervisor itself, or the service
+        for an agent (valid across its restarts; ``AgentHandle[Invoice]`` for an agent
+        declared ``satsuma.Agent[Invoice]``), the Supervisor itself, or the service
         object.
 
         Without an ``id``, the child gets its default one (see ChildSpec), made unique

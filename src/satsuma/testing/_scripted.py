@@ -4,6 +4,7 @@ reply from the request. No network, no key."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -33,6 +34,13 @@ async def _play(item: Reply | str, request: ModelRequest, listener: ModelListene
         # Streamed in word-sized pieces, as a real model would.
         for piece in re.findall(r"\s*\S+\s*", reply.text) or [reply.text]:
             listener.text(piece)
+    tool_input = getattr(listener, "tool_input", None)
+    if tool_input is not None:
+        for call in reply.tool_calls:
+            text = call.input if isinstance(call.input, str) else json.dumps(call.input)
+            # In pieces, as a real model streams a tool's input.
+            for start in range(0, max(len(text), 1), 16):
+                tool_input(call.name, text[start : start + 16])
     blocks, calls = reply_blocks(reply)
     usage = (
         reply.usage if reply.usage is not None else estimate_usage(reply, _prompt_chars(request))

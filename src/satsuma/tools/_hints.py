@@ -4,13 +4,18 @@ with ``@satsuma.tool``, with descriptions from Google-style docstrings.
 Supported hints: ``str``, ``int``, ``float``, ``bool``, ``list[X]`` (and ``Sequence[X]``,
 ``tuple[X, ...]``), ``dict`` / ``dict[str, X]`` (a free-form object), ``Any``,
 ``Literal[...]`` of strings or of integers, ``Optional[X]`` / ``X | None``, ``Enum``
-subclasses, attrs classes, and ``Annotated[X, "description"]``. Anything else is a
-declaration error.
+subclasses, attrs classes, dataclasses, TypedDicts, unions of attrs classes or
+dataclasses, and ``Annotated[X, "description"]``. Anything else is a declaration error.
+
+The same compiled nodes serve tool parameters and agents' typed answers
+(``satsuma.agents._output``): one machinery from type hints to JSON Schema and back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 import inspect
 import re
 import types
@@ -20,6 +25,7 @@ from typing import Any, Final, Literal, Union, get_args, get_origin
 
 import attrs
 import cattrs
+import typing_extensions
 
 from .._exceptions import ToolDefinitionError
 from ._spec import (
@@ -34,9 +40,18 @@ from ._spec import (
     ObjectNode,
     Property,
     StringNode,
+    UnionNode,
 )
 
-__all__ = ["Docstring", "HintedNode", "node_for_attrs_class", "parse_docstring", "structure"]
+__all__ = [
+    "Docstring",
+    "HintedNode",
+    "compile_hint",
+    "node_for_attrs_class",
+    "parse_docstring",
+    "structure",
+    "unstructure",
+]
 
 # satsuma's own converter: never cattrs' global one, which users may have configured.
 _converter: Final = cattrs.Converter()
@@ -133,11 +148,21 @@ def compile_hint(tool: str, hint: Any, path: str, description: str | None) -> Hi
 
     if origin is Union or origin is types.UnionType:
         members = [arg for arg in args if arg is not type(None)]
+        optional = len(members) < len(args)
+        if len(members) > 1 and all(_is_record_class(member) for member in members):
+            node = UnionNode(
+                members=tuple(
+                    (member.__name__, _record_node(tool, member, path, None)) for member in members
+                ),
+                description=description,
+            )
+            return HintedNode(node, optional, True)
         if len(members) != 1:
             raise _fail(
                 tool,
                 path,
-                f"has unsupported type hint {_hint_text(hint)!r}: only X | None unions are supported",
+                f"has unsupported type hint {_hint_text(hint)!r}: only X | None unions and "
+                "unions of attrs classes or dataclasses are supported",
             )
         inner = compile_hint(tool, members[0], path, description)
         return HintedNode(inner.node, True, inner.needs_structure)
@@ -183,8 +208,11 @@ def compile_hint(tool: str, hint: Any, path: str, description: str | None) -> Hi
         values = [member.value for member in hint]
         return HintedNode(_literal(tool, path, values, description), False, True)
 
-    if isinstance(hint, type) and attrs.has(hint):
-        return HintedNode(node_for_attrs_class(tool, hint, path, description), False, True)
+    if _is_record_class(hint):
+        return HintedNode(_record_node(tool, hint, path, description), False, True)
+
+    if isinstance(hint, type) and typing_extensions.is_typeddict(hint):
+        return HintedNode(node_for_typeddict(tool, hint, path, description), False, True)
 
     raise _fail(tool, path, f"has unsupported type hint {_hint_text(hint)!r}")
 
@@ -275,9 +303,111 @@ def node_for_attrs_class(tool: str, cls: type, prefix: str, description: str | N
 _NO_VALUE_YET: Final = object()
 
 
+def _is_record_class(hint: object) -> bool:
+    """An attrs class or a dataclass: an object whose fields are its type hints."""
+    return isinstance(hint, type) and (attrs.has(hint) or dataclasses.is_dataclass(hint))
+
+
+def _record_node(tool: str, cls: type, prefix: str, description: str | None) -> ObjectNode:
+    if attrs.has(cls):
+        return node_for_attrs_class(tool, cls, prefix, description)
+    return node_for_dataclass(tool, cls, prefix, description)
+
+
+def _own_docstring(cls: type) -> str | None:
+    doc = cls.__doc__
+    # A dataclass without a docstring gets its signature as one: not a description.
+    if dataclasses.is_dataclass(cls) and doc is not None and doc.startswith(f"{cls.__name__}("):
+        return None
+    return doc
+
+
+def node_for_dataclass(tool: str, cls: type, prefix: str, description: str | None) -> ObjectNode:
+    """An object node for a dataclass, from its fields' type hints (descriptions as for
+    attrs classes: ``metadata={"description": ...}`` or the docstring's ``Attributes:``)."""
+    hints = _resolve_hints(tool, cls)
+    doc = parse_docstring(_own_docstring(cls))
+    props = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        path = f"{prefix}.{field.name}" if prefix else field.name
+        if field.name not in hints:
+            raise _fail(tool, path, "has no type hint")
+        default: object = NO_DEFAULT
+        if field.default is not dataclasses.MISSING:
+            default = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        field_description = field.metadata.get("description") or doc.params.get(field.name)
+        prop, _ = make_property(
+            tool, field.name, hints[field.name], path, field_description, default
+        )
+        props.append(prop)
+    return ObjectNode(description=description or doc.description or None, properties=tuple(props))
+
+
+_REQUIRED_MARKS: Final = (
+    typing_extensions.Required,
+    typing_extensions.NotRequired,
+    getattr(typing, "Required", typing_extensions.Required),
+    getattr(typing, "NotRequired", typing_extensions.NotRequired),
+)
+
+
+def node_for_typeddict(tool: str, cls: type, prefix: str, description: str | None) -> ObjectNode:
+    """An object node for a TypedDict: its required keys are required properties."""
+    hints = _resolve_hints(tool, cls)
+    doc = parse_docstring(cls.__doc__)
+    required_keys: frozenset[str] = getattr(cls, "__required_keys__", frozenset())
+    props = []
+    for name, hint in hints.items():
+        while get_origin(hint) in _REQUIRED_MARKS:
+            hint = get_args(hint)[0]
+        path = f"{prefix}.{name}" if prefix else name
+        compiled = compile_hint(tool, hint, path, doc.params.get(name))
+        props.append(Property(name=name, node=compiled.node, required=name in required_keys))
+    return ObjectNode(description=description or doc.description or None, properties=tuple(props))
+
+
 def structure(value: Any, hint: Any) -> Any:
-    """Structure a checked JSON value into ``hint`` (attrs instances, enums, tuples)."""
+    """Structure a checked JSON value into ``hint`` (attrs instances, dataclasses, enums,
+    tuples, TypedDicts, a member of a union of classes)."""
     return _converter.structure(value, hint)
+
+
+def unstructure(value: Any) -> Any:
+    """A structured value (attrs instance, dataclass, enum member...) as JSON data."""
+    return _converter.unstructure(value)
+
+
+def _is_class_union(hint: Any) -> bool:
+    if get_origin(hint) not in (Union, types.UnionType):
+        return False
+    members = [arg for arg in get_args(hint) if arg is not type(None)]
+    return len(members) > 1 and all(_is_record_class(member) for member in members)
+
+
+@functools.cache
+def _union_node(hint: Any) -> UnionNode:
+    compiled = compile_hint("", hint, "", None)
+    assert isinstance(compiled.node, UnionNode)
+    return compiled.node
+
+
+def _structure_class_union(value: Any, hint: Any) -> Any:
+    # The member is the one the checks chose (see UnionNode), so that what was validated
+    # is what is built; cattrs' own guess goes by unique field names only.
+    if value is None:
+        return None
+    index, _, problems = _union_node(hint).match(value, "")
+    if index is None:
+        raise ValueError(problems[0])
+    members = [arg for arg in get_args(hint) if arg is not type(None)]
+    return _converter.structure(value, members[index])
+
+
+_converter.register_structure_hook_func(_is_class_union, _structure_class_union)
 
 
 def function_parameters(

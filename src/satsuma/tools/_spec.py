@@ -33,6 +33,7 @@ __all__ = [
     "ObjectNode",
     "Property",
     "StringNode",
+    "UnionNode",
     "check_arguments",
     "json_type",
 ]
@@ -289,6 +290,55 @@ class NullableNode(Node):
     def schema(self) -> dict[str, Any]:
         out = self._base(None)
         out["anyOf"] = [self.inner.schema(), {"type": "null"}]
+        return out
+
+
+@attrs.frozen(kw_only=True)
+class UnionNode(Node):
+    """One of several object types (a union of attrs classes or dataclasses).
+
+    A value takes the first member it matches exactly (every key it has is declared by
+    that member), else the first it matches once undeclared keys are dropped: so of
+    ``Cat(name)`` and ``Dog(name, barks)``, ``{"name": "Rex", "barks": true}`` is a Dog.
+    """
+
+    members: tuple[tuple[str, ObjectNode], ...]  # (the class's name, its node)
+    description: str | None = None
+
+    def match(self, value: Mapping[str, Any], path: str) -> tuple[int | None, Any, list[str]]:
+        """The index of the member ``value`` matches (None if none), the value as that
+        member cleans it, and otherwise one error naming what each member found wrong."""
+        prefix = f"{path}." if path else ""
+        present = {key for key, item in value.items() if item is not None}
+        loose: tuple[int, Any] | None = None
+        problems: list[str] = []
+        for index, (name, node) in enumerate(self.members):
+            errors: list[str] = []
+            cleaned = node.check_members(value, prefix, errors)
+            if errors:
+                problems.append(f"as {name}: {', '.join(errors)}")
+                continue
+            declared = {prop.name for prop in node.properties or ()}
+            if node.properties is None or present <= declared:
+                return index, cleaned, []
+            if loose is None:
+                loose = (index, cleaned)
+        if loose is not None:
+            return loose[0], loose[1], []
+        names = ", ".join(name for name, _ in self.members)
+        return None, value, [f"{path or 'value'} matches none of {names} ({'; '.join(problems)})"]
+
+    def check(self, value: Any, path: str, errors: list[str]) -> Any:
+        if not isinstance(value, Mapping):
+            errors.append(expected_text(path, "object", value))
+            return value
+        _, cleaned, problems = self.match(value, path)
+        errors.extend(problems)
+        return cleaned
+
+    def schema(self) -> dict[str, Any]:
+        out = self._base(None)
+        out["anyOf"] = [node.schema() for _, node in self.members]
         return out
 
 
