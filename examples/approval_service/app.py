@@ -243,6 +243,11 @@ def _decision_name(decision: Decision) -> Literal["approved", "denied"]:
     return "approved" if isinstance(decision, satsuma.Approve) else "denied"
 
 
+def _decided_text(decision: Decision) -> str:
+    by = f" by {decision.by}" if decision.by is not None else ""
+    return f"{_decision_name(decision)}{by}"
+
+
 def _pending_json(
     run_id: str, agent_id: str, call: PendingApproval | satsuma.PendingCall
 ) -> dict[str, Any]:
@@ -406,6 +411,7 @@ class ApprovalService:
                         **_pending_json(record.run_id, record.agent_id, call),
                         "prompt": record.prompt,
                         "decision": None if decision is None else _decision_name(decision),
+                        "decided_by": None if decision is None else decision.by,
                     }
                 )
         return listed
@@ -432,16 +438,17 @@ class ApprovalService:
             if call_id in decided:
                 raise Refused(
                     409,
-                    f"call {call_id} of run {run_id} is {_decision_name(decided[call_id])} already",
+                    f"call {call_id} of run {run_id} was {_decided_text(decided[call_id])} already",
                 )
-            decided[call_id] = _decision(call, verb, payload)
-            logger.info("%s %s of run %s", _decision_name(decided[call_id]), call_id, run_id)
+            decided[call_id] = decision = _decision(call, verb, payload)
+            logger.info("call %s of run %s %s", call_id, run_id, _decided_text(decision))
             undecided = [p.tool_use_id for p in pending if p.tool_use_id not in decided]
             if undecided:
                 return 202, {
                     "run_id": run_id,
                     "call_id": call_id,
-                    "decision": _decision_name(decided[call_id]),
+                    "decision": _decision_name(decision),
+                    "decided_by": decision.by,
                     "status": "awaiting_approval",
                     "undecided": undecided,
                 }
@@ -509,13 +516,18 @@ def _decision(call: PendingApproval, verb: str, payload: object) -> Decision:
     """The decision a request's body makes, an edit checked as the model's input is."""
     if not isinstance(payload, dict):
         raise Refused(400, "the body must be a JSON object")
+    # Who decides, if the request says: recorded in ApprovalDecided.decided_by and on the
+    # call's telemetry span. A real service would take it from its authentication.
+    by = payload.get("by")
+    if by is not None and (not isinstance(by, str) or not by.strip()):
+        raise Refused(400, f"by must be a non-empty string (who decides), got: {json.dumps(by)}")
     if verb == "deny":
         reason = payload.get("reason")
         if not isinstance(reason, str) or not reason.strip():
             raise Refused(400, 'a denial needs a reason the model reads: {"reason": "..."}')
-        return satsuma.Deny(reason.strip())
+        return satsuma.Deny(reason.strip(), by=by)
     if "input" not in payload:
-        return satsuma.Approve()
+        return satsuma.Approve(by=by)
     edit = payload["input"]
     if not isinstance(edit, dict):
         raise Refused(
@@ -527,7 +539,7 @@ def _decision(call: PendingApproval, verb: str, payload: object) -> Decision:
         raise Refused(
             400, f"the edited input for {call.tool_name} is not valid: {'; '.join(errors)}"
         )
-    return satsuma.Approve(input=edit)
+    return satsuma.Approve(input=edit, by=by)
 
 
 def _allow(method: str, allowed: str, path: str) -> None:

@@ -121,18 +121,20 @@ async def test_approvals_over_http_survive_a_restart_and_never_pay_twice(
     async with running_service(tmp_path) as service:
         run_id, bob, carol = await _pause_a_run(service.client, tmp_path)
         # A decision the service holds while the run waits on another one.
-        edit = {"input": {"to": "bob", "amount": 50}}
+        edit = {"input": {"to": "bob", "amount": 50}, "by": "ann"}
         response = await service.client.post(f"/approvals/{run_id}/{bob}/approve", json=edit)
         assert response.status_code == 202, response.text
         assert response.json() == {
             "run_id": run_id,
             "call_id": bob,
             "decision": "approved",
+            "decided_by": "ann",
             "status": "awaiting_approval",
             "undecided": [carol],
         }
         listed = by_payee((await service.client.get("/approvals")).json()["approvals"])
-        assert (listed["bob"]["decision"], listed["carol"]["decision"]) == ("approved", None)
+        assert (listed["bob"]["decision"], listed["bob"]["decided_by"]) == ("approved", "ann")
+        assert (listed["carol"]["decision"], listed["carol"]["decided_by"]) == (None, None)
         await service.stop()
     assert payments(tmp_path) == ["30 EUR to alice"]
 
@@ -143,6 +145,7 @@ async def test_approvals_over_http_survive_a_restart_and_never_pay_twice(
         listed = by_payee((await client.get("/approvals")).json()["approvals"])
         assert sorted(listed) == ["bob", "carol"]
         assert [call["decision"] for call in listed.values()] == [None, None]
+        assert [call["decided_by"] for call in listed.values()] == [None, None]
         assert {call["call_id"] for call in listed.values()} == {bob, carol}
         run = (await client.get(f"/runs/{run_id}")).json()
         assert run["status"] == "awaiting_approval"
@@ -152,9 +155,9 @@ async def test_approvals_over_http_survive_a_restart_and_never_pay_twice(
 
         response = await client.post(f"/approvals/{run_id}/{bob}/approve", json=edit)
         assert response.status_code == 202, response.text
-        again = await client.post(f"/approvals/{run_id}/{bob}/approve")
+        again = await client.post(f"/approvals/{run_id}/{bob}/deny", json={"reason": "no"})
         assert again.status_code == 409, again.text
-        assert again.json() == {"error": f"call {bob} of run {run_id} is approved already"}
+        assert again.json() == {"error": f"call {bob} of run {run_id} was approved by ann already"}
         assert payments(tmp_path) == ["30 EUR to alice"]
 
         response = await client.post(
@@ -210,7 +213,8 @@ async def _pause_a_run(client: httpx2.AsyncClient, tmp_path: Path) -> tuple[str,
 
     listed = by_payee((await client.get("/approvals")).json()["approvals"])
     assert listed == {
-        payee: {**call, "prompt": prompt, "decision": None} for payee, call in pending.items()
+        payee: {**call, "prompt": prompt, "decision": None, "decided_by": None}
+        for payee, call in pending.items()
     }
     return run_id, pending["bob"]["call_id"], pending["carol"]["call_id"]
 
@@ -253,6 +257,10 @@ async def _refusals(client: httpx2.AsyncClient, run_id: str, bob: str, carol: st
     assert problem.startswith("input must be a JSON object")
     problem = await error("POST", f"/approvals/{run_id}/{carol}/deny", 400, json={})
     assert problem == 'a denial needs a reason the model reads: {"reason": "..."}'
+    problem = await error(
+        "POST", f"/approvals/{run_id}/{carol}/deny", 400, json={"reason": "no", "by": 7}
+    )
+    assert problem == "by must be a non-empty string (who decides), got: 7"
     problem = await error("POST", "/runs", 400, json={"agent_id": "a b", "prompt": "hi"})
     assert problem.startswith("agent_id must match ")
     # None of these decided anything.
