@@ -15,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE = ROOT / "tests" / "typed" / "usage_tools.py"
+# Typed answers: Agent[Invoice] gives AgentHandle[Invoice] and RunResult[Invoice].
+USAGE_OUTPUT = ROOT / "tests" / "typed" / "usage_output.py"
 
 # Each line marked "# error: CODE[, CODE]" must be reported with those codes, and no other
 # line.
@@ -63,6 +65,43 @@ satsuma.open_agent(Notebook)  # error: arg-type
 '''
 
 
+MISUSE_OUTPUT = """\
+import attrs
+
+import satsuma
+from satsuma.testing import ScriptedModel
+
+
+@attrs.frozen
+class Invoice:
+    total: float
+
+
+class Extractor(satsuma.Agent[Invoice]):
+    name = "extractor"
+
+
+class Chatty(satsuma.Agent):
+    name = "chatty"
+
+
+async def main() -> None:
+    async with satsuma.open_agent(Extractor, model=ScriptedModel([])) as agent:
+        result = await agent.run("Invoice?")
+        text: str = result.output  # error: assignment
+        print(result.output.currency)  # error: attr-defined
+        count = await agent.run("How many?", output_type=int)
+        print(count.output.total)  # error: attr-defined
+        chat: satsuma.AgentHandle[str] = agent  # error: assignment
+    async with satsuma.open_agent(Chatty, model=ScriptedModel([])) as chatty:
+        said = await chatty.run("Hello")
+        print(said.output.total)  # error: attr-defined
+    async with satsuma.Supervisor() as sup:
+        child = await sup.start_child(Extractor)
+        number: int = (await child.run("Invoice?")).output  # error: assignment
+"""
+
+
 def mypy_errors(files: list[Path], cache: Path) -> tuple[dict[tuple[str, int], set[str]], str]:
     """mypy --strict (the project's configuration) over the files, in one run:
     ``{(file name, line): [error codes]}`` and the report as mypy printed it."""
@@ -90,19 +129,24 @@ def test_usage_type_checks_and_misuse_does_not(
 ) -> None:
     misuse = tmp_path / "misuse.py"
     misuse.write_text(MISUSE, encoding="utf-8")
+    misuse_output = tmp_path / "misuse_output.py"
+    misuse_output.write_text(MISUSE_OUTPUT, encoding="utf-8")
     # The cache outlives the run (see tests/test_docs.py): only a cold run reads the SDK.
     pytest_cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     cache = pytest_cache.mkdir("mypy") if pytest_cache is not None else tmp_path / "cache"
-    found, report = mypy_errors([USAGE, misuse], cache)
-    assert {key: codes for key, codes in found.items() if key[0] == USAGE.name} == {}, report
-    expected = {
-        ("misuse.py", number): set(mark.group(1).split(", "))
-        for number, line in enumerate(MISUSE.splitlines(), start=1)
-        if (mark := re.search(r"# error: ([a-z, -]+)$", line))
-    }
-    assert {key: codes for key, codes in found.items() if key[0] == "misuse.py"} == expected, report
+    found, report = mypy_errors([USAGE, USAGE_OUTPUT, misuse, misuse_output], cache)
+    for usage in (USAGE, USAGE_OUTPUT):
+        assert {key: codes for key, codes in found.items() if key[0] == usage.name} == {}, report
+    for name, text in (("misuse.py", MISUSE), ("misuse_output.py", MISUSE_OUTPUT)):
+        expected = {
+            (name, number): set(mark.group(1).split(", "))
+            for number, line in enumerate(text.splitlines(), start=1)
+            if (mark := re.search(r"# error: ([a-z, -]+)$", line))
+        }
+        assert {key: codes for key, codes in found.items() if key[0] == name} == expected, report
 
 
 def test_usage_runs() -> None:
-    # The same file at run time: the signatures mypy accepted are the ones that work.
+    # The same files at run time: the signatures mypy accepted are the ones that work.
     runpy.run_path(str(USAGE), run_name="satsuma_typed_usage")
+    runpy.run_path(str(USAGE_OUTPUT), run_name="satsuma_typed_usage")
