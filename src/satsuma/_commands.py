@@ -31,6 +31,7 @@ from ._live import open_live_view
 from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, Model, RunResult
 from .agents import open_agent as _open_agent
 from .agents._agent import spec_of
+from .agents._output import output_to_json
 from .store import RunRecord, SQLiteStore, Store
 from .testing import FakeModel
 from .tools import Approve, Approver, Deny, PendingCall
@@ -498,7 +499,16 @@ async def run_once(
             with JsonLinesLog(json_lines) as log:
                 return await handle.run(prompt, events=log)
         async with open_live_view(console) as view:
-            return await handle.run(prompt, events=view.agent_event)
+            result = await handle.run(prompt, events=view.agent_event)
+        _print_answer(result, console)
+        return result
+
+
+def _print_answer(result: RunResult[Any], console: Console) -> None:
+    """A typed answer (an agent with an output_type), as JSON on stdout: the live view
+    showed the text only. With --json, the RunEnd line carries it already."""
+    if result.status == "completed" and not isinstance(result.output, str):
+        console.print_json(json.dumps(output_to_json(result.output), ensure_ascii=False))
 
 
 # --- chat ------------------------------------------------------------------------------

@@ -176,6 +176,12 @@ def _compile(hint: Any) -> OutputSpec:
     )
 
 
+def output_to_json(value: Any) -> Any:
+    """A run's output as JSON data: a typed answer unstructured (an attrs instance or a
+    dataclass as an object, an enum member as its value), text as it is."""
+    return unstructure(value)
+
+
 def answer_json(arguments: object) -> str:
     """An answer's input as the model sent it, for an error message (shortened)."""
     try:
