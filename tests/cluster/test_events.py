@@ -5,10 +5,15 @@ a takeover by another node."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import attrs
+import psycopg
+import pytest
 import trio
 
 import satsuma
@@ -16,11 +21,15 @@ from satsuma.agents import RunEnd, RunStart, TextDelta, TurnEnd
 from satsuma.cluster import (
     Cluster,
     ClusterEvent,
+    EventLog,
+    EventsDropped,
     EventStream,
     Node,
+    RunResumed,
 )
 from satsuma.store import PostgresStore
-from satsuma.testing import Reply, ScriptedModel
+from satsuma.store._run_events import purge_ended
+from satsuma.testing import FunctionModel, Reply, ScriptedModel
 from satsuma.tools import ToolCall, ToolCallEnd, ToolCallStart, ToolProgress
 
 
@@ -118,3 +127,373 @@ async def test_a_remote_runs_events_arrive_in_order_as_a_local_run_yields_them(
 
 def _without_ids(event: Any) -> object:
     return attrs.evolve(event, run_id="", agent="")
+
+
+# --- how a run ends ------------------------------------------------------------------------------
+
+
+@satsuma.tool
+async def wait_forever() -> str:
+    """Wait until cancelled."""
+    await trio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+class Waiter(satsuma.Agent):
+    name = "waiter"
+    tools = [wait_forever]
+
+
+def waiter_reply(request: satsuma.ModelRequest) -> Reply | str:
+    last = request.messages[-1]
+    if any(block.get("type") == "tool_result" for block in last.content):
+        return "finished"
+    return Reply(tool_calls=[ToolCall(f"toolu_w{len(request.messages)}", "wait_forever", {})])
+
+
+async def next_of(stream: EventStream, kind: type[Any]) -> list[ClusterEvent]:
+    """The stream's events up to the first of ``kind``, that one included."""
+    seen: list[ClusterEvent] = []
+    async for event in stream:
+        seen.append(event)
+        if isinstance(event, kind):
+            return seen
+    raise AssertionError(f"the stream ended without a {kind.__name__}: {shape(seen)}")
+
+
+async def test_the_stream_ends_when_the_run_fails_or_is_cancelled_queued_or_running(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresStore(postgres_dsn) as store, trio.open_nursery() as nursery:
+        cluster = Cluster(store)
+        # Cancelled while queued: no node ever ran it, and its stream still ends.
+        queued = await cluster.submit(Waiter, "w1", "wait")
+        assert await cluster.cancel(queued) == "cancelled"
+        [end] = await collect(cluster.events(queued))
+        assert isinstance(end, RunEnd)
+        assert (end.agent, end.run_id, end.result.status) == ("waiter", queued, "cancelled")
+
+        await nursery.start(
+            Node(
+                store,
+                agents=[Waiter, Shop],
+                model=FunctionModel(_failing_or_waiting),
+                poll_interval=0.5,
+                drain_timeout=0.1,
+            ).serve
+        )
+        with trio.fail_after(20):
+            failed = await collect(cluster.stream(Shop, "s1", "fail please"))
+            assert shape(failed) == ["RunStart", "RunEnd"]
+            assert isinstance(failed[-1], RunEnd)
+            assert failed[-1].result.status == "failed"
+            assert "overloaded" in str(failed[-1].result.error)
+
+            async with cluster.stream(Waiter, "w1", "wait") as running:
+                seen = await next_of(running, ToolCallStart)
+                assert await cluster.cancel(running.run_id) in ("running", "cancelled")
+                seen += [event async for event in running]
+        assert shape(seen) == [
+            "RunStart",
+            "TurnEnd",
+            "ToolCallStart",
+            "ToolCallEnd",
+            "TurnEnd",
+            "RunEnd",
+        ] or shape(seen) == ["RunStart", "TurnEnd", "ToolCallStart", "ToolCallEnd", "RunEnd"]
+        [call_end] = [e for e in seen if isinstance(e, ToolCallEnd)]
+        assert call_end.outcome.error_kind == "cancelled"
+        assert isinstance(seen[-1], RunEnd) and seen[-1].result.status == "cancelled"
+        with pytest.raises(ValueError, match="no run 'nope'"):
+            await collect(cluster.events("nope"))
+        nursery.cancel_scope.cancel()
+
+
+def _failing_or_waiting(request: satsuma.ModelRequest) -> Reply | str:
+    if request.messages[-1].text == "fail please":
+        raise satsuma.ModelError("the model is overloaded")
+    return waiter_reply(request)
+
+
+async def test_a_stream_opened_after_the_end_replays_the_run_and_one_may_start_midway(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresStore(postgres_dsn) as store:
+        cluster = Cluster(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(shop_node(store, ScriptedModel(shop_script())).serve)
+            with trio.fail_after(20):
+                result = await cluster.run(Shop, "ticket-2", "Where is A7?")
+            nursery.cancel_scope.cancel()
+        # No node runs now: the database alone answers.
+        whole = await collect(cluster.events(result.run_id))
+        assert shape(whole)[0] == "RunStart" and isinstance(whole[-1], RunEnd)
+        assert whole[-1].result == result
+        # Positions count the recorded events (all but RunEnd), one each.
+        tail = cluster.events(result.run_id, start=3)
+        assert await collect(tail) == whole[3:]
+        assert tail.position == len(whole) - 1
+        with pytest.raises(ValueError, match="start must be 0 or more"):
+            cluster.events(result.run_id, start=-1)
+        # Past the retention, the events go; the run's end stays in the queue.
+        assert await purge_ended(store, older_than=0.0) == 1
+        assert await collect(cluster.events(result.run_id)) == [whole[-1]]
+
+
+# --- bounds --------------------------------------------------------------------------------------
+
+
+@satsuma.tool
+async def step(n: int) -> str:
+    """Take a step."""
+    return f"step {n}"
+
+
+class Walker(satsuma.Agent):
+    name = "walker"
+    tools = [step]
+
+
+def walker_script(steps: int) -> list[Reply | str]:
+    return [
+        Reply(
+            text="Here I go, step by step.",
+            tool_calls=[ToolCall(f"toolu_{n}", "step", {"n": n}) for n in range(steps)],
+        ),
+        "Walked.",
+    ]
+
+
+async def test_a_run_past_its_cap_keeps_its_newest_events_and_the_stream_says_what_it_missed(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresStore(postgres_dsn) as store:
+        cluster = Cluster(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                Node(
+                    store,
+                    agents=[Walker],
+                    model=ScriptedModel(walker_script(15)),
+                    event_log=EventLog(max_events=20),
+                    poll_interval=0.5,
+                ).serve
+            )
+            with trio.fail_after(20):
+                result = await cluster.run(Walker, "walk", "Walk")
+            nursery.cancel_scope.cancel()
+        assert result.status == "completed"
+        stream = cluster.events(result.run_id)
+        events = await collect(stream)
+
+    # RunStart, a text delta, TurnEnd, 15 starts and 15 ends, a delta, TurnEnd: 35.
+    recorded = 35
+    assert stream.position == recorded
+    dropped = [e for e in events if isinstance(e, EventsDropped)]
+    kept = [e for e in events if not isinstance(e, (EventsDropped, RunEnd))]
+    assert dropped and all("cap" in e.reason for e in dropped)
+    assert sum(e.count for e in dropped) + len(kept) == recorded
+    assert len(kept) <= 20
+    # Text deltas went first, then the oldest of the rest: the newest are all there.
+    # (The last turn's text came after the pruning, and may be kept.)
+    assert [e.iteration for e in kept if isinstance(e, TextDelta)] in ([], [2])
+    assert [name for name in shape(kept) if name != "TextDelta"][-3:] == [
+        "ToolCallEnd",
+        "ToolCallEnd",
+        "TurnEnd",
+    ]
+    assert isinstance(events[-1], RunEnd) and events[-1].result == result
+    assert isinstance(events[0], EventsDropped)  # RunStart was among the oldest
+
+
+async def test_events_that_cannot_be_written_are_lost_and_the_run_is_not(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with PostgresStore(postgres_dsn) as store:
+        with psycopg.connect(postgres_dsn, autocommit=True) as db:
+            db.execute("ALTER TABLE run_events RENAME TO run_events_away")
+        cluster = Cluster(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(shop_node(store, ScriptedModel(shop_script())).serve)
+            with trio.fail_after(20):
+                result = await cluster.run(Shop, "ticket-3", "Where is A7?")
+            nursery.cancel_scope.cancel()
+        assert (result.status, result.output) == ("completed", "Your order A7 ships tomorrow.")
+        assert "could not write its events" in caplog.text
+        with psycopg.connect(postgres_dsn, autocommit=True) as db:
+            db.execute("ALTER TABLE run_events_away RENAME TO run_events")
+        [end] = await collect(cluster.events(result.run_id))
+        assert isinstance(end, RunEnd) and end.result == result
+
+
+# --- takeover ------------------------------------------------------------------------------------
+
+
+async def test_events_go_on_in_the_same_stream_when_another_node_takes_the_run_over(
+    postgres_dsn: str,
+) -> None:
+    @satsuma.tool(name="wait_forever")
+    async def quick_wait() -> str:
+        """Wait (not long, on the second node)."""
+        return "waited"
+
+    class SecondWaiter(satsuma.Agent):
+        name = "waiter"
+        tools = [quick_wait]
+
+    async with PostgresStore(postgres_dsn) as store, trio.open_nursery() as nursery:
+        cluster = Cluster(store)
+        first = Node(
+            store,
+            agents=[Waiter],
+            name="first",
+            model=FunctionModel(waiter_reply),
+            drain_timeout=0.1,
+            poll_interval=0.5,
+        )
+        with trio.fail_after(20):
+            async with cluster.stream(Waiter, "w1", "wait") as stream:
+                with trio.CancelScope() as first_scope:
+                    async with trio.open_nursery() as inner:
+                        await inner.start(first.serve)
+                        before = await next_of(stream, ToolCallStart)
+                        first_scope.cancel()  # drains, then hands the run back
+                second = Node(
+                    store,
+                    agents=[SecondWaiter],
+                    name="second",
+                    model=FunctionModel(waiter_reply),
+                    poll_interval=0.5,
+                )
+                await nursery.start(second.serve)
+                after = [event async for event in stream]
+        nursery.cancel_scope.cancel()
+
+    events = before + after
+    [resumed] = [e for e in events if isinstance(e, RunResumed)]
+    assert (resumed.node, resumed.attempt, resumed.run_id) == ("second", 2, stream.run_id)
+    at = events.index(resumed)
+    # The first attempt's events, up to its call cut short, then the second's, once.
+    assert shape(events[:at]) == ["RunStart", "TurnEnd", "ToolCallStart", "ToolCallEnd"]
+    assert shape(events[at + 1 :])[0] == "RunStart"
+    assert shape(events).count("RunEnd") == 1
+    assert isinstance(events[-1], RunEnd)
+    assert (events[-1].result.status, events[-1].result.output) == ("completed", "finished")
+
+
+def _worker_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "_satsuma_node_worker_events", Path(__file__).with_name("node_worker.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+worker = _worker_module()
+
+
+async def test_events_go_on_in_the_same_stream_after_the_runs_node_is_killed(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "effects.log"
+    async with PostgresStore(postgres_dsn) as store:
+        await store.open()  # the schema, before the node process and the client race
+        cluster = Cluster(store)
+        doomed = await worker.NodeProcess.start(postgres_dsn, log, tmp_path)
+        before: list[ClusterEvent] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(doomed.pump)
+            try:
+                with trio.fail_after(30):
+                    await doomed.wait_for(lambda lines: any(x.startswith("READY") for x in lines))
+                    stream = cluster.stream(worker.Payer, "customer-7", "pay 10 EUR")
+                    async for event in stream:
+                        before.append(event)
+                        if isinstance(event, ToolCallStart) and event.tool_name == "charge":
+                            break
+                    await doomed.wait_for(lambda lines: "CHARGED toolu_charge" in lines)
+            finally:
+                await doomed.kill()
+        survivor = Node(
+            store,
+            agents=[worker.Payer],
+            name="survivor",
+            model=FunctionModel(worker.reply),
+            context={"log": str(log)},
+            lease_seconds=1.5,
+            poll_interval=0.2,
+        )
+        async with stream, trio.open_nursery() as nursery:
+            await nursery.start(survivor.serve)
+            with trio.fail_after(30):
+                after = [event async for event in stream]
+            nursery.cancel_scope.cancel()
+
+    assert shape(before)[0] == "RunStart"
+    [resumed] = [e for e in after if isinstance(e, RunResumed)]
+    assert (resumed.node, resumed.attempt) == ("survivor", 2)
+    # What the dead node had written before it died stays in the stream, once.
+    assert not any(isinstance(e, RunResumed) for e in before)
+    assert shape(before + after).count("RunEnd") == 1
+    end = after[-1]
+    assert isinstance(end, RunEnd)
+    assert (end.result.status, end.result.output) == ("completed", "paid")
+
+
+# --- the watcher's side --------------------------------------------------------------------------
+
+
+def listening(dsn: str) -> int:
+    """Connections to the test's database that wait on a LISTEN (the watcher's)."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN%%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_cancelled_watcher_leaves_no_task_connection_or_thread_and_the_run_goes_on(
+    postgres_dsn: str,
+) -> None:
+    async with (
+        PostgresStore(postgres_dsn) as store,
+        PostgresStore(postgres_dsn) as client_store,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(
+            Node(
+                store, agents=[Waiter], model=FunctionModel(waiter_reply), poll_interval=0.5,
+                drain_timeout=0.1,
+            ).serve
+        )  # fmt: skip
+        cluster = Cluster(client_store)
+        run_id = await cluster.submit(Waiter, "w1", "wait")
+        with trio.fail_after(20):
+            async with cluster.events(run_id) as probe:
+                await next_of(probe, ToolCallStart)  # the run waits in its tool now
+            while listening(postgres_dsn) > 2:  # noqa: ASYNC110  (the node's own two)
+                await trio.sleep(0.05)
+            baseline = listening(postgres_dsn)
+            tasks = trio.lowlevel.current_statistics().tasks_living
+
+            reading = trio.Event()
+            with trio.CancelScope() as watcher:
+                stream = cluster.events(run_id)  # no async with: the cancel alone cleans up
+                async for event in stream:
+                    if isinstance(event, ToolCallStart):
+                        reading.set()
+                        watcher.cancel()  # cancels the next wait, inside the stream
+            assert reading.is_set() and watcher.cancelled_caught
+            assert trio.lowlevel.current_statistics().tasks_living == tasks
+            assert client_store._limiter.borrowed_tokens == 0  # no store thread at work
+            while listening(postgres_dsn) > baseline:  # noqa: ASYNC110  (the server's view)
+                await trio.sleep(0.05)
+            [run] = await cluster.runs("w1")
+            assert run.status == "running"  # the run did not notice
+            await cluster.cancel(run_id)
+            assert (await cluster.result(run_id)).status == "cancelled"
+        nursery.cancel_scope.cancel()

@@ -337,7 +337,7 @@ class Node:
                 elif self.event_log is None:
                     result = await self._run(handle, run, None)
                 else:
-                    recorder = RunRecorder(self.store, run, self.node_id, self.name, self.event_log)
+                    recorder = RunRecorder(self.store, run, node_id, self.name, self.event_log)
                     # Its last events are written before its result (_finish, below).
                     async with recorder.recording():
                         result = await self._run(handle, run, recorder)
