@@ -23,7 +23,7 @@ from .agents._agent import spec_of
 from .cluster import Node
 from .store import PostgresStore
 from .store._status import QUEUE_STATUSES, ClusterStatus, cluster_status
-from .supervisor import Supervisor
+from .supervisor import Backoff, ChildCrashed, ChildRestarted, Supervisor, SupervisorEvent
 from .testing import FakeModel
 
 __all__ = ["cluster_store", "serve_node", "show_status"]
@@ -32,6 +32,13 @@ __all__ = ["cluster_store", "serve_node", "show_status"]
 # left and leaving the node table are each bounded by 5 s (the Node's _STOP_WRITE_SECONDS).
 _STOP_MARGIN = 10.0
 _SCHEMES = ("postgresql", "postgres")
+# A node that crashes (the database went away, say) is started again after a backoff
+# that grows to 10 s. At that pace the supervisor never gives up (the backoff keeps the
+# restarts within any minute at 9 at most, under the limit of 10), so a node outlives an
+# outage of any length.
+_BACKOFF = Backoff(base=0.5, cap=10.0)
+_MAX_RESTARTS = 10
+_WITHIN = 60.0
 
 
 def cluster_store(url: str) -> PostgresStore:
@@ -82,10 +89,12 @@ async def serve_node(
     settings: dict[str, Any],
     *,
     console: Console,
+    errors: Console,
 ) -> int:
     """Run a Node serving ``agents`` (named by ``targets``) on ``store`` (from
     ``cluster_store``, closed here) under a Supervisor until SIGTERM or SIGINT, which
-    drain it; return the exit status (0).
+    drain it; return the exit status (0). A crash of the node and its restart are one
+    line each on ``errors``.
 
     ``settings`` are the Node's keyword arguments given on the command line (name,
     max_agents, max_runs, lease_seconds, drain_timeout, poll_interval).
@@ -108,15 +117,27 @@ async def serve_node(
             for agent, target in zip(agents, targets, strict=True)
         )
 
-        def say(text: str) -> None:
-            console.print(
+        def say(text: str, where: Console = console) -> None:
+            where.print(
                 f"satsuma node {node.name}: {text}", highlight=False, markup=False, soft_wrap=True
             )
+
+        def report(event: SupervisorEvent) -> None:
+            if isinstance(event, ChildCrashed):
+                say(f"crashed: {event.error.splitlines()[0]}", errors)
+            elif isinstance(event, ChildRestarted):
+                say(f"restarted (after {event.delay:g}s)", errors)
 
         # Received from here on: a signal during the drain below does not cut it short
         # (it is bounded by --drain-timeout and the writes of handing runs back).
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with Supervisor(name=f"node {node.name}") as supervisor:
+            async with Supervisor(
+                name=f"node {node.name}",
+                max_restarts=_MAX_RESTARTS,
+                within=_WITHIN,
+                backoff=_BACKOFF,
+                events=report,
+            ) as supervisor:
                 await supervisor.start_child(
                     node, id="node", shutdown_timeout=node.drain_timeout + _STOP_MARGIN
                 )

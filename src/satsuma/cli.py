@@ -381,7 +381,16 @@ def _node(args: argparse.Namespace, console: Any, errors: Any) -> int:
     }
     settings = {key: value for key, value in given.items() if value is not None}
     status: int = trio.run(
-        partial(serve_node, agents, args.targets, store, options, settings, console=console)
+        partial(
+            serve_node,
+            agents,
+            args.targets,
+            store,
+            options,
+            settings,
+            console=console,
+            errors=errors,
+        )
     )
     return status
 

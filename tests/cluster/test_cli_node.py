@@ -277,9 +277,11 @@ async def test_a_node_serves_runs_shows_in_status_and_drains_on_sigterm(
         assert queue[waiting].status == "queued"
 
 
-async def test_a_node_with_the_fake_model_serves_several_classes_and_stops_on_ctrl_c(
-    postgres_dsn: str, project: Path
+async def test_a_node_with_the_fake_model_outlives_a_database_restart_and_stops_on_ctrl_c(
+    postgres_server: Any, postgres_dsn: str, project: Path
 ) -> None:
+    if not postgres_server.restartable:
+        pytest.skip(f"the server of {postgres_server.admin_dsn!r} is not the suite's own")
     async with PostgresStore(postgres_dsn) as store:
         await store.open()
         cluster = Cluster(store, poll_interval=1.0)
@@ -292,6 +294,8 @@ async def test_a_node_with_the_fake_model_serves_several_classes_and_stops_on_ct
             "fake",
             "--poll-interval",
             "0.2",
+            "--lease-seconds",
+            "1.5",
             cwd=project,
             env=environment(),  # no key: the fake model needs none
         ) as node:
@@ -314,6 +318,19 @@ async def test_a_node_with_the_fake_model_serves_several_classes_and_stops_on_ct
                 "(fake model) You said: hi",
                 "(fake model) You said: ho",
             ]
+
+            # The database goes away for longer than the node's heartbeat interval and
+            # comes back: the node (restarted by its supervisor if it crashed) serves on.
+            await trio.to_thread.run_sync(postgres_server.stop)
+            try:
+                await trio.sleep(1.5)
+            finally:
+                await trio.to_thread.run_sync(postgres_server.start)
+            with trio.fail_after(30):
+                again = await cluster.run(Echo, "e-1", "still there?")
+            assert again.output == "(fake model) You said: still there?"
+            assert node.process.returncode is None
+
             node.process.send_signal(signal.SIGINT)
             with trio.fail_after(30):
                 rest = await node.rest()
