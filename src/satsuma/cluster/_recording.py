@@ -3,9 +3,11 @@
 The agent calls the recorder with each event, on the trio thread; the recorder only
 queues it in memory (text deltas merged into the one before them, other events turned
 into their JSON at once, as the JSON-lines log does) and never waits. A flusher task
-writes what queued up in one transaction: at once after a tool or turn boundary (a call
-starting or ending, a turn ending, a retry, an approval), else ``flush_interval`` after
-the first event queued, and a last time when the run ends, before its result is written.
+writes what queued up in one transaction: 5 ms after a tool or turn boundary (a call
+starting or ending, a turn ending, a retry, an approval; the events that come with it go
+in the same batch: two or three transactions for a run of two quick turns, measured,
+rather than five), else ``flush_interval`` after the first event queued, and a last time
+when the run ends, before its result is written.
 
 A write that fails is logged and tried again with the next batch (a second later at the
 soonest): the run goes on whatever happens to its events. What waits in memory is bounded
@@ -46,6 +48,8 @@ logger = logging.getLogger("satsuma.cluster")
 _RETRY_DELAY: Final = 1.0
 # The last write of a run (and a write cut short by a drain) is bounded.
 _LAST_WRITE_SECONDS: Final = 5.0
+# A boundary is written this soon after it, with what came meanwhile.
+_GATHER_SECONDS: Final = 0.005
 # How often a node deletes the events of runs past their retention, at most.
 _EXPIRY_PERIOD: Final = 60.0
 
@@ -193,6 +197,9 @@ class RunRecorder:
             await self._queued.wait()
             with trio.move_on_after(self._log.flush_interval):
                 await self._boundary.wait()
+                # The events that come with it (a turn's end and its calls' starts, a
+                # call's end and the next turn's) go in the same batch.
+                await trio.sleep(_GATHER_SECONDS)
             if not await self.flush():
                 await trio.sleep(_RETRY_DELAY)
 
