@@ -25,7 +25,7 @@ from ._agent import KEEP_OUTPUT, Agent, check_output_options, seconds_or_none, s
 from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
-from ._persist import own_answer
+from ._persist import own_answer, stored_result
 from ._result import OutputT, RunResult
 
 __all__ = ["AgentHandle", "Target", "open_agent", "run_with_id"]
@@ -233,6 +233,28 @@ class AgentHandle(Generic[OutputT]):
         own_answer(record, await actor.persistence.store.runs(actor.agent_id), actor.history)
         job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
         return await self._serve(job)
+
+    async def result(self, run_id: str) -> RunResult[OutputT]:
+        """A run of this agent that ended, as its store kept it: its record (status,
+        usage, error) and its part of the conversation. An agent with an output_type
+        gets its typed answer back typed (the JSON the model sent, structured again);
+        one without gets that JSON as it is (a type given per run is not kept).
+
+        Raises:
+            ValueError: the agent has no store; the run is not one of its runs, has not
+                ended, or its stored answer does not fit the class's output type (its
+                type was given per run, say).
+            AgentUnavailable: the agent has stopped.
+        """
+        actor = await self._target.acquire()
+        if actor.persistence is None:
+            raise ValueError(f"agent {self.name} has no store: only a stored run can be read")
+        store = actor.persistence.store
+        record = await store.get_run(run_id)
+        if record is None or record.agent_id != actor.agent_id:
+            raise ValueError(f"agent {actor.agent_id} has no run {run_id!r}")
+        pending = await store.pending_calls(run_id) if record.status == "awaiting_approval" else ()
+        return stored_result(record, actor.history, pending, actor.spec.output)
 
     async def _serve(
         self, job: Job, output_type: object = KEEP_OUTPUT, output_retries: int | None = None

@@ -49,7 +49,14 @@ from ._output import (
     invalid_answer_text,
     reminder_text,
 )
-from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome, own_answer
+from ._persist import (
+    dangling_tool_uses,
+    interrupted_outcome,
+    journaled_outcome,
+    own_answer,
+    run_part,
+    stored_answer,
+)
 from ._responses import checked_response
 from ._result import RunResult, RunStatus, subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
@@ -303,6 +310,15 @@ class _Run:
             actor.interrupted = [r for r in actor.interrupted if r.run_id != self.run_id]
             assert actor.persistence is not None
             runs = await actor.persistence.store.runs(actor.agent_id)
+            if self.output_spec is not None:
+                # A typed answer taken before the end could be recorded: the run's.
+                found = stored_answer(run_part(self.job.resume, history))
+                if found is not None:
+                    try:
+                        self.answer = self.output_spec.from_json(found[0])
+                    except ValueError as exc:
+                        return "failed", str(exc)
+                    return "completed", None
             try:
                 answer = own_answer(self.job.resume, runs, history)
             except ValueError as exc:
@@ -314,6 +330,10 @@ class _Run:
             await self._repair(self.run_id, rerun=True)
             last = history[-1] if history else None
             if last is not None and last.role == "assistant":
+                if self.output_spec is not None:
+                    # It ended a turn in text where a typed answer was due.
+                    self.commit_user([{"type": "text", "text": reminder_text()}])
+                    return await self._loop()
                 self.output = last.text  # its calls were all answered by the journal
                 return "completed", None
         else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import trio
@@ -24,10 +24,19 @@ from ..store import (
     Store,
 )
 from ..store._lease import DEFAULT_LEASE_SECONDS
-from ..tools import ToolCall, ToolOutcome
+from ..tools import PendingCall, ToolCall, ToolOutcome
 from ..tools._results import INTERRUPTED_TEXT, error_outcome
+from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec
+from ._result import RunResult, RunStatus
 
-__all__ = ["Persistence", "dangling_tool_uses", "own_answer"]
+__all__ = [
+    "Persistence",
+    "dangling_tool_uses",
+    "own_answer",
+    "run_part",
+    "stored_answer",
+    "stored_result",
+]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -65,6 +74,90 @@ def own_answer(
     raise ValueError(
         f"run {record.run_id} can no longer be resumed: a later run went past it before "
         "it had an answer"
+    )
+
+
+def run_part(record: RunRecord, history: Sequence[Message]) -> list[Message]:
+    """The messages a run added to the conversation: from its prompt to the next run's
+    prompt (a user message with text) or the end; empty when its position is unknown.
+
+    A run that ended on tool results (a typed answer's) had the next prompt joined to
+    that message (roles alternate): the run's part gets the results back alone, as the
+    run itself left them."""
+    part: list[Message] = []
+    if record.position is not None and record.position < len(history):
+        part.append(history[record.position])
+        for message in history[record.position + 1 :]:
+            if message.role == "user" and any(
+                block.get("type") == "text" for block in message.content
+            ):
+                # The next run's prompt.
+                results = message.tool_results
+                if results:
+                    part.append(Message(role="user", content=results))
+                break
+            part.append(message)
+    return part
+
+
+def stored_answer(part: Sequence[Message]) -> tuple[Any] | None:
+    """The typed answer a run took, as the JSON the model sent (in a 1-tuple, since
+    None may be an answer), found in the run's part of the conversation: the input of
+    the final_answer call that was answered as taken. None when the run took none."""
+    for index in range(len(part) - 1, 0, -1):
+        results = part[index].tool_results if part[index].role == "user" else []
+        taken = {
+            result["tool_use_id"]
+            for result in results
+            if not result.get("is_error") and result.get("content") == ANSWER_TAKEN_TEXT
+        }
+        if not taken:
+            continue
+        for block in part[index - 1].tool_uses:
+            if block.get("id") in taken and block.get("name") == OUTPUT_TOOL:
+                return (block.get("input"),)
+    return None
+
+
+def stored_result(
+    record: RunRecord,
+    history: Sequence[Message],
+    pending: Sequence[PendingApproval],
+    output: OutputSpec | None,
+) -> RunResult[Any]:
+    """A run's result rebuilt from its record and its part of the conversation. A typed
+    answer comes back typed when ``output`` (the agent class's) is given, else as the
+    JSON the model sent. ``iterations`` is counted from the run's assistant messages.
+
+    Raises:
+        ValueError: the run has not ended (running, interrupted), or its stored answer
+            no longer fits the class's output type.
+    """
+    if record.status in ("running", "interrupted"):
+        raise ValueError(
+            f"run {record.run_id} has not ended ({record.status}): it has no result yet"
+        )
+    part = run_part(record, history)
+    found = stored_answer(part)
+    value: Any
+    if found is not None:
+        value = output.from_json(found[0]) if output is not None else found[0]
+    elif output is not None:
+        value = None
+    else:
+        value = next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
+    return RunResult(
+        run_id=record.run_id,
+        output=value,
+        status=cast("RunStatus", record.status),
+        messages=tuple(part),
+        usage=record.usage,
+        iterations=sum(1 for message in part if message.role == "assistant"),
+        error=record.error,
+        pending=tuple(
+            PendingCall(id=p.tool_use_id, tool_name=p.tool_name, input=p.input, reason=p.reason)
+            for p in pending
+        ),
     )
 
 

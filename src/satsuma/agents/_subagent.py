@@ -8,6 +8,7 @@ the call's own task), and its token usage is added to the parent run's.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 from .._exceptions import ToolDefinitionError
@@ -17,6 +18,7 @@ from ..tools._tool import ToolDefinition, _validate_common
 from ._agent import Agent, spec_of
 from ._handle import AgentHandle, open_agent
 from ._model import Model
+from ._output import output_to_json
 from ._result import SUBAGENT_USAGE
 
 __all__ = ["AgentTool"]
@@ -51,7 +53,7 @@ class AgentTool(Tool, abstract=True):
 
     def __init__(
         self,
-        agent: type[Agent],
+        agent: type[Agent[Any]],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -96,7 +98,11 @@ class AgentTool(Tool, abstract=True):
             result = await agent.run(args["task"], events=ctx.forward)
         details = {SUBAGENT_USAGE: result.usage, "run_id": result.run_id, "status": result.status}
         if result.status == "completed":
-            return ToolResult(result.output, details=details)
+            answer = result.output
+            if not isinstance(answer, str):
+                # A typed answer (the sub-agent has an output_type): the parent reads JSON.
+                answer = json.dumps(output_to_json(answer), ensure_ascii=False)
+            return ToolResult(answer, details=details)
         why = f": {result.error}" if result.error else ""
         text = f"The {agent.name} agent ended {result.status}{why}."
         if result.output:

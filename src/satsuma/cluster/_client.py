@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final, final
+from typing import Any, Final, final
 
+import attrs
 import trio
 
 from ..agents import Agent, RunResult
 from ..agents._actor import new_run_id
 from ..agents._agent import spec_of
+from ..agents._result import OutputT
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
@@ -48,7 +50,7 @@ class Cluster:
     def __repr__(self) -> str:
         return f"Cluster({self.store!r})"
 
-    async def submit(self, agent: type[Agent], agent_id: str, prompt: str) -> str:
+    async def submit(self, agent: type[Agent[Any]], agent_id: str, prompt: str) -> str:
         """Queue a run of ``agent`` (a class some node serves) in the conversation
         ``agent_id``, and return its run id at once. Runs of one ``agent_id`` run one at
         a time, in the order they were submitted.
@@ -65,7 +67,7 @@ class Cluster:
 
     # The contract (DESIGN.md) names the option: a run outlives a caller's deadline, so a
     # TimeoutError that says the run goes on is clearer here than a cancelled wait.
-    async def result(self, run_id: str, *, timeout: float | None = None) -> RunResult:  # noqa: ASYNC109
+    async def result(self, run_id: str, *, timeout: float | None = None) -> RunResult[Any]:  # noqa: ASYNC109
         """Wait for the run to end and return its RunResult (with whatever status the
         run ended: completed, failed, cancelled, ...). A run that no agent could answer
         (its agent could not be opened, say) ends ``failed`` with the reason in
@@ -112,16 +114,25 @@ class Cluster:
             if not heard or any(payload == run_id for _, payload in heard):
                 return
 
-    async def run(self, agent: type[Agent], agent_id: str, prompt: str) -> RunResult:
-        """Submit a run and wait for its result: ``submit`` then ``result``.
+    async def run(
+        self, agent: type[Agent[OutputT]], agent_id: str, prompt: str
+    ) -> RunResult[OutputT]:
+        """Submit a run and wait for its result: ``submit`` then ``result``. An agent
+        with an output_type gets its answer typed (``result`` alone, which does not
+        know the class, gives the answer's JSON).
 
         If the caller is cancelled while it waits, the run is not: it goes on in the
         cluster (``cancel`` it to stop it).
 
         Raises:
-            TypeError, ValueError, StoreError: as ``submit`` and ``result``.
+            TypeError, ValueError, StoreError: as ``submit`` and ``result``; ValueError
+                too when the answer does not fit the class's output type.
         """
-        return await self.result(await self.submit(agent, agent_id, prompt))
+        result = await self.result(await self.submit(agent, agent_id, prompt))
+        output = spec_of(agent).output
+        if output is None or result.status != "completed":
+            return result
+        return attrs.evolve(result, output=output.from_json(result.output))
 
     def events(self, run_id: str, *, start: int = 0) -> EventStream:
         """The run's events as they happen, wherever it runs: an async iterator of the
@@ -147,7 +158,7 @@ class Cluster:
             raise ValueError(f"start must be 0 or more, got: {start!r}")
         return EventStream(self.store, run_id, start=start, poll_interval=self.poll_interval)
 
-    def stream(self, agent: type[Agent], agent_id: str, prompt: str) -> EventStream:
+    def stream(self, agent: type[Agent[Any]], agent_id: str, prompt: str) -> EventStream:
         """Submit a run and stream its events: ``submit`` then ``events``, as
         ``AgentHandle.stream`` is to ``run``. The run is submitted when the stream is
         first iterated; its id is ``run_id`` of the stream at once. Leaving the stream
@@ -207,7 +218,7 @@ class Cluster:
         return await queue.listing(self.store, agent_id, statuses, limit)
 
 
-def _checked(agent: type[Agent], agent_id: str, prompt: str) -> str:
+def _checked(agent: type[Agent[Any]], agent_id: str, prompt: str) -> str:
     """The class's name, once the submission is known to be sound."""
     name = spec_of(agent).name
     if not isinstance(prompt, str) or not prompt.strip():

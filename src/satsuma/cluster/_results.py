@@ -9,6 +9,8 @@ from typing import Any, cast
 
 from .._messages import Message, Usage
 from ..agents import RunResult, RunStatus
+from ..agents._output import output_to_json
+from ..agents._persist import run_part, stored_answer
 from ..store import RunRecord
 from ..store._queue import QueuedRun
 from ..tools import PendingCall
@@ -26,7 +28,7 @@ def encode_result(result: RunResult) -> str:
     return json.dumps(
         {
             "run_id": result.run_id,
-            "output": result.output,
+            "output": output_to_json(result.output),  # a typed answer as JSON
             "status": result.status,
             "messages": [
                 {"role": message.role, "content": list(message.content)}
@@ -84,16 +86,13 @@ def result_from_record(record: RunRecord, history: Sequence[Message]) -> RunResu
     the queue heard of it: rebuilt from the record and the conversation (the messages
     of the run, from its prompt to the next prompt or the end; its iterations are not
     recorded)."""
-    part: list[Message] = []
-    if record.position is not None and record.position < len(history):
-        part.append(history[record.position])
-        for message in history[record.position + 1 :]:
-            if message.role == "user" and any(
-                block.get("type") == "text" for block in message.content
-            ):
-                break  # the next run's prompt
-            part.append(message)
-    output = next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
+    part = run_part(record, history)
+    answer = stored_answer(part)  # a typed answer, as the JSON the model sent
+    output = (
+        answer[0]
+        if answer is not None
+        else next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
+    )
     status: RunStatus = "failed"
     if record.status not in ("running", "interrupted"):
         status = cast("RunStatus", record.status)

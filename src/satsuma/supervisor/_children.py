@@ -100,7 +100,7 @@ class _Kind(Protocol):
 
 @attrs.define(eq=False)
 class _AgentKind:
-    agent: type[Agent]
+    agent: type[Agent[Any]]
     model: Model | None
     context: Mapping[str, Any] | None
     agent_id: str | None

@@ -1,0 +1,123 @@
+"""Typed answers kept by a store (a real SQLite file): the answer is the JSON the model
+sent, in the stored conversation; an agent opened again gives it back typed
+(``agent.result(run_id)``); a sub-agent's typed answer reaches its parent as JSON; the
+cluster's queue keeps it as JSON and ``Cluster.run`` types it again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import attrs
+import pytest
+
+import satsuma
+from satsuma.cluster._results import decode_result, encode_result, result_from_record
+from satsuma.store import SQLiteStore
+from satsuma.testing import Reply, ScriptedModel
+
+
+@attrs.frozen
+class Invoice:
+    total: float
+    currency: Literal["EUR", "USD"]
+
+
+class Extractor(satsuma.Agent[Invoice]):
+    name = "extractor"
+
+
+def answer(value: object) -> Reply:
+    return Reply(tool_calls=[("final_answer", value)])
+
+
+async def test_an_agent_opened_again_gives_its_stored_answers_back_typed(tmp_path: Path) -> None:
+    path = tmp_path / "agents.db"
+    model = ScriptedModel(
+        [
+            answer({"total": 12, "currency": "EUR"}),
+            "Twelve euros.",
+            answer({"value": 3}),
+            answer({"total": "wrong"}),
+            answer({"total": "wrong again"}),
+            answer({"total": "and again"}),
+        ]
+    )
+    async with satsuma.open_agent(
+        Extractor, model=model, store=SQLiteStore(path), agent_id="inv-1"
+    ) as agent:
+        typed = await agent.run("Invoice?")
+        text = await agent.run("Say it", output_type=str)
+        count = await agent.run("How many?", output_type=int)
+        failed = await agent.run("Invoice?")
+    assert failed.status == "failed"
+
+    async with satsuma.open_agent(
+        Extractor, model=ScriptedModel([]), store=SQLiteStore(path), agent_id="inv-1"
+    ) as again:
+        stored = await again.result(typed.run_id)
+        assert stored.output == Invoice(12.0, "EUR")
+        assert (stored.status, stored.usage, stored.iterations) == ("completed", typed.usage, 1)
+        assert stored.messages == typed.messages
+        assert (await again.result(text.run_id)).output is None  # no typed answer taken
+        # A type given per run is not kept: its answer does not fit the class's.
+        with pytest.raises(ValueError, match="the stored answer does not fit Invoice: missing"):
+            await again.result(count.run_id)
+        lost = await again.result(failed.run_id)
+        assert (lost.status, lost.output, lost.error) == ("failed", None, failed.error)
+        with pytest.raises(ValueError, match="agent inv-1 has no run 'run_nope'"):
+            await again.result("run_nope")
+
+    # Read by a class without a type, the same run's answer is its JSON.
+    class Reader(satsuma.Agent):
+        name = "reader"
+
+    async with satsuma.open_agent(
+        Reader, model=ScriptedModel([]), store=SQLiteStore(path), agent_id="inv-1"
+    ) as reader:
+        assert (await reader.result(typed.run_id)).output == {"total": 12, "currency": "EUR"}
+        assert (await reader.result(text.run_id)).output == "Twelve euros."
+        assert (await reader.result(count.run_id)).output == {"value": 3}
+
+
+async def test_without_a_store_there_is_no_result_to_read() -> None:
+    async with satsuma.open_agent(Extractor, model=ScriptedModel([])) as agent:
+        with pytest.raises(ValueError, match="agent extractor has no store"):
+            await agent.result("run_1")
+
+
+async def test_a_sub_agents_typed_answer_reaches_the_parent_as_json() -> None:
+    class Boss(satsuma.Agent):
+        name = "boss"
+        tools = [satsuma.AgentTool(Extractor)]
+
+    model = ScriptedModel(
+        [
+            Reply(tool_calls=[("extractor", {"task": "Read the invoice"})]),
+            answer({"total": 7.5, "currency": "USD"}),
+            "It is 7.50 USD.",
+        ]
+    )
+    async with satsuma.open_agent(Boss, model=model) as boss:
+        result = await boss.run("How much?")
+        history = boss.history
+    assert result.output == "It is 7.50 USD."
+    (sub_answer,) = history[2].tool_results
+    assert json.loads(sub_answer["content"]) == {"total": 7.5, "currency": "USD"}
+
+
+async def test_the_cluster_queue_keeps_a_typed_answer_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "agents.db"
+    model = ScriptedModel([answer({"total": 1, "currency": "EUR"})])
+    store = SQLiteStore(path)
+    async with satsuma.open_agent(Extractor, model=model, store=store, agent_id="q") as agent:
+        result = await agent.run("Invoice?")
+        history = agent.history
+        record = await store.get_run(result.run_id)
+    decoded = decode_result(encode_result(result))
+    assert decoded.output == {"total": 1.0, "currency": "EUR"}
+    assert Invoice(**decoded.output) == result.output
+    # Rebuilt from the agent's own records (a node that stopped before the queue heard).
+    assert record is not None
+    assert result_from_record(record, history).output == {"total": 1, "currency": "EUR"}
