@@ -326,6 +326,54 @@ async def test_events_that_cannot_be_written_are_lost_and_the_run_is_not(
         assert isinstance(end, RunEnd) and end.result == result
 
 
+@satsuma.tool
+async def dump() -> str:
+    """Dump a large report."""
+    return "x" * 10_000
+
+
+class Dumper(satsuma.Agent):
+    name = "dumper"
+    tools = [dump]
+
+
+def test_event_log_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_bytes"):
+        EventLog(max_bytes=0)
+    with pytest.raises(ValueError, match="flush_interval must be positive"):
+        EventLog(flush_interval=0)
+
+
+async def test_an_event_larger_than_max_bytes_leaves_a_marker_in_its_place(
+    postgres_dsn: str,
+) -> None:
+    script: list[Reply | str] = [Reply(tool_calls=[ToolCall("toolu_d", "dump", {})]), "Dumped."]
+    async with PostgresStore(postgres_dsn) as store:
+        cluster = Cluster(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                Node(
+                    store,
+                    agents=[Dumper],
+                    model=ScriptedModel(script),
+                    event_log=EventLog(max_bytes=5_000),
+                    poll_interval=0.5,
+                ).serve
+            )
+            with trio.fail_after(20):
+                result = await cluster.run(Dumper, "d1", "Dump it")
+            nursery.cancel_scope.cancel()
+        events = await collect(cluster.events(result.run_id))
+    assert shape(events) == [
+        "RunStart", "TurnEnd", "ToolCallStart", "EventsDropped", "TextDelta", "TurnEnd",
+        "RunEnd",
+    ]  # fmt: skip
+    [dropped] = [e for e in events if isinstance(e, EventsDropped)]
+    assert dropped.count == 1
+    # The run's result has it whole.
+    assert "x" * 10_000 in str(events[-1])
+
+
 # --- takeover ------------------------------------------------------------------------------------
 
 
@@ -471,13 +519,14 @@ async def test_a_cancelled_watcher_leaves_no_task_connection_or_thread_and_the_r
             ).serve
         )  # fmt: skip
         cluster = Cluster(client_store)
+        baseline = listening(postgres_dsn)  # the node's own
         run_id = await cluster.submit(Waiter, "w1", "wait")
         with trio.fail_after(20):
             async with cluster.events(run_id) as probe:
                 await next_of(probe, ToolCallStart)  # the run waits in its tool now
-            while listening(postgres_dsn) > 2:  # noqa: ASYNC110  (the node's own two)
+                assert listening(postgres_dsn) == baseline + 1
+            while listening(postgres_dsn) > baseline:  # noqa: ASYNC110  (the server's view)
                 await trio.sleep(0.05)
-            baseline = listening(postgres_dsn)
             tasks = trio.lowlevel.current_statistics().tasks_living
 
             reading = trio.Event()
