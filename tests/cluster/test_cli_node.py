@@ -9,6 +9,7 @@ start each.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from satsuma.store import PostgresStore
 from satsuma.testing import MessagesServer, fake_reply
 
 AGENTS = '''
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -42,11 +44,10 @@ import satsuma
 
 @satsuma.tool
 async def hold(ctx: satsuma.ToolContext) -> str:
-    """Wait until a file named go is in the working directory."""
-    folder = Path(ctx.working_dir)
-    (folder / "holding").write_text(ctx.tool_use_id)
-    while not (folder / "go").exists():
-        await trio.sleep(0.02)
+    """Run a child process that sleeps for ten minutes."""
+    async with trio.open_nursery() as nursery:
+        child = await nursery.start(partial(trio.run_process, ["sleep", "600"]))
+        (Path(ctx.working_dir) / "holding").write_text(str(child.pid))
     return "held"
 
 
@@ -143,7 +144,8 @@ async def satsuma_node(*args: str, cwd: Path, env: dict[str, str]) -> AsyncItera
     try:
         yield NodeProcess(process, stderr)
     finally:
-        if process.returncode is None:
+        # The node, and whatever it left behind in its group (should a test fail).
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         with trio.CancelScope(shield=True):
             await process.wait()
@@ -207,8 +209,8 @@ async def test_a_node_serves_runs_shows_in_status_and_drains_on_sigterm(
             assert result.status == "completed"
             assert result.output == "(fake model) You said: hello"
 
-            # A run in flight (its tool holds it), and one queued behind it in the same
-            # conversation.
+            # A run in flight (its tool holds it, in a child process of the node), and
+            # one queued behind it in the same conversation.
             holding = await cluster.submit(Echo, "t-2", "use hold")
             with trio.fail_after(30):
                 while not (project / "holding").exists():  # noqa: ASYNC110  (another process)
@@ -260,16 +262,18 @@ async def test_a_node_serves_runs_shows_in_status_and_drains_on_sigterm(
             }
             assert [run["run_id"] for run in shown["runs_in_flight"]] == [holding]
 
-            # SIGTERM drains: the held run does not end within --drain-timeout, so it
-            # goes back to the queue for another node; the node leaves and exits 0.
+            # SIGTERM drains: the held run does not end within --drain-timeout, so it is
+            # cancelled (its tool's child process with it) and goes back to the queue
+            # for another node; the node leaves the node table and exits 0.
             node.process.send_signal(signal.SIGTERM)
             with trio.fail_after(30):
-                rest = await node.rest()
                 returncode = await node.process.wait()
             assert returncode == 0, node.stderr.read_text()
+            assert group_is_gone(node.process.pid)  # the node and the tool's child
+            with trio.fail_after(30):
+                rest = await node.rest()  # (a child left behind would hold the pipe open)
             assert "satsuma node cli-node: SIGTERM: draining, 1 run in flight" in rest
             assert rest.splitlines()[-1] == "satsuma node cli-node: stopped"
-            assert group_is_gone(node.process.pid)
             assert "Traceback" not in node.stderr.read_text()
 
         queue = {run.run_id: run for run in await cluster.runs()}
@@ -333,8 +337,8 @@ async def test_a_node_with_the_fake_model_outlives_a_database_restart_and_stops_
 
             node.process.send_signal(signal.SIGINT)
             with trio.fail_after(30):
-                rest = await node.rest()
                 returncode = await node.process.wait()
+                rest = await node.rest()
             assert returncode == 0, node.stderr.read_text()
             # (The count of runs in flight may still include the last one, recording its
             # end: its result is written before the node forgets it.)
