@@ -123,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_seconds,
         help="how often to look for work besides the database's notifications (default: 2)",
     )
-    cluster = commands.add_parser("cluster", help="look at a cluster")
+    cluster = commands.add_parser("cluster", help="look at a cluster: cluster status")
     cluster_commands = cluster.add_subparsers(
         dest="cluster_command", required=True, metavar="COMMAND"
     )
