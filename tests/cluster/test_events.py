@@ -190,6 +190,8 @@ async def test_the_stream_ends_when_the_run_fails_or_is_cancelled_queued_or_runn
             assert "overloaded" in str(failed[-1].result.error)
 
             async with cluster.stream(Waiter, "w1", "wait") as running:
+                # Entering the stream submitted the run, before any event was read.
+                assert (await cluster.runs("w1"))[-1].run_id == running.run_id
                 seen = await next_of(running, ToolCallStart)
                 assert await cluster.cancel(running.run_id) in ("running", "cancelled")
                 seen += [event async for event in running]

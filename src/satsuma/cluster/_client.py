@@ -161,8 +161,9 @@ class Cluster:
     def stream(self, agent: type[Agent[Any]], agent_id: str, prompt: str) -> EventStream:
         """Submit a run and stream its events: ``submit`` then ``events``, as
         ``AgentHandle.stream`` is to ``run``. The run is submitted when the stream is
-        first iterated; its id is ``run_id`` of the stream at once. Leaving the stream
-        does not cancel the run (``cancel`` it to stop it).
+        entered (``async with``) or first iterated; its id is the stream's ``run_id``
+        from the start. Leaving the stream does not cancel the run (``cancel`` it to
+        stop it).
 
         Raises:
             TypeError: ``agent`` is not a concrete Agent subclass.

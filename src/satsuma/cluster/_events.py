@@ -213,7 +213,15 @@ class EventStream:
         self._close_listener()
 
     async def __aenter__(self) -> EventStream:
+        """Start it: a stream of ``Cluster.stream`` submits its run here (else at the
+        first iteration)."""
+        await self._start()
         return self
+
+    async def _start(self) -> None:
+        if self._before is not None:
+            await self._before()
+            self._before = None
 
     async def __aexit__(
         self,
@@ -231,9 +239,7 @@ class EventStream:
     async def _fill(self) -> None:
         """Read what the run has recorded past ``position``; if nothing, end the stream
         (the run ended) or wait for a notification (or the poll interval)."""
-        if self._before is not None:
-            await self._before()
-            self._before = None
+        await self._start()
         if self._listener is None:
             # Listening before the read: a batch committed after it is heard.
             listener = Listener(self._store.dsn, [channel_for(self.run_id), queue.DONE_CHANNEL])

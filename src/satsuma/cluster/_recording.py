@@ -18,6 +18,7 @@ many events it missed there (their seqs are skipped).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final, final
@@ -214,14 +215,15 @@ class RunRecorder:
         self._pending, self._pending_bytes = [], 0
         self._queued, self._boundary = trio.Event(), trio.Event()
         try:
-            held = await append_events(
-                self._store,
-                self._run.run_id,
-                self._node_id,
-                batch,
-                max_events=self._log.max_events,
-                max_bytes=self._log.max_bytes,
-            )
+            async with _writers(self._store):
+                held = await append_events(
+                    self._store,
+                    self._run.run_id,
+                    self._node_id,
+                    batch,
+                    max_events=self._log.max_events,
+                    max_bytes=self._log.max_bytes,
+                )
         # Any Exception: the run must not fail because its events could not be written
         # (a StoreError, or a bug of this module); the run's own writes are what count.
         except Exception as exc:
@@ -243,6 +245,22 @@ class RunRecorder:
             self._pending, self._pending_bytes = [], 0
         self._failures = 0
         return True
+
+
+# Per store, how many event batches are written at once: a quarter of its pool, so that
+# the runs' own writes (their journal, their conversation) always find connections free.
+# Batches that wait meanwhile grow, so fewer are written.
+_limiters: weakref.WeakKeyDictionary[PostgresStore, trio.CapacityLimiter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _writers(store: PostgresStore) -> trio.CapacityLimiter:
+    limiter = _limiters.get(store)
+    if limiter is None:
+        limiter = trio.CapacityLimiter(max(1, int(store._limiter.total_tokens) // 4))
+        _limiters[store] = limiter
+    return limiter
 
 
 def _size(entry: _Pending) -> int:
