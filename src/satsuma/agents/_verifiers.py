@@ -40,7 +40,8 @@ class VerifyContext:
     Attributes:
         agent: The agent's name.
         run_id: The run's id.
-        output: The final assistant text of this turn.
+        output: The final assistant text of this turn; for an agent with an
+            output_type, the typed answer (see docs/output.md).
         messages: The whole conversation so far.
         iteration: The number of model calls made so far in this run.
         working_dir: The tools' working directory.
@@ -49,7 +50,7 @@ class VerifyContext:
 
     agent: str
     run_id: str
-    output: str
+    output: Any
     messages: tuple[Message, ...]
     iteration: int
     working_dir: Path
