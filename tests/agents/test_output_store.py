@@ -121,3 +121,22 @@ async def test_the_cluster_queue_keeps_a_typed_answer_as_json(tmp_path: Path) ->
     # Rebuilt from the agent's own records (a node that stopped before the queue heard).
     assert record is not None
     assert result_from_record(record, history).output == {"total": 1, "currency": "EUR"}
+
+
+def test_a_cluster_records_and_reads_back_the_answer_events() -> None:
+    from satsuma.cluster._events import decode_event, encode_event
+
+    events = [
+        satsuma.OutputDelta(agent="extractor", run_id="r", iteration=1, text='{"total": 1'),
+        satsuma.OutputRejected(
+            agent="extractor", run_id="r", iteration=1, errors=("missing total",), retries_left=1
+        ),
+        satsuma.OutputValidated(
+            agent="extractor", run_id="r", iteration=2, output=Invoice(1.0, "EUR")
+        ),
+    ]
+    delta, rejected, validated = (decode_event(encode_event(event)) for event in events)
+    assert (delta, rejected) == (events[0], events[1])
+    # The stream does not know the class: the answer reads back as its JSON.
+    assert isinstance(validated, satsuma.OutputValidated)
+    assert validated.output == {"total": 1.0, "currency": "EUR"}

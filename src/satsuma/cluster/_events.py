@@ -22,7 +22,18 @@ from typing import Any, Final, TypeAlias, final
 import attrs
 import cattrs
 
-from ..agents import AgentEvent, ModelRetry, RunEnd, RunStart, TextDelta, ThinkingDelta, TurnEnd
+from ..agents import (
+    AgentEvent,
+    ModelRetry,
+    OutputDelta,
+    OutputRejected,
+    OutputValidated,
+    RunEnd,
+    RunStart,
+    TextDelta,
+    ThinkingDelta,
+    TurnEnd,
+)
 from ..agents._jsonlog import _line
 from ..store import PostgresStore
 from ..store import _queue as queue
@@ -107,6 +118,9 @@ _CLASSES: Final[dict[str, type[Any]]] = {
         NestedEvent,
         ApprovalRequested,
         ApprovalDecided,
+        OutputDelta,
+        OutputValidated,  # its output as the JSON it was written as
+        OutputRejected,
         TurnEnd,
         RunResumed,
     )
