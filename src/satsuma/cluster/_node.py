@@ -106,7 +106,7 @@ class Node:
     def __init__(
         self,
         store: PostgresStore,
-        agents: Iterable[type[Agent]],
+        agents: Iterable[type[Agent[Any]]],
         *,
         name: str | None = None,
         max_agents: int = 100,
@@ -120,7 +120,7 @@ class Node:
     ) -> None:
         if not isinstance(store, PostgresStore):
             raise TypeError(f"a node runs on a PostgresStore, got: {type(store).__name__}")
-        classes: dict[str, type[Agent]] = {}
+        classes: dict[str, type[Agent[Any]]] = {}
         for agent in agents:
             agent_name = spec_of(agent).name
             if agent_name in classes and classes[agent_name] is not agent:
