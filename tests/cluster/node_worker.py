@@ -170,7 +170,8 @@ async def main(argv: list[str]) -> None:
             "lease_seconds": lease,
             "max_agents": 4,
         }
-    async with PostgresStore(dsn) as store:
+    # A node paused mid-transaction holds its locks until the server ends it: soon, here.
+    async with PostgresStore(dsn, transaction_timeout=2.0) as store:
         node = Node(store, poll_interval=0.2, **options)
         async with trio.open_nursery() as nursery:
             await nursery.start(node.serve)

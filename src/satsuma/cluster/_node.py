@@ -299,10 +299,16 @@ class Node:
                 entry.scope.cancel()
             self.node_id = uuid.uuid4().hex
             await self._register()
-        if beat.requeued:
-            self._wake.set()
         for run_id in beat.cancels:
             await self._cancel(run_id)
+        try:
+            requeued = await queue.sweep(self.store, lock_timeout=self.lease_seconds / 3)
+        except StoreError as exc:
+            # Rows held by a node paused mid-transaction, say: the next beat tries again.
+            logger.warning("node %s: could not look for dead nodes: %s", self.name, exc)
+        else:
+            if requeued:
+                self._wake.set()
 
     # --- running --------------------------------------------------------------------------
 

@@ -252,6 +252,13 @@ class PostgresStore:
             its calls run at once; the others wait their turn (default 8).
         connect_timeout: Seconds to wait for a new connection before giving up with a
             StoreError (default 10; libpq counts whole seconds, at least 2).
+        transaction_timeout: Seconds after which the server ends a transaction of this
+            store that has not finished (default 10; PostgreSQL 17 and later, where
+            older servers end only one idle between statements). The store's
+            transactions take milliseconds; one lasts longer when its process was
+            paused (SIGSTOP, a long garbage collection) in the middle of it, holding
+            locks that every other process of a cluster would wait for until it goes
+            on. The server rolls it back and drops the connection instead.
 
     Raises:
         ImportError: psycopg is not installed (the message says what to install).
@@ -261,13 +268,23 @@ class PostgresStore:
             knows.
     """
 
-    def __init__(self, dsn: str, *, pool_size: int = 8, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 8,
+        connect_timeout: float = 10.0,
+        transaction_timeout: float = 10.0,
+    ) -> None:
         _check_driver()
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got: {pool_size!r}")
+        if not transaction_timeout > 0:
+            raise ValueError(f"transaction_timeout must be positive, got: {transaction_timeout!r}")
         self.dsn = dsn
         self.location = _location(dsn)
         self._connect_timeout = max(2, math.ceil(connect_timeout))
+        self._transaction_timeout_ms = max(1, round(transaction_timeout * 1000))
         self._limiter = trio.CapacityLimiter(pool_size)
         self._idle: list[psycopg.Connection[Any]] = []
         self._idle_lock = threading.Lock()  # worker threads take and give connections
@@ -320,6 +337,19 @@ class PostgresStore:
                 connect_timeout=self._connect_timeout,
             )
         except psycopg.Error as exc:
+            raise StoreError(
+                self.location, f"cannot reach the database ({_first_line(exc)})"
+            ) from exc
+        # Set here rather than in the DSN's options, which stay the user's. A transaction
+        # in pipeline mode that its client stopped sending counts as active, not idle:
+        # only transaction_timeout (PostgreSQL 17) ends it.
+        timeouts = "set_config('idle_in_transaction_session_timeout', %(ms)s, false)"
+        if connection.info.server_version >= 170000:
+            timeouts += ", set_config('transaction_timeout', %(ms)s, false)"
+        try:
+            connection.execute(f"SELECT {timeouts}", {"ms": str(self._transaction_timeout_ms)})
+        except psycopg.Error as exc:
+            connection.close()
             raise StoreError(
                 self.location, f"cannot reach the database ({_first_line(exc)})"
             ) from exc

@@ -199,15 +199,13 @@ class Heartbeat:
     """What a node learns from its heartbeat."""
 
     registered: bool  # False: it had been declared dead (its row was gone)
-    requeued: int  # runs of dead nodes put back in the queue
     cancels: tuple[str, ...]  # its runs whose cancellation was asked
 
 
 async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float) -> Heartbeat:
-    """Push the node's expiry ahead; put the runs of nodes whose expiry passed back in
-    the queue, and let go of the leases their processes held on those runs' agents (any
-    node does it: whichever comes first); read the cancellations asked of this node's
-    runs (in case a NOTIFY was missed)."""
+    """Push the node's expiry ahead, and read the cancellations asked of its runs (in
+    case a NOTIFY was missed). It touches the node's own row only, so it never waits on
+    another node's locks (``sweep`` does that apart)."""
 
     def work(db: psycopg.Connection[Any]) -> Heartbeat:
         alive = db.execute(
@@ -215,6 +213,35 @@ async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float)
             "WHERE node_id = %s RETURNING node_id",
             (lease_seconds, node_id),
         ).fetchone()
+        cancels = db.execute(
+            "SELECT run_id FROM run_queue WHERE node_id = %s AND cancel_requested "
+            "AND status IN ('claimed', 'running')",
+            (node_id,),
+        ).fetchall()
+        return Heartbeat(
+            registered=alive is not None,
+            cancels=tuple(run_id for (run_id,) in cancels),
+        )
+
+    return await store._call(work)
+
+
+async def sweep(store: PostgresStore, *, lock_timeout: float) -> int:
+    """Put the runs of nodes whose expiry passed back in the queue, and let go of the
+    leases their processes held on those runs' agents (any node does it, after its
+    heartbeat: whichever comes first); how many runs.
+
+    A node paused in the middle of a transaction holds its locks until the server ends
+    that transaction (PostgresStore's ``idle_transaction_timeout``): rows it holds are
+    waited for ``lock_timeout`` seconds at most, then the sweep fails (StoreError,
+    nothing done) and the next one tries again.
+    """
+
+    def work(db: psycopg.Connection[Any]) -> int:
+        db.execute(
+            "SELECT set_config('lock_timeout', %s, true)",
+            (f"{max(1, round(lock_timeout * 1000))}ms",),
+        )
         dead = db.execute(
             f"DELETE FROM nodes WHERE expires_at < {_NOW} RETURNING node_id, host, pid"
         ).fetchall()
@@ -240,16 +267,7 @@ async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float)
                 )
         for agent_name, _ in requeued:
             db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
-        cancels = db.execute(
-            "SELECT run_id FROM run_queue WHERE node_id = %s AND cancel_requested "
-            "AND status IN ('claimed', 'running')",
-            (node_id,),
-        ).fetchall()
-        return Heartbeat(
-            registered=alive is not None,
-            requeued=len(requeued),
-            cancels=tuple(run_id for (run_id,) in cancels),
-        )
+        return len(requeued)
 
     return await store._call(work)
 
