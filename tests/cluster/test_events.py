@@ -237,6 +237,13 @@ async def test_a_stream_opened_after_the_end_replays_the_run_and_one_may_start_m
         assert tail.position == len(whole) - 1
         with pytest.raises(ValueError, match="start must be 0 or more"):
             cluster.events(result.run_id, start=-1)
+        # An event this satsuma cannot read (a newer one's) is a marker, not an error.
+        with psycopg.connect(postgres_dsn, autocommit=True) as db:
+            db.execute("UPDATE run_events SET event = %s WHERE seq = 1", ('{"type": "Future"}',))
+        odd = await collect(cluster.events(result.run_id))
+        assert isinstance(odd[1], EventsDropped) and odd[1].count == 1
+        assert "could not be read back" in odd[1].reason and "Future" in odd[1].reason
+        assert odd[:1] + odd[2:] == whole[:1] + whole[2:]
         # Past the retention, the events go; the run's end stays in the queue.
         assert await purge_ended(store, older_than=0.0) == 1
         assert await collect(cluster.events(result.run_id)) == [whole[-1]]
