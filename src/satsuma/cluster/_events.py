@@ -21,6 +21,7 @@ from typing import Any, Final, TypeAlias, final
 
 import attrs
 import cattrs
+import trio
 
 from ..agents import (
     AgentEvent,
@@ -233,9 +234,11 @@ class EventStream:
         return self
 
     async def _start(self) -> None:
-        if self._before is not None:
-            await self._before()
-            self._before = None
+        # Taken before the await: a submission cancelled midway has still committed
+        # (a store call runs to its end), and must not be made twice.
+        before, self._before = self._before, None
+        if before is not None:
+            await before()
 
     async def __aexit__(
         self,
@@ -282,7 +285,8 @@ class EventStream:
                 self._dropped(page.agent_name, page.next_seq - self.position, _CAPPED)
                 self.position = page.next_seq
             found = await queue.outcome(self._store, self.run_id)
-            assert found is not None  # an ended run stays in the queue
+            if found is None:  # deleted from the queue meanwhile
+                raise ValueError(f"no run {self.run_id!r} in the cluster's queue")
             result = queued_result(*found)
             self._buffer.append(
                 RunEnd(
@@ -295,8 +299,20 @@ class EventStream:
             self._ended = True
             self._close_listener()
             return
+        await self._wait()
+
+    async def _wait(self) -> None:
+        """Until a notification about this run (its events, or its end; the done
+        channel tells of every run's), or the poll interval."""
         assert self._listener is not None
-        await self._listener.wait(self._poll_interval)
+        mine = channel_for(self.run_id)
+        deadline = trio.current_time() + self._poll_interval
+        while (left := deadline - trio.current_time()) > 0:
+            heard = await self._listener.wait(left)
+            if not heard or any(
+                channel == mine or payload == self.run_id for channel, payload in heard
+            ):
+                return
 
     def _dropped(self, agent: str, count: int, reason: str) -> None:
         self._buffer.append(

@@ -132,10 +132,6 @@ class RunRecorder:
                 )
             )
 
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
-
     def __call__(self, event: AgentEvent | RunResumed) -> None:
         if self._stopped or isinstance(event, RunEnd):
             return  # the run's end is the queue's: a stream makes its RunEnd from it
