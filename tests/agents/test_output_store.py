@@ -78,7 +78,7 @@ async def test_an_agent_opened_again_gives_its_stored_answers_back_typed(tmp_pat
     ) as reader:
         assert (await reader.result(typed.run_id)).output == {"total": 12, "currency": "EUR"}
         assert (await reader.result(text.run_id)).output == "Twelve euros."
-        assert (await reader.result(count.run_id)).output == {"value": 3}
+        assert (await reader.result(count.run_id)).output == 3
 
 
 async def test_without_a_store_there_is_no_result_to_read() -> None:
@@ -121,6 +121,29 @@ async def test_the_cluster_queue_keeps_a_typed_answer_as_json(tmp_path: Path) ->
     # Rebuilt from the agent's own records (a node that stopped before the queue heard).
     assert record is not None
     assert result_from_record(record, history).output == {"total": 1, "currency": "EUR"}
+
+
+async def test_a_wrapped_answer_reads_back_the_same_from_the_queue_and_the_records(
+    tmp_path: Path,
+) -> None:
+    class Counter(satsuma.Agent[int]):
+        name = "counter"
+
+    store = SQLiteStore(tmp_path / "agents.db")
+    model = ScriptedModel([answer({"value": 7})])
+    async with satsuma.open_agent(Counter, model=model, store=store, agent_id="c") as agent:
+        result = await agent.run("How many?")
+        history = agent.history
+        record = await store.get_run(result.run_id)
+    assert record is not None
+    output = Counter.__satsuma_agent__.output if Counter.__satsuma_agent__ else None
+    assert output is not None
+    # The JSON answer is 7 both ways (the tool's {"value": 7} unwrapped), and types again
+    # as Cluster.run does.
+    queued = decode_result(encode_result(result)).output
+    recorded = result_from_record(record, history).output
+    assert queued == recorded == 7
+    assert output.from_json(queued) == 7
 
 
 def test_a_cluster_records_and_reads_back_the_answer_events() -> None:

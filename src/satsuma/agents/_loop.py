@@ -315,7 +315,7 @@ class _Run:
                 found = stored_answer(run_part(self.job.resume, history))
                 if found is not None:
                     try:
-                        self.answer = self.output_spec.from_json(found[0])
+                        self.answer = self.output_spec.from_input(found[0])
                     except ValueError as exc:
                         return "failed", str(exc)
                     return "completed", None

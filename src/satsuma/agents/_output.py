@@ -101,12 +101,20 @@ class OutputSpec:
         return unstructure(value)
 
     def from_json(self, data: Any) -> Any:
-        """An answer kept as JSON, typed again.
+        """An answer kept as JSON (``to_json``'s), typed again.
 
         Raises:
             ValueError: it does not validate against the type (any longer).
         """
-        value, errors = self.parse({"value": data} if self.wrapped else data)
+        return self.from_input({"value": data} if self.wrapped else data)
+
+    def from_input(self, arguments: Any) -> Any:
+        """The answer in a final_answer call's input (a stored one), typed.
+
+        Raises:
+            ValueError: it does not validate against the type (any longer).
+        """
+        value, errors = self.parse(arguments)
         if errors:
             raise ValueError(
                 f"the stored answer does not fit {_type_text(self.type)}: {'; '.join(errors)}"
@@ -174,6 +182,15 @@ def _compile(hint: Any) -> OutputSpec:
         needs_structure=compiled.needs_structure,
         tool={"name": OUTPUT_TOOL, "description": text, "input_schema": schema},
     )
+
+
+def answer_from_input(arguments: Any) -> Any:
+    """The answer's JSON in a final_answer call's input, for a reader that does not know
+    the type: a wrapped one (``{"value": X}``) unwrapped. (An object type whose only
+    field is ``value`` reads unwrapped too: only the type could tell.)"""
+    if isinstance(arguments, Mapping) and arguments.keys() == {"value"}:
+        return arguments["value"]
+    return arguments
 
 
 def output_to_json(value: Any) -> Any:

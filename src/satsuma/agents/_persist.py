@@ -26,7 +26,7 @@ from ..store import (
 from ..store._lease import DEFAULT_LEASE_SECONDS
 from ..tools import PendingCall, ToolCall, ToolOutcome
 from ..tools._results import INTERRUPTED_TEXT, error_outcome
-from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec
+from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_from_input
 from ._result import RunResult, RunStatus
 
 __all__ = [
@@ -101,9 +101,10 @@ def run_part(record: RunRecord, history: Sequence[Message]) -> list[Message]:
 
 
 def stored_answer(part: Sequence[Message]) -> tuple[Any] | None:
-    """The typed answer a run took, as the JSON the model sent (in a 1-tuple, since
+    """The typed answer a run took, as the model sent it (in a 1-tuple, since
     None may be an answer), found in the run's part of the conversation: the input of
-    the final_answer call that was answered as taken. None when the run took none."""
+    the final_answer call that was answered as taken (its input: a type that is not an
+    object is wrapped as ``{"value": ...}``). None when the run took none."""
     for index in range(len(part) - 1, 0, -1):
         results = part[index].tool_results if part[index].role == "user" else []
         taken = {
@@ -141,7 +142,7 @@ def stored_result(
     found = stored_answer(part)
     value: Any
     if found is not None:
-        value = output.from_json(found[0]) if output is not None else found[0]
+        value = output.from_input(found[0]) if output is not None else answer_from_input(found[0])
     elif output is not None:
         value = None
     else:

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from .._messages import Message, Usage
 from ..agents import RunResult, RunStatus
-from ..agents._output import output_to_json
+from ..agents._output import answer_from_input, output_to_json
 from ..agents._persist import run_part, stored_answer
 from ..store import RunRecord
 from ..store._queue import QueuedRun
@@ -89,7 +89,7 @@ def result_from_record(record: RunRecord, history: Sequence[Message]) -> RunResu
     part = run_part(record, history)
     answer = stored_answer(part)  # a typed answer, as the JSON the model sent
     output = (
-        answer[0]
+        answer_from_input(answer[0])
         if answer is not None
         else next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
     )
