@@ -13,8 +13,9 @@ import attrs
 import pytest
 
 import satsuma
+from satsuma import Message
 from satsuma.cluster._results import decode_result, encode_result, result_from_record
-from satsuma.store import SQLiteStore
+from satsuma.store import RunRecord, SQLiteStore
 from satsuma.testing import Reply, ScriptedModel
 
 
@@ -163,3 +164,47 @@ def test_a_cluster_records_and_reads_back_the_answer_events() -> None:
     # The stream does not know the class: the answer reads back as its JSON.
     assert isinstance(validated, satsuma.OutputValidated)
     assert validated.output == {"total": 1.0, "currency": "EUR"}
+
+
+async def test_a_typed_run_killed_after_its_answer_resumes_to_that_answer(tmp_path: Path) -> None:
+    # What a kill after the answer was taken (before the run's end was written) leaves:
+    # the answer and its "Answer received." result, the run still 'running'.
+    store = SQLiteStore(tmp_path / "agents.db")
+    call = {"type": "tool_use", "id": "t_answer", "name": "final_answer"}
+    await store.write_tail(
+        "inv-9",
+        0,
+        [
+            Message.user("Invoice?"),
+            Message(role="assistant", content=[{**call, "input": {"total": 5, "currency": "USD"}}]),
+            Message(
+                role="user",
+                content=[
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t_answer",
+                        "content": "Answer received.",
+                        "is_error": False,
+                    }
+                ],
+            ),
+        ],
+    )
+    await store.start_run(
+        RunRecord(
+            run_id="run_killed",
+            agent_id="inv-9",
+            status="running",
+            prompt="Invoice?",
+            started_at=1.0,
+            position=0,
+        )
+    )
+    model = ScriptedModel([])  # the model is not asked again
+    async with satsuma.open_agent(Extractor, model=model, store=store, agent_id="inv-9") as agent:
+        assert [r.run_id for r in agent.interrupted] == ["run_killed"]
+        resumed = await agent.resume("run_killed")
+        stored = await agent.result("run_killed")
+    assert (resumed.status, resumed.output) == ("completed", Invoice(5.0, "USD"))
+    assert stored.output == Invoice(5.0, "USD")
+    assert model.requests == []
