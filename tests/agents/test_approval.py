@@ -259,3 +259,55 @@ def test_by_is_optional_a_str_and_leaves_hook_denials_as_they_were() -> None:
     match Deny("reason only"):
         case Deny(reason):
             assert reason == "reason only"
+
+
+async def test_an_approver_that_swallows_the_cancellation_never_lets_the_call_run(
+    autojump_clock: Any,
+) -> None:
+    waiting = trio.Event()
+    cancelled: list[bool] = []
+
+    async def stubborn(call: PendingCall) -> Approve:
+        waiting.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            cancelled.append(True)  # a bug in the approver: it says yes anyway
+        return Approve()
+
+    async with satsuma.open_agent(Banker, model=mixed_turn(), approver=stubborn) as agent:
+        async with trio.open_nursery() as nursery:
+            results: list[satsuma.RunResult] = []
+
+            async def run() -> None:
+                results.append(await agent.run("Pay Bob 10"))
+
+            nursery.start_soon(run)
+            await waiting.wait()
+            await agent.cancel()
+        check_conversation(agent.history)
+    assert cancelled == [True]
+    assert [result.status for result in results] == ["cancelled"]
+    assert done == ["balance main"]  # the transfer never started
+
+
+async def test_a_caller_cancelled_while_the_approver_waits_is_cancelled_itself(
+    autojump_clock: Any,
+) -> None:
+    seen: list[str] = []
+
+    async def slow(call: PendingCall) -> Approve:
+        try:
+            await trio.sleep_forever()
+        finally:
+            seen.append("the wait ended")
+        raise AssertionError
+
+    async with satsuma.open_agent(Banker, model=mixed_turn(), approver=slow) as agent:
+        with trio.move_on_after(5) as scope:
+            await agent.run("Pay Bob 10")
+        assert scope.cancelled_caught  # the caller's own cancellation reached it
+        assert seen == ["the wait ended"]
+        assert agent.history[-1].role == "user"  # every call answered
+        check_conversation(agent.history)
+    assert done == ["balance main"]

@@ -12,7 +12,7 @@ import trio
 
 import satsuma
 from satsuma import Approve, Deny
-from satsuma.store import SQLiteStore, Store
+from satsuma.store import MemoryStore, SQLiteStore, Store
 from satsuma.testing import Reply, ScriptedModel, check_conversation
 
 done: list[str] = []
@@ -53,7 +53,7 @@ class Banker(satsuma.Agent):
     tools = [transfer, balance]
 
 
-def mixed_turn(*answers: str) -> ScriptedModel:
+def mixed_turn(*answers: str | Reply) -> ScriptedModel:
     return ScriptedModel(
         [
             Reply(
@@ -105,20 +105,50 @@ async def test_a_deferred_run_pauses_and_resumes_with_an_approval(store: Store) 
     assert record.status == "completed"
 
 
-async def test_a_denial_and_an_invalid_edit_are_what_the_model_reads(store: Store) -> None:
-    model = mixed_turn("Denied.", Reply(tool_calls=[("transfer", {"to": "x", "amount": 5})]), "?")
+async def test_a_denial_is_what_the_model_reads(store: Store) -> None:
+    model = mixed_turn("Denied.")
     async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b2") as agent:
         first = await paused(agent)
         await agent.resume(first.run_id, decisions={first.pending[0].id: Deny("not today")})
         assert results_read(model) == ["main: 100", "Error: Denied: not today"]
-        second = await agent.run("Pay x 5")
-        assert second.status == "awaiting_approval"
-        edit = Approve(input={"to": "x", "amount": "five"})
-        await agent.resume(second.run_id, decisions={second.pending[0].id: edit})
-        (text,) = results_read(model)
-        assert text == "Error: Invalid arguments: expected amount to be an integer, got: string"
         check_conversation(agent.history)
     assert done == ["balance main"]
+
+
+async def test_an_invalid_edit_is_refused_naming_the_call_and_the_run_still_waits(
+    store: Store,
+) -> None:
+    two = Reply(
+        tool_calls=[("transfer", {"to": "x", "amount": 5}), ("transfer", {"to": "y", "amount": 6})]
+    )
+    model = ScriptedModel([two, "Paid."])
+    async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b2") as agent:
+        first = await agent.run("Pay x 5 and y 6")
+        x, y = (call.id for call in first.pending)
+        with pytest.raises(ValueError) as caught:
+            await agent.resume(
+                first.run_id,
+                decisions={
+                    x: Approve(input={"to": "x", "amount": "five"}),
+                    y: Approve(input={"to": "y", "amount": 6, "memo": float("nan")}),
+                },
+            )
+        assert str(caught.value) == (
+            f"run {first.run_id}: the edited input of call {x!r} (transfer): expected amount "
+            f"to be an integer, got: string; of call {y!r} (transfer): expected memo to be a "
+            "finite number, got: NaN; nothing was run, and the run still waits for decisions"
+        )
+        (record,) = await store.runs("b2")
+        assert record.status == "awaiting_approval"
+        # Fixed, it goes through.
+        result = await agent.resume(
+            first.run_id,
+            decisions={x: Approve(input={"to": "x", "amount": 3}), y: Deny("no")},
+        )
+        assert result.status == "completed"
+        assert results_read(model) == ["sent 3 to x", "Error: Denied: no"]
+        check_conversation(agent.history)
+    assert done == ["transfer 3 to x"]
 
 
 async def test_an_edited_approval_runs_with_the_edit(store: Store) -> None:
@@ -228,6 +258,60 @@ async def test_a_supervised_agent_restarted_while_a_run_waits_keeps_it_waiting(
         assert agent.interrupted == ()
         (record,) = await store.runs("b8")
         assert record.status == "awaiting_approval"
+        result = await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
+        assert (result.status, result.output) == ("completed", "Paid.")
+        check_conversation(agent.history)
+    assert done == ["balance main", "transfer 10 to bob"]
+
+
+class FailsToRenewOnce:
+    """A store whose lease renewal fails once when armed, as a store's disk or network can:
+    the error is not a StoreError, so the agent crashes (and its supervisor restarts it)."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def renew_lease(self, *args: Any, **kwargs: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            raise OSError("the store's disk went away")
+        return await self.inner.renew_lease(*args, **kwargs)
+
+
+async def test_a_supervised_agent_that_crashes_while_a_run_waits_keeps_it_waiting(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A MemoryStore: the virtual clock would jump past a SQLite store's worker threads.
+    events: list[satsuma.SupervisorEvent] = []
+    restarted = trio.Event()
+
+    def seen(event: satsuma.SupervisorEvent) -> None:
+        events.append(event)
+        if isinstance(event, satsuma.ChildStarted) and event.incarnation == 2:
+            restarted.set()
+
+    async with MemoryStore() as real, satsuma.Supervisor(events=seen) as sup:
+        store: Any = FailsToRenewOnce(real)
+        agent = await sup.start_child(
+            Banker, id="banker", model=mixed_turn("Paid."), store=store, agent_id="b9"
+        )
+        first = await paused(agent)
+        pending_before = await real.pending_calls(first.run_id)
+        store.armed = True  # the next renewal crashes the agent
+        with trio.fail_after(600):  # virtual seconds: the lease is renewed every 10
+            await restarted.wait()
+        (crash,) = [e for e in events if isinstance(e, satsuma.ChildCrashed)]
+        assert "the store's disk went away" in crash.error
+        # The new incarnation loaded the agent from the store: the run still waits, as it was.
+        assert agent.interrupted == ()
+        (record,) = await real.runs("b9")
+        assert record.status == "awaiting_approval"
+        assert await real.pending_calls(first.run_id) == pending_before
+        assert done == ["balance main"]
         result = await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
         assert (result.status, result.output) == ("completed", "Paid.")
         check_conversation(agent.history)

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from .._jsonvalue import json_problem
 from ..store import PendingApproval
-from ..tools import Approve, Deny
+from ..tools import Approve, Deny, ToolDefinition
 
 if TYPE_CHECKING:
     from ._actor import Actor, Job
 
-__all__ = ["check_decisions", "claim_paused"]
+__all__ = ["check_decisions", "check_edits", "claim_paused"]
 
 
 def check_decisions(
@@ -50,14 +51,48 @@ def check_decisions(
             )
 
 
+def check_edits(
+    run_id: str,
+    pending: Sequence[PendingApproval],
+    decisions: Mapping[str, Approve | Deny],
+    definitions: Sequence[ToolDefinition],
+) -> None:
+    """Raises ValueError when an ``Approve(input=...)`` is an edit its tool would refuse,
+    naming each such call and what is wrong with it (with its path).
+
+    Checked before the run is claimed: the person fixes the edit and decides again, and
+    the run waits meanwhile. (An approver's invalid edit has no one to be raised to: the
+    model reads it, as it would its own invalid arguments.)
+    """
+    tools = {definition.name: definition for definition in definitions}
+    problems: list[str] = []
+    for call in pending:
+        decision = decisions[call.tool_use_id]
+        if not isinstance(decision, Approve) or decision.input is None:
+            continue
+        definition = tools.get(call.tool_name)
+        if definition is None:
+            continue  # no longer one of the agent's tools: the call answers so
+        edit = dict(decision.input)
+        unsendable = json_problem(edit, "")
+        errors = [unsendable] if unsendable is not None else definition.check(edit)[1]
+        if errors:
+            problems.append(f"call {call.tool_use_id!r} ({call.tool_name}): {'; '.join(errors)}")
+    if problems:
+        raise ValueError(
+            f"run {run_id}: the edited input of {'; of '.join(problems)}; nothing was run, "
+            "and the run still waits for decisions"
+        )
+
+
 async def claim_paused(actor: Actor, job: Job) -> None:
     """Check the job's decisions and take its run up in the store (its status becomes
     ``running``); fill the job with the run's record, prompt and pending calls.
 
     Raises:
         ValueError: the agent has no store, the run is not one of its runs awaiting
-            approval (or another decision took it first), or the decisions do not
-            match its pending calls.
+            approval (or another decision took it first), the decisions do not
+            match its pending calls, or an edit is not valid input for its tool.
         TypeError: a decision is not Approve or Deny.
     """
     persistence = actor.persistence
@@ -72,6 +107,7 @@ async def claim_paused(actor: Actor, job: Job) -> None:
         raise ValueError(f"run {job.run_id} is not awaiting approval (it is {record.status})")
     pending = await store.pending_calls(job.run_id)
     check_decisions(job.run_id, pending, job.decisions)
+    check_edits(job.run_id, pending, job.decisions, actor.runner.definitions)
     if not await persistence.claim_paused_run(job.run_id):
         raise ValueError(
             f"run {job.run_id} is not awaiting approval any more: another decision on it came first"

@@ -202,8 +202,9 @@ class AgentHandle(Generic[OutputT]):
         Raises:
             ValueError: the agent has no store; the run is not an interrupted run of this
                 agent (or, with decisions, not one awaiting approval, or another decision
-                took it first); a decision names a call the run does not wait on, or a
-                pending call has none.
+                took it first); a decision names a call the run does not wait on, a
+                pending call has none, or an ``Approve(input=...)`` is not valid input for
+                its tool (nothing is run; the run still waits).
             TypeError: a decision is not Approve or Deny.
             AgentUnavailable: the agent has stopped.
         """

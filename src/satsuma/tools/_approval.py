@@ -152,6 +152,10 @@ async def ask(
             "tool %s (call %s): the approver failed", pending.tool_name, pending.id, exc_info=exc
         )
         return Deny(f"the approver failed: {describe_exception(exc)}")
+    # An approver that caught the Cancelled of an outer cancellation and answered anyway
+    # must not let the call start: the caller is being cancelled, and an async tool
+    # would run up to its first checkpoint (its side effect, say) before noticing.
+    await trio.lowlevel.checkpoint_if_cancelled()
     # Checked after the scope exits: cancel_called is True only for our own deadline (an
     # outer cancellation raised out of the scope above). An approver that swallowed the
     # Cancelled and answered anyway was still too late.
