@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 PY := .venv/bin/python
 
-.PHONY: demo test lint docs bench bench-peers sync clean
+.PHONY: demo test lint docs bench bench-peers bench-cluster sync clean
 
 demo: sync
 	$(UV) run --locked satsuma demo
@@ -39,6 +39,11 @@ bench: sync
 # docs/benchmarks.md with the figures and the machine's description.
 bench-peers: sync
 	$(UV) run --locked python benchmarks/run.py
+
+# Node processes on a PostgreSQL server (SATSUMA_TEST_POSTGRES_DSN's, else a throwaway
+# one it starts): runs/s over 1-3 nodes, cluster.run's latency, takeover (~5 minutes).
+bench-cluster: sync
+	$(UV) run --locked python benchmarks/cluster.py
 
 sync: $(UV)
 	$(UV) sync --locked --quiet

@@ -253,3 +253,37 @@ def test_postgres_store_quick_run_prints_the_table() -> None:
         assert cells[0] == name and len(cells) == 4, cells
         for cell in cells[1:]:  # postgres, sqlite, memory
             float(cell.replace(",", ""))
+
+
+CLUSTER_SCRIPT = ROOT / "benchmarks" / "cluster.py"
+
+CLUSTER_ROW_NAMES = (
+    "raw queue round trip (floor)",
+    "open_agent, SQLiteStore",
+    "open_agent, PostgresStore",
+    "cluster.run, 2 nodes",
+    "in-process, SQLiteStore",
+    "in-process, PostgresStore",
+    "cluster, 2 nodes",
+    "takeover, lease_seconds=1",
+)
+
+
+def test_cluster_quick_run_prints_the_tables() -> None:
+    # Two node processes and a model server, on SATSUMA_TEST_POSTGRES_DSN's server or one
+    # it starts itself; it stops them all, and the takeover kills one node.
+    rows = _quick_rows(CLUSTER_SCRIPT, CLUSTER_ROW_NAMES)
+    for name in CLUSTER_ROW_NAMES[:4]:
+        # name, ms/run, p90, ratio to the raw queue
+        cells = re.split(r"\s{2,}", rows[name].strip())
+        assert cells[0] == name and len(cells) == 4, cells
+        assert cells[3].endswith("x"), cells
+    # name, runs/s, ratio, p50, busy, CPU ms/run: caller, nodes, postgres, model, all;
+    # the runs/s that much CPU per run allows
+    for name in CLUSTER_ROW_NAMES[4:7]:
+        cells = re.split(r"\s{2,}", rows[name].strip())
+        assert len(cells) == 11 and cells[4].endswith("%"), cells
+    # name, heartbeat, bound, claim p50, claim max, finish p50, what was killed
+    cells = re.split(r"\s{2,}", rows["takeover, lease_seconds=1"].strip())
+    assert len(cells) == 7 and cells[6].startswith("1 kills"), cells
+    float(cells[3])
