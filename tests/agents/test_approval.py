@@ -311,3 +311,23 @@ async def test_a_caller_cancelled_while_the_approver_waits_is_cancelled_itself(
         assert agent.history[-1].role == "user"  # every call answered
         check_conversation(agent.history)
     assert done == ["balance main"]
+
+
+async def test_an_approver_that_ignores_its_deadline_is_too_late_when_it_answers(
+    autojump_clock: Any,
+) -> None:
+    async def deaf(call: PendingCall) -> Approve:
+        with trio.CancelScope(shield=True):  # does not hear the deadline
+            await trio.sleep(100)
+        return Approve(by="late")
+
+    events: list[Any] = []
+    model = mixed_turn("Too late.")
+    async with satsuma.open_agent(Banker, model=model, approver=deaf, approval_timeout=30) as a:
+        start = trio.current_time()
+        await a.run("Pay Bob 10", events=events.append)
+        assert trio.current_time() - start == pytest.approx(100)  # its own time, not ours
+    assert results_read(model) == ["main: 100", "Error: Denied: no decision within 30s"]
+    (decided,) = [e for e in events if isinstance(e, satsuma.ApprovalDecided)]
+    assert (decided.approved, decided.decided_by) == (False, None)  # not the late answer's
+    assert done == ["balance main"]
