@@ -559,6 +559,8 @@ async def test_a_paused_call_is_awaiting_on_its_span_and_decided_on_the_resumes(
             assert "satsuma.approval.approved" not in attributes(span)
         run = only(spans.get_finished_spans(), "invoke_agent payer")
         assert attributes(run)["satsuma.run.status"] == "awaiting_approval"
+        assert attributes(run)["satsuma.run.pending_calls"] == 2
+        assert run.status.status_code is StatusCode.UNSET  # a pause is no failure
         spans.clear()
         ann, bob = (call.id for call in first.pending)
         decisions: dict[str, satsuma.Approve | satsuma.Deny] = {

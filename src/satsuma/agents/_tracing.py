@@ -45,9 +45,10 @@ def start_run(
 
 
 def end_run(scope: SpanScope, result: RunResult) -> None:
-    """Record how the run ended: a cancelled run is not an error; a run that ended
-    ``failed``, ``max_iterations`` or ``deadline_exceeded`` is, with the status as
-    ``error.type`` (a crash then overrides it with the exception's type)."""
+    """Record how the run ended: a cancelled run is not an error, nor is one that paused
+    ``awaiting_approval`` (with ``satsuma.run.pending_calls``, how many calls wait); a run
+    that ended ``failed``, ``max_iterations`` or ``deadline_exceeded`` is, with the status
+    as ``error.type`` (a crash then overrides it with the exception's type)."""
     scope.set(
         {
             "satsuma.run.status": result.status,
@@ -57,6 +58,8 @@ def end_run(scope: SpanScope, result: RunResult) -> None:
     )
     if result.status == "cancelled":
         scope.set({"satsuma.cancelled": True})
+    elif result.status == "awaiting_approval":
+        scope.set({"satsuma.run.pending_calls": len(result.pending)})
     elif result.status != "completed":
         scope.fail(result.status, result.error)
 
