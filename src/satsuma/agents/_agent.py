@@ -298,10 +298,9 @@ def check_output_options(
             output = compile_output(output_type)
         except TypeError as exc:
             raise TypeError(f"agent {spec.name}: {exc}") from None
-        if output is not None and any(
-            definition.name == OUTPUT_TOOL
-            for definition in spec.make_runner(with_sources=False).definitions
-        ):
+        # The class's tool definitions, made once per class (tool servers' tools are
+        # not known before they run; a final_answer among them is never run anyway).
+        if output is not None and any(tool["name"] == OUTPUT_TOOL for tool in spec.tool_schemas):
             raise ValueError(
                 f"agent {spec.name} has a tool named {OUTPUT_TOOL!r}, the tool the model "
                 "gives its typed answer with: rename the tool to ask for a typed answer"
