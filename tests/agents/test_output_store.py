@@ -208,3 +208,40 @@ async def test_a_typed_run_killed_after_its_answer_resumes_to_that_answer(tmp_pa
     assert (resumed.status, resumed.output) == ("completed", Invoice(5.0, "USD"))
     assert stored.output == Invoice(5.0, "USD")
     assert model.requests == []
+
+
+@satsuma.tool(requires_approval=True)
+async def refund(order: str) -> str:
+    """Refund an order.
+
+    Args:
+        order: The order.
+    """
+    return f"refunded {order}"
+
+
+async def test_a_run_paused_beside_an_invalid_answer_resumes_with_that_answer_s_result(
+    tmp_path: Path,
+) -> None:
+    class Refunder(satsuma.Agent[Invoice]):
+        name = "refunder"
+        tools = [refund]
+
+    model = ScriptedModel(
+        [
+            Reply(tool_calls=[("refund", {"order": "A-1"}), ("final_answer", {"total": -1})]),
+            answer({"total": 3, "currency": "EUR"}),
+        ]
+    )
+    store = SQLiteStore(tmp_path / "agents.db")
+    async with satsuma.open_agent(Refunder, model=model, store=store, agent_id="r") as agent:
+        paused = await agent.run("Refund A-1 and tell me the invoice")
+        assert paused.status == "awaiting_approval"
+        (pending,) = paused.pending
+        resumed = await agent.resume(paused.run_id, decisions={pending.id: satsuma.Approve()})
+        history = agent.history
+    assert resumed.output == Invoice(3.0, "EUR")
+    refunded, invalid = history[2].tool_results
+    assert refunded["content"] == "refunded A-1"
+    # The answer's own error, journaled before the pause; not "Interrupted".
+    assert invalid["content"].startswith("Error: Invalid answer: missing required parameter:")

@@ -671,6 +671,13 @@ class _Run:
             self.pending = []
             self.commit_user(format_results([answered[call.id] for call in calls]))
             return None
+        if self.actor.persistence is not None:
+            # Journaled like the turn's other calls, so that a pause on one of them
+            # (awaiting approval) or a kill is resumed with the answer's own result.
+            answers = [call for call in calls if call.name == OUTPUT_TOOL]
+            await self.actor.persistence.calls_started(self.run_id, answers)
+            for call in answers:
+                await self.actor.persistence.call_finished(self.run_id, answered[call.id])
         tripped = await self._act(others, answered=answered, order=calls)
         return ("failed", tripped) if tripped is not None else None
 
