@@ -530,3 +530,29 @@ async def test_a_cancelled_typed_run_has_no_output(autojump_clock: trio.abc.Cloc
         await agent.cancel()
     (result,) = results
     assert (result.status, result.output) == ("cancelled", None)
+
+
+async def test_an_answer_given_while_the_user_spoke_is_not_taken(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    model = ScriptedModel(
+        [answer({"total": 5, "currency": "EUR"}), answer({"total": 5, "currency": "USD"})],
+        delay=5,
+    )
+    results: list[Any] = []
+    async with satsuma.open_agent(Extractor, model=model) as agent, trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            results.append(await agent.run("Invoice?"))
+
+        nursery.start_soon(run)
+        await trio.sleep(1)  # the model is answering
+        await agent.steer("It was in dollars.")
+    (result,) = results
+    history = agent.history
+    assert result.output == Invoice(5, "USD")
+    assert result.iterations == 2
+    (skipped,) = history[2].tool_results
+    assert skipped["content"].startswith("Error: Answer not taken: a new user message came")
+    assert "It was in dollars." in history[2].text
+    check_conversation(history)

@@ -45,6 +45,7 @@ from ._output import (
     NOT_RUN_TEXT,
     ONE_ANSWER_TEXT,
     OUTPUT_TOOL,
+    STEERED_TEXT,
     answer_json,
     invalid_answer_text,
     reminder_text,
@@ -639,6 +640,10 @@ class _Run:
             )
             if failed is not None:
                 ended = ("failed", failed)
+        elif self.actor.has_steering():
+            # The user spoke while the model answered: the answer may no longer hold, so
+            # it is not taken (nor counted), and the model answers again after reading it.
+            answered[first.id] = error_outcome(first.id, OUTPUT_TOOL, "skipped", STEERED_TEXT)
         else:
             self.emit(
                 OutputValidated(

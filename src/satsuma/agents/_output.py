@@ -62,6 +62,10 @@ ONE_ANSWER_TEXT: Final = (
     f"Error: Only the first {OUTPUT_TOOL} call of a turn is read; this one was not."
 )
 ANSWER_TAKEN_TEXT: Final = "Answer received."
+STEERED_TEXT: Final = (
+    "Error: Answer not taken: a new user message came while you answered. Read it, then "
+    f"call {OUTPUT_TOOL} again."
+)
 
 
 @attrs.frozen(kw_only=True, eq=False)
