@@ -13,7 +13,7 @@ import satsuma.tools
 EXPECTED_SATSUMA = {
     "ApprovalDecided", "ApprovalRequested", "Approve", "Approver", "Ask", "PendingCall",
     "Batched", "Deny", "ErrorKind", "EventSink", "FunctionTool", "HookDecision", "Interrupt", "NestedEvent",
-    "Parallel", "Rewrite", "SatsumaError", "Sequential", "Strategy", "Tool", "ToolCall",
+    "Parallel", "Rewrite", "RunNotAwaitingApproval", "SatsumaError", "Sequential", "Strategy", "Tool", "ToolCall",
     "ToolCallEnd", "ToolCallStart", "ToolContext", "ToolDefinition", "ToolDefinitionError",
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolReturn", "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",

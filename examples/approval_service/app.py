@@ -459,8 +459,13 @@ class ApprovalService:
             try:
                 async with self.agents.using(record.agent_id) as handle:
                     return await handle.resume(run_id, decisions=decisions)
-            except ValueError as exc:  # another decision (another process) came first
+            except satsuma.RunNotAwaitingApproval as exc:
+                # Another decision (another process) came first: it stands.
                 raise Refused(409, str(exc)) from None
+            except ValueError as exc:
+                # Decisions resume refused (the agent's tools changed under an edit, say):
+                # nothing ran, the run still waits, and its calls are to be decided again.
+                raise Refused(400, f"{exc}; decide its calls again") from None
             finally:
                 self._resuming.discard(run_id)
 

@@ -11,6 +11,7 @@ The hierarchy::
     ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
     ├── AgentCrashed           the agent crashed while serving this call
     ├── StoreError             the store cannot be opened, read or written (names the file)
+    ├── RunNotAwaitingApproval resume with decisions, on a run no longer paused (also a ValueError)
     ├── MCPServerError         an MCP server could not start, or exited under ``serve``
     └── SupervisorFailed       a supervisor gave up (restart intensity) or a child failed to start
 
@@ -25,6 +26,7 @@ __all__ = [
     "ConfigurationError",
     "AgentUnavailable",
     "ModelError",
+    "RunNotAwaitingApproval",
     "SatsumaError",
     "ToolDefinitionError",
     "ToolError",
@@ -242,6 +244,31 @@ class StoreError(SatsumaError):
         self.location = location
         self.problem = problem
         super().__init__(f"Store {location}: {problem}")
+
+
+class RunNotAwaitingApproval(SatsumaError, ValueError):
+    """``resume(run_id, decisions=...)`` on a run that is not awaiting approval: another
+    decision took it first (two people, two processes), it was resumed already, a later
+    run went past it, or it never paused. Nothing was run for these decisions.
+
+    A ``ValueError`` like resume's other refusals, but a conflict rather than a request
+    to correct: an HTTP service answers it with 409, the others (a decision for an
+    unknown call, an invalid edit) with 400.
+
+    Attributes:
+        run_id: The run.
+        status: Its status when the decisions came (``completed``, ``cancelled``, ...),
+            or None when another decision took it between the check and the claim.
+    """
+
+    def __init__(self, run_id: str, status: str | None = None) -> None:
+        self.run_id = run_id
+        self.status = status
+        if status is None:
+            why = "any more: another decision on it came first"
+        else:
+            why = f"(it is {status})"
+        super().__init__(f"run {run_id} is not awaiting approval {why}")
 
 
 class MCPServerError(SatsumaError):

@@ -4,6 +4,7 @@ every kind of store)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import trio
 
 import satsuma
 from satsuma import Approve, Deny
-from satsuma.store import MemoryStore, SQLiteStore, Store
+from satsuma.store import ApprovalDecision, MemoryStore, SQLiteStore, Store
 from satsuma.testing import Reply, ScriptedModel, check_conversation
 
 done: list[str] = []
@@ -179,9 +180,105 @@ async def test_wrong_decisions_are_clear_errors_and_leave_the_run_waiting(store:
             await agent.resume("run_nope", decisions={})
         result = await agent.resume(first.run_id, decisions={call_id: Approve()})
         assert result.status == "completed"
-        with pytest.raises(ValueError, match="is not awaiting approval \\(it is completed\\)"):
+        with pytest.raises(satsuma.RunNotAwaitingApproval) as caught:
             await agent.resume(first.run_id, decisions={call_id: Approve()})
+    assert isinstance(caught.value, ValueError)  # as before the class existed
+    assert (caught.value.run_id, caught.value.status) == (first.run_id, "completed")
+    assert str(caught.value) == f"run {first.run_id} is not awaiting approval (it is completed)"
     assert done == ["balance main", "transfer 10 to bob"]
+
+
+async def test_a_resume_records_who_decided_what_in_the_store(store: Store) -> None:
+    two = Reply(
+        tool_calls=[("transfer", {"to": "x", "amount": 5}), ("transfer", {"to": "y", "amount": 6})]
+    )
+    model = ScriptedModel(
+        [two, "Paid.", Reply(tool_calls=[("transfer", {"to": "z", "amount": 7})]), "Sent."]
+    )
+    async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b10") as agent:
+        first = await agent.run("Pay x 5 and y 6")
+        x, y = (call.id for call in first.pending)
+        before = time.time()
+        await agent.resume(
+            first.run_id,
+            decisions={
+                x: Approve(input={"to": "x", "amount": 3}, by="alice"),
+                y: Deny("not y", by="bob"),
+            },
+        )
+        after = time.time()
+        assert await store.pending_calls(first.run_id) == []  # decided: no longer pending
+        second = await agent.run("Pay z 7")
+        (z,) = (call.id for call in second.pending)
+        await agent.resume(second.run_id, decisions={z: Approve()})
+    records = await store.approvals(first.run_id)
+    assert [(r.tool_use_id, r.input) for r in records] == [
+        (x, {"to": "x", "amount": 5}),  # what the model asked for
+        (y, {"to": "y", "amount": 6}),
+    ]
+    edit, denial = (r.decision for r in records)
+    assert edit is not None and denial is not None
+    assert (edit.verdict, edit.input, edit.reason, edit.decided_by) == (
+        "edited",
+        {"to": "x", "amount": 3},
+        None,
+        "alice",
+    )
+    assert (denial.verdict, denial.input, denial.reason, denial.decided_by) == (
+        "denied",
+        None,
+        "not y",
+        "bob",
+    )
+    assert before <= edit.decided_at == denial.decided_at <= after
+    (plain,) = await store.approvals(second.run_id)
+    assert plain.decision is not None
+    assert (plain.tool_use_id, plain.decision.verdict, plain.decision.decided_by) == (
+        z,
+        "approved",
+        None,
+    )
+    assert done == ["transfer 3 to x", "transfer 7 to z"]
+
+
+class ClaimedElsewhereFirst:
+    """A store where, just before this agent claims a paused run, another process claims
+    it (the race that the check of the run's status cannot see)."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def claim_paused_run(self, run_id: str, **kwargs: Any) -> bool:
+        elsewhere = ApprovalDecision(
+            verdict="denied", reason="no", decided_by="carol", decided_at=1.0
+        )
+        assert await self.inner.claim_paused_run(
+            run_id,
+            decisions={
+                call.tool_use_id: elsewhere for call in await self.inner.pending_calls(run_id)
+            },
+        )
+        return await self.inner.claim_paused_run(run_id, **kwargs)
+
+
+async def test_a_resume_that_loses_the_race_raises_run_not_awaiting_approval() -> None:
+    real = MemoryStore()
+    store: Any = ClaimedElsewhereFirst(real)
+    async with satsuma.open_agent(Banker, model=mixed_turn(), store=store, agent_id="b11") as agent:
+        first = await paused(agent)
+        call_id = first.pending[0].id
+        with pytest.raises(satsuma.RunNotAwaitingApproval) as caught:
+            await agent.resume(first.run_id, decisions={call_id: Approve(by="alice")})
+    assert (caught.value.run_id, caught.value.status) == (first.run_id, None)
+    assert str(caught.value) == (
+        f"run {first.run_id} is not awaiting approval any more: another decision on it came first"
+    )
+    (record,) = await real.approvals(first.run_id)
+    assert record.decision is not None and record.decision.decided_by == "carol"  # not alice
+    assert done == ["balance main"]  # the transfer never ran here
 
 
 async def test_two_resumes_at_once_run_the_call_once(store: Store) -> None:
@@ -195,7 +292,7 @@ async def test_two_resumes_at_once_run_the_call_once(store: Store) -> None:
         async def resume() -> None:
             try:
                 outcomes.append((await agent.resume(first.run_id, decisions=decisions)).status)
-            except ValueError as exc:
+            except satsuma.RunNotAwaitingApproval as exc:
                 outcomes.append(str(exc))
 
         async with trio.open_nursery() as nursery:
@@ -205,6 +302,8 @@ async def test_two_resumes_at_once_run_the_call_once(store: Store) -> None:
         "completed",
         f"run {first.run_id} is not awaiting approval (it is completed)",
     ]
+    (record,) = await store.approvals(first.run_id)
+    assert record.decision is not None and record.decision.verdict == "approved"
     assert done == ["balance main", "transfer 10 to bob"]
 
 

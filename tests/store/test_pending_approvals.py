@@ -1,5 +1,5 @@
 """Runs paused for a person's decision, in every store: the pause and its pending calls in
-one transaction, and a claim that only one decision wins."""
+one transaction, a claim that only one decision wins, and the decisions it records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from pathlib import Path
 import trio
 
 from satsuma import Usage
-from satsuma.store import SCHEMA_VERSION, PendingApproval, RunRecord, SQLiteStore, Store
+from satsuma.store import (
+    SCHEMA_VERSION,
+    ApprovalDecision,
+    ApprovalRecord,
+    PendingApproval,
+    RunRecord,
+    SQLiteStore,
+    Store,
+)
 
 
 def pending(call_id: str, amount: int) -> PendingApproval:
@@ -94,20 +102,101 @@ async def test_a_paused_run_is_not_marked_interrupted(store: Store) -> None:
     assert record.status == "awaiting_approval"
 
 
-async def test_a_version_2_file_gains_the_approvals_table(tmp_path: Path) -> None:
+def decided(call: PendingApproval, decision: ApprovalDecision | None) -> ApprovalRecord:
+    return ApprovalRecord(
+        run_id=call.run_id,
+        tool_use_id=call.tool_use_id,
+        tool_name=call.tool_name,
+        input=call.input,
+        reason=call.reason,
+        decision=decision,
+    )
+
+
+ALICE = ApprovalDecision(verdict="approved", decided_by="alice", decided_at=5.5)
+EDIT = ApprovalDecision(
+    verdict="edited", input={"to": "bob", "amount": 1}, decided_by=None, decided_at=6.0
+)
+BOB = ApprovalDecision(verdict="denied", reason="not today", decided_by="bob", decided_at=7.25)
+
+
+async def test_a_claim_records_its_decisions_and_decided_calls_are_no_longer_pending(
+    store: Store,
+) -> None:
+    await started(store)
+    t1, t2, t3 = pending("t1", 1), pending("t2", 2), pending("t3", 3)
+    await store.pause_run("r1", [t1, t2, t3], usage=Usage())
+    assert await store.approvals("r1") == [decided(t1, None), decided(t2, None), decided(t3, None)]
+    assert await store.claim_paused_run("r1", decisions={"t1": ALICE, "t2": EDIT, "t3": BOB})
+    # The run goes on: nothing of it is pending any more, and who decided what is kept.
+    assert await store.pending_calls("r1") == []
+    assert await store.approvals("r1") == [decided(t1, ALICE), decided(t2, EDIT), decided(t3, BOB)]
+    # Paused again on a later turn: the new call is pending, the decided ones stay, first.
+    t4 = pending("t4", 4)
+    await store.pause_run("r1", [t4], usage=Usage())
+    assert await store.pending_calls("r1") == [t4]
+    assert await store.approvals("r1") == [
+        decided(t1, ALICE),
+        decided(t2, EDIT),
+        decided(t3, BOB),
+        decided(t4, None),
+    ]
+    assert await store.approvals("unknown") == []
+
+
+async def test_a_losing_claim_records_nothing(store: Store) -> None:
+    await started(store)
+    await store.pause_run("r1", [pending("t1", 1)], usage=Usage())
+    other = ApprovalDecision(verdict="denied", reason="no", decided_by="carol", decided_at=9.0)
+    wins: list[bool] = []
+
+    async def claim(decision: ApprovalDecision) -> None:
+        wins.append(await store.claim_paused_run("r1", decisions={"t1": decision}))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(claim, ALICE)
+        nursery.start_soon(claim, other)
+    assert sorted(wins) == [False, True]
+    (record,) = await store.approvals("r1")
+    assert record.decision in (ALICE, other)
+    # Whichever won, a later claim (the run is running) changes nothing.
+    assert not await store.claim_paused_run("r1", decisions={"t1": BOB})
+    assert await store.approvals("r1") == [record]
+
+
+async def test_calls_of_a_run_no_longer_paused_are_not_pending(store: Store) -> None:
+    await started(store)
+    await store.pause_run("r1", [pending("t1", 1)], usage=Usage())
+    # A later run went past it: never decided, never to run.
+    await store.end_run("r1", status="cancelled", ended_at=2.0, usage=Usage(), error="gone past")
+    assert await store.pending_calls("r1") == []
+    assert await store.approvals("r1") == [decided(pending("t1", 1), None)]
+
+
+async def test_a_version_3_file_gains_the_decisions(tmp_path: Path) -> None:
     from satsuma.store._sqlite import _MIGRATIONS
 
-    path = tmp_path / "v2.db"
+    path = tmp_path / "v3.db"
     with contextlib.closing(sqlite3.connect(path)) as raw, raw:
         raw.execute("CREATE TABLE satsuma_schema (version INTEGER NOT NULL)")
-        for version in (1, 2):
+        for version in (1, 2, 3):
             for statement in _MIGRATIONS[version]:
                 raw.execute(statement)
             raw.execute("INSERT INTO satsuma_schema (version) VALUES (?)", (version,))
+        # A run an older satsuma paused.
+        raw.execute(
+            "INSERT INTO runs (run_id, agent_id, status, prompt, started_at, usage) "
+            "VALUES ('r1', 'a', 'awaiting_approval', 'pay', 1.0, '{}')"
+        )
+        raw.execute(
+            "INSERT INTO approvals (run_id, tool_use_id, position, tool_name, input, reason) "
+            "VALUES ('r1', 't1', 0, 'transfer', '{\"to\": \"bob\", \"amount\": 1}', "
+            "'transfer requires approval')"
+        )
     async with SQLiteStore(path) as store:
-        await started(store)
-        await store.pause_run("r1", [pending("t1", 1)], usage=Usage())
         assert await store.pending_calls("r1") == [pending("t1", 1)]
+        assert await store.claim_paused_run("r1", decisions={"t1": ALICE})
+        assert await store.approvals("r1") == [decided(pending("t1", 1), ALICE)]
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()[0] == 3
-    assert SCHEMA_VERSION == 3
+        assert raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()[0] == 4
+    assert SCHEMA_VERSION == 4

@@ -4,17 +4,19 @@ ever runs its calls (two people clicking at once, two processes resuming at once
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from .._exceptions import RunNotAwaitingApproval
 from .._jsonvalue import json_problem
-from ..store import PendingApproval
+from ..store import ApprovalDecision, PendingApproval
 from ..tools import Approve, Deny, ToolDefinition
 
 if TYPE_CHECKING:
     from ._actor import Actor, Job
 
-__all__ = ["check_decisions", "check_edits", "claim_paused"]
+__all__ = ["check_decisions", "check_edits", "claim_paused", "stored_decisions"]
 
 
 def check_decisions(
@@ -85,14 +87,40 @@ def check_edits(
         )
 
 
+def stored_decisions(
+    decisions: Mapping[str, Approve | Deny], at: float
+) -> dict[str, ApprovalDecision]:
+    """The decisions (checked) as the store keeps them, made at ``at``."""
+    stored = {}
+    for call_id, decision in decisions.items():
+        if isinstance(decision, Deny):
+            record = ApprovalDecision(
+                verdict="denied", reason=decision.reason, decided_by=decision.by, decided_at=at
+            )
+        elif decision.input is not None:
+            record = ApprovalDecision(
+                verdict="edited",
+                input=dict(decision.input),
+                decided_by=decision.by,
+                decided_at=at,
+            )
+        else:
+            record = ApprovalDecision(verdict="approved", decided_by=decision.by, decided_at=at)
+        stored[call_id] = record
+    return stored
+
+
 async def claim_paused(actor: Actor, job: Job) -> None:
     """Check the job's decisions and take its run up in the store (its status becomes
-    ``running``); fill the job with the run's record, prompt and pending calls.
+    ``running``, and the decisions are recorded on its calls); fill the job with the
+    run's record, prompt and pending calls.
 
     Raises:
-        ValueError: the agent has no store, the run is not one of its runs awaiting
-            approval (or another decision took it first), the decisions do not
-            match its pending calls, or an edit is not valid input for its tool.
+        RunNotAwaitingApproval: the run is not awaiting approval, or another decision
+            took it first.
+        ValueError: the agent has no store, the run is not one of its runs, the
+            decisions do not match its pending calls, or an edit is not valid input for
+            its tool.
         TypeError: a decision is not Approve or Deny.
     """
     persistence = actor.persistence
@@ -104,14 +132,13 @@ async def claim_paused(actor: Actor, job: Job) -> None:
     if record is None or record.agent_id != actor.agent_id:
         raise ValueError(f"agent {actor.agent_id} has no run {job.run_id!r}")
     if record.status != "awaiting_approval":
-        raise ValueError(f"run {job.run_id} is not awaiting approval (it is {record.status})")
+        raise RunNotAwaitingApproval(job.run_id, record.status)
     pending = await store.pending_calls(job.run_id)
     check_decisions(job.run_id, pending, job.decisions)
     check_edits(job.run_id, pending, job.decisions, actor.runner.definitions)
-    if not await persistence.claim_paused_run(job.run_id):
-        raise ValueError(
-            f"run {job.run_id} is not awaiting approval any more: another decision on it came first"
-        )
+    decided = stored_decisions(job.decisions, time.time())
+    if not await persistence.claim_paused_run(job.run_id, decided):
+        raise RunNotAwaitingApproval(job.run_id)
     job.resume = record
     job.prompt = record.prompt
     job.pending = tuple(pending)

@@ -197,14 +197,18 @@ class AgentHandle(Generic[OutputT]):
         decision (``Approve()``, ``Approve(input={...})`` or ``Deny(reason)``) per id of
         its ``pending`` calls. The calls of that turn that needed no decision keep their
         journaled outcomes; the pending ones run (or are denied) once, however many
-        resumes race: the first takes the run, the others raise.
+        resumes race: the first takes the run (and the store records its decisions, see
+        ``Store.approvals``), the others raise ``RunNotAwaitingApproval``.
 
         Raises:
+            RunNotAwaitingApproval: (a ValueError) with decisions, the run is not
+                awaiting approval: another decision took it first, or it was resumed,
+                gone past or never paused.
             ValueError: the agent has no store; the run is not an interrupted run of this
-                agent (or, with decisions, not one awaiting approval, or another decision
-                took it first); a decision names a call the run does not wait on, a
-                pending call has none, or an ``Approve(input=...)`` is not valid input for
-                its tool (nothing is run; the run still waits).
+                agent (or, with decisions, not a run of this agent); a decision names a
+                call the run does not wait on, a pending call has none, or an
+                ``Approve(input=...)`` is not valid input for its tool (nothing is run;
+                the run still waits).
             TypeError: a decision is not Approve or Deny.
             AgentUnavailable: the agent has stopped.
         """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import attrs
@@ -15,6 +15,7 @@ import trio
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ..store import (
+    ApprovalDecision,
     JournalEntry,
     Lease,
     Owner,
@@ -373,10 +374,13 @@ class Persistence:
         self._check_fence("a paused run")
         await self.store.pause_run(run_id, pending, usage=usage, lease=self.lease)
 
-    async def claim_paused_run(self, run_id: str) -> bool:
-        """Take a paused run up again; False if another decision took it first."""
+    async def claim_paused_run(
+        self, run_id: str, decisions: Mapping[str, ApprovalDecision]
+    ) -> bool:
+        """Take a paused run up again, recording the decisions on its calls in the same
+        transaction; False if another decision took it first."""
         self._check_fence("a paused run")
-        return await self.store.claim_paused_run(run_id, lease=self.lease)
+        return await self.store.claim_paused_run(run_id, decisions=decisions, lease=self.lease)
 
     async def calls_started(self, run_id: str, calls: Sequence[ToolCall]) -> None:
         """Journal a turn's calls as started, before any of them runs.

@@ -6,6 +6,9 @@ from ._lease import Lease as Lease
 from ._lease import Owner as Owner
 from ._memory import MemoryStore as MemoryStore
 from ._postgres import PostgresStore as PostgresStore
+from ._records import ApprovalDecision as ApprovalDecision
+from ._records import ApprovalRecord as ApprovalRecord
+from ._records import ApprovalVerdict as ApprovalVerdict
 from ._records import JournalEntry as JournalEntry
 from ._records import PendingApproval as PendingApproval
 from ._records import RunRecord as RunRecord
@@ -15,6 +18,9 @@ from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ApprovalVerdict",
     "JournalEntry",
     "Lease",
     "MemoryStore",

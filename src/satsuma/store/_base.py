@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from .._messages import Message, Usage
 from ._lease import Lease, Owner
-from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
+from ._records import (
+    ApprovalDecision,
+    ApprovalRecord,
+    JournalEntry,
+    PendingApproval,
+    RunRecord,
+    RunRecordStatus,
+)
 
 __all__ = ["Store"]
 
@@ -118,13 +125,14 @@ class Store(Protocol):
         usage: Usage,
         lease: Lease | None = None,
     ) -> None:
-        """Mark the run ``awaiting_approval`` and keep its pending calls (in place of any
-        it had before), in one transaction."""
+        """Mark the run ``awaiting_approval`` and keep its pending calls, in place of any
+        undecided ones it had before (the decided calls of an earlier pause of the run
+        stay, as a record), in one transaction."""
         ...
 
     async def pending_calls(self, run_id: str) -> list[PendingApproval]:
-        """The calls the run last paused on, in the order they were made (kept after the
-        run went on, as a record of what was asked)."""
+        """The calls the run waits on, in the order they were made: its undecided calls
+        while it is ``awaiting_approval``, none once it is resumed or gone past."""
         ...
 
     async def runs_awaiting_approval(self) -> list[RunRecord]:
@@ -132,10 +140,25 @@ class Store(Protocol):
         on a person (an approval inbox, a service listing them after a restart)."""
         ...
 
-    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+    async def claim_paused_run(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        lease: Lease | None = None,
+    ) -> bool:
         """Mark the run ``running`` again if it is ``awaiting_approval``, atomically: True
         for the one caller that did, False for any other (the run was decided already, or
-        never paused). This is what keeps two decisions from both running a call."""
+        never paused). This is what keeps two decisions from both running a call.
+
+        ``decisions`` (by call id) are recorded on the run's pending calls in the same
+        transaction, and only by the caller that wins (see ``approvals``)."""
+        ...
+
+    async def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        """Every call the run paused on, in the order they were made (earlier pauses
+        first), each with the decision it was resumed with, or None: who approved,
+        edited or denied what, and when."""
         ...
 
     # --- the tool-call journal ------------------------------------------------------------

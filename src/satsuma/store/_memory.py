@@ -4,7 +4,7 @@ process)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 import attrs
@@ -13,7 +13,14 @@ import trio
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
-from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
+from ._records import (
+    ApprovalDecision,
+    ApprovalRecord,
+    JournalEntry,
+    PendingApproval,
+    RunRecord,
+    RunRecordStatus,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -27,7 +34,7 @@ class MemoryStore:
         self._messages: dict[str, list[Message]] = {}
         self._runs: dict[str, RunRecord] = {}
         self._calls: dict[str, dict[str, JournalEntry]] = {}
-        self._pending: dict[str, tuple[PendingApproval, ...]] = {}
+        self._approvals: dict[str, list[ApprovalRecord]] = {}
         # agent_id -> (holder or None once released, epoch, expires_at)
         self._leases: dict[str, tuple[Owner | None, int, float]] = {}
 
@@ -177,25 +184,65 @@ class MemoryStore:
         self._runs[run_id] = attrs.evolve(
             self._runs[run_id], status="awaiting_approval", usage=usage
         )
-        self._pending[run_id] = tuple(pending)
+        decided = [a for a in self._approvals.get(run_id, ()) if a.decision is not None]
+        self._approvals[run_id] = decided + [
+            ApprovalRecord(
+                run_id=run_id,
+                tool_use_id=p.tool_use_id,
+                tool_name=p.tool_name,
+                input=p.input,
+                reason=p.reason,
+            )
+            for p in pending
+        ]
 
     async def pending_calls(self, run_id: str) -> list[PendingApproval]:
         await trio.lowlevel.checkpoint()
-        return list(self._pending.get(run_id, ()))
+        record = self._runs.get(run_id)
+        if record is None or record.status != "awaiting_approval":
+            return []
+        return [
+            PendingApproval(
+                run_id=run_id,
+                tool_use_id=a.tool_use_id,
+                tool_name=a.tool_name,
+                input=a.input,
+                reason=a.reason,
+            )
+            for a in self._approvals.get(run_id, ())
+            if a.decision is None
+        ]
 
     async def runs_awaiting_approval(self) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
         paused = [r for r in self._runs.values() if r.status == "awaiting_approval"]
         return sorted(paused, key=lambda r: r.started_at)
 
-    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+    async def claim_paused_run(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        lease: Lease | None = None,
+    ) -> bool:
         await trio.lowlevel.checkpoint()
         self._check(lease)
         record = self._runs.get(run_id)
         if record is None or record.status != "awaiting_approval":
             return False
         self._runs[run_id] = attrs.evolve(record, status="running")
+        decisions = decisions or {}
+        self._approvals[run_id] = [
+            attrs.evolve(a, decision=decisions[a.tool_use_id])
+            if a.decision is None and a.tool_use_id in decisions
+            else a
+            for a in self._approvals.get(run_id, ())
+        ]
         return True
+
+    async def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        await trio.lowlevel.checkpoint()
+        return list(self._approvals.get(run_id, ()))
 
     async def call_started(
         self,

@@ -26,7 +26,7 @@ import json
 import math
 import select
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import attrs
@@ -35,10 +35,20 @@ import trio
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
-from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
+from ._records import (
+    ApprovalDecision,
+    ApprovalRecord,
+    JournalEntry,
+    PendingApproval,
+    RunRecord,
+    RunRecordStatus,
+)
 from ._rows import (
+    APPROVAL_COLUMNS,
     RUN_COLUMNS,
     Damaged,
+    approval_record,
+    decision_values,
     journal_entry,
     message,
     pending_approval,
@@ -190,6 +200,15 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             dropped BIGINT NOT NULL DEFAULT 0,
             updated_at DOUBLE PRECISION NOT NULL
         )""",
+    ),
+    # What was decided on each call a run paused on, when the run was resumed (NULL
+    # while undecided): verdict approved, edited or denied; the edited input (JSON
+    # text); the denial's reason; who decided, if the decision said; when. Decided rows
+    # are kept when the run pauses again, as the record of who approved what.
+    5: (
+        "ALTER TABLE approvals ADD COLUMN verdict TEXT, ADD COLUMN decided_input TEXT, "
+        "ADD COLUMN denial_reason TEXT, ADD COLUMN decided_by TEXT, "
+        "ADD COLUMN decided_at DOUBLE PRECISION",
     ),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
@@ -754,33 +773,43 @@ class PostgresStore:
         usage: Usage,
         lease: Lease | None = None,
     ) -> None:
-        rows = [
-            (run_id, p.tool_use_id, position, p.tool_name, json.dumps(p.input), p.reason)
-            for position, p in enumerate(pending)
-        ]
+        calls = [(p.tool_use_id, p.tool_name, json.dumps(p.input), p.reason) for p in pending]
 
         def work(db: psycopg.Connection[Any]) -> None:
             db.execute(
                 "UPDATE runs SET status = 'awaiting_approval', usage = %s WHERE run_id = %s",
                 (usage_json(usage), run_id),
             )
-            db.execute("DELETE FROM approvals WHERE run_id = %s", (run_id,))
-            if rows:
+            db.execute("DELETE FROM approvals WHERE run_id = %s AND verdict IS NULL", (run_id,))
+            # After the calls an earlier pause of the run asked about (decided, and kept).
+            # The run's row, locked by the UPDATE above, orders two pauses of one run.
+            row = db.execute(
+                "SELECT coalesce(max(position) + 1, 0) FROM approvals WHERE run_id = %s",
+                (run_id,),
+            ).fetchone()
+            first = row[0] if row is not None else 0
+            if calls:
                 with db.cursor() as cursor:
                     cursor.executemany(
                         "INSERT INTO approvals (run_id, tool_use_id, position, tool_name, "
                         "input, reason) VALUES (%s, %s, %s, %s, %s, %s)",
-                        rows,
+                        [
+                            (run_id, call[0], first + offset, *call[1:])
+                            for offset, call in enumerate(calls)
+                        ],
                     )
 
         await self._call(work, lease)
 
     async def pending_calls(self, run_id: str) -> list[PendingApproval]:
         def work(db: psycopg.Connection[Any]) -> list[PendingApproval]:
+            # One statement, so one snapshot: the calls and the run's status agree.
             rows = db.execute(
                 "SELECT tool_use_id, tool_name, input, reason FROM approvals "
-                "WHERE run_id = %s ORDER BY position",
-                (run_id,),
+                "WHERE run_id = %s AND verdict IS NULL AND EXISTS (SELECT 1 FROM runs "
+                "WHERE runs.run_id = %s AND runs.status = 'awaiting_approval') "
+                "ORDER BY position",
+                (run_id, run_id),
             ).fetchall()
             return [pending_approval(run_id, row) for row in rows]
 
@@ -796,18 +825,50 @@ class PostgresStore:
 
         return await self._call(work, transaction=False)
 
-    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+    async def claim_paused_run(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        lease: Lease | None = None,
+    ) -> bool:
+        decided = [
+            (*decision_values(decision), run_id, call_id)
+            for call_id, decision in (decisions or {}).items()
+        ]
+
         def work(db: psycopg.Connection[Any]) -> bool:
             # One statement: of two claims at once, the second waits for the first's row
-            # lock, then finds the status changed and updates nothing.
+            # lock, then finds the status changed and updates nothing. The decisions are
+            # written in the same transaction, by the winner only.
             row = db.execute(
                 "UPDATE runs SET status = 'running' WHERE run_id = %s "
                 "AND status = 'awaiting_approval' RETURNING run_id",
                 (run_id,),
             ).fetchone()
-            return row is not None
+            if row is None:
+                return False
+            if decided:
+                with db.cursor() as cursor:
+                    cursor.executemany(
+                        "UPDATE approvals SET verdict = %s, decided_input = %s, "
+                        "denial_reason = %s, decided_by = %s, decided_at = %s "
+                        "WHERE run_id = %s AND tool_use_id = %s AND verdict IS NULL",
+                        decided,
+                    )
+            return True
 
         return await self._call(work, lease)
+
+    async def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        def work(db: psycopg.Connection[Any]) -> list[ApprovalRecord]:
+            rows = db.execute(
+                f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE run_id = %s ORDER BY position",
+                (run_id,),
+            ).fetchall()
+            return [approval_record(run_id, row) for row in rows]
+
+        return await self._call(work, transaction=False)
 
     # --- the tool-call journal ------------------------------------------------------------
 

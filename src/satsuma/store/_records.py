@@ -8,7 +8,18 @@ import attrs
 
 from .._messages import Usage
 
-__all__ = ["JournalEntry", "PendingApproval", "RunRecord", "RunRecordStatus"]
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ApprovalVerdict",
+    "JournalEntry",
+    "PendingApproval",
+    "RunRecord",
+    "RunRecordStatus",
+]
+
+ApprovalVerdict: TypeAlias = Literal["approved", "edited", "denied"]
+"""What a person decided on a call: run it as asked, run it with edited input, or not."""
 
 RunRecordStatus: TypeAlias = Literal[
     "running", "interrupted", "completed", "max_iterations", "deadline_exceeded", "cancelled",
@@ -91,3 +102,47 @@ class PendingApproval:
     tool_name: str
     input: Any
     reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalDecision:
+    """A person's decision on a call of a paused run, as stored when the run was resumed
+    with it (see ``Store.claim_paused_run``).
+
+    Attributes:
+        verdict: ``approved`` (run as asked), ``edited`` (run with ``input``) or
+            ``denied``.
+        input: The edited input it ran with (``edited`` only, else None).
+        reason: The denial's reason, which the model read (``denied`` only, else None).
+        decided_by: Who decided, as the decision said (``Approve(by=...)``), or None.
+        decided_at: When the run was resumed with it (seconds since the epoch).
+    """
+
+    verdict: ApprovalVerdict
+    input: Any = None
+    reason: str | None = None
+    decided_by: str | None = None
+    decided_at: float
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalRecord:
+    """A call a run paused on, and what was decided on it: what an audit reads
+    (``Store.approvals``).
+
+    Attributes:
+        run_id: The run it belongs to.
+        tool_use_id: The call's id.
+        tool_name: The tool.
+        input: The arguments the model asked for (after any hook's rewrite).
+        reason: Why it needed a decision.
+        decision: The decision it was resumed with, or None while undecided (also for
+            good, when a later run went past the paused one).
+    """
+
+    run_id: str
+    tool_use_id: str
+    tool_name: str
+    input: Any
+    reason: str
+    decision: ApprovalDecision | None = None

@@ -12,11 +12,22 @@ import json
 from typing import Any, Final, get_args
 
 from .._messages import Message, Usage
-from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
+from ._records import (
+    ApprovalDecision,
+    ApprovalRecord,
+    ApprovalVerdict,
+    JournalEntry,
+    PendingApproval,
+    RunRecord,
+    RunRecordStatus,
+)
 
 __all__ = [
+    "APPROVAL_COLUMNS",
     "RUN_COLUMNS",
     "Damaged",
+    "approval_record",
+    "decision_values",
     "decoded",
     "journal_entry",
     "message",
@@ -145,6 +156,45 @@ def pending_approval(run_id: str, row: tuple[Any, ...]) -> PendingApproval:
         tool_name=tool_name,
         input=decoded(f"the pending call {tool_use_id!r} of run {run_id!r}: its input", input),
         reason=reason,
+    )
+
+
+APPROVAL_COLUMNS: Final = (
+    "tool_use_id, tool_name, input, reason, verdict, decided_input, denial_reason, "
+    "decided_by, decided_at"
+)
+_VERDICTS: Final = frozenset(get_args(ApprovalVerdict))
+
+
+def decision_values(decision: ApprovalDecision) -> tuple[Any, ...]:
+    """``verdict, decided_input, denial_reason, decided_by, decided_at`` for a row."""
+    edited = json.dumps(decision.input) if decision.verdict == "edited" else None
+    return (decision.verdict, edited, decision.reason, decision.decided_by, decision.decided_at)
+
+
+def approval_record(run_id: str, row: tuple[Any, ...]) -> ApprovalRecord:
+    """A call a run paused on, from a row of :data:`APPROVAL_COLUMNS`."""
+    verdict, edited, reason, decided_by, decided_at = row[4:]
+    call = pending_approval(run_id, row[:4])
+    decision = None
+    if verdict is not None:
+        where = f"the decision on call {call.tool_use_id!r} of run {run_id!r}"
+        if verdict not in _VERDICTS or not isinstance(decided_at, (int, float)):
+            raise Damaged(f"{where} cannot be read: {_shown(verdict)} at {_shown(decided_at)}")
+        decision = ApprovalDecision(
+            verdict=verdict,
+            input=decoded(f"{where}: its edited input", edited) if edited is not None else None,
+            reason=reason,
+            decided_by=decided_by,
+            decided_at=float(decided_at),
+        )
+    return ApprovalRecord(
+        run_id=run_id,
+        tool_use_id=call.tool_use_id,
+        tool_name=call.tool_name,
+        input=call.input,
+        reason=call.reason,
+        decision=decision,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike, fspath
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, final
@@ -21,9 +21,19 @@ import trio
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
-from ._records import JournalEntry, PendingApproval, RunRecord, RunRecordStatus
+from ._records import (
+    ApprovalDecision,
+    ApprovalRecord,
+    JournalEntry,
+    PendingApproval,
+    RunRecord,
+    RunRecordStatus,
+)
+from ._rows import APPROVAL_COLUMNS as _APPROVAL_COLUMNS
 from ._rows import RUN_COLUMNS as _RUN_COLUMNS
 from ._rows import Damaged as _Damaged
+from ._rows import approval_record as _approval_record
+from ._rows import decision_values as _decision_values
 from ._rows import journal_entry as _journal_entry
 from ._rows import message as _message
 from ._rows import pending_approval as _pending_approval
@@ -96,6 +106,17 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             reason TEXT NOT NULL,
             PRIMARY KEY (run_id, tool_use_id)
         )""",
+    ),
+    4: (
+        # What was decided on each call when its run was resumed (NULL while undecided):
+        # verdict approved, edited or denied; the edited input (JSON); the denial's
+        # reason; who decided, if the decision said; when. Decided rows are kept when the
+        # run pauses again, as the record of who approved what.
+        "ALTER TABLE approvals ADD COLUMN verdict TEXT",
+        "ALTER TABLE approvals ADD COLUMN decided_input TEXT",
+        "ALTER TABLE approvals ADD COLUMN denial_reason TEXT",
+        "ALTER TABLE approvals ADD COLUMN decided_by TEXT",
+        "ALTER TABLE approvals ADD COLUMN decided_at REAL",
     ),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
@@ -473,21 +494,23 @@ class SQLiteStore:
         usage: Usage,
         lease: Lease | None = None,
     ) -> None:
-        rows = [
-            (run_id, p.tool_use_id, position, p.tool_name, json.dumps(p.input), p.reason)
-            for position, p in enumerate(pending)
-        ]
+        calls = [(p.tool_use_id, p.tool_name, json.dumps(p.input), p.reason) for p in pending]
 
         def work(db: sqlite3.Connection) -> None:
             db.execute(
                 "UPDATE runs SET status = 'awaiting_approval', usage = ? WHERE run_id = ?",
                 (_usage_json(usage), run_id),
             )
-            db.execute("DELETE FROM approvals WHERE run_id = ?", (run_id,))
+            db.execute("DELETE FROM approvals WHERE run_id = ? AND verdict IS NULL", (run_id,))
+            # After the calls an earlier pause of the run asked about (decided, and kept).
+            first = db.execute(
+                "SELECT coalesce(max(position) + 1, 0) FROM approvals WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()[0]
             db.executemany(
                 "INSERT INTO approvals (run_id, tool_use_id, position, tool_name, input, reason) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                rows,
+                [(run_id, call[0], first + offset, *call[1:]) for offset, call in enumerate(calls)],
             )
 
         await self._call(work, lease)
@@ -496,8 +519,9 @@ class SQLiteStore:
         def work(db: sqlite3.Connection) -> list[PendingApproval]:
             rows = db.execute(
                 "SELECT tool_use_id, tool_name, input, reason FROM approvals WHERE run_id = ? "
-                "ORDER BY position",
-                (run_id,),
+                "AND verdict IS NULL AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? "
+                "AND runs.status = 'awaiting_approval') ORDER BY position",
+                (run_id, run_id),
             ).fetchall()
             return [_pending_approval(run_id, row) for row in rows]
 
@@ -513,16 +537,45 @@ class SQLiteStore:
 
         return await self._call(work)
 
-    async def claim_paused_run(self, run_id: str, *, lease: Lease | None = None) -> bool:
+    async def claim_paused_run(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        lease: Lease | None = None,
+    ) -> bool:
+        decided = [
+            (*_decision_values(decision), run_id, call_id)
+            for call_id, decision in (decisions or {}).items()
+        ]
+
         def work(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
                 "UPDATE runs SET status = 'running' WHERE run_id = ? "
                 "AND status = 'awaiting_approval'",
                 (run_id,),
             )
-            return cursor.rowcount == 1
+            if cursor.rowcount != 1:
+                return False
+            db.executemany(
+                "UPDATE approvals SET verdict = ?, decided_input = ?, denial_reason = ?, "
+                "decided_by = ?, decided_at = ? WHERE run_id = ? AND tool_use_id = ? "
+                "AND verdict IS NULL",
+                decided,
+            )
+            return True
 
         return await self._call(work, lease)
+
+    async def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        def work(db: sqlite3.Connection) -> list[ApprovalRecord]:
+            rows = db.execute(
+                f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? ORDER BY position",
+                (run_id,),
+            ).fetchall()
+            return [_approval_record(run_id, row) for row in rows]
+
+        return await self._call(work)
 
     # --- the tool-call journal ------------------------------------------------------------
 
