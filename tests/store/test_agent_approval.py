@@ -415,3 +415,54 @@ async def test_a_supervised_agent_that_crashes_while_a_run_waits_keeps_it_waitin
         assert (result.status, result.output) == ("completed", "Paid.")
         check_conversation(agent.history)
     assert done == ["balance main", "transfer 10 to bob"]
+
+
+async def test_a_reset_goes_past_a_paused_run(store: Store) -> None:
+    model = mixed_turn("Hello.")
+    async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b12") as agent:
+        first = await paused(agent)
+        await agent.reset()
+        assert agent.history == ()
+        (record,) = await store.runs("b12")
+        assert (record.status, record.error) == (
+            "cancelled",
+            "awaiting approval, and not decided before the conversation was reset",
+        )
+        assert await store.runs_awaiting_approval() == []
+        assert await store.pending_calls(first.run_id) == []
+        (asked,) = await store.approvals(first.run_id)
+        assert asked.decision is None  # never decided
+        with pytest.raises(satsuma.RunNotAwaitingApproval, match="it is cancelled"):
+            await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
+        # The conversation starts afresh, whole.
+        second = await agent.run("Hi")
+        assert (second.status, second.output) == ("completed", "Hello.")
+        assert [m.role for m in agent.history] == ["user", "assistant"]
+        check_conversation(agent.history)
+    assert done == ["balance main"]
+
+
+async def test_a_reset_goes_past_an_interrupted_run(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "r.db") as store:
+        # A run a killed process left running: the agent finds it interrupted.
+        await store.start_run(
+            satsuma.store.RunRecord(
+                run_id="run_old", agent_id="b13", status="running", prompt="Hi", started_at=1.0
+            ),
+            start=0,
+            messages=[satsuma.Message(role="user", content=[{"type": "text", "text": "Hi"}])],
+        )
+        model = ScriptedModel(["Hello."])
+        async with satsuma.open_agent(Banker, model=model, store=store, agent_id="b13") as agent:
+            assert [r.run_id for r in agent.interrupted] == ["run_old"]
+            await agent.reset()
+            assert agent.interrupted == ()
+            with pytest.raises(ValueError, match="run run_old ended cancelled"):
+                await agent.resume("run_old")
+            assert (await agent.run("Hello?")).output == "Hello."
+            assert [m.text for m in agent.history] == ["Hello?", "Hello."]
+        (record, _) = await store.runs("b13")
+        assert (record.status, record.error) == (
+            "cancelled",
+            "interrupted, and not resumed before the conversation was reset",
+        )

@@ -313,10 +313,7 @@ class Actor:
                     )
             async for request in self.mailbox.receive:
                 if isinstance(request, ResetRequest):
-                    self.history.clear()
-                    self.changed_from(0)
-                    await self.flush()
-                    self.last_usage = None
+                    await self._reset()
                     request.done.set()
                     continue
                 await self._serve_job(request)
@@ -326,6 +323,37 @@ class Actor:
         finally:
             self.alive = False
             self._close_mailbox(crash)
+
+    async def _reset(self) -> None:
+        """Forget the conversation. The runs paused awaiting approval and the
+        interrupted ones are gone past first, as a new run goes past them (their record
+        ends ``cancelled``): resumed after the reset, they would go on from a
+        conversation that no longer holds their calls. Written before the conversation
+        is cleared: a store failing in between never leaves a paused run waiting on
+        calls that are gone."""
+        if self.persistence is not None:
+            for run_id in self.awaiting:
+                record = await self.persistence.store.get_run(run_id)
+                if record is not None and record.status == "awaiting_approval":
+                    await self.persistence.end_run(
+                        run_id,
+                        "cancelled",
+                        record.usage,
+                        "awaiting approval, and not decided before the conversation was reset",
+                    )
+            for record in self.interrupted:
+                await self.persistence.end_run(
+                    record.run_id,
+                    "cancelled",
+                    record.usage,
+                    "interrupted, and not resumed before the conversation was reset",
+                )
+        self.awaiting = []
+        self.interrupted = []
+        self.history.clear()
+        self.changed_from(0)
+        await self.flush()
+        self.last_usage = None
 
     async def _serve_job(self, job: Job) -> None:
         if job.scope.cancel_called:

@@ -338,6 +338,10 @@ class AgentHandle(Generic[OutputT]):
         only once the conversation is forgotten: if the agent crashes first, a
         supervised agent's next incarnation does it; otherwise it raises.
 
+        A run paused awaiting approval (or interrupted) goes with the conversation, as
+        when a new run goes past it: its record ends ``cancelled``, and resuming it
+        raises (``RunNotAwaitingApproval``).
+
         Raises:
             AgentUnavailable: the agent stopped (or its supervisor gave up) before it.
             AgentCrashed: the agent crashed before it, and will not be restarted.
