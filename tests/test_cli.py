@@ -23,6 +23,7 @@ import trio
 import satsuma
 from satsuma._demo import scripted_answer
 from satsuma.cli import _parser, main
+from satsuma.store import SQLiteStore
 from satsuma.testing import Failure, MessagesServer, Reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -973,12 +974,19 @@ async def test_a_paused_run_is_listed_refused_past_and_approved(tmp_path: Path) 
         assert (status, out) == (2, ""), err
         assert err.strip().startswith(f"satsuma: error: {message}"), err
 
+    # Decided by the OS user, unless --by says who.
     status, out, err = await satsuma_command(
-        "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
-    )
+        "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path,
+        env=environment(LOGNAME="dana", USER="dana"),
+    )  # fmt: skip
     assert status == 0, err
     assert "- transfer: sent 5 to bob" in out
+    assert "approved by dana" in out
     assert (tmp_path / "transfers.log").read_text() == "5 to bob\n"
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        (asked,) = await store.approvals(run_id)
+    assert asked.decision is not None
+    assert (asked.decision.verdict, asked.decision.decided_by) == ("approved", "dana")
 
     # Decided once: a second decision is refused and the transfer does not run again.
     status, out, err = await satsuma_command(
@@ -995,11 +1003,21 @@ async def test_a_denied_call_tells_the_model_why(tmp_path: Path) -> None:
     run_id, call_id = await paused_run(tmp_path)
     status, out, err = await satsuma_command(
         "resume", "bank.py:Bank", run_id, "--model", "fake", "--store", "s.db",
-        "--deny", f"{call_id}:not today", cwd=tmp_path,
+        "--deny", f"{call_id}:not today", "--by", "carol", cwd=tmp_path,
+        env=environment(LOGNAME="dana", USER="dana"),
     )  # fmt: skip
     assert status == 0, err
     assert "- transfer (an error): Error: Denied: not today" in out
+    assert "denied by carol" in out
     assert not (tmp_path / "transfers.log").exists()
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        (asked,) = await store.approvals(run_id)
+    assert asked.decision is not None
+    assert (asked.decision.verdict, asked.decision.reason, asked.decision.decided_by) == (
+        "denied",
+        "not today",
+        "carol",
+    )
 
 
 async def test_chat_asks_the_person_about_each_call(tmp_path: Path) -> None:
@@ -1021,7 +1039,7 @@ async def test_chat_asks_the_person_about_each_call(tmp_path: Path) -> None:
         [sys.executable, "-m", "satsuma.cli", "chat", "bank.py:Bank", "--model", "fake"],
         stdin=typed.encode() + b"\n",
         cwd=tmp_path,
-        env=environment(),
+        env=environment(LOGNAME="dana", USER="dana"),
         capture_stdout=True,
         capture_stderr=True,
         check=False,
@@ -1036,3 +1054,24 @@ async def test_chat_asks_the_person_about_each_call(tmp_path: Path) -> None:
     assert "not a JSON object; again: " in out
     assert "- transfer: sent 1 to carl" in out
     assert (tmp_path / "transfers.log").read_text() == "5 to bob\n1 to carl\n"
+    # Each answer is the OS user's.
+    assert out.count("approved by dana") == 1
+    assert "approved with an edit by dana" in out
+    assert "denied by dana" in out
+
+
+async def test_chat_by_names_who_decides(tmp_path: Path) -> None:
+    (tmp_path / "bank.py").write_text(BANK)
+    result = await trio.run_process(
+        [sys.executable, "-m", "satsuma.cli", "chat", "bank.py:Bank", "--model", "fake",
+         "--by", "erin"],
+        stdin=b'transfer {"to": "bob", "amount": 5}\ny\n',
+        cwd=tmp_path,
+        env=environment(LOGNAME="dana", USER="dana"),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )  # fmt: skip
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert (result.returncode, err) == (0, ""), err
+    assert "approved by erin" in out and "dana" not in out

@@ -8,6 +8,7 @@ with one line of explanation; cli.py prints it without a traceback.
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import importlib.util
 import json
@@ -44,6 +45,7 @@ __all__ = [
     "builtin_tools",
     "capability_warnings",
     "chat",
+    "decider",
     "decisions_from",
     "fake_server",
     "list_runs",
@@ -89,6 +91,7 @@ class RunOptions:
     workdir: Path | None = None
     past_interrupted: bool = False
     past_paused: bool = False
+    decided_by: str | None = None  # who decides approvals (chat's answers, resume's)
 
 
 class Assistant(Agent):
@@ -380,17 +383,30 @@ async def list_runs(
     return 0
 
 
-def decisions_from(approve: list[str], deny: list[str]) -> dict[str, Approve | Deny]:
-    """The decisions of ``resume --approve CALL_ID --deny CALL_ID[:REASON]``.
+def decider(by: str | None) -> str | None:
+    """Who the person deciding approvals is: ``--by NAME`` (``--by ''``: no one named),
+    else the OS user name, else (a user without a name, in a container) no one."""
+    if by is not None:
+        return by.strip() or None
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError):  # no LOGNAME, USER..., and no passwd entry for the uid
+        return None
+
+
+def decisions_from(
+    approve: list[str], deny: list[str], *, by: str | None = None
+) -> dict[str, Approve | Deny]:
+    """The decisions of ``resume --approve CALL_ID --deny CALL_ID[:REASON]``, made ``by``.
 
     Raises:
         CommandError: a call is decided twice.
     """
     decisions: dict[str, Approve | Deny] = {}
-    given: list[tuple[str, Approve | Deny]] = [(call_id, Approve()) for call_id in approve]
+    given: list[tuple[str, Approve | Deny]] = [(call_id, Approve(by=by)) for call_id in approve]
     for text in deny:
         call_id, _, reason = text.partition(":")
-        given.append((call_id, Deny(reason.strip() or "the user said no")))
+        given.append((call_id, Deny(reason.strip() or "the user said no", by=by)))
     for call_id, decision in given:
         if call_id in decisions:
             raise CommandError(f"call {call_id} is decided twice")
@@ -529,14 +545,15 @@ async def chat(agent: type[Agent], options: RunOptions, *, console: Console) -> 
     """
     async with (
         _stdin_lines() as lines,
-        _open(agent, options, approver=_asking(lines, console)) as handle,
+        _open(agent, options, approver=_asking(lines, console, options.decided_by)) as handle,
     ):
         return await _chat(handle, lines, console)
 
 
-def _asking(lines: Callable[[], Any], console: Console) -> Approver:
+def _asking(lines: Callable[[], Any], console: Console, by: str | None) -> Approver:
     """An approver that asks the person at the terminal about each call: y runs it, n
-    (or ``n: reason``) denies it, e edits its JSON input first."""
+    (or ``n: reason``) denies it, e edits its JSON input first. The person's decisions
+    are made ``by`` them; a call denied for want of an answer names no one."""
 
     async def ask(call: PendingCall) -> Approve | Deny:
         arguments = json.dumps(call.input, ensure_ascii=False, default=repr)
@@ -553,14 +570,14 @@ def _asking(lines: Callable[[], Any], console: Console) -> Approver:
                 return Deny("no answer: the input ended")
             answer, _, reason = line.strip().partition(":")
             if answer.strip().lower() in ("y", "yes"):
-                return Approve()
+                return Approve(by=by)
             if answer.strip().lower() in ("n", "no"):
-                return Deny(reason.strip() or "the user said no")
+                return Deny(reason.strip() or "the user said no", by=by)
             if answer.strip().lower() in ("e", "edit"):
                 edited = await _edited_input(lines, console)
                 if edited is None:
                     return Deny("no answer: the input ended")
-                return Approve(input=edited)
+                return Approve(input=edited, by=by)
             console.print(
                 "answer y, n (or n: reason) or e: ", end="", highlight=False, soft_wrap=True
             )

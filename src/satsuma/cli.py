@@ -79,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="CALL_ID[:REASON]",
         help="refuse a pending call; the model reads 'Error: Denied: REASON' (repeat for more)",
     )
+    for command in (chat, resume):
+        command.add_argument(
+            "--by",
+            metavar="NAME",
+            help="who decides, recorded with each decision (ApprovalDecided.decided_by, "
+            "and by resume in the store); default: the OS user name; --by '' for none",
+        )
     fake = commands.add_parser(
         "fake-server",
         help="serve the Messages API on localhost with the offline fake model's answers",
@@ -256,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         RunOptions,
         capability_warnings,
         chat,
+        decider,
         decisions_from,
         fake_server,
         list_runs,
@@ -313,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workdir=args.workdir,
             past_interrupted=getattr(args, "past_interrupted", False),
             past_paused=getattr(args, "past_paused", False),
+            decided_by=decider(getattr(args, "by", None)),
         )
         if args.command == "chat":
             target, prompt = args.target, ""
@@ -328,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             status: int = trio.run(partial(chat, agent, options, console=console))
             return status
         if args.command == "resume":
-            decisions = decisions_from(args.approve, args.deny)
+            decisions = decisions_from(args.approve, args.deny, by=options.decided_by)
             result = trio.run(
                 partial(resume_run, agent, prompt, options, decisions, console=console)
             )
