@@ -15,6 +15,7 @@ import attrs
 import psycopg
 import pytest
 import trio
+import trio.testing
 
 import satsuma
 from satsuma.agents import RunEnd, RunStart, TextDelta, TurnEnd
@@ -27,8 +28,11 @@ from satsuma.cluster import (
     Node,
     RunResumed,
 )
+from satsuma.cluster._events import decode_event
+from satsuma.cluster._recording import RunRecorder, _writers
 from satsuma.store import PostgresStore
-from satsuma.store._run_events import purge_ended
+from satsuma.store import _queue as queue
+from satsuma.store._run_events import purge_ended, read_events
 from satsuma.testing import FunctionModel, Reply, ScriptedModel
 from satsuma.tools import ToolCall, ToolCallEnd, ToolCallStart, ToolProgress
 
@@ -555,3 +559,43 @@ async def test_a_cancelled_watcher_leaves_no_task_connection_or_thread_and_the_r
             await cluster.cancel(run_id)
             assert (await cluster.result(run_id)).status == "cancelled"
         nursery.cancel_scope.cancel()
+
+
+# --- the node's recorder -------------------------------------------------------------------------
+
+
+async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush(
+    postgres_dsn: str,
+) -> None:
+    # A pool of 4: the node writes one batch at a time.
+    async with PostgresStore(postgres_dsn, pool_size=4) as store:
+        await queue.enqueue(store, "run_cut", "shop", "cut", "hi")
+        run = await queue.claim(store, "node-1", ["shop"])
+        assert run is not None
+        recorder = RunRecorder(store, run, "node-1", "n1", EventLog())
+        writers = _writers(store)
+        leave = trio.Event()
+
+        async def record() -> None:
+            async with recorder.recording():
+                recorder(RunStart(agent="shop", run_id="run_cut", iteration=0, prompt="hi"))
+                recorder(TextDelta(agent="shop", run_id="run_cut", iteration=1, text="Hel"))
+                recorder(TextDelta(agent="shop", run_id="run_cut", iteration=1, text="lo"))
+                await leave.wait()
+
+        assert writers.total_tokens == 1
+        await writers.acquire()  # every batch waits for this now
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(record)
+                while writers.statistics().tasks_waiting == 0:  # noqa: ASYNC110  (the flusher, with its batch)
+                    await trio.sleep(0.01)
+                leave.set()  # the run ends: the flusher is cancelled while it waits
+                await trio.testing.wait_all_tasks_blocked()  # the last flush waits now
+                writers.release()
+        page = await read_events(store, "run_cut", 0, 10)
+    assert page is not None
+    assert [decode_event(text) for _, text in page.events] == [
+        RunStart(agent="shop", run_id="run_cut", iteration=0, prompt="hi"),
+        TextDelta(agent="shop", run_id="run_cut", iteration=1, text="Hello"),
+    ]

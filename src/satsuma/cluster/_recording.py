@@ -231,16 +231,25 @@ class RunRecorder:
                     exc,
                     exc_info=not isinstance(exc, StoreError),
                 )
-            self._pending[:0] = batch
-            self._pending_bytes = sum(_size(entry) for entry in self._pending)
-            self._queued.set()
+            self._put_back(batch)
             return False
+        except BaseException:
+            # Cancelled before the batch went out (once a store call's thread started,
+            # it runs to its end and returns, cancelled or not): the last flush, when
+            # the run ends, writes it.
+            self._put_back(batch)
+            raise
         if not held:
             # Declared dead and the run given to another node: nothing more of it here.
             self._stopped = True
             self._pending, self._pending_bytes = [], 0
         self._failures = 0
         return True
+
+    def _put_back(self, batch: list[Entry]) -> None:
+        self._pending[:0] = batch
+        self._pending_bytes = sum(_size(entry) for entry in self._pending)
+        self._queued.set()
 
 
 # Per store, how many event batches are written at once: a quarter of its pool, so that
