@@ -333,6 +333,7 @@ async def test_events_that_cannot_be_written_are_lost_and_the_run_is_not(
             nursery.cancel_scope.cancel()
         assert (result.status, result.output) == ("completed", "Your order A7 ships tomorrow.")
         assert "could not write its events" in caplog.text
+        assert "events could not be written; a stream of it goes without them" in caplog.text
         with psycopg.connect(postgres_dsn, autocommit=True) as db:
             db.execute("ALTER TABLE run_events_away RENAME TO run_events")
         [end] = await collect(cluster.events(result.run_id))

@@ -188,6 +188,14 @@ class RunRecorder:
         finally:
             with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True):
                 await self.flush()
+            lost = sum(entry if isinstance(entry, int) else 1 for entry in self._pending)
+            if lost and not self._stopped:
+                logger.warning(
+                    "run %s: its last %d events could not be written; a stream of it "
+                    "goes without them",
+                    self._run.run_id,
+                    lost,
+                )
 
     async def _flush_loop(self) -> None:
         while True:
