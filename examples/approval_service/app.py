@@ -88,9 +88,6 @@ async def balance(ctx: satsuma.ToolContext) -> str:
     return f"the balance is {OPENING_BALANCE - paid} EUR"
 
 
-TOOLS = {tool.definition.name: tool.definition for tool in (transfer, balance)}
-
-
 class OverTheLimit(satsuma.ToolHook):
     """Asks a person about each transfer over ``limit`` euros; the others just run."""
 
@@ -440,7 +437,9 @@ class ApprovalService:
                     409,
                     f"call {call_id} of run {run_id} was {_decided_text(decided[call_id])} already",
                 )
-            decided[call_id] = decision = _decision(call, verb, payload)
+            async with self.agents.using(record.agent_id) as handle:
+                decision = _decision(call, verb, payload, handle)
+            decided[call_id] = decision
             logger.info("call %s of run %s %s", call_id, run_id, _decided_text(decision))
             undecided = [p.tool_use_id for p in pending if p.tool_use_id not in decided]
             if undecided:
@@ -517,8 +516,11 @@ class ApprovalService:
             job.done.set()
 
 
-def _decision(call: PendingApproval, verb: str, payload: object) -> Decision:
-    """The decision a request's body makes, an edit checked as the model's input is."""
+def _decision(
+    call: PendingApproval, verb: str, payload: object, handle: satsuma.AgentHandle
+) -> Decision:
+    """The decision a request's body makes, an edit checked by the call's agent as the
+    model's input is."""
     if not isinstance(payload, dict):
         raise Refused(400, "the body must be a JSON object")
     # Who decides, if the request says: recorded in ApprovalDecided.decided_by and on the
@@ -539,11 +541,12 @@ def _decision(call: PendingApproval, verb: str, payload: object) -> Decision:
             400,
             f"input must be a JSON object (the call's edited arguments), got: {json.dumps(edit)}",
         )
-    _, errors = TOOLS[call.tool_name].check(edit)
-    if errors:
-        raise Refused(
-            400, f"the edited input for {call.tool_name} is not valid: {'; '.join(errors)}"
-        )
+    try:
+        # As resume will check it: refused now, the person can correct it, and the
+        # decisions already taken on the run's other calls stand.
+        handle.check_edit(call, edit)
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
     return satsuma.Approve(input=edit, by=by)
 
 

@@ -249,7 +249,19 @@ async def _refusals(client: httpx2.AsyncClient, run_id: str, bob: str, carol: st
         json={"input": {"to": "bob", "amount": "lots"}},
     )
     assert problem == (
-        "the edited input for transfer is not valid: expected amount to be an integer, got: string"
+        f"run {run_id}: the edited input of call {bob!r} (transfer): expected amount to be an "
+        "integer, got: string"
+    )
+    # Checked as resume checks it: a value JSON cannot carry (Python's json reads NaN).
+    problem = await error(
+        "POST",
+        f"/approvals/{run_id}/{bob}/approve",
+        400,
+        content=b'{"input": {"to": "bob", "amount": 5, "memo": NaN}}',
+    )
+    assert problem == (
+        f"run {run_id}: the edited input of call {bob!r} (transfer): expected memo to be a "
+        "finite number, got: NaN"
     )
     problem = await error(
         "POST", f"/approvals/{run_id}/{bob}/approve", 400, json={"input": ["bob", 50]}

@@ -466,3 +466,36 @@ async def test_a_reset_goes_past_an_interrupted_run(tmp_path: Path) -> None:
             "cancelled",
             "interrupted, and not resumed before the conversation was reset",
         )
+
+
+async def test_an_edit_is_checked_as_resume_checks_it_deciding_nothing(store: Store) -> None:
+    async with satsuma.open_agent(
+        Banker, model=mixed_turn("Paid."), store=store, agent_id="b14"
+    ) as agent:
+        first = await paused(agent)
+        (call,) = first.pending
+        (stored,) = await store.pending_calls(first.run_id)
+        agent.check_edit(call, {"to": "bob", "amount": 3})  # valid: nothing to say
+        with pytest.raises(ValueError) as caught:
+            agent.check_edit(call, {"to": "bob", "amount": "three"})
+        assert str(caught.value) == (
+            f"the edited input of call {call.id!r} (transfer): expected amount to be an "
+            "integer, got: string"
+        )
+        with pytest.raises(ValueError) as caught:
+            agent.check_edit(stored, {"to": "bob", "amount": 3, "memo": float("inf")})
+        assert str(caught.value) == (
+            f"run {first.run_id}: the edited input of call {call.id!r} (transfer): expected "
+            "memo to be a finite number, got: Infinity"
+        )
+        with pytest.raises(TypeError, match="must be a mapping"):
+            agent.check_edit(call, ["bob", 3])  # type: ignore[arg-type]
+        # Checked, not decided: the run still waits, and is resumed as usual.
+        assert [r.run_id for r in await store.runs_awaiting_approval()] == [first.run_id]
+        result = await agent.resume(
+            first.run_id, decisions={call.id: Approve(input={"to": "bob", "amount": 3})}
+        )
+        assert result.status == "completed"
+    with pytest.raises(satsuma.AgentUnavailable):
+        agent.check_edit(call, {"to": "bob", "amount": 3})
+    assert done == ["balance main", "transfer 3 to bob"]

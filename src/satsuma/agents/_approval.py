@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import RunNotAwaitingApproval
 from .._jsonvalue import json_problem
 from ..store import ApprovalDecision, PendingApproval
-from ..tools import Approve, Deny, ToolDefinition
+from ..tools import Approve, Deny, PendingCall, ToolDefinition
 
 if TYPE_CHECKING:
     from ._actor import Actor, Job
 
-__all__ = ["check_decisions", "check_edits", "claim_paused", "stored_decisions"]
+__all__ = [
+    "check_decisions",
+    "check_edit",
+    "check_edits",
+    "claim_paused",
+    "edit_problems",
+    "stored_decisions",
+]
 
 
 def check_decisions(
@@ -53,6 +60,37 @@ def check_decisions(
             )
 
 
+def edit_problems(
+    tool_name: str, edit: Mapping[str, Any], definitions: Sequence[ToolDefinition]
+) -> list[str]:
+    """What is wrong with ``edit`` as input for the tool (each with its path): what the
+    model's own arguments are checked for, JSON values first."""
+    definition = next((d for d in definitions if d.name == tool_name), None)
+    if definition is None:
+        return []  # no longer one of the agent's tools: the call answers so when it runs
+    edit = dict(edit)
+    unsendable = json_problem(edit, "")
+    return [unsendable] if unsendable is not None else definition.check(edit)[1]
+
+
+def check_edit(
+    call: PendingCall | PendingApproval, edit: object, definitions: Sequence[ToolDefinition]
+) -> None:
+    """Raises TypeError unless ``edit`` is a mapping, and ValueError (naming the call and
+    its run, when known) when resume would refuse it as the call's edited input."""
+    if not isinstance(call, (PendingCall, PendingApproval)):
+        raise TypeError(f"call must be a PendingCall or a PendingApproval, got: {call!r}")
+    call_id = call.id if isinstance(call, PendingCall) else call.tool_use_id
+    if not isinstance(edit, Mapping):
+        raise TypeError(f"the edited input of call {call_id!r} must be a mapping, got: {edit!r}")
+    errors = edit_problems(call.tool_name, edit, definitions)
+    if errors:
+        run = f"run {call.run_id}: " if isinstance(call, PendingApproval) else ""
+        raise ValueError(
+            f"{run}the edited input of call {call_id!r} ({call.tool_name}): {'; '.join(errors)}"
+        )
+
+
 def check_edits(
     run_id: str,
     pending: Sequence[PendingApproval],
@@ -66,18 +104,12 @@ def check_edits(
     the run waits meanwhile. (An approver's invalid edit has no one to be raised to: the
     model reads it, as it would its own invalid arguments.)
     """
-    tools = {definition.name: definition for definition in definitions}
     problems: list[str] = []
     for call in pending:
         decision = decisions[call.tool_use_id]
         if not isinstance(decision, Approve) or decision.input is None:
             continue
-        definition = tools.get(call.tool_name)
-        if definition is None:
-            continue  # no longer one of the agent's tools: the call answers so
-        edit = dict(decision.input)
-        unsendable = json_problem(edit, "")
-        errors = [unsendable] if unsendable is not None else definition.check(edit)[1]
+        errors = edit_problems(call.tool_name, decision.input, definitions)
         if errors:
             problems.append(f"call {call.tool_use_id!r} ({call.tool_name}): {'; '.join(errors)}")
     if problems:

@@ -18,10 +18,11 @@ import trio
 
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message
-from ..store import RunRecord, Store
-from ..tools import Approve, Approver, Deny
+from ..store import PendingApproval, RunRecord, Store
+from ..tools import Approve, Approver, Deny, PendingCall
 from ._actor import Actor, Job, ResetRequest, new_run_id
 from ._agent import KEEP_OUTPUT, Agent, check_output_options, seconds_or_none, spec_of
+from ._approval import check_edit
 from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
@@ -238,6 +239,25 @@ class AgentHandle(Generic[OutputT]):
         own_answer(record, await actor.persistence.store.runs(actor.agent_id), actor.history)
         job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
         return await self._serve(job)
+
+    def check_edit(self, call: PendingCall | PendingApproval, input: Mapping[str, Any]) -> None:
+        """Check ``input`` as an edit of a pending call, as ``resume`` will check an
+        ``Approve(input=...)`` (its tool's validation, and JSON values only), deciding
+        nothing: a service that takes decisions one call at a time refuses a bad edit
+        (a 400) before the person's decision is spent. ``call`` is one of a result's
+        ``pending`` or of ``Store.pending_calls``.
+
+        Raises:
+            ValueError: ``input`` is not valid input for the call's tool; the message
+                names the call (and its run, for a PendingApproval) and what is wrong,
+                with its path (``expected amount to be an integer, got: string``).
+            TypeError: ``input`` is not a mapping.
+            AgentUnavailable: the agent is not running.
+        """
+        actor = self._target.current_actor()
+        if actor is None:
+            raise AgentUnavailable(self.name, "it is not running")
+        check_edit(call, input, actor.runner.definitions)
 
     async def result(self, run_id: str) -> RunResult[OutputT]:
         """A run of this agent that ended, as its store kept it: its record (status,
