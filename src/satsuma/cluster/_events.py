@@ -175,7 +175,8 @@ class EventStream:
 
     Use it in ``async with`` (or ``contextlib.aclosing``) when you may leave the loop
     early: that closes its LISTEN connection at once (it is closed anyway when the
-    stream ends). Leaving the loop does not cancel the run.
+    stream ends). Leaving the loop does not cancel the run. Iterate it from one task at
+    a time; each open stream holds one database connection (its LISTEN).
 
     Attributes:
         run_id: The run.
