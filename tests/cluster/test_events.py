@@ -28,11 +28,11 @@ from satsuma.cluster import (
     Node,
     RunResumed,
 )
-from satsuma.cluster._events import decode_event
+from satsuma.cluster._events import decode_event, encode_event
 from satsuma.cluster._recording import RunRecorder, _writers
 from satsuma.store import PostgresStore
 from satsuma.store import _queue as queue
-from satsuma.store._run_events import purge_ended, read_events
+from satsuma.store._run_events import append_events, purge_ended, read_events
 from satsuma.testing import FunctionModel, Reply, ScriptedModel
 from satsuma.tools import ToolCall, ToolCallEnd, ToolCallStart, ToolProgress
 
@@ -600,3 +600,20 @@ async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush
         RunStart(agent="shop", run_id="run_cut", iteration=0, prompt="hi"),
         TextDelta(agent="shop", run_id="run_cut", iteration=1, text="Hello"),
     ]
+
+
+async def test_only_the_node_that_holds_a_run_may_write_its_events(postgres_dsn: str) -> None:
+    async with PostgresStore(postgres_dsn) as store:
+        await queue.enqueue(store, "run_f", "shop", "fenced", "hi")
+        run = await queue.claim(store, "node-1", ["shop"])
+        assert run is not None
+        event = encode_event(RunStart(agent="shop", run_id="run_f", iteration=0, prompt="hi"))
+        limits = {"max_events": 10, "max_bytes": 10_000}
+        assert not await append_events(store, "run_f", "node-2", [(2, event)], **limits)
+        assert await append_events(store, "run_f", "node-1", [(2, event)], **limits)
+        # Handed back (as when node-1 was counted dead): node-1 writes nothing more.
+        assert await queue.hand_back(store, run, "node-1", agent_record="keep")
+        assert not await append_events(store, "run_f", "node-1", [3, (2, event)], **limits)
+        page = await read_events(store, "run_f", 0, 10)
+    assert page is not None
+    assert (page.events, page.next_seq) == (((0, event),), 1)
