@@ -27,7 +27,7 @@ import attrs
 import trio
 
 from .._exceptions import StoreError
-from ..agents import AgentEvent, RunEnd, TextDelta, ThinkingDelta
+from ..agents import AgentEvent, OutputDelta, RunEnd, TextDelta, ThinkingDelta
 from ..store import PostgresStore
 from ..store._queue import QueuedRun
 from ..store._run_events import (
@@ -55,6 +55,9 @@ _GATHER_SECONDS: Final = 0.005
 _EXPIRY_PERIOD: Final = 60.0
 
 _CHATTER: Final = (ToolProgress, ToolUpdate, NestedEvent)
+# Pieces of streamed text: merged while they wait, and the first to go past the cap.
+_DELTAS: Final = (TextDelta, ThinkingDelta, OutputDelta)
+_AnyDelta = TextDelta | ThinkingDelta | OutputDelta
 
 
 def _positive(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -72,10 +75,11 @@ class EventLog:
 
     Attributes:
         max_events: A run keeps at most this many events. Past it (or ``max_bytes``),
-            its oldest are deleted: text deltas first, then progress lines and updates,
-            then the rest, down to nine tenths of the cap; a watcher behind them gets
-            ``EventsDropped``. Consecutive text deltas are stored merged, so a long
-            answer costs a few events per second, not one per token.
+            its oldest are deleted: deltas first (of text, thinking, a typed answer),
+            then progress lines and updates, then the rest, down to nine tenths of the
+            cap; a watcher behind them gets ``EventsDropped``. Consecutive deltas are
+            stored merged, so a long answer costs a few events per second, not one per
+            token.
         max_bytes: A run keeps at most this many bytes of events (as JSON); an event
             larger than this is not kept at all.
         flush_interval: Seconds an event may wait before it is written; a tool or turn
@@ -97,10 +101,10 @@ class EventLog:
 class _Delta:
     """Text deltas of one kind and iteration, merged while they wait."""
 
-    first: TextDelta | ThinkingDelta
+    first: _AnyDelta
     parts: list[str]
 
-    def event(self) -> TextDelta | ThinkingDelta:
+    def event(self) -> _AnyDelta:
         return attrs.evolve(self.first, text="".join(self.parts))
 
 
@@ -135,7 +139,7 @@ class RunRecorder:
     def __call__(self, event: AgentEvent | RunResumed) -> None:
         if self._stopped or isinstance(event, RunEnd):
             return  # the run's end is the queue's: a stream makes its RunEnd from it
-        if isinstance(event, (TextDelta, ThinkingDelta)):
+        if isinstance(event, _DELTAS):
             last = self._pending[-1] if self._pending else None
             if (
                 isinstance(last, _Delta)
