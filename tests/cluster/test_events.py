@@ -6,7 +6,7 @@ a takeover by another node."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 import satsuma
+from satsuma import RunResult
 from satsuma.agents import RunEnd, RunStart, TextDelta, TurnEnd
 from satsuma.cluster import (
     Cluster,
@@ -30,6 +31,7 @@ from satsuma.cluster import (
 )
 from satsuma.cluster._events import decode_event, encode_event
 from satsuma.cluster._recording import RunRecorder, _writers
+from satsuma.cluster._results import encode_result
 from satsuma.store import PostgresStore
 from satsuma.store import _queue as queue
 from satsuma.store._run_events import append_events, purge_ended, read_events
@@ -443,17 +445,15 @@ async def test_events_go_on_in_the_same_stream_when_another_node_takes_the_run_o
     assert (events[-1].result.status, events[-1].result.output) == ("completed", "finished")
 
 
-def _worker_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "_satsuma_node_worker_events", Path(__file__).with_name("node_worker.py")
-    )
+def _load_module(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-worker = _worker_module()
+worker = _load_module("_satsuma_node_worker_events", Path(__file__).with_name("node_worker.py"))
 
 
 async def test_events_go_on_in_the_same_stream_after_the_runs_node_is_killed(
@@ -617,3 +617,67 @@ async def test_only_the_node_that_holds_a_run_may_write_its_events(postgres_dsn:
         page = await read_events(store, "run_f", 0, 10)
     assert page is not None
     assert (page.events, page.next_seq) == (((0, event),), 1)
+
+
+# --- the database restarting under a stream ------------------------------------------------------
+
+servers = _load_module(
+    "_satsuma_store_servers_events", Path(__file__).parent.parent / "store" / "conftest.py"
+)
+
+
+@pytest.fixture
+def own_server() -> Iterator[Any]:
+    """A PostgreSQL server for this test alone (it is stopped and started again)."""
+    server = servers.PostgresServer.embedded()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+async def test_a_stream_waits_through_a_database_restart_and_goes_on(
+    own_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    dsn = own_server.dsn(await trio.to_thread.run_sync(own_server.create_database))
+    limits = {"max_events": 100, "max_bytes": 100_000}
+    start = RunStart(agent="shop", run_id="run_r", iteration=0, prompt="hi")
+    turn = TurnEnd(
+        agent="shop", run_id="run_r", iteration=1, usage=satsuma.Usage(), stop_reason="end_turn"
+    )
+    got: list[ClusterEvent] = []
+    async with PostgresStore(dsn) as store:
+        cluster = Cluster(store, poll_interval=0.2)
+        await queue.enqueue(store, "run_r", "shop", "r1", "hi")
+        run = await queue.claim(store, "node-1", ["shop"])
+        assert run is not None
+        assert await append_events(store, "run_r", "node-1", [(2, encode_event(start))], **limits)
+        with trio.fail_after(60):
+            async with cluster.events("run_r") as stream, trio.open_nursery() as nursery:
+                assert await anext(stream) == start
+
+                async def read_on() -> None:
+                    got.extend([event async for event in stream])
+
+                nursery.start_soon(read_on)
+                await trio.to_thread.run_sync(own_server.stop)
+                while "lost the database while streaming run run_r" not in caplog.text:  # noqa: ASYNC110  (a log)
+                    await trio.sleep(0.05)
+                await trio.to_thread.run_sync(own_server.start)
+                # The node goes on, and the run ends.
+                assert await append_events(
+                    store, "run_r", "node-1", [(2, encode_event(turn))], **limits
+                )
+                result = RunResult(run_id="run_r", output="done", status="completed")
+                assert await queue.finish(
+                    store,
+                    run,
+                    "node-1",
+                    status="completed",
+                    result=encode_result(result),
+                    error=None,
+                )
+    assert got[0] == turn
+    assert isinstance(got[1], RunEnd) and got[1].result.output == "done"
+    assert len(got) == 2
+    assert "the database is back: streaming run run_r again" in caplog.text

@@ -23,6 +23,7 @@ import attrs
 import cattrs
 import trio
 
+from .._exceptions import StoreError
 from ..agents import (
     AgentEvent,
     ModelRetry,
@@ -202,6 +203,8 @@ class EventStream:
         self._listener: Listener | None = None
         self._buffer: deque[ClusterEvent] = deque()
         self._ended = False
+        self._found = False  # the run was read once: a database away then pauses the stream
+        self._away = False  # the database is away (logged once)
 
     def __repr__(self) -> str:
         return f"<EventStream {self.run_id} at {self.position}>"
@@ -266,10 +269,18 @@ class EventStream:
             except Exception:  # the server is away: polling, and the read below says so
                 listener.close()
             self._listener = listener
-        page = await read_events(self._store, self.run_id, self.position, _PAGE)
+        try:
+            page = await read_events(self._store, self.run_id, self.position, _PAGE)
+        except StoreError as exc:
+            await self._lost(exc)
+            return
         if page is None:
             self._close_listener()
             raise ValueError(f"no run {self.run_id!r} in the cluster's queue")
+        self._found = True
+        if self._away:
+            self._away = False
+            logger.warning("the database is back: streaming run %s again", self.run_id)
         for seq, text in page.events:
             if seq > self.position:
                 self._dropped(page.agent_name, seq - self.position, _CAPPED)
@@ -285,7 +296,11 @@ class EventStream:
             if page.next_seq > self.position:
                 self._dropped(page.agent_name, page.next_seq - self.position, _CAPPED)
                 self.position = page.next_seq
-            found = await queue.outcome(self._store, self.run_id)
+            try:
+                found = await queue.outcome(self._store, self.run_id)
+            except StoreError as exc:
+                await self._lost(exc)
+                return
             if found is None:  # deleted from the queue meanwhile
                 raise ValueError(f"no run {self.run_id!r} in the cluster's queue")
             result = queued_result(*found)
@@ -314,6 +329,23 @@ class EventStream:
                 channel == mine or payload == self.run_id for channel, payload in heard
             ):
                 return
+
+    async def _lost(self, exc: StoreError) -> None:
+        """A read failed. Before the run was found, that is the caller's error; after,
+        the database is away (a restart, a failover): the stream waits and reads again
+        every poll interval, as ``Cluster.result`` does, rather than ending."""
+        if not self._found:
+            raise exc
+        if not self._away:
+            self._away = True
+            logger.warning(
+                "lost the database while streaming run %s (%s); trying again every %gs",
+                self.run_id,
+                exc,
+                self._poll_interval,
+            )
+        self._close_listener()  # a new one is made once the database is back
+        await trio.sleep(self._poll_interval)
 
     def _dropped(self, agent: str, count: int, reason: str) -> None:
         self._buffer.append(
