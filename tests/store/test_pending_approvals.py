@@ -200,3 +200,34 @@ async def test_a_version_3_file_gains_the_decisions(tmp_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(path)) as raw:
         assert raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()[0] == 4
     assert SCHEMA_VERSION == 4
+
+
+async def test_a_version_4_postgres_database_gains_the_decisions(postgres_dsn: str) -> None:
+    import psycopg
+
+    from satsuma.store import PostgresStore
+    from satsuma.store._postgres import _MIGRATIONS
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as raw:
+        raw.execute("CREATE TABLE satsuma_schema (version INTEGER NOT NULL)")
+        for version in (1, 2, 3, 4):
+            for statement in _MIGRATIONS[version]:
+                raw.execute(statement)
+            raw.execute("INSERT INTO satsuma_schema (version) VALUES (%s)", (version,))
+        # A run an older satsuma paused.
+        raw.execute(
+            "INSERT INTO runs (run_id, agent_id, status, prompt, started_at, usage) "
+            "VALUES ('r1', 'a', 'awaiting_approval', 'pay', 1.0, '{}')"
+        )
+        raw.execute(
+            "INSERT INTO approvals (run_id, tool_use_id, position, tool_name, input, reason) "
+            "VALUES ('r1', 't1', 0, 'transfer', %s, 'transfer requires approval')",
+            ('{"to": "bob", "amount": 1}',),
+        )
+    async with PostgresStore(postgres_dsn) as store:
+        assert await store.pending_calls("r1") == [pending("t1", 1)]
+        assert await store.claim_paused_run("r1", decisions={"t1": BOB})
+        assert await store.approvals("r1") == [decided(pending("t1", 1), BOB)]
+    with psycopg.connect(postgres_dsn, autocommit=True) as raw:
+        row = raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()
+    assert row == (5,)
