@@ -14,7 +14,7 @@ from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from ..tools import ToolRunner
 from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
 from ..tools._strategies import as_strategy
-from ._aliases import MODEL_ALIASES, resolve_model
+from ._aliases import model_problem
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
 from ._result import OutputT
@@ -162,11 +162,8 @@ def _declare(cls: type[Agent[Any]]) -> AgentSpec:
     def fail(problem: str) -> AgentDefinitionError:
         return AgentDefinitionError(label, problem)
 
-    if not isinstance(cls.model, str) or resolve_model(cls.model) is None:
-        raise fail(
-            f"unknown model {cls.model!r}: use an alias ({', '.join(MODEL_ALIASES)}) "
-            "or a model id (claude-...)"
-        )
+    if (problem := model_problem(cls.model)) is not None:
+        raise fail(problem)
     if cls.system is not None and not isinstance(cls.system, str):
         raise fail(f"system must be a str or None, got: {type(cls.system).__name__}")
     if not _whole(cls.max_iterations) or cls.max_iterations < 1:

@@ -1,10 +1,18 @@
-"""Model aliases: the one table mapping short names to current model ids."""
+"""Model names: the one table mapping short names to current model ids, and the provider
+prefixes a model string may carry (``openai:gpt-5``)."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
-__all__ = ["MODEL_ALIASES", "resolve_model"]
+__all__ = [
+    "MODEL_ALIASES",
+    "PROVIDERS",
+    "Provider",
+    "model_problem",
+    "parse_model",
+    "resolve_model",
+]
 
 # The newest model of each family that the pinned anthropic SDK (2.12) lists; the SDK
 # warns when a request names a model past its deprecation date, so keep this current.
@@ -14,11 +22,45 @@ MODEL_ALIASES: Final[dict[str, str]] = {
     "haiku": "claude-haiku-5-5",
 }
 
+Provider: TypeAlias = Literal["anthropic", "openai"]
+"""Who answers a model string: Anthropic's API, or an OpenAI-compatible endpoint."""
+
+# The prefixes a model string may start with, and the provider each names. The model id
+# after one is the provider's own, sent as it is (no aliases: ids differ by provider).
+PROVIDERS: Final[dict[str, Provider]] = {"openai": "openai"}
+
+
+def parse_model(name: str) -> tuple[Provider, str] | None:
+    """The provider and the model id a model string names; None if it names none."""
+    prefix, colon, rest = name.partition(":")
+    if colon:
+        provider = PROVIDERS.get(prefix)
+        return (provider, rest) if provider is not None and rest else None
+    if name in MODEL_ALIASES:
+        return "anthropic", MODEL_ALIASES[name]
+    if name.startswith("claude-") and len(name) > len("claude-"):
+        return "anthropic", name
+    return None
+
 
 def resolve_model(name: str) -> str | None:
-    """The model id for an alias or an id (``claude-...``); None if it is neither."""
-    if name in MODEL_ALIASES:
-        return MODEL_ALIASES[name]
-    if name.startswith("claude-") and len(name) > len("claude-"):
-        return name
-    return None
+    """The model id for an alias, an id (``claude-...``) or a prefixed name
+    (``openai:gpt-5`` gives ``gpt-5``); None if it is none of them."""
+    parsed = parse_model(name)
+    return parsed[1] if parsed is not None else None
+
+
+def model_problem(name: object) -> str | None:
+    """What is wrong with a declared model string, or None if it names a model."""
+    if isinstance(name, str) and parse_model(name) is not None:
+        return None
+    if isinstance(name, str) and ":" in name:
+        prefix = name.partition(":")[0]
+        if prefix in PROVIDERS:
+            return f"unknown model {name!r}: name the model after {prefix + ':'!r}"
+        known = ", ".join(f"{prefix}:<model>" for prefix in PROVIDERS)
+        return f"unknown model {name!r}: unknown provider {prefix!r} (known: {known})"
+    return (
+        f"unknown model {name!r}: use an alias ({', '.join(MODEL_ALIASES)}) "
+        "or a model id (claude-...)"
+    )

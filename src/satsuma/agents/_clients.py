@@ -16,18 +16,29 @@ A client's sockets belong to the trio run that opened them, so the sharing is pe
 two threads) never see each other's connections. The clients of a run are closed when
 the run ends, by a system task that trio cancels after the main task returns; nothing
 an agent does, cancellation included, closes a client other agents use.
+
+A model string with a provider prefix (``openai:gpt-5``) gets that provider's model,
+shared the same way per configuration: for ``openai:``, ``OPENAI_API_KEY`` and
+``OPENAI_BASE_URL`` (``OpenAIModel``, built only when some agent names it, so that the
+``openai`` package stays an extra).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
 
+import attrs
 import trio
 import trio.lowlevel
 
-from .._exceptions import missing_api_key
+from .._exceptions import ConfigurationError, missing_api_key
+from ._aliases import Provider, parse_model
 from ._anthropic import AnthropicModel
+from ._model import Model
 
 __all__ = ["shared_model"]
 
@@ -36,8 +47,6 @@ logger = logging.getLogger("satsuma.agents")
 # How long closing a run's clients may take when the run ends.
 _CLOSE_SECONDS = 5.0
 
-_ENVIRONMENT = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL")
-
 _Key = tuple[str | None, ...]
 
 
@@ -45,7 +54,7 @@ class _Models:
     """The shared models of one trio run, and the task that closes them."""
 
     def __init__(self) -> None:
-        self.models: dict[_Key, AnthropicModel] = {}
+        self.models: dict[_Key, Any] = {}  # each model has the client it shares
         self.lock = trio.Lock()  # one build per configuration, however many agents wait
         trio.lowlevel.spawn_system_task(self._close_at_the_end, name="satsuma shared clients")
 
@@ -78,28 +87,90 @@ def _build() -> AnthropicModel:
     return AnthropicModel(anthropic.AsyncAnthropic(http_client=pooled_http_client()))
 
 
-async def shared_model(agent: str | None = None, declared: str | None = None) -> AnthropicModel:
-    """The AnthropicModel of this trio run for the environment's configuration, built on
-    first use (its client reads the same environment).
-
-    Raises:
-        ConfigurationError: neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set
-            (named for ``agent``, which declares the model ``declared``).
-    """
+def _check_anthropic(agent: str | None, declared: str | None) -> None:
     if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
         # Found as the agent starts, not as its first run crashes inside the SDK.
         raise missing_api_key(agent, declared)
+
+
+def _build_openai() -> Model:
+    from ._openai import OpenAIModel, import_openai
+    from ._pool import ShardedTransport, _behind_a_proxy
+
+    openai = import_openai()
+    http_client = (
+        None if _behind_a_proxy() else openai.DefaultAsyncHttpxClient(transport=ShardedTransport())
+    )
+    return OpenAIModel(openai.AsyncOpenAI(http_client=http_client))
+
+
+def _check_openai(agent: str | None, declared: str | None) -> None:
+    from ._openai import import_openai, missing_openai_key
+
+    import_openai()  # a ConfigurationError naming the extra, before anything else
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise missing_openai_key(agent, declared)
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    if base_url:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigurationError(
+                f"OPENAI_BASE_URL is not an http(s) URL: {base_url!r}",
+                "Set it to the endpoint's base, such as http://localhost:8000/v1 for vLLM "
+                "or http://localhost:11434/v1 for Ollama, or unset it for OpenAI's",
+            )
+
+
+@attrs.frozen
+class _Configuration:
+    """How a provider's shared model is checked, built, and told apart by environment."""
+
+    environment: tuple[str, ...]
+    check: Callable[[str | None, str | None], None]
+    build: Callable[[], Any]
+
+
+_PROVIDERS: dict[Provider, _Configuration] = {
+    "anthropic": _Configuration(
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"),
+        _check_anthropic,
+        lambda: _build(),  # looked up when called, so that it can be replaced (tests)
+    ),
+    "openai": _Configuration(
+        ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"),
+        _check_openai,
+        _build_openai,
+    ),
+}
+
+
+async def shared_model(agent: str | None = None, declared: str | None = None) -> Any:
+    """The model of this trio run for the provider that ``declared`` names (Anthropic's
+    when None) and the environment's configuration, built on first use (its client
+    reads the same environment).
+
+    Typed ``Any``: an ``AnthropicModel`` or an ``OpenAIModel``, both ``Model``s.
+
+    Raises:
+        ConfigurationError: the provider's key is not set, its package (an extra) is not
+            installed, or its base URL is not a URL (named for ``agent``, which declares
+            the model ``declared``).
+    """
+    parsed = parse_model(declared) if declared is not None else None
+    provider: Provider = parsed[0] if parsed is not None else "anthropic"
+    configuration = _PROVIDERS[provider]
+    configuration.check(agent, declared)
     try:
         models = _RUN_MODELS.get()
     except LookupError:
         models = _Models()
         _RUN_MODELS.set(models)
-    key = tuple(os.environ.get(name) for name in _ENVIRONMENT)
+    key = (provider, *(os.environ.get(name) for name in configuration.environment))
     model = models.models.get(key)
     if model is not None:
         return model
     async with models.lock:
         model = models.models.get(key)
         if model is None:
-            model = models.models[key] = await trio.to_thread.run_sync(_build)
+            model = models.models[key] = await trio.to_thread.run_sync(configuration.build)
     return model

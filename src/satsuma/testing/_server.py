@@ -4,8 +4,9 @@ Tests point the real ``AsyncAnthropic`` client at it and get scripted replies, p
 streamed, and the faults a real API produces (429, 529, 5xx, a stream cut short, an
 ``error`` event in a stream, a slow answer), with no network and no key.
 
-The wire shapes come from ``satsuma._codec``; this module only speaks HTTP/1.1 (with h11)
-and Server-Sent Events.
+The HTTP side and the script (``ScriptedServer``) do not depend on the API's dialect:
+``ChatCompletionsServer`` plays the same scripts in OpenAI's. The wire shapes come from
+``satsuma._codec``; this module only speaks HTTP/1.1 (with h11) and Server-Sent Events.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias, final
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeAlias, final
 
 import attrs
 import h11
@@ -32,7 +33,7 @@ from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["MessagesServer", "ServerAnswer", "ServerScriptItem"]
+__all__ = ["MessagesServer", "ScriptedServer", "ServerAnswer", "ServerScriptItem"]
 
 ServerAnswer: TypeAlias = "Reply | str | Failure | Exception"
 """What the server answers one request with."""
@@ -58,11 +59,12 @@ class _JSONAnswer:
 
 @attrs.frozen
 class _StreamAnswer:
-    events: list[dict[str, Any]]
-    # Events after which the connection is dropped with no end to the body, or None.
+    # The body's pieces, each one Server-Sent Event already encoded.
+    frames: list[bytes]
+    # Frames after which the connection is dropped with no end to the body, or None.
     cut_after: int | None = None
-    # An ``error`` event's body, sent after the events (then the connection is closed).
-    error: Mapping[str, Any] | None = None
+    # An error event, sent after the frames (then the connection is closed).
+    error: bytes | None = None
 
 
 @attrs.frozen
@@ -71,10 +73,6 @@ class _Drop:
 
 
 _Answer: TypeAlias = "_JSONAnswer | _StreamAnswer | _Drop"
-
-
-def _error(status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
-    return _JSONAnswer(status, _codec.error_object(_codec.error_type(status), message), headers)
 
 
 def _header_seconds(seconds: float) -> str:
@@ -93,7 +91,7 @@ class _State(enum.Enum):
 
 def _check_item(item: object, where: str, *, function_allowed: bool = True) -> None:
     if isinstance(item, Failure):
-        if item.kind not in _FAILURES:
+        if item.kind not in _FAILURE_KINDS:
             raise ValueError(f"{where}: unknown Failure kind {item.kind!r}")
     elif not isinstance(item, (Reply, str, Exception)) and not (
         function_allowed and callable(item)
@@ -104,45 +102,16 @@ def _check_item(item: object, where: str, *, function_allowed: bool = True) -> N
         )
 
 
-@final
-class MessagesServer:
-    """A loopback Anthropic Messages API for tests, played from a script.
+class ScriptedServer:
+    """A loopback model API played from a script: the HTTP and the script, for a
+    dialect (a subclass) to give the paths, the bodies and the stream's encoding.
 
-    Each ``POST /v1/messages`` takes the next script item:
-
-    - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
-      request has ``"stream": true``, else one JSON message);
-    - an exception: a 500 ``api_error`` with the exception's text (a ``ModelError`` with
-      a ``status`` gives that status, and its ``retry_after`` a ``retry-after`` header);
-    - a ``Failure``: the injected fault (``Failure.rate_limited()``,
-      ``Failure.overloaded()``, ``Failure.cut_stream(reply)``, ...);
-    - a function of the request body (a dict), sync or async, returning one of the above.
-
-    A request after the last item gets a 500 saying that the script is exhausted, so a
-    test that asks for more than it scripted fails clearly; unless ``then`` is given: a
-    function of the request body (as a script function) that answers every request
-    after the script, for as long as the server runs. Other paths get a 404.
-
-    Use it as an async context manager; it serves from a task of its own until the block
-    ends::
-
-        async with MessagesServer(["Hello!"]) as server:
-            async with server.client() as client:
-                message = await client.messages.create(...)
-            assert server.requests[0]["model"] == ...
-
-    Args:
-        script: The answers, in order.
-        host: The loopback address to listen on.
-        port: The port (0, the default: any free one).
-        then: Answers every request after the script, if given.
-        keep_requests: Keep only the last this many request bodies (None: all of them;
-            a server that runs for long should set it).
-
-    Attributes:
-        requests: The JSON body of every request to ``/v1/messages``, in order.
-        host: The loopback address it listens on.
+    See MessagesServer for the script and the arguments.
     """
+
+    # The name the dialect's messages use, and the keys every request must have.
+    _server_name: ClassVar[str] = "ScriptedServer"
+    _required: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -179,7 +148,8 @@ class MessagesServer:
         self._base_url = ""
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
-        self._clients: list[anthropic.AsyncAnthropic] = []
+        # Clients made by client(), closed when the server stops.
+        self._clients: list[Any] = []
 
     @property
     def base_url(self) -> str:
@@ -189,7 +159,7 @@ class MessagesServer:
             RuntimeError: The server is not running.
         """
         if self._state is not _State.RUNNING:
-            raise RuntimeError(f"the MessagesServer is {self._state.value}, not running")
+            raise RuntimeError(f"the {self._server_name} is {self._state.value}, not running")
         return self._base_url
 
     @property
@@ -197,31 +167,9 @@ class MessagesServer:
         """How many script items have not been played yet."""
         return len(self._script)
 
-    def client(self, **options: Any) -> anthropic.AsyncAnthropic:
-        """An ``AsyncAnthropic`` client for this server: a test key, no SDK retries.
-
-        The server closes the clients it made when it stops, so a test need not.
-
-        Args:
-            **options: More ``AsyncAnthropic`` arguments (they override the defaults).
-        """
-        # Imported here: the SDK takes seconds to import, and this package is loaded by
-        # the pytest plugin in every session.
-        import anthropic
-
-        settings: dict[str, Any] = {
-            "api_key": "test-key",
-            "base_url": self.base_url,
-            "max_retries": 0,
-            **options,
-        }
-        client = anthropic.AsyncAnthropic(**settings)
-        self._clients.append(client)
-        return client
-
-    async def __aenter__(self) -> MessagesServer:
+    async def __aenter__(self) -> Self:
         if self._state is not _State.NEW:
-            raise RuntimeError("a MessagesServer can be started only once")
+            raise RuntimeError(f"a {self._server_name} can be started only once")
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         host, port = listeners[0].socket.getsockname()[:2]
         self._base_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -258,6 +206,27 @@ class MessagesServer:
         # crash of the server itself (a bug, or a script function that raised) comes out
         # of the nursery.
         await self._nursery_manager.__aexit__(None, None, None)
+
+    # --- The dialect ---------------------------------------------------------------------
+
+    def _route(self, method: str, path: str) -> bool:
+        """Whether the request is one the script answers."""
+        raise NotImplementedError
+
+    def _wants_stream(self, payload: dict[str, Any]) -> bool:
+        return payload.get("stream") is True
+
+    def _error(self, status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
+        raise NotImplementedError
+
+    def _reply(
+        self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _JSONAnswer | _StreamAnswer:
+        raise NotImplementedError
+
+    def _stream_error(self, message: str) -> bytes:
+        """An overloaded error sent inside a stream."""
+        raise NotImplementedError
 
     # --- HTTP ----------------------------------------------------------------------------
 
@@ -302,15 +271,15 @@ class MessagesServer:
         headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache"), request_id]
         # No content-length: h11 sends the body chunked, as the API does.
         await _write(stream, connection, h11.Response(status_code=200, headers=headers))
-        events = answer.events if answer.cut_after is None else answer.events[: answer.cut_after]
-        for event in events:
-            await _write(stream, connection, h11.Data(data=_sse(event["type"], event)))
+        frames = answer.frames if answer.cut_after is None else answer.frames[: answer.cut_after]
+        for frame in frames:
+            await _write(stream, connection, h11.Data(data=frame))
         if answer.cut_after is not None:
             # Closed with the chunked body unfinished: the client sees the peer hang up
             # mid-message, as when a connection drops.
             return False
         if answer.error is not None:
-            await _write(stream, connection, h11.Data(data=_sse("error", answer.error)))
+            await _write(stream, connection, h11.Data(data=answer.error))
         await _write(stream, connection, h11.EndOfMessage())
         return answer.error is None
 
@@ -319,17 +288,17 @@ class MessagesServer:
     async def _answer(self, request: h11.Request, body: bytes) -> _Answer:
         method = request.method.decode("ascii", "replace")
         path = request.target.decode("ascii", "replace").split("?", 1)[0]
-        if method != "POST" or path != _MESSAGES_PATH:
-            return _error(404, f"Not found: {method} {path}")
+        if not self._route(method, path):
+            return self._error(404, f"Not found: {method} {path}")
         try:
             payload = json.loads(body)
         except ValueError:
-            return _error(400, "The request body is not valid JSON")
+            return self._error(400, "The request body is not valid JSON")
         if not isinstance(payload, dict):
-            return _error(400, "The request body must be a JSON object")
-        missing = [key for key in ("model", "max_tokens", "messages") if key not in payload]
+            return self._error(400, "The request body must be a JSON object")
+        missing = [key for key in self._required if key not in payload]
         if missing:
-            return _error(400, f"{missing[0]}: Field required")
+            return self._error(400, f"{missing[0]}: Field required")
         self.requests.append(payload)
         if self._keep is not None and len(self.requests) > self._keep:
             del self.requests[: len(self.requests) - self._keep]
@@ -338,7 +307,9 @@ class MessagesServer:
         elif self._then is not None:
             item = self._then
         else:
-            return _error(500, f"MessagesServer script exhausted after {self._played} requests")
+            return self._error(
+                500, f"{self._server_name} script exhausted after {self._played} requests"
+            )
         self._played += 1
         if not callable(item):
             return await self._play(item, payload, len(body))
@@ -354,18 +325,144 @@ class MessagesServer:
         return await self._play(answer, payload, len(body))
 
     async def _play(self, item: object, payload: dict[str, Any], prompt_chars: int) -> _Answer:
-        stream = payload.get("stream") is True
+        stream = self._wants_stream(payload)
         if isinstance(item, Failure):
             return await _FAILURES[item.kind](self, item, payload, prompt_chars, stream)
         if isinstance(item, ModelError):
             headers = []
             if item.retry_after is not None:
                 headers.append(("retry-after", _header_seconds(item.retry_after)))
-            return _error(item.status or 500, item.message, *headers)
+            return self._error(item.status or 500, item.message, *headers)
         if isinstance(item, Exception):
-            return _error(500, str(item))
+            return self._error(500, str(item))
         assert isinstance(item, (Reply, str))
         return self._reply(as_reply(item), payload, prompt_chars, stream)
+
+    async def _status(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        headers = []
+        if failure.retry_after is not None:
+            headers.append(("retry-after", _header_seconds(failure.retry_after)))
+        status = failure.status or 500
+        return self._error(status, failure.message or _codec.error_type(status), *headers)
+
+    async def _cut(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        if not stream:
+            return _Drop()
+        answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
+        assert isinstance(answer, _StreamAnswer)
+        return _StreamAnswer(answer.frames, cut_after=failure.after_events)
+
+    async def _error_event(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        message = failure.message or "Overloaded"
+        if not stream:
+            # Without a stream there is no event to send: the API answers with the status.
+            return self._error(529, message)
+        answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
+        assert isinstance(answer, _StreamAnswer)
+        return _StreamAnswer(
+            answer.frames[: failure.after_events], error=self._stream_error(message)
+        )
+
+    async def _slow(
+        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
+    ) -> _Answer:
+        await trio.sleep(failure.delay)
+        return await self._play(failure.then or "", payload, prompt_chars)
+
+
+_FailureHandler: TypeAlias = Callable[
+    [ScriptedServer, Failure, dict[str, Any], int, bool], Awaitable[_Answer]
+]
+
+# Failure.kind -> how the server plays it.
+_FAILURES: dict[str, _FailureHandler] = {
+    "status": ScriptedServer._status,
+    "cut": ScriptedServer._cut,
+    "error_event": ScriptedServer._error_event,
+    "slow": ScriptedServer._slow,
+}
+_FAILURE_KINDS = frozenset(_FAILURES)
+
+
+@final
+class MessagesServer(ScriptedServer):
+    """A loopback Anthropic Messages API for tests, played from a script.
+
+    Each ``POST /v1/messages`` takes the next script item:
+
+    - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
+      request has ``"stream": true``, else one JSON message);
+    - an exception: a 500 ``api_error`` with the exception's text (a ``ModelError`` with
+      a ``status`` gives that status, and its ``retry_after`` a ``retry-after`` header);
+    - a ``Failure``: the injected fault (``Failure.rate_limited()``,
+      ``Failure.overloaded()``, ``Failure.cut_stream(reply)``, ...);
+    - a function of the request body (a dict), sync or async, returning one of the above.
+
+    A request after the last item gets a 500 saying that the script is exhausted, so a
+    test that asks for more than it scripted fails clearly; unless ``then`` is given: a
+    function of the request body (as a script function) that answers every request
+    after the script, for as long as the server runs. Other paths get a 404.
+
+    Use it as an async context manager; it serves from a task of its own until the block
+    ends::
+
+        async with MessagesServer(["Hello!"]) as server:
+            async with server.client() as client:
+                message = await client.messages.create(...)
+            assert server.requests[0]["model"] == ...
+
+    Args:
+        script: The answers, in order.
+        host: The loopback address to listen on.
+        port: The port (0, the default: any free one).
+        then: Answers every request after the script, if given.
+        keep_requests: Keep only the last this many request bodies (None: all of them;
+            a server that runs for long should set it).
+
+    Attributes:
+        requests: The JSON body of every request to ``/v1/messages``, in order.
+        host: The loopback address it listens on.
+    """
+
+    _server_name = "MessagesServer"
+    _required = ("model", "max_tokens", "messages")
+
+    def client(self, **options: Any) -> anthropic.AsyncAnthropic:
+        """An ``AsyncAnthropic`` client for this server: a test key, no SDK retries.
+
+        The server closes the clients it made when it stops, so a test need not.
+
+        Args:
+            **options: More ``AsyncAnthropic`` arguments (they override the defaults).
+        """
+        # Imported here: the SDK takes seconds to import, and this package is loaded by
+        # the pytest plugin in every session.
+        import anthropic
+
+        settings: dict[str, Any] = {
+            "api_key": "test-key",
+            "base_url": self.base_url,
+            "max_retries": 0,
+            **options,
+        }
+        client = anthropic.AsyncAnthropic(**settings)
+        self._clients.append(client)
+        return client
+
+    def _route(self, method: str, path: str) -> bool:
+        return method == "POST" and path == _MESSAGES_PATH
+
+    def _error(self, status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
+        return _JSONAnswer(status, _codec.error_object(_codec.error_type(status), message), headers)
+
+    def _stream_error(self, message: str) -> bytes:
+        return _sse("error", _codec.error_object("overloaded_error", message))
 
     def _reply(
         self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
@@ -392,56 +489,7 @@ class MessagesServer:
             usage=usage,
             tool_inputs=raw_inputs,
         )
-        return _StreamAnswer(events)
-
-    async def _status(
-        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
-        headers = []
-        if failure.retry_after is not None:
-            headers.append(("retry-after", _header_seconds(failure.retry_after)))
-        status = failure.status or 500
-        return _error(status, failure.message or _codec.error_type(status), *headers)
-
-    async def _cut(
-        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
-        if not stream:
-            return _Drop()
-        answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
-        assert isinstance(answer, _StreamAnswer)
-        return _StreamAnswer(answer.events, cut_after=failure.after_events)
-
-    async def _error_event(
-        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
-        message = failure.message or "Overloaded"
-        if not stream:
-            # Without a stream there is no event to send: the API answers with the status.
-            return _error(529, message)
-        answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
-        assert isinstance(answer, _StreamAnswer)
-        error = _codec.error_object("overloaded_error", message)
-        return _StreamAnswer(answer.events[: failure.after_events], error=error)
-
-    async def _slow(
-        self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
-        await trio.sleep(failure.delay)
-        return await self._play(failure.then or "", payload, prompt_chars)
-
-
-_FailureHandler: TypeAlias = Callable[
-    [MessagesServer, Failure, dict[str, Any], int, bool], Awaitable[_Answer]
-]
-
-# Failure.kind -> how the server plays it.
-_FAILURES: dict[str, _FailureHandler] = {
-    "status": MessagesServer._status,
-    "cut": MessagesServer._cut,
-    "error_event": MessagesServer._error_event,
-    "slow": MessagesServer._slow,
-}
+        return _StreamAnswer([_sse(event["type"], event) for event in events])
 
 
 async def _write(stream: trio.SocketStream, connection: h11.Connection, *events: h11.Event) -> None:

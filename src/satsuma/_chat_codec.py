@@ -1,0 +1,538 @@
+"""The OpenAI Chat Completions wire format: the one place that builds and parses its dicts.
+
+satsuma keeps every conversation in the Anthropic Messages shape (``_codec``), whichever
+provider answers it, so that a history, a journal and a resume do not depend on the
+model. This module translates at the edge: a request's messages and tools into Chat
+Completions parameters, and a completion (whole, or as stream chunks) back into Anthropic
+content blocks. ``OpenAIModel`` reads with it and the test server writes with it, so the
+two agree. Like ``_codec`` it imports nothing of satsuma and not the SDK.
+
+What has no counterpart on the other side:
+
+- A ``tool_result``'s ``is_error``: Chat Completions' tool messages have no such field, so
+  the model reads it in the text, which begins ``Error: `` (satsuma's own failure texts
+  already do; a tool's ``("ok", content, True)`` gets the prefix here).
+- Images in a tool result: tool messages carry text only, so they follow in a user
+  message after the turn's tool messages.
+- Thinking blocks (from an Anthropic model earlier in the conversation) are left out: no
+  Chat Completions endpoint takes them back. Streamed reasoning (``reasoning_content`` or
+  ``reasoning``, which vLLM, DeepSeek and OpenRouter send) is reported as thinking
+  deltas but not kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._codec import MessageLike, StreamedMessage
+
+__all__ = [
+    "ChatAccumulator",
+    "UnsupportedContent",
+    "chat_messages",
+    "chat_tools",
+    "completion_chunks",
+    "completion_object",
+    "error_body",
+    "finish_reason",
+    "request_params",
+]
+
+_ERROR_PREFIX = "Error: "
+
+# Chat Completions finish_reason -> the Messages API's stop_reason, which the loop and
+# the events speak. An unknown reason is kept as it is.
+_STOP_REASONS: dict[str, str] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+_FINISH_REASONS: dict[str, str] = {
+    "end_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
+
+
+class UnsupportedContent(ValueError):
+    """A conversation holds something Chat Completions cannot carry."""
+
+
+# --- Requests --------------------------------------------------------------------------
+
+
+def chat_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Function tools from Anthropic tool definitions (``{name, description,
+    input_schema}``).
+
+    Raises:
+        UnsupportedContent: a definition of another kind (an Anthropic server tool).
+    """
+    out = []
+    for tool in tools:
+        if "input_schema" not in tool or tool.get("type", "custom") != "custom":
+            raise UnsupportedContent(
+                f"tool {tool.get('name')!r} is an Anthropic server tool "
+                f"({tool.get('type')!r}), which Chat Completions cannot call"
+            )
+        function: dict[str, Any] = {
+            "name": tool["name"],
+            "parameters": dict(tool["input_schema"]),
+        }
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _image_part(block: Mapping[str, Any]) -> dict[str, Any]:
+    source = block.get("source") or {}
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    elif source.get("type") == "url":
+        url = source.get("url", "")
+    else:
+        raise UnsupportedContent(f"an image whose source is {source.get('type')!r}")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user_parts(blocks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text":
+            if block.get("text"):
+                parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            parts.append(_image_part(block))
+        else:
+            raise UnsupportedContent(f"a {kind!r} block in a user message")
+    return parts
+
+
+def _user_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    # Text alone goes as a plain string, which every compatible server takes (some local
+    # ones take no list of parts at all).
+    if all(part["type"] == "text" for part in parts):
+        return {"role": "user", "content": "\n\n".join(part["text"] for part in parts)}
+    return {"role": "user", "content": parts}
+
+
+def tool_message_text(content: str | Sequence[Mapping[str, Any]], is_error: bool) -> str:
+    """What the model reads in the tool message answering a call."""
+    if isinstance(content, str):
+        text = content
+    else:
+        text = "\n".join(block["text"] for block in content if block.get("type") == "text")
+    if is_error and not text.startswith(_ERROR_PREFIX):
+        text = _ERROR_PREFIX + text
+    return text
+
+
+def _user(message: MessageLike) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    images: list[dict[str, Any]] = []
+    rest: list[Mapping[str, Any]] = []
+    for block in message.content:
+        if block.get("type") != "tool_result":
+            rest.append(block)
+            continue
+        content = block.get("content", "")
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": block["tool_use_id"],
+                "content": tool_message_text(content, bool(block.get("is_error"))),
+            }
+        )
+        if not isinstance(content, str):
+            pictures = [_image_part(part) for part in content if part.get("type") == "image"]
+            if pictures:
+                label = f"Images from the result of tool call {block['tool_use_id']}:"
+                images += [{"type": "text", "text": label}, *pictures]
+    parts = images + _user_parts(rest)
+    if parts:
+        out.append(_user_message(parts))
+    return out
+
+
+def _assistant(message: MessageLike) -> dict[str, Any] | None:
+    texts = []
+    calls = []
+    for block in message.content:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block["text"])
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": block["id"],
+                    "type": "function",
+                    "function": {
+                        "name": block["name"],
+                        "arguments": json.dumps(block.get("input", {})),
+                    },
+                }
+            )
+        # Thinking and Anthropic server blocks have no counterpart: left out.
+    if not texts and not calls:
+        return None
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def chat_messages(system: str | None, messages: Iterable[MessageLike]) -> list[dict[str, Any]]:
+    """The ``messages`` parameter for a system prompt and a conversation.
+
+    Raises:
+        UnsupportedContent: a block Chat Completions cannot carry (a document, say).
+    """
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        if message.role == "user":
+            out += _user(message)
+        else:
+            assistant = _assistant(message)
+            if assistant is not None:
+                out.append(assistant)
+    return out
+
+
+def request_params(
+    *,
+    model: str,
+    system: str | None,
+    messages: Iterable[MessageLike],
+    tools: Iterable[Mapping[str, Any]] = (),
+    max_tokens: int,
+    max_tokens_param: str = "max_completion_tokens",
+) -> dict[str, Any]:
+    """Keyword arguments for ``client.chat.completions.create`` (without ``stream``)."""
+    params: dict[str, Any] = {
+        "model": model,
+        "messages": chat_messages(system, messages),
+        max_tokens_param: max_tokens,
+    }
+    if definitions := chat_tools(tools):
+        params["tools"] = definitions
+    return params
+
+
+# --- Errors ----------------------------------------------------------------------------
+
+_ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """An error body as OpenAI's API sends it."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+# --- Responses -------------------------------------------------------------------------
+
+
+def finish_reason(stop_reason: str) -> str:
+    """The Chat Completions finish_reason for a Messages API stop_reason."""
+    return _FINISH_REASONS.get(stop_reason, stop_reason)
+
+
+def _usage_object(usage: Mapping[str, int]) -> dict[str, Any]:
+    cached = usage.get("cache_read_input_tokens", 0)
+    prompt = usage.get("input_tokens", 0) + cached + usage.get("cache_creation_input_tokens", 0)
+    completion = usage.get("output_tokens", 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _calls_of(
+    content: Iterable[Mapping[str, Any]], raw_arguments: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": block["id"],
+            "type": "function",
+            "function": {
+                "name": block["name"],
+                "arguments": raw_arguments.get(block["id"], json.dumps(block.get("input", {}))),
+            },
+        }
+        for block in content
+        if block.get("type") == "tool_use"
+    ]
+
+
+def completion_object(
+    *,
+    id: str,
+    model: str,
+    content: Sequence[Mapping[str, Any]],
+    stop_reason: str,
+    usage: Mapping[str, int],
+    raw_arguments: Mapping[str, str] | None = None,
+    created: int = 0,
+) -> dict[str, Any]:
+    """A whole ``chat.completion`` for Anthropic-shaped content blocks (text and
+    tool_use; others are left out). ``raw_arguments`` maps a call id to the arguments
+    text to send for it (which may not even parse)."""
+    text = "".join(block["text"] for block in content if block.get("type") == "text")
+    message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
+    calls = _calls_of(content, raw_arguments or {})
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason(stop_reason),
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage_object(usage),
+    }
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    size = max(1, -(-len(text) // count))
+    return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+def completion_chunks(
+    *,
+    id: str,
+    model: str,
+    content: Sequence[Mapping[str, Any]],
+    stop_reason: str,
+    usage: Mapping[str, int],
+    raw_arguments: Mapping[str, str] | None = None,
+    include_usage: bool = True,
+    pieces: int = 3,
+    created: int = 0,
+) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed completion, as the API sends
+    them: text and each call's arguments in about ``pieces`` deltas, then the finish
+    reason, then (``include_usage``) a chunk with the usage and no choices."""
+
+    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
+        }
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    text = "".join(block["text"] for block in content if block.get("type") == "text")
+    chunks += [chunk({"content": piece}) for piece in _pieces(text, pieces)]
+    for index, call in enumerate(_calls_of(content, raw_arguments or {})):
+        function = call["function"]
+        opening = {"id": call["id"], "type": "function", "function": {"name": function["name"]}}
+        opening["function"]["arguments"] = ""
+        chunks.append(chunk({"tool_calls": [{"index": index, **opening}]}))
+        chunks += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            for piece in _pieces(function["arguments"], pieces)
+        ]
+    chunks.append(chunk({}, finish_reason(stop_reason)))
+    if include_usage:
+        chunks.append(
+            {
+                "id": id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": _usage_object(usage),
+            }
+        )
+    return chunks
+
+
+# --- Reading a completion --------------------------------------------------------------
+
+
+def _no_delta(delta: str) -> None:
+    pass
+
+
+_call_numbers = itertools.count(1)
+
+
+@attrs.define
+class _Call:
+    id: str
+    name: str
+    arguments: list[str] = attrs.Factory(list)
+
+
+@attrs.define(eq=False)
+class ChatAccumulator:
+    """Builds the assistant message, as Anthropic content blocks, from a completion's
+    stream chunks (``feed``) or from a whole completion (``feed_completion``).
+
+    A call whose arguments are not a JSON object does not spoil the message: its
+    ``tool_use`` block holds ``{}`` and ``tool_uses`` keeps the raw text, so that only
+    that call is answered with ``Invalid arguments``.
+
+    Attributes:
+        on_text: Called with each text delta.
+        on_thinking: Called with each reasoning delta (not kept: see the module).
+        on_tool_input: Called with a call's name and each piece of its arguments' JSON.
+        finished: Whether a finish_reason has arrived.
+        error: The ``error`` object of an error sent inside the stream, or None.
+    """
+
+    on_text: Callable[[str], None] = _no_delta
+    on_thinking: Callable[[str], None] = _no_delta
+    on_tool_input: Callable[[str, str], None] | None = None
+    finished: bool = attrs.field(default=False, init=False)
+    error: dict[str, Any] | None = attrs.field(default=None, init=False)
+    _text: list[str] = attrs.field(factory=list, init=False)
+    _calls: dict[int, _Call] = attrs.field(factory=dict, init=False)
+    _finish: str | None = attrs.field(default=None, init=False)
+    _model: str = attrs.field(default="", init=False)
+    _id: str = attrs.field(default="", init=False)
+    _usage: dict[str, int] = attrs.field(factory=dict, init=False)
+
+    def feed(self, chunk: Mapping[str, Any]) -> None:
+        """Take one decoded stream chunk.
+
+        Raises:
+            KeyError, TypeError, AttributeError: the chunk does not have the API's shape.
+        """
+        if "error" in chunk and "choices" not in chunk:
+            error = chunk["error"]
+            self.error = dict(error) if isinstance(error, Mapping) else {"message": str(error)}
+            return
+        self._head(chunk)
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue  # n > 1 is never asked for
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self.on_thinking(reasoning)
+            if delta.get("content"):
+                self._text.append(delta["content"])
+                self.on_text(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                self._call_delta(call)
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+                self.finished = True
+
+    def _head(self, chunk: Mapping[str, Any]) -> None:
+        self._model = chunk.get("model") or self._model
+        self._id = chunk.get("id") or self._id
+        if chunk.get("usage"):
+            self._count(chunk["usage"])
+
+    def _call_delta(self, delta: Mapping[str, Any]) -> None:
+        index = delta.get("index", len(self._calls))
+        function = delta.get("function") or {}
+        call = self._calls.get(index)
+        if call is None:
+            # Some servers leave out the id: made up, unique in the process.
+            call_id = delta.get("id") or f"call_satsuma_{next(_call_numbers)}"
+            call = self._calls[index] = _Call(call_id, function.get("name") or "")
+        elif function.get("name") and not call.name:
+            call.name = function["name"]
+        piece = function.get("arguments")
+        if piece:
+            call.arguments.append(piece)
+            if self.on_tool_input is not None:
+                self.on_tool_input(call.name, piece)
+
+    def feed_completion(self, completion: Mapping[str, Any]) -> None:
+        """Take a whole ``chat.completion``, as if it had streamed (its text and each
+        call's arguments reported in one piece).
+
+        Raises:
+            KeyError, TypeError, IndexError, AttributeError: not a completion.
+        """
+        self._head(completion)
+        choice = completion["choices"][0]
+        message = choice["message"]
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self.on_thinking(reasoning)
+        if message.get("content"):
+            self._text.append(message["content"])
+            self.on_text(message["content"])
+        for index, call in enumerate(message.get("tool_calls") or ()):
+            self._call_delta({**call, "index": index})
+        self._finish = choice.get("finish_reason")
+        self.finished = True
+
+    def _count(self, usage: Mapping[str, Any]) -> None:
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        cached = cached if isinstance(cached, int) else 0
+        if isinstance(prompt, int):
+            # The prompt's count includes its cached part; satsuma counts them apart.
+            self._usage["input_tokens"] = max(0, prompt - cached)
+            self._usage["cache_read_input_tokens"] = cached
+        if isinstance(completion, int):
+            self._usage["output_tokens"] = completion
+
+    def result(self) -> StreamedMessage:
+        """The message as assembled so far, in the Messages API's shape."""
+        content: list[dict[str, Any]] = []
+        tool_uses: list[tuple[str, str, Any]] = []
+        if self._text:
+            content.append({"type": "text", "text": "".join(self._text)})
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            text = "".join(call.arguments)
+            try:
+                value = json.loads(text) if text.strip() else {}
+            except (ValueError, RecursionError):  # not JSON, or nested past what json reads
+                value = None
+            block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            if isinstance(value, dict):
+                block["input"] = value
+                tool_uses.append((call.id, call.name, value))
+            else:
+                tool_uses.append((call.id, call.name, text))
+            content.append(block)
+        stop = self._finish
+        if stop == "stop" and tool_uses:
+            # Some servers (older Ollama) say "stop" on a turn that calls tools.
+            stop = "tool_calls"
+        return StreamedMessage(
+            content=tuple(content),
+            tool_uses=tuple(tool_uses),
+            stop_reason=_STOP_REASONS.get(stop, stop) if stop is not None else None,
+            model=self._model,
+            id=self._id,
+            **self._usage,
+        )
