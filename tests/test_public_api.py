@@ -18,7 +18,7 @@ EXPECTED_SATSUMA = {
     "ToolError", "ToolEvent", "ToolHook", "ToolOutcome", "ToolProgress", "ToolResult",
     "ToolReturn", "ToolRunner", "ToolUpdate", "Toolset", "format_results", "get_errors", "has_errors", "tool",
     # agents
-    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "MCPServerError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel",
+    "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "MCPServerError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "OpenAIModel",
     "AgentUnavailable", "HistoryProcessor", "JsonLinesLog", "KeepAll", "KeepLastExchanges", "Message", "Model",
     "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
@@ -97,7 +97,7 @@ def test_agents_exports_are_all_reexported_by_satsuma() -> None:
 
 def test_testing_exports() -> None:
     assert set(satsuma.testing.__all__) == {
-        "EventRecorder", "FakeModel", "Failure", "FunctionModel", "fake_reply", "MessagesServer", "Reply", "ScriptedModel",
+        "EventRecorder", "FakeModel", "Failure", "FunctionModel", "fake_reply", "MessagesServer", "ChatCompletionsServer", "Reply", "ScriptedModel",
         "check_conversation", "run_tool", "tool_call",
     }  # fmt: skip
     assert public_names(satsuma.testing) == set(satsuma.testing.__all__)

@@ -77,6 +77,7 @@ if _typing.TYPE_CHECKING:
     from .agents import ModelRequest as ModelRequest
     from .agents import ModelResponse as ModelResponse
     from .agents import ModelRetry as ModelRetry
+    from .agents import OpenAIModel as OpenAIModel
     from .agents import OutputDelta as OutputDelta
     from .agents import OutputRejected as OutputRejected
     from .agents import OutputValidated as OutputValidated
@@ -113,7 +114,7 @@ _logging.getLogger("satsuma").addHandler(_logging.NullHandler())
 
 _AGENT_NAMES = frozenset(
     {
-        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "HistoryProcessor", "JsonLinesLog", "KeepAll",
+        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "OpenAIModel", "HistoryProcessor", "JsonLinesLog", "KeepAll",
         "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
         "ModelRetry", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
         "RunResult", "RunStart", "RunStatus", "TextDelta",
@@ -184,6 +185,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelRetry",
+    "OpenAIModel",
     "OutputDelta",
     "OutputRejected",
     "OutputValidated",

@@ -27,6 +27,7 @@ from ._model import Model as Model
 from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest
 from ._model import ModelResponse as ModelResponse
+from ._openai import OpenAIModel as OpenAIModel
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
 from ._subagent import AgentTool as AgentTool
@@ -51,6 +52,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelRetry",
+    "OpenAIModel",
     "OutputDelta",
     "OutputRejected",
     "OutputValidated",

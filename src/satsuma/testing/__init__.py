@@ -4,6 +4,7 @@ The pytest plugin (fixtures ``tool_workspace``, ``tool_context``, ``tool_events`
 registered automatically when satsuma is installed.
 """
 
+from ._chat_server import ChatCompletionsServer as ChatCompletionsServer
 from ._fake import FakeModel as FakeModel
 from ._fake import fake_reply as fake_reply
 from ._script import Failure as Failure
@@ -17,6 +18,7 @@ from ._tools import run_tool as run_tool
 from ._tools import tool_call as tool_call
 
 __all__ = [
+    "ChatCompletionsServer",
     "EventRecorder",
     "FakeModel",
     "Failure",
