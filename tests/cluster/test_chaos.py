@@ -81,7 +81,7 @@ def _explain(dsn: str, nodes: list[Any]) -> None:
     with psycopg.connect(dsn) as db:
         for row in db.execute(
             "SELECT run_id, agent_id, prompt, status, node_id, attempts FROM run_queue "
-            "WHERE status NOT IN ('completed') ORDER BY seq"
+            "WHERE status NOT IN ('completed') OR attempts > 1 ORDER BY seq"
         ):
             _show("run", *row)
         for row in db.execute("SELECT node_id, name, pid, expires_at FROM nodes"):
@@ -212,10 +212,18 @@ async def test_runs_survive_a_killed_and_a_paused_node_each_once_and_in_order(
     assert collections.Counter(done) == collections.Counter(run_ids)
     prompts = {run_id: prompt for runs in submitted.values() for run_id, prompt in runs}
     for run_id, result in results.items():
-        assert (result.status, result.output) == ("completed", f"done {prompts[run_id]}"), result
+        if (result.status, result.output) != ("completed", f"done {prompts[run_id]}"):
+            _explain(postgres_dsn, nodes)
+            raise AssertionError(f"{result!r}")
 
-    # The paused node wrote nothing once it went on.
-    assert after == before
+    # The paused node wrote nothing once it went on: not into a conversation, a run
+    # record, the journal or the queue. (Paused between claiming a run and opening its
+    # agent, it may take the agent's lease, if no one holds it, and let it go again as
+    # soon as it sees the run is no longer its: who holds each lease is unchanged.)
+    assert {k: v for k, v in after.items() if k != "leases"} == {
+        k: v for k, v in before.items() if k != "leases"
+    }
+    assert [row[:2] for row in after["leases"]] == [row[:2] for row in before["leases"]]
     assert "was counted dead" in paused.stderr.read_text()
 
     # Side effects: a non-idempotent call at most once, and run (once) unless it was

@@ -565,12 +565,19 @@ async def test_a_cancelled_watcher_leaves_no_task_connection_or_thread_and_the_r
 # --- the node's recorder -------------------------------------------------------------------------
 
 
+async def _register(store: PostgresStore, node_id: str) -> None:
+    await queue.register_node(
+        store, node_id, name=node_id, host="test", pid=1, agents=["shop"], lease_seconds=600
+    )
+
+
 async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush(
     postgres_dsn: str,
 ) -> None:
     # A pool of 4: the node writes one batch at a time.
     async with PostgresStore(postgres_dsn, pool_size=4) as store:
         await queue.enqueue(store, "run_cut", "shop", "cut", "hi")
+        await _register(store, "node-1")  # a node claims only while it has its row
         run = await queue.claim(store, "node-1", ["shop"])
         assert run is not None
         recorder = RunRecorder(store, run, "node-1", "n1", EventLog())
@@ -605,6 +612,7 @@ async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush
 async def test_only_the_node_that_holds_a_run_may_write_its_events(postgres_dsn: str) -> None:
     async with PostgresStore(postgres_dsn) as store:
         await queue.enqueue(store, "run_f", "shop", "fenced", "hi")
+        await _register(store, "node-1")  # a node claims only while it has its row
         run = await queue.claim(store, "node-1", ["shop"])
         assert run is not None
         event = encode_event(RunStart(agent="shop", run_id="run_f", iteration=0, prompt="hi"))
@@ -649,6 +657,7 @@ async def test_a_stream_waits_through_a_database_restart_and_goes_on(
     async with PostgresStore(dsn) as store:
         cluster = Cluster(store, poll_interval=0.2)
         await queue.enqueue(store, "run_r", "shop", "r1", "hi")
+        await _register(store, "node-1")  # a node claims only while it has its row
         run = await queue.claim(store, "node-1", ["shop"])
         assert run is not None
         assert await append_events(store, "run_r", "node-1", [(2, encode_event(start))], **limits)

@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, TypeAlias, final
 
 import trio
 
@@ -34,7 +34,12 @@ from ._responses import checked_response
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["AnthropicModel"]
+__all__ = ["AnthropicModel", "AnyAnthropicClient"]
+
+AnyAnthropicClient: TypeAlias = (
+    "anthropic.AsyncAnthropic | anthropic.AsyncAnthropicBedrock | anthropic.AsyncAnthropicVertex"
+)
+"""The Anthropic SDK's clients: the API's own, Claude on Bedrock, Claude on Vertex AI."""
 
 
 @final
@@ -56,9 +61,12 @@ class AnthropicModel:
     answered with ``Invalid arguments``.
 
     Args:
-        client: The client to use. By default one is built from the environment
-            (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``); ``aclose()`` closes only a
-            client built here. Its own retry setting is ignored.
+        client: The client to use: an ``AsyncAnthropic``, or the same SDK's
+            ``AsyncAnthropicBedrock`` or ``AsyncAnthropicVertex`` for Claude on Bedrock or
+            Vertex AI (the extras ``satsuma[bedrock]``, ``satsuma[vertex]``; on Bedrock,
+            responses are not streamed yet). By default one is built from the
+            environment (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``); ``aclose()``
+            closes only a client built here. Its own retry setting is ignored.
         max_retries: Retries after the first attempt (0 for none).
         backoff_base: The longest wait before the first retry, in seconds.
         backoff_cap: The longest wait before any retry, in seconds.
@@ -80,7 +88,7 @@ class AnthropicModel:
 
     def __init__(
         self,
-        client: anthropic.AsyncAnthropic | None = None,
+        client: AnyAnthropicClient | None = None,
         *,
         max_retries: int = 3,
         backoff_base: float = 0.5,
@@ -103,14 +111,25 @@ class AnthropicModel:
             if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
                 raise missing_api_key()
             client = anthropic.AsyncAnthropic()
-        elif client.api_key is None and client.auth_token is None:
+        elif (
+            isinstance(client, anthropic.AsyncAnthropic)
+            and client.api_key is None
+            and client.auth_token is None
+        ):
             # The SDK would build every request and then refuse it with a TypeError.
             raise ConfigurationError(
                 "the AnthropicModel's client has no API key",
                 "Build it with api_key= (or auth_token=), or set ANTHROPIC_API_KEY "
                 "before it is built",
             )
-        self.client: anthropic.AsyncAnthropic = client
+        # Bedrock streams in AWS's event-stream encoding, which the raw reading below
+        # does not decode yet: its responses are asked for whole.
+        self._whole_only = isinstance(client, anthropic.AsyncAnthropicBedrock)
+        if self._whole_only and stream:
+            raise ValueError(
+                "stream=True is not supported yet with an AsyncAnthropicBedrock client"
+            )
+        self.client: AnyAnthropicClient = client
         # A copy that shares the connection pool; retries are ours, each one reported.
         self._api = self.client.with_options(max_retries=0)
         self.max_retries = max_retries
@@ -156,7 +175,7 @@ class AnthropicModel:
         stream = self.stream
         if stream is None:
             # A listener that does not say wants what it is given: every delta.
-            stream = bool(getattr(listener, "wants_deltas", True))
+            stream = bool(getattr(listener, "wants_deltas", True)) and not self._whole_only
         attempt = 0
         while True:
             try:
@@ -200,7 +219,7 @@ class AnthropicModel:
                     # more than 10 minutes (a large max_tokens): streamed instead when
                     # the choice was ours; else a mistake to state, not a bug that
                     # crashes the agent.
-                    if self.stream is None:
+                    if self.stream is None and not self._whole_only:
                         return await self._respond_once(params, model, listener, True)
                     raise ModelError(f"stream=False cannot be used here: {exc}") from exc
                 _feed_whole(accumulator, raw.http_response.content)

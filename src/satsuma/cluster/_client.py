@@ -3,6 +3,7 @@ process (a web handler, a script)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any, Final, final
@@ -10,6 +11,7 @@ from typing import Any, Final, final
 import attrs
 import trio
 
+from .._exceptions import StoreError
 from ..agents import Agent, RunResult
 from ..agents._actor import new_run_id
 from ..agents._agent import spec_of
@@ -22,6 +24,8 @@ from ._listen import Listener
 from ._results import encode_result, queued_result
 
 __all__ = ["Cluster"]
+
+logger = logging.getLogger("satsuma.cluster")
 
 _CANCELLED_WHILE_QUEUED: Final = "cancelled before a node started it"
 
@@ -77,10 +81,15 @@ class Cluster:
             run_id: As ``submit`` returned it.
             timeout: Seconds to wait at most (None: as long as it takes).
 
+        Once the run was found, a database that goes away (a restart, a failover) pauses
+        the wait rather than ending it: its state is read again every
+        ``poll_interval`` seconds, each failure logged, until the database answers or
+        ``timeout`` passes.
+
         Raises:
             ValueError: no run has this id.
             TimeoutError: the run had not ended after ``timeout`` seconds (it goes on).
-            StoreError: the queue could not be read.
+            StoreError: the queue could not be read at the start.
         """
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         # Listening before the first read: an end committed after it is heard.
@@ -90,8 +99,17 @@ class Cluster:
                 await listener.open()
             except Exception:  # the server is away: the loop below polls, and says so
                 listener.close()
+            known = False
             while True:
-                found = await queue.outcome(self.store, run_id)
+                try:
+                    found = await queue.outcome(self.store, run_id)
+                except StoreError as exc:
+                    if not known:
+                        raise
+                    logger.warning("waiting for run %s, the database is away: %s", run_id, exc)
+                    await self._wait_for(run_id, listener, deadline, timeout)
+                    continue
+                known = True
                 if found is None:
                     raise ValueError(f"no run {run_id!r} in the cluster's queue")
                 run, text = found

@@ -55,10 +55,21 @@ class Listener:
             self._connection = await trio.to_thread.run_sync(self._connect)
 
     def _drop(self) -> None:
+        import psycopg
+
         connection, self._connection = self._connection, None
-        if connection is not None:
-            trio.lowlevel.notify_closing(connection.fileno())
-            connection.close()
+        if connection is None:
+            return
+        try:
+            fd = connection.fileno()
+        except psycopg.OperationalError:
+            # The connection broke (the server went away) and its socket is gone: no
+            # wait can be on it, and fileno() raised, which crashed the node that
+            # listened when the database restarted.
+            pass
+        else:
+            trio.lowlevel.notify_closing(fd)
+        connection.close()
 
     def _read(self) -> list[tuple[str, str]]:
         assert self._connection is not None

@@ -15,11 +15,12 @@ deadline, so a supervisor's cancellation does not cut it short.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, final
 
 import attrs
@@ -47,6 +48,11 @@ _HELD_ELSEWHERE_DELAY: Final = 1.0
 _MAX_ATTEMPTS: Final = 100
 # Store writes made while stopping (hand-backs, leaving the node table) are bounded.
 _STOP_WRITE_SECONDS: Final = 5.0
+# A run's end or hand-back that the database did not take (it is away) is tried again
+# after this long, doubling up to the most, for as long as the node serves: the run
+# stays the node's meanwhile, and giving up would leave it so for good.
+_RETRY_FIRST: Final = 0.2
+_RETRY_MOST: Final = 5.0
 
 
 @attrs.define(eq=False)
@@ -353,19 +359,35 @@ class Node:
                 logger.warning(
                     "node %s: closing the agent of run %s: %s", self.name, run.run_id, exc
                 )
-                await self._finish(run, node_id, result)
-                return
-            # Its agent could not be opened: held by another owner (a node that died on
-            # another host, before its lease expired) or the store is away. Later.
-            logger.warning("node %s: run %s handed back: %s", self.name, run.run_id, exc)
-            if run.attempts >= _MAX_ATTEMPTS:
+            elif run.attempts >= _MAX_ATTEMPTS:
                 result = failed_result(run.run_id, f"its agent could not be opened: {exc}")
             else:
+                # Its agent could not be opened: held by another owner (a node that died
+                # on another host, before its lease expired) or the store is away. Later.
+                logger.warning("node %s: run %s handed back: %s", self.name, run.run_id, exc)
                 handed_back = await self._hand_back(run, node_id, "keep", _HELD_ELSEWHERE_DELAY)
         except Exception as exc:
             if result is None:
                 result = failed_result(run.run_id, f"the agent crashed: {exc}")
         finally:
+            if (
+                result is not None
+                and result.status == "failed"
+                and not entry.lost
+                and await self._failed_for_the_store(run)
+            ):
+                # The database went away under the run (its writes failed, so did the
+                # record of its end): not the run's failure. It goes back to the queue
+                # once the database is back, and is resumed from its journal.
+                logger.warning(
+                    "node %s: run %s stopped, the database is away (%s); it goes on when "
+                    "the database is back",
+                    self.name,
+                    run.run_id,
+                    result.error,
+                )
+                result = None
+                handed_back = await self._hand_back(run, node_id, "keep", 0.0)
             if entry.lost:
                 # Another node has the run (and its agent) now: nothing here is written.
                 result, handed_back = None, True
@@ -392,23 +414,58 @@ class Node:
         # Its agent recorded its end; the queue never heard of it.
         return result_from_record(record, handle.history)
 
+    async def _failed_for_the_store(self, run: QueuedRun) -> bool:
+        """Whether a run that ended ``failed`` failed because the database was away:
+        it is away now, or the agent could not record the run's end (it records a real
+        failure, and a run it could not resume stays ``interrupted``)."""
+        with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
+            try:
+                record = await self.store.get_run(run.run_id)
+            except StoreError:
+                return True
+            return record is not None and record.status == "running"
+        return True
+
     async def _hand_back(
         self, run: QueuedRun, node_id: str, agent_record: Literal["keep", "auto"], delay: float
     ) -> bool:
-        with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
-            try:
-                return await queue.hand_back(
-                    self.store,
-                    run,
-                    node_id,
-                    agent_record=agent_record,
-                    delay=delay,
-                )
-            except StoreError:
-                logger.warning(
-                    "node %s: could not hand run %s back", self.name, run.run_id, exc_info=True
-                )
-        return False
+        try:
+            return await self._retrying(
+                f"hand run {run.run_id} back",
+                lambda: queue.hand_back(
+                    self.store, run, node_id, agent_record=agent_record, delay=delay
+                ),
+            )
+        except trio.Cancelled:
+            # Stopping, with the database away: the node's row goes (or expires) with
+            # the run, which another node then takes.
+            logger.warning(
+                "node %s: stopped before run %s could be handed back", self.name, run.run_id
+            )
+            raise
+
+    async def _retrying(self, what: str, write: Callable[[], Awaitable[bool]]) -> bool:
+        """Make a queue write until the database takes it (the run stays this node's
+        until then, so giving up would strand it). Each try is shielded (at most
+        _STOP_WRITE_SECONDS: it runs while the node drains too); the waits between tries
+        are not, so a drain's deadline ends them."""
+        delay = _RETRY_FIRST
+        for attempt in itertools.count(1):
+            with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
+                try:
+                    return await write()
+                except StoreError as exc:
+                    logger.warning(
+                        "node %s: could not %s (try %d; again in %gs): %s",
+                        self.name,
+                        what,
+                        attempt,
+                        delay,
+                        exc,
+                    )
+            await trio.sleep(delay)
+            delay = min(delay * 2, _RETRY_MOST)
+        raise AssertionError("unreachable")
 
     async def _finish(self, run: QueuedRun, node_id: str, result: RunResult) -> None:
         status: QueuedRunStatus = (
@@ -418,34 +475,24 @@ class Node:
             if result.status == "failed"
             else "completed"
         )
-        # Shielded: a run that ended is recorded even while the node drains. Tried again
-        # while the store is away (the run stays this node's meanwhile).
-        with trio.CancelScope(shield=True):
-            for attempt in range(30):
-                try:
-                    written = await queue.finish(
-                        self.store,
-                        run,
-                        node_id,
-                        status=status,
-                        result=encode_result(result),
-                        error=result.error if status == "failed" else None,
-                    )
-                except StoreError:
-                    logger.warning(
-                        "node %s: could not record the end of run %s (attempt %d)",
-                        self.name,
-                        run.run_id,
-                        attempt + 1,
-                        exc_info=True,
-                    )
-                    await trio.sleep(1.0)
-                    continue
-                if not written:
-                    logger.warning(
-                        "node %s: run %s ended here after it went to another node; its "
-                        "result here is dropped",
-                        self.name,
-                        run.run_id,
-                    )
-                return
+        # Tried again while the store is away (the run stays this node's meanwhile); a
+        # drain's deadline ends the tries, and the run goes back to the queue with the
+        # node's row (its agent's record has its end, which the next node reads).
+        written = await self._retrying(
+            f"record the end of run {run.run_id}",
+            lambda: queue.finish(
+                self.store,
+                run,
+                node_id,
+                status=status,
+                result=encode_result(result),
+                error=result.error if status == "failed" else None,
+            ),
+        )
+        if not written:
+            logger.warning(
+                "node %s: run %s ended here after it went to another node; its result "
+                "here is dropped",
+                self.name,
+                run.run_id,
+            )

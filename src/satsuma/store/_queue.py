@@ -242,8 +242,13 @@ async def sweep(store: PostgresStore, *, lock_timeout: float) -> int:
             "SELECT set_config('lock_timeout', %s, true)",
             (f"{max(1, round(lock_timeout * 1000))}ms",),
         )
+        # A node's lease counts from its last heartbeat, or from the server's start when
+        # that is later: after a restart of the server, the nodes had no chance to send
+        # one, and the first node back would otherwise count all the others dead.
         dead = db.execute(
-            f"DELETE FROM nodes WHERE expires_at < {_NOW} RETURNING node_id, host, pid"
+            "DELETE FROM nodes WHERE greatest(expires_at, "
+            "extract(epoch from pg_postmaster_start_time())::float8 "
+            f"+ (expires_at - heartbeat_at)) < {_NOW} RETURNING node_id, host, pid"
         ).fetchall()
         requeued = db.execute(
             f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {_NOW} "
@@ -289,12 +294,24 @@ async def unregister_node(store: PostgresStore, node_id: str) -> int:
     return await store._call(work)
 
 
+def _registered(db: psycopg.Connection[Any], node_id: str) -> bool:
+    """Whether the node still has its row, locked (FOR SHARE) until the transaction ends,
+    so that a sweep that counts it dead waits for this transaction, or comes first and
+    this one sees the row gone. A node counted dead claims nothing more and starts no
+    run it had claimed: it would run them with its agents' leases taken anew after the
+    sweep let them go, and so write into them, while the runs are back in the queue."""
+    row = db.execute("SELECT 1 FROM nodes WHERE node_id = %s FOR SHARE", (node_id,)).fetchone()
+    return row is not None
+
+
 async def claim(store: PostgresStore, node_id: str, agent_names: Sequence[str]) -> QueuedRun | None:
     """Claim the oldest queued run of the given classes that may run now: none of its
     conversation's runs is in flight, and no older one of it waits (runs of one
     conversation go in order). SKIP LOCKED: nodes claiming at once take different runs."""
 
     def work(db: psycopg.Connection[Any]) -> QueuedRun | None:
+        if not _registered(db, node_id):
+            return None
         row = db.execute(
             "WITH candidate AS ("
             " SELECT run_id FROM run_queue q"
@@ -316,6 +333,8 @@ async def mark_running(store: PostgresStore, run_id: str, node_id: str) -> bool:
     """Whether the node still holds the run (and it is now ``running``)."""
 
     def work(db: psycopg.Connection[Any]) -> bool:
+        if not _registered(db, node_id):
+            return False
         row = db.execute(
             "UPDATE run_queue SET status = 'running' WHERE run_id = %s AND node_id = %s "
             "AND status IN ('claimed', 'running') RETURNING run_id",
