@@ -5,15 +5,17 @@ contract holds identically: one tool_result per call, is_error, usage, streaming
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anthropic
 import attrs
 import pytest
 
 import satsuma
-from satsuma import ConfigurationError, Message, TextDelta
+from satsuma import AnthropicModel, ConfigurationError, Message, TextDelta
 from satsuma.agents._clients import shared_model
 from satsuma.agents._openai import OpenAIModel
 from satsuma.testing import MessagesServer, Reply, check_conversation
@@ -63,6 +65,7 @@ async def alerts(city: str) -> Any:
 
 class Forecaster(satsuma.Agent):
     name = "forecaster"
+    model = "claude-test"
     system = "You tell the weather."
     tools = [weather, forecast, radar, alerts]
 
@@ -71,10 +74,44 @@ class OnOpenAI(Forecaster):
     model = "openai:gpt-test"
 
 
-BAD_ARGUMENTS = (
-    "Error: Invalid arguments: expected arguments to be an object, got: invalid JSON "
-    "(Expecting value: line 1 column 10 (char 9))"
-)
+class OnBedrock(Forecaster):
+    model = "bedrock:anthropic.claude-test-v1:0"
+
+
+class OnVertex(Forecaster):
+    model = "vertex:claude-test@20260101"
+
+
+# Fake AWS credentials, and nothing else of AWS's configuration: botocore signs with
+# them locally, and never looks for others (files, the instance metadata endpoint).
+AWS = {
+    "AWS_ACCESS_KEY_ID": "AKIDTESTKEY",
+    "AWS_SECRET_ACCESS_KEY": "test-secret",
+    "AWS_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+}
+
+
+def vertex_model(server: ScriptedServer) -> AnthropicModel:
+    # Application Default Credentials would reach Google's token endpoint: a Vertex
+    # client takes an access token instead (the model string still names the model).
+    client = anthropic.AsyncAnthropicVertex(
+        region="us-east5",
+        project_id="project-test",
+        access_token="ya29.test-token",
+        base_url=f"{server.base_url}/v1",
+    )
+    return AnthropicModel(client, backoff_base=0.001, jitter=False)
+
+
+EXPECTED = [
+    ("Oslo: 14°C", False),
+    ("Error: Tool crashed: OSError: no forecast for Oslo", True),
+    ("Error: radar offline in Oslo", True),
+    ("storm warning for Oslo", True),
+]
 
 SCRIPT = [
     Reply(
@@ -84,7 +121,6 @@ SCRIPT = [
             ("forecast", {"city": "Oslo"}),
             ("radar", {"city": "Oslo"}),
             ("alerts", {"city": "Oslo"}),
-            ("weather", '{"city": '),  # arguments that are not JSON
         ],
     ),
     "Oslo: 14°C, more unknown.",
@@ -96,6 +132,7 @@ class Provider:
     agent: type[satsuma.Agent[Any]]
     server: Callable[[list[Any]], ScriptedServer]
     environment: Callable[[ScriptedServer], dict[str, str]]
+    model: Callable[[ScriptedServer], AnthropicModel] | None = None
 
 
 PROVIDERS = {
@@ -112,6 +149,12 @@ PROVIDERS = {
             "OPENAI_BASE_URL": f"{server.base_url}/v1",
         },
     ),
+    "bedrock": Provider(
+        OnBedrock,
+        MessagesServer,
+        lambda server: {**AWS, "ANTHROPIC_BEDROCK_BASE_URL": server.base_url},
+    ),
+    "vertex": Provider(OnVertex, MessagesServer, lambda server: {}, vertex_model),
 }
 
 
@@ -136,57 +179,82 @@ def tool_results(history: tuple[Message, ...]) -> list[tuple[Any, bool]]:
 
 async def run_scenario(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     events: list[Any] = []
-    async with (
-        serving(name, SCRIPT, monkeypatch) as server,
-        satsuma.open_agent(PROVIDERS[name].agent) as agent,
-    ):
-        result = await agent.run("Weather in Oslo?", events=events.append)
-        history = agent.history
-        model = agent.model
+    provider = PROVIDERS[name]
+    async with serving(name, SCRIPT, monkeypatch) as server:
+        given = provider.model(server) if provider.model is not None else None
+        async with satsuma.open_agent(provider.agent, model=given) as agent:
+            result = await agent.run("Weather in Oslo?", events=events.append)
+            history = agent.history
+            model = agent.model
+        if given is not None:
+            await given.client.close()  # a client passed in is its owner's to close
     return {
         "result": result,
         "history": history,
         "model": model,
         "requests": server.requests,
+        "received": server.received,
         "text": "".join(event.text for event in events if isinstance(event, TextDelta)),
     }
 
 
-async def test_one_agent_class_runs_alike_on_anthropic_and_openai(
+async def test_one_agent_class_runs_alike_on_all_four_providers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    anthropic = await run_scenario("anthropic", monkeypatch)
-    openai = await run_scenario("openai", monkeypatch)
-    assert isinstance(openai["model"], OpenAIModel)
-    for run in (anthropic, openai):
+    runs = {name: await run_scenario(name, monkeypatch) for name in PROVIDERS}
+    assert isinstance(runs["openai"]["model"], OpenAIModel)
+    for name in ("anthropic", "bedrock", "vertex"):
+        assert isinstance(runs[name]["model"], AnthropicModel)
+    for run in runs.values():
         assert run["result"].status == "completed"
         assert run["result"].output == "Oslo: 14°C, more unknown."
         assert run["result"].usage.input_tokens > 0 and run["result"].usage.output_tokens > 0
+        # Streamed, or (Bedrock) whole and reported in one piece: the same text.
         assert run["text"] == "Checking.Oslo: 14°C, more unknown."
         check_conversation(run["history"])
-    # The same results, in the same satsuma history, whichever provider answered.
-    expected = [
-        ("Oslo: 14°C", False),
-        ("Error: Tool crashed: OSError: no forecast for Oslo", True),
-        ("Error: radar offline in Oslo", True),
-        ("storm warning for Oslo", True),
-        (BAD_ARGUMENTS, True),
-    ]
-    assert tool_results(anthropic["history"]) == expected
-    assert tool_results(openai["history"]) == expected
-    # On the wire, in each dialect.
-    last = anthropic["requests"][1]["messages"][-1]["content"]
-    assert [(block["content"], block["is_error"]) for block in last] == expected
+        # The same results, in the same satsuma history, whichever provider answered.
+        assert tool_results(run["history"]) == EXPECTED
+    # On the wire, in each dialect. The Messages API's, on three paths:
+    for name in ("anthropic", "bedrock", "vertex"):
+        last = runs[name]["requests"][1]["messages"][-1]["content"]
+        assert [(block["content"], block["is_error"]) for block in last] == EXPECTED
+    anthropic_request = runs["anthropic"]["received"][0]
+    assert anthropic_request.path == "/v1/messages"
+    assert anthropic_request.headers["authorization"] == "Bearer test-key"
+    assert "anthropic-version" in anthropic_request.headers
+    assert anthropic_request.body["model"] == "claude-test"
+    # Bedrock: the model in the path, SigV4-signed, the API version in the body.
+    bedrock_request = runs["bedrock"]["received"][0]
+    assert bedrock_request.path == "/model/anthropic.claude-test-v1:0/invoke"
+    assert bedrock_request.headers["authorization"].startswith(
+        "AWS4-HMAC-SHA256 Credential=AKIDTESTKEY/"
+    )
+    assert "/us-east-1/bedrock/aws4_request" in bedrock_request.headers["authorization"]
+    assert "x-amz-date" in bedrock_request.headers
+    assert "x-api-key" not in bedrock_request.headers
+    assert isinstance(bedrock_request.body["anthropic_version"], str)
+    assert "model" not in bedrock_request.body and "stream" not in bedrock_request.body
+    # Vertex AI: project, region and model in the path, a bearer token.
+    vertex_request = runs["vertex"]["received"][0]
+    assert vertex_request.path == (
+        "/v1/projects/project-test/locations/us-east5/publishers/anthropic/models/"
+        "claude-test@20260101:streamRawPredict"
+    )
+    assert vertex_request.headers["authorization"] == "Bearer ya29.test-token"
+    assert isinstance(vertex_request.body["anthropic_version"], str)
+    assert "model" not in vertex_request.body
+    # Chat Completions: no is_error field, so the text says it, as satsuma's own
+    # failure texts already do.
+    openai = runs["openai"]
+    assert openai["received"][0].path == "/v1/chat/completions"
+    assert openai["received"][0].headers["authorization"] == "Bearer test-key"
     assert openai["requests"][0]["model"] == "gpt-test"
     tool_messages = [m for m in openai["requests"][1]["messages"] if m["role"] == "tool"]
-    # No is_error field in Chat Completions: the text says it, as satsuma's own
-    # failure texts already do.
     assert [m["content"] for m in tool_messages] == [
         "Oslo: 14°C",
         "Error: Tool crashed: OSError: no forecast for Oslo",
         "Error: radar offline in Oslo",
         "Error: storm warning for Oslo",
-        BAD_ARGUMENTS,
     ]
     calls = openai["requests"][1]["messages"][-len(tool_messages) - 1]["tool_calls"]
     assert [m["tool_call_id"] for m in tool_messages] == [call["id"] for call in calls]
@@ -249,3 +317,55 @@ def test_a_model_string_naming_no_model_is_refused_at_declaration(model: str, pr
         class Broken(satsuma.Agent):
             name = "broken"
             model = declared
+
+
+async def test_bedrock_without_a_region_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in AWS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    with pytest.raises(ConfigurationError) as caught:
+        async with satsuma.open_agent(OnBedrock):
+            pass
+    assert str(caught.value).startswith("no AWS region is set for agent 'forecaster'")
+    assert "AWS_REGION" in caught.value.fix
+
+
+async def test_vertex_without_a_region_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CLOUD_ML_REGION", raising=False)
+    with pytest.raises(ConfigurationError, match="CLOUD_ML_REGION is not set") as caught:
+        await shared_model("forecaster", OnVertex.model)
+    assert "ANTHROPIC_VERTEX_PROJECT_ID" in caught.value.fix
+
+
+@pytest.mark.parametrize(
+    ("agent", "module", "extra"),
+    [
+        (OnBedrock, "boto3", "bedrock"),
+        (OnVertex, "google.auth", "vertex"),
+        (OnOpenAI, "openai", "openai"),
+    ],
+)
+async def test_a_provider_whose_extra_is_missing_names_it(
+    agent: type[satsuma.Agent[Any]], module: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What importing it does where the package is not installed.
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(
+        ConfigurationError, match=f"the {module} package is not installed"
+    ) as caught:
+        await shared_model(agent.name, agent.model)
+    assert f'pip install "satsuma[{extra}]"' in caught.value.fix
+
+
+def test_bedrock_responses_are_not_streamed_yet() -> None:
+    client = anthropic.AsyncAnthropicBedrock(
+        aws_access_key="AKIDTESTKEY", aws_secret_key="test-secret", aws_region="us-east-1"
+    )
+    with pytest.raises(ValueError, match="stream=True is not supported yet"):
+        AnthropicModel(client, stream=True)

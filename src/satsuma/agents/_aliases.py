@@ -22,12 +22,17 @@ MODEL_ALIASES: Final[dict[str, str]] = {
     "haiku": "claude-haiku-5-5",
 }
 
-Provider: TypeAlias = Literal["anthropic", "openai"]
-"""Who answers a model string: Anthropic's API, or an OpenAI-compatible endpoint."""
+Provider: TypeAlias = Literal["anthropic", "bedrock", "vertex", "openai"]
+"""Who answers a model string: Anthropic's API, Claude on Bedrock or on Vertex AI, or an
+OpenAI-compatible endpoint."""
 
 # The prefixes a model string may start with, and the provider each names. The model id
 # after one is the provider's own, sent as it is (no aliases: ids differ by provider).
-PROVIDERS: Final[dict[str, Provider]] = {"openai": "openai"}
+PROVIDERS: Final[dict[str, Provider]] = {
+    "bedrock": "bedrock",
+    "vertex": "vertex",
+    "openai": "openai",
+}
 
 
 def parse_model(name: str) -> tuple[Provider, str] | None:
@@ -45,7 +50,8 @@ def parse_model(name: str) -> tuple[Provider, str] | None:
 
 def resolve_model(name: str) -> str | None:
     """The model id for an alias, an id (``claude-...``) or a prefixed name
-    (``openai:gpt-5`` gives ``gpt-5``); None if it is none of them."""
+    (``openai:gpt-5`` gives ``gpt-5``, ``bedrock:anthropic.claude-x-v1:0`` gives
+    ``anthropic.claude-x-v1:0``); None if it is none of them."""
     parsed = parse_model(name)
     return parsed[1] if parsed is not None else None
 

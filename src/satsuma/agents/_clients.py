@@ -17,14 +17,17 @@ two threads) never see each other's connections. The clients of a run are closed
 the run ends, by a system task that trio cancels after the main task returns; nothing
 an agent does, cancellation included, closes a client other agents use.
 
-A model string with a provider prefix (``openai:gpt-5``) gets that provider's model,
-shared the same way per configuration: for ``openai:``, ``OPENAI_API_KEY`` and
-``OPENAI_BASE_URL`` (``OpenAIModel``, built only when some agent names it, so that the
-``openai`` package stays an extra).
+A model string with a provider prefix gets that provider's model, shared the same way
+per configuration: ``bedrock:`` an AnthropicModel on ``AsyncAnthropicBedrock`` (AWS
+region and credentials as boto3 finds them), ``vertex:`` on ``AsyncAnthropicVertex``
+(``CLOUD_ML_REGION``, ``ANTHROPIC_VERTEX_PROJECT_ID``, Application Default Credentials),
+``openai:`` an ``OpenAIModel`` (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``). Each is built
+only when some agent names it, so that the providers' packages stay extras.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import urllib.parse
@@ -121,6 +124,60 @@ def _check_openai(agent: str | None, declared: str | None) -> None:
             )
 
 
+def _needs(module: str, extra: str, what: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the {module} package is not installed: {what} needs it",
+            f'Install the extra: pip install "satsuma[{extra}]"',
+        ) from exc
+
+
+def _check_bedrock(agent: str | None, declared: str | None) -> None:
+    _needs("boto3", "bedrock", "Claude on Bedrock")
+    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+        import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
+
+        # A profile may name the region (read from ~/.aws/config, no network).
+        if not boto3.Session(profile_name=os.environ.get("AWS_PROFILE")).region_name:
+            who = f" for agent {agent!r} ({declared!r})" if agent is not None else ""
+            raise ConfigurationError(
+                f"no AWS region is set{who}",
+                "Set AWS_REGION (e.g. us-east-1), or a region for your AWS_PROFILE",
+            )
+
+
+def _build_bedrock() -> AnthropicModel:
+    import anthropic
+
+    from ._pool import pooled_http_client
+
+    # Credentials as boto3 finds them: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+    # AWS_SESSION_TOKEN, AWS_PROFILE, or the instance's role; or AWS_BEARER_TOKEN_BEDROCK.
+    return AnthropicModel(anthropic.AsyncAnthropicBedrock(http_client=pooled_http_client()))
+
+
+def _check_vertex(agent: str | None, declared: str | None) -> None:
+    _needs("google.auth", "vertex", "Claude on Vertex AI")
+    if not os.environ.get("CLOUD_ML_REGION"):
+        who = f" for agent {agent!r} ({declared!r})" if agent is not None else ""
+        raise ConfigurationError(
+            f"CLOUD_ML_REGION is not set{who}",
+            "Set CLOUD_ML_REGION (e.g. us-east5, or global) and ANTHROPIC_VERTEX_PROJECT_ID; "
+            "credentials come from Application Default Credentials "
+            "(gcloud auth application-default login, or GOOGLE_APPLICATION_CREDENTIALS)",
+        )
+
+
+def _build_vertex() -> AnthropicModel:
+    import anthropic
+
+    from ._pool import pooled_http_client
+
+    return AnthropicModel(anthropic.AsyncAnthropicVertex(http_client=pooled_http_client()))
+
+
 @attrs.frozen
 class _Configuration:
     """How a provider's shared model is checked, built, and told apart by environment."""
@@ -136,6 +193,28 @@ _PROVIDERS: dict[Provider, _Configuration] = {
         _check_anthropic,
         lambda: _build(),  # looked up when called, so that it can be replaced (tests)
     ),
+    "bedrock": _Configuration(
+        (
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_PROFILE",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_BEARER_TOKEN_BEDROCK",
+            "ANTHROPIC_BEDROCK_BASE_URL",
+        ),
+        _check_bedrock,
+        _build_bedrock,
+    ),
+    "vertex": _Configuration(
+        (
+            "CLOUD_ML_REGION",
+            "ANTHROPIC_VERTEX_PROJECT_ID",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "ANTHROPIC_VERTEX_BASE_URL",
+        ),
+        _check_vertex,
+        _build_vertex,
+    ),
     "openai": _Configuration(
         ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"),
         _check_openai,
@@ -149,12 +228,13 @@ async def shared_model(agent: str | None = None, declared: str | None = None) ->
     when None) and the environment's configuration, built on first use (its client
     reads the same environment).
 
-    Typed ``Any``: an ``AnthropicModel`` or an ``OpenAIModel``, both ``Model``s.
+    Typed ``Any``: an ``AnthropicModel`` (on Anthropic's API, Bedrock or Vertex AI) or
+    an ``OpenAIModel``, all ``Model``s.
 
     Raises:
-        ConfigurationError: the provider's key is not set, its package (an extra) is not
-            installed, or its base URL is not a URL (named for ``agent``, which declares
-            the model ``declared``).
+        ConfigurationError: the provider's key (or region) is not set, its package (an
+            extra) is not installed, or its base URL is not a URL (named for ``agent``,
+            which declares the model ``declared``).
     """
     parsed = parse_model(declared) if declared is not None else None
     provider: Provider = parsed[0] if parsed is not None else "anthropic"

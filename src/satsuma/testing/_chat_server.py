@@ -15,7 +15,7 @@ import attrs
 
 from .. import _chat_codec
 from ._script import Reply, estimate_usage, reply_blocks
-from ._server import ScriptedServer, _JSONAnswer, _StreamAnswer
+from ._server import ScriptedServer, _JSONAnswer, _Route, _StreamAnswer
 
 if TYPE_CHECKING:
     import openai
@@ -52,11 +52,11 @@ class ChatCompletionsServer(ScriptedServer):
 
     Attributes:
         requests: The JSON body of every request to ``/v1/chat/completions``, in order.
+        received: Those requests in full (path and headers too), as ReceivedRequest.
         host: The loopback address it listens on.
     """
 
     _server_name = "ChatCompletionsServer"
-    _required = ("model", "messages")
 
     @property
     def openai_base_url(self) -> str:
@@ -83,8 +83,10 @@ class ChatCompletionsServer(ScriptedServer):
         self._clients.append(client)
         return client
 
-    def _route(self, method: str, path: str) -> bool:
-        return method == "POST" and path in _COMPLETIONS_PATHS
+    def _route(self, method: str, path: str) -> _Route | None:
+        if method == "POST" and path in _COMPLETIONS_PATHS:
+            return _Route({}, ("model", "messages"))
+        return None
 
     def _error(self, status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
         return _JSONAnswer(status, _chat_codec.error_body(status, message), headers)

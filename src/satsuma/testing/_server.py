@@ -15,6 +15,8 @@ import enum
 import inspect
 import itertools
 import json
+import re
+import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -33,7 +35,13 @@ from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["MessagesServer", "ScriptedServer", "ServerAnswer", "ServerScriptItem"]
+__all__ = [
+    "MessagesServer",
+    "ReceivedRequest",
+    "ScriptedServer",
+    "ServerAnswer",
+    "ServerScriptItem",
+]
 
 ServerAnswer: TypeAlias = "Reply | str | Failure | Exception"
 """What the server answers one request with."""
@@ -44,7 +52,42 @@ ServerScriptItem: TypeAlias = (
 """A script item: an answer, or a function of the request body that returns one."""
 
 _MESSAGES_PATH = "/v1/messages"
+# Claude on Bedrock: the model id is in the path. Only whole answers (/invoke): a
+# streamed one (/invoke-with-response-stream) would be AWS event-stream encoded, which
+# this server does not write yet, so it gets a 404.
+_BEDROCK_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<kind>invoke)")
+# Claude on Vertex AI (the client's base URL ends with /v1).
+_VERTEX_PATH = re.compile(
+    r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/"
+    r"(?P<model>[^/:]+):(?P<kind>rawPredict|streamRawPredict)"
+)
 _RECEIVE_SIZE = 65536
+
+
+@attrs.frozen(kw_only=True)
+class ReceivedRequest:
+    """A request as a ScriptedServer received it, for tests of what went over the wire.
+
+    Attributes:
+        method: The HTTP method.
+        path: The path, without the query.
+        headers: The headers, names in lower case (a repeated one: the last value).
+        body: The JSON body.
+    """
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Mapping[str, Any]
+
+
+@attrs.frozen
+class _Route:
+    """What the path says about a request: body fields it stands for, and the fields
+    the body itself must have."""
+
+    implied: Mapping[str, Any]
+    required: tuple[str, ...]
 
 
 # --- What to send ----------------------------------------------------------------------
@@ -109,9 +152,8 @@ class ScriptedServer:
     See MessagesServer for the script and the arguments.
     """
 
-    # The name the dialect's messages use, and the keys every request must have.
+    # The name the dialect's messages use.
     _server_name: ClassVar[str] = "ScriptedServer"
-    _required: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -140,6 +182,7 @@ class ScriptedServer:
         self._then = then
         self._keep = keep_requests
         self.requests: list[dict[str, Any]] = []
+        self.received: list[ReceivedRequest] = []
         self._script: deque[ServerScriptItem] = deque(items)
         self._played = 0
         self._response_ids = itertools.count(1)
@@ -209,8 +252,8 @@ class ScriptedServer:
 
     # --- The dialect ---------------------------------------------------------------------
 
-    def _route(self, method: str, path: str) -> bool:
-        """Whether the request is one the script answers."""
+    def _route(self, method: str, path: str) -> _Route | None:
+        """How the script answers a request to this path, or None (a 404)."""
         raise NotImplementedError
 
     def _wants_stream(self, payload: dict[str, Any]) -> bool:
@@ -288,7 +331,8 @@ class ScriptedServer:
     async def _answer(self, request: h11.Request, body: bytes) -> _Answer:
         method = request.method.decode("ascii", "replace")
         path = request.target.decode("ascii", "replace").split("?", 1)[0]
-        if not self._route(method, path):
+        route = self._route(method, path)
+        if route is None:
             return self._error(404, f"Not found: {method} {path}")
         try:
             payload = json.loads(body)
@@ -296,12 +340,22 @@ class ScriptedServer:
             return self._error(400, "The request body is not valid JSON")
         if not isinstance(payload, dict):
             return self._error(400, "The request body must be a JSON object")
-        missing = [key for key in self._required if key not in payload]
+        missing = [key for key in route.required if key not in payload]
         if missing:
             return self._error(400, f"{missing[0]}: Field required")
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in request.headers
+        }
+        self.received.append(
+            ReceivedRequest(method=method, path=path, headers=headers, body=payload)
+        )
         self.requests.append(payload)
         if self._keep is not None and len(self.requests) > self._keep:
             del self.requests[: len(self.requests) - self._keep]
+            del self.received[: len(self.received) - self._keep]
+        # What the path says (a Bedrock request's model and stream) is the script's too.
+        payload = {**payload, **route.implied}
         if self._script:
             item = self._script.popleft()
         elif self._then is not None:
@@ -394,7 +448,11 @@ _FAILURE_KINDS = frozenset(_FAILURES)
 class MessagesServer(ScriptedServer):
     """A loopback Anthropic Messages API for tests, played from a script.
 
-    Each ``POST /v1/messages`` takes the next script item:
+    Each ``POST /v1/messages`` takes the next script item, as do the paths of Claude on
+    Vertex AI (``/v1/projects/P/locations/R/publishers/anthropic/models/M:rawPredict``
+    and ``:streamRawPredict``, for ``AsyncAnthropicVertex``) and on Bedrock
+    (``/model/M/invoke``, for ``AsyncAnthropicBedrock``; not yet its streamed
+    ``invoke-with-response-stream``), where the model is the path's:
 
     - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
       request has ``"stream": true``, else one JSON message);
@@ -426,12 +484,12 @@ class MessagesServer(ScriptedServer):
             a server that runs for long should set it).
 
     Attributes:
-        requests: The JSON body of every request to ``/v1/messages``, in order.
+        requests: The JSON body of every request answered from the script, in order.
+        received: Those requests in full (path and headers too), as ReceivedRequest.
         host: The loopback address it listens on.
     """
 
     _server_name = "MessagesServer"
-    _required = ("model", "max_tokens", "messages")
 
     def client(self, **options: Any) -> anthropic.AsyncAnthropic:
         """An ``AsyncAnthropic`` client for this server: a test key, no SDK retries.
@@ -455,8 +513,25 @@ class MessagesServer(ScriptedServer):
         self._clients.append(client)
         return client
 
-    def _route(self, method: str, path: str) -> bool:
-        return method == "POST" and path == _MESSAGES_PATH
+    def _route(self, method: str, path: str) -> _Route | None:
+        if method != "POST":
+            return None
+        if path == _MESSAGES_PATH:
+            return _Route({}, ("model", "max_tokens", "messages"))
+        # Bedrock and Vertex AI take the model in the path, and anthropic_version in the
+        # body instead of a header.
+        if match := _BEDROCK_PATH.fullmatch(path):
+            return _Route(
+                {"model": urllib.parse.unquote(match["model"]), "stream": False},
+                ("anthropic_version", "max_tokens", "messages"),
+            )
+        if match := _VERTEX_PATH.fullmatch(path):
+            stream = match["kind"] == "streamRawPredict"
+            return _Route(
+                {"model": urllib.parse.unquote(match["model"]), "stream": stream},
+                ("anthropic_version", "max_tokens", "messages"),
+            )
+        return None
 
     def _error(self, status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
         return _JSONAnswer(status, _codec.error_object(_codec.error_type(status), message), headers)
