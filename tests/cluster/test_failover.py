@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import psycopg
 import trio
 
 from satsuma.cluster import Cluster, Node
@@ -32,6 +33,11 @@ def _worker_module() -> ModuleType:
 
 
 worker = _worker_module()
+
+
+def _expiries(dsn: str, pid: int) -> list[tuple[float]]:
+    with psycopg.connect(dsn) as db:
+        return db.execute("SELECT expires_at FROM nodes WHERE pid = %s", (pid,)).fetchall()
 
 
 async def _line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> str:
@@ -73,6 +79,8 @@ async def test_a_run_whose_node_is_killed_mid_tool_completes_on_another_node_onc
             await process.wait()
         [claimed] = await cluster.runs("customer-7")
         assert claimed.status == "running"
+        # The dead node's row, as its last heartbeat left it (no live node swept it yet).
+        [(expired_at,)] = await trio.to_thread.run_sync(_expiries, postgres_dsn, process.pid)
 
         node = Node(
             store,
@@ -104,6 +112,9 @@ async def test_a_run_whose_node_is_killed_mid_tool_completes_on_another_node_onc
         [run] = await Cluster(reader).runs("customer-7")
         history = await reader.load_messages("customer-7")
     assert (run.status, run.attempts) == ("completed", 2)
+    # The takeover's order, on the database's clock: the run was claimed again only
+    # after the dead node's row had expired (and it was, once it had).
+    assert run.claimed_at is not None and run.claimed_at > expired_at
     check_conversation(history)
     answers = {
         block["tool_use_id"]: block["content"]
