@@ -15,6 +15,7 @@ from ._exceptions import AgentUnavailable as AgentUnavailable
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import MCPServerError as MCPServerError
 from ._exceptions import ModelError as ModelError
+from ._exceptions import NoOutput as NoOutput
 from ._exceptions import RunNotAwaitingApproval as RunNotAwaitingApproval
 from ._exceptions import SatsumaError as SatsumaError
 from ._exceptions import StoreError as StoreError
@@ -219,6 +220,7 @@ __all__ = [
     "Parallel",
     "PendingCall",
     "Rewrite",
+    "NoOutput",
     "RunNotAwaitingApproval",
     "SatsumaError",
     "Sequential",

@@ -12,6 +12,7 @@ The hierarchy::
     ├── AgentCrashed           the agent crashed while serving this call
     ├── StoreError             the store cannot be opened, read or written (names the file)
     ├── RunNotAwaitingApproval resume with decisions, on a run no longer paused (also a ValueError)
+    ├── NoOutput               ``result.output`` of a typed run that did not complete (no answer)
     ├── MCPServerError         an MCP server could not start, or exited under ``serve``
     └── SupervisorFailed       a supervisor gave up (restart intensity) or a child failed to start
 
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigurationError",
     "AgentUnavailable",
     "ModelError",
+    "NoOutput",
     "RunNotAwaitingApproval",
     "SatsumaError",
     "ToolDefinitionError",
@@ -269,6 +271,29 @@ class RunNotAwaitingApproval(SatsumaError, ValueError):
         else:
             why = f"(it is {status})"
         super().__init__(f"run {run_id} is not awaiting approval {why}")
+
+
+class NoOutput(SatsumaError):
+    """``result.output`` of a run of a typed agent (one with an ``output_type``) that did
+    not complete: it has no typed answer. Check ``result.status`` first; ``result.error``
+    says what ended the run (for a failed one, the last invalid answer and its errors),
+    and ``result.messages`` holds what the model wrote.
+
+    Attributes:
+        run_id: The run.
+        status: How it ended (``failed``, ``cancelled``, ``max_iterations``, ...).
+        error: Its ``error``, if any.
+    """
+
+    def __init__(self, run_id: str, status: str, error: str | None) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+        why = f": {error}" if error else ""
+        super().__init__(
+            f"run {run_id} has no typed output: it ended {status}{why} "
+            "(check result.status before reading result.output)"
+        )
 
 
 class MCPServerError(SatsumaError):

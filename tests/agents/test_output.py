@@ -271,12 +271,36 @@ async def test_a_model_that_never_answers_rightly_fails_the_run_with_its_last_an
         check_conversation(agent.history)
         assert (await agent.run("Again", output_type=str)).status == "failed"  # script is over
     assert result.status == "failed"
-    assert result.output is None
     assert result.error == (
         'no valid answer after 1 retries (output_retries): the last answer, {"total": "a lot", '
         '"currency": "EUR"}, is invalid: expected total to be a number, got: string'
     )
     assert result.iterations == 2
+    # Its output is not None under a type that says Invoice: reading it says why.
+    with pytest.raises(satsuma.NoOutput) as no_output:
+        result.output  # noqa: B018
+    assert str(no_output.value) == (
+        f"run {result.run_id} has no typed output: it ended failed: {result.error} "
+        "(check result.status before reading result.output)"
+    )
+    assert (no_output.value.run_id, no_output.value.status) == (result.run_id, "failed")
+    # As JSON (a RunEnd event, the CLI's --json), it is null.
+    end = satsuma.RunEnd(agent="extractor", run_id=result.run_id, iteration=2, result=result)
+    assert satsuma.event_to_json(end)["result"]["output"] is None
+
+
+async def test_a_failed_text_run_keeps_its_text_output() -> None:
+    # Backward compatible: a text agent's output never raises; a failed run has its
+    # last text (or "").
+    class Talker(satsuma.Agent):
+        name = "talker"
+        max_iterations = 1
+
+    async with satsuma.open_agent(
+        Talker, model=ScriptedModel([Reply(text="Let me look.", tool_calls=[("nothing", {})])])
+    ) as agent:
+        result = await agent.run("Hi")
+    assert (result.status, result.output) == ("max_iterations", "Let me look.")
 
 
 async def test_text_turns_before_the_answer_stay_and_a_text_ending_is_reminded() -> None:
@@ -529,7 +553,9 @@ async def test_a_cancelled_typed_run_has_no_output(autojump_clock: trio.abc.Cloc
         await trio.sleep(1)
         await agent.cancel()
     (result,) = results
-    assert (result.status, result.output) == ("cancelled", None)
+    assert result.status == "cancelled"
+    with pytest.raises(satsuma.NoOutput, match="it ended cancelled"):
+        result.output  # noqa: B018
 
 
 async def test_an_answer_given_while_the_user_spoke_is_not_taken(

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import pytest
 
 import satsuma
 from satsuma import Message
+from satsuma.agents._agent import spec_of
 from satsuma.cluster._results import decode_result, encode_result, result_from_record
 from satsuma.store import RunRecord, SQLiteStore
 from satsuma.testing import Reply, ScriptedModel
@@ -61,25 +62,44 @@ async def test_an_agent_opened_again_gives_its_stored_answers_back_typed(tmp_pat
         assert stored.output == Invoice(12.0, "EUR")
         assert (stored.status, stored.usage, stored.iterations) == ("completed", typed.usage, 1)
         assert stored.messages == typed.messages
-        assert (await again.result(text.run_id)).output is None  # no typed answer taken
-        # A type given per run is not kept: its answer does not fit the class's.
-        with pytest.raises(ValueError, match="the stored answer does not fit Invoice: missing"):
+        # A type given per run is not kept: the reader names it.
+        with pytest.raises(ValueError, match="completed with a text answer, not a typed one"):
+            await again.result(text.run_id)
+        assert (await again.result(text.run_id, output_type=str)).output == "Twelve euros."
+        with pytest.raises(
+            ValueError,
+            match=r"the stored answer does not fit Invoice: missing .* read it with "
+            r"result\(run_id, output_type=X\)",
+        ):
             await again.result(count.run_id)
+        counted = await again.result(count.run_id, output_type=int)
+        assert counted.output == 3
+        with pytest.raises(TypeError, match=r"output_type set\[int\] is not supported"):
+            await again.result(count.run_id, output_type=set[int])
         lost = await again.result(failed.run_id)
-        assert (lost.status, lost.output, lost.error) == ("failed", None, failed.error)
+        assert (lost.status, lost.error) == ("failed", failed.error)
+        with pytest.raises(satsuma.NoOutput, match="it ended failed"):
+            lost.output  # noqa: B018
         with pytest.raises(ValueError, match="agent inv-1 has no run 'run_nope'"):
             await again.result("run_nope")
 
-    # Read by a class without a type, the same run's answer is its JSON.
+    # A class without a type reads text: a typed answer is read by naming its type.
     class Reader(satsuma.Agent):
         name = "reader"
 
     async with satsuma.open_agent(
         Reader, model=ScriptedModel([]), store=SQLiteStore(path), agent_id="inv-1"
     ) as reader:
-        assert (await reader.result(typed.run_id)).output == {"total": 12, "currency": "EUR"}
+        with pytest.raises(
+            ValueError,
+            match=r"completed with a typed answer \(its final_answer input: \{\"value\": 3\}\), "
+            r"not text: read it with result\(run_id, output_type=X\)",
+        ):
+            await reader.result(count.run_id)
+        assert (await reader.result(count.run_id, output_type=int)).output == 3
+        assert (await reader.result(typed.run_id, output_type=Invoice)).output == Invoice(12, "EUR")
         assert (await reader.result(text.run_id)).output == "Twelve euros."
-        assert (await reader.result(count.run_id)).output == 3
+        assert (await reader.result(failed.run_id)).output == ""  # read as text: no answer
 
 
 async def test_without_a_store_there_is_no_result_to_read() -> None:
@@ -119,32 +139,49 @@ async def test_the_cluster_queue_keeps_a_typed_answer_as_json(tmp_path: Path) ->
     decoded = decode_result(encode_result(result))
     assert decoded.output == {"total": 1.0, "currency": "EUR"}
     assert Invoice(**decoded.output) == result.output
-    # Rebuilt from the agent's own records (a node that stopped before the queue heard).
+    # Rebuilt from the agent's own records (a node that stopped before the queue heard),
+    # read by the class's type: typed, and the same JSON in the queue.
     assert record is not None
-    assert result_from_record(record, history).output == {"total": 1, "currency": "EUR"}
+    rebuilt = result_from_record(record, history, spec_of(Extractor).output)
+    assert rebuilt.output == Invoice(1.0, "EUR")
+    assert decode_result(encode_result(rebuilt)).output == decoded.output
 
 
-async def test_a_wrapped_answer_reads_back_the_same_from_the_queue_and_the_records(
-    tmp_path: Path,
+@attrs.frozen
+class Score:
+    value: int
+
+
+@pytest.mark.parametrize(
+    ("output_type", "given", "typed", "as_json"),
+    [
+        pytest.param(int, {"value": 7}, 7, 7, id="wrapped"),
+        # An object type whose only field is "value" sends the same input, unwrapped:
+        # the type, not the stored shape, says which.
+        pytest.param(Score, {"value": 7}, Score(7), {"value": 7}, id="object-with-value"),
+    ],
+)
+async def test_an_answer_reads_back_the_same_from_the_queue_and_the_records(
+    tmp_path: Path, output_type: Any, given: Any, typed: Any, as_json: Any
 ) -> None:
-    class Counter(satsuma.Agent[int]):
-        name = "counter"
+    Counter = type("Counter", (satsuma.Agent,), {"name": "counter", "output_type": output_type})
 
     store = SQLiteStore(tmp_path / "agents.db")
-    model = ScriptedModel([answer({"value": 7})])
+    model = ScriptedModel([answer(given)])
     async with satsuma.open_agent(Counter, model=model, store=store, agent_id="c") as agent:
         result = await agent.run("How many?")
         history = agent.history
         record = await store.get_run(result.run_id)
-    assert record is not None
-    output = Counter.__satsuma_agent__.output if Counter.__satsuma_agent__ else None
+        assert (await agent.result(result.run_id)).output == typed
+    assert record is not None and result.output == typed
+    output = spec_of(Counter).output
     assert output is not None
-    # The JSON answer is 7 both ways (the tool's {"value": 7} unwrapped), and types again
-    # as Cluster.run does.
+    # The same JSON in the queue both ways (a run's end, or a node rebuilding it from the
+    # records), and typed again as Cluster.run does.
     queued = decode_result(encode_result(result)).output
-    recorded = result_from_record(record, history).output
-    assert queued == recorded == 7
-    assert output.from_json(queued) == 7
+    recorded = decode_result(encode_result(result_from_record(record, history, output))).output
+    assert queued == recorded == as_json
+    assert output.from_json(queued) == typed
 
 
 def test_a_cluster_records_and_reads_back_the_answer_events() -> None:

@@ -2,19 +2,24 @@
 ``mypy --strict`` over this file, then runs it): an agent declared ``Agent[Invoice]``
 gives ``AgentHandle[Invoice]`` from ``open_agent`` and from ``start_child``, and its runs
 ``RunResult[Invoice]``; an agent without a type answers ``str``; ``run(output_type=X)``
-types that run as X.
+types that run as X, and so does ``result(run_id, output_type=X)``; a typed run that did
+not complete raises ``NoOutput`` on ``output``. The class-attribute form
+(``output_type = Invoice`` on a plain ``Agent``) works at run time, but mypy sees ``str``.
 
 Each ``assert_type`` is an assertion mypy checks (and that is a no-op at run time).
 """
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any, Literal, assert_type
 
 import attrs
 import trio
 
 import satsuma
+from satsuma.store import SQLiteStore
 from satsuma.testing import Reply, ScriptedModel
 
 
@@ -30,6 +35,12 @@ class Extractor(satsuma.Agent[Invoice]):
 
 class Chatty(satsuma.Agent):
     name = "chatty"
+
+
+class Attributed(satsuma.Agent):
+    # DESIGN.md's form: typed at run time, but to mypy this class is Agent[str].
+    name = "attributed"
+    output_type = Invoice
 
 
 def answer(value: dict[str, Any]) -> Reply:
@@ -65,6 +76,30 @@ async def main() -> None:
         supervised = await child.run("Invoice?")
         assert_type(supervised.output, Invoice)
         assert supervised.output.currency == "EUR"
+
+    async with satsuma.open_agent(Extractor, model=ScriptedModel([])) as failing:
+        failed = await failing.run("Invoice?")  # the script is over: the run fails
+        try:  # typed Invoice, and reading it raises, naming why
+            print(assert_type(failed.output, Invoice).total)
+        except satsuma.NoOutput as exc:
+            assert exc.status == failed.status == "failed"
+        else:
+            raise AssertionError("a failed typed run has no output")
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = SQLiteStore(Path(folder) / "agents.db")
+        model = ScriptedModel([answer({"value": 3})])
+        async with satsuma.open_agent(Chatty, model=model, store=store, agent_id="c") as kept:
+            counted = await kept.run("How many?", output_type=int)
+            again = await kept.result(counted.run_id, output_type=int)
+            assert_type(again, satsuma.RunResult[int])
+            assert again.output == 3
+
+    async with satsuma.open_agent(Attributed, model=ScriptedModel([invoice])) as attributed:
+        assert_type(attributed, satsuma.AgentHandle[str])
+        plain = await attributed.run("Invoice?")
+        assert_type(plain.output, str)  # what mypy sees; at run time, the Invoice:
+        assert isinstance(plain.output, Invoice)
 
     def verify(ctx: satsuma.VerifyContext) -> satsuma.Verdict:
         # A verifier serves any agent: its output is the typed answer, or the text.

@@ -31,7 +31,7 @@ from ._loop import execute_run
 from ._model import Model
 from ._output import OutputSpec
 from ._persist import Persistence
-from ._result import RunResult
+from ._result import NO_ANSWER, RunResult
 from ._verifiers import as_check
 
 if TYPE_CHECKING:
@@ -100,9 +100,10 @@ class Job:
         )
 
     def no_output(self) -> Any:
-        """What ``output`` is for a run that ended without an answer: "" for text, None
-        for a typed one (known here only for a per-run type; the actor knows the rest)."""
-        return "" if self.output is None or self.output[0] is None else None
+        """What ``output`` is for a run that ended without an answer: "" for text,
+        NO_ANSWER for a typed one (known here only for a per-run type; the actor knows
+        the rest)."""
+        return "" if self.output is None or self.output[0] is None else NO_ANSWER
 
 
 @attrs.define(eq=False)

@@ -22,7 +22,7 @@ from ..tools import (
     ToolProgress,
     ToolUpdate,
 )
-from ._result import RunResult
+from ._result import RunResult, raw_output
 
 __all__ = [
     "AgentEvent",
@@ -152,7 +152,11 @@ def _is_run_result(cls: Any) -> bool:
 def _unstructure_result(result: RunResult[Any]) -> dict[str, Any]:
     # The output is typed by the agent (an attrs instance, an enum...), not by the field:
     # unstructured by what it is.
-    data = {field.name: getattr(result, field.name) for field in attrs.fields(RunResult)}
+    # A typed run with no answer has none: null.
+    data = {
+        field.alias or field.name: getattr(result, field.name) for field in attrs.fields(RunResult)
+    }
+    data["output"] = raw_output(result)
     return {key: _converter.unstructure(value) for key, value in data.items()}
 
 

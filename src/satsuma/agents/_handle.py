@@ -26,6 +26,7 @@ from ._approval import check_edit
 from ._clients import shared_model
 from ._events import AgentEvent
 from ._model import Model
+from ._output import compile_output
 from ._persist import own_answer, stored_result
 from ._result import OutputT, RunResult
 
@@ -259,18 +260,34 @@ class AgentHandle(Generic[OutputT]):
             raise AgentUnavailable(self.name, "it is not running")
         check_edit(call, input, actor.runner.definitions)
 
-    async def result(self, run_id: str) -> RunResult[OutputT]:
+    @overload
+    async def result(self, run_id: str) -> RunResult[OutputT]: ...
+
+    @overload
+    async def result(
+        self, run_id: str, *, output_type: type[RunOutputT]
+    ) -> RunResult[RunOutputT]: ...
+
+    @overload
+    async def result(self, run_id: str, *, output_type: object) -> RunResult[Any]: ...
+
+    async def result(self, run_id: str, *, output_type: object = KEEP_OUTPUT) -> RunResult[Any]:
         """A run of this agent that ended, as its store kept it: its record (status,
-        usage, error) and its part of the conversation. An agent with an output_type
-        gets its typed answer back typed (the JSON the model sent, structured again);
-        one without gets that JSON as it is (a type given per run is not kept).
+        usage, error) and its part of the conversation. Its typed answer comes back
+        typed by the class's output type, or by ``output_type`` (the type a run was
+        asked for with ``run(..., output_type=X)``, which the store does not keep;
+        ``str`` reads a text answer).
 
         Raises:
             ValueError: the agent has no store; the run is not one of its runs, has not
-                ended, or its stored answer does not fit the class's output type (its
-                type was given per run, say).
+                ended, or its stored answer does not fit the type (the run was asked for
+                another type: name it with ``output_type``).
+            TypeError: ``output_type`` is not supported.
             AgentUnavailable: the agent has stopped.
         """
+        spec = None
+        if output_type is not KEEP_OUTPUT:
+            spec = compile_output(output_type)  # TypeError: not supported
         actor = await self._target.acquire()
         if actor.persistence is None:
             raise ValueError(f"agent {self.name} has no store: only a stored run can be read")
@@ -279,7 +296,9 @@ class AgentHandle(Generic[OutputT]):
         if record is None or record.agent_id != actor.agent_id:
             raise ValueError(f"agent {actor.agent_id} has no run {run_id!r}")
         pending = await store.pending_calls(run_id) if record.status == "awaiting_approval" else ()
-        return stored_result(record, actor.history, pending, actor.spec.output)
+        if output_type is KEEP_OUTPUT:
+            spec = actor.spec.output
+        return stored_result(record, actor.history, pending, spec)
 
     async def _serve(
         self, job: Job, output_type: object = KEEP_OUTPUT, output_retries: int | None = None

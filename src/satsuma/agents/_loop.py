@@ -59,7 +59,7 @@ from ._persist import (
     stored_answer,
 )
 from ._responses import checked_response
-from ._result import RunResult, RunStatus, subagent_usage
+from ._result import NO_ANSWER, RunResult, RunStatus, subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
 
 if TYPE_CHECKING:
@@ -876,7 +876,7 @@ class _Run:
             self._roll_back()
         output: Any
         if self.output_spec is not None:
-            output = self.answer if status == "completed" else None
+            output = self.answer if status == "completed" else NO_ANSWER
         else:
             if not self.output:
                 for message in reversed(self.messages):

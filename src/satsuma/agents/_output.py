@@ -121,7 +121,9 @@ class OutputSpec:
         value, errors = self.parse(arguments)
         if errors:
             raise ValueError(
-                f"the stored answer does not fit {_type_text(self.type)}: {'; '.join(errors)}"
+                f"the stored answer does not fit {_type_text(self.type)}: {'; '.join(errors)} "
+                "(if the run was asked for another type, run(..., output_type=X), read it "
+                "with result(run_id, output_type=X))"
             )
         return value
 
@@ -186,15 +188,6 @@ def _compile(hint: Any) -> OutputSpec:
         needs_structure=compiled.needs_structure,
         tool={"name": OUTPUT_TOOL, "description": text, "input_schema": schema},
     )
-
-
-def answer_from_input(arguments: Any) -> Any:
-    """The answer's JSON in a final_answer call's input, for a reader that does not know
-    the type: a wrapped one (``{"value": X}``) unwrapped. (An object type whose only
-    field is ``value`` reads unwrapped too: only the type could tell.)"""
-    if isinstance(arguments, Mapping) and arguments.keys() == {"value"}:
-        return arguments["value"]
-    return arguments
 
 
 def output_to_json(value: Any) -> Any:

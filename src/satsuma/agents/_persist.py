@@ -27,8 +27,8 @@ from ..store import (
 from ..store._lease import DEFAULT_LEASE_SECONDS
 from ..tools import PendingCall, ToolCall, ToolOutcome
 from ..tools._results import INTERRUPTED_TEXT, error_outcome
-from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_from_input
-from ._result import RunResult, RunStatus
+from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_json
+from ._result import NO_ANSWER, RunResult, RunStatus
 
 __all__ = [
     "Persistence",
@@ -127,13 +127,15 @@ def stored_result(
     pending: Sequence[PendingApproval],
     output: OutputSpec | None,
 ) -> RunResult[Any]:
-    """A run's result rebuilt from its record and its part of the conversation. A typed
-    answer comes back typed when ``output`` (the agent class's) is given, else as the
-    JSON the model sent. ``iterations`` is counted from the run's assistant messages.
+    """A run's result rebuilt from its record and its part of the conversation: its
+    typed answer read as ``output`` (the type to read it as; None: text).
+    ``iterations`` is counted from the run's assistant messages.
 
     Raises:
-        ValueError: the run has not ended (running, interrupted), or its stored answer
-            no longer fits the class's output type.
+        ValueError: the run has not ended (running, interrupted); its stored answer does
+            not fit ``output``; or it completed with another kind of answer than
+            ``output`` reads (text for a type, or a typed answer read as text): it was
+            asked for another type with ``run(..., output_type=X)``.
     """
     if record.status in ("running", "interrupted"):
         raise ValueError(
@@ -142,10 +144,22 @@ def stored_result(
     part = run_part(record, history)
     found = stored_answer(part)
     value: Any
+    if found is not None and output is None:
+        raise ValueError(
+            f"run {record.run_id} completed with a typed answer (its final_answer input: "
+            f"{answer_json(found[0])}), not text: read it with result(run_id, "
+            "output_type=X), X the type it was asked for"
+        )
     if found is not None:
-        value = output.from_input(found[0]) if output is not None else answer_from_input(found[0])
+        assert output is not None
+        value = output.from_input(found[0])
+    elif output is not None and record.status == "completed":
+        raise ValueError(
+            f"run {record.run_id} completed with a text answer, not a typed one (it was "
+            "asked for text: output_type=str); read it with result(run_id, output_type=str)"
+        )
     elif output is not None:
-        value = None
+        value = NO_ANSWER
     else:
         value = next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
     return RunResult(

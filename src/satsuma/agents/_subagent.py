@@ -19,7 +19,7 @@ from ._agent import Agent, spec_of
 from ._handle import AgentHandle, open_agent
 from ._model import Model
 from ._output import output_to_json
-from ._result import SUBAGENT_USAGE
+from ._result import SUBAGENT_USAGE, raw_output
 
 __all__ = ["AgentTool"]
 
@@ -105,6 +105,7 @@ class AgentTool(Tool, abstract=True):
             return ToolResult(answer, details=details)
         why = f": {result.error}" if result.error else ""
         text = f"The {agent.name} agent ended {result.status}{why}."
-        if result.output:
-            text += f"\n\nIts last answer:\n{result.output}"
+        last = raw_output(result)  # a typed run that did not complete has no answer
+        if last:
+            text += f"\n\nIts last answer:\n{last}"
         return ToolResult(text, is_error=True, details=details)

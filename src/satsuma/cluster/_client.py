@@ -15,7 +15,7 @@ from .._exceptions import StoreError
 from ..agents import Agent, RunResult
 from ..agents._actor import new_run_id
 from ..agents._agent import spec_of
-from ..agents._result import OutputT
+from ..agents._result import NO_ANSWER, OutputT
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
@@ -148,8 +148,10 @@ class Cluster:
         """
         result = await self.result(await self.submit(agent, agent_id, prompt))
         output = spec_of(agent).output
-        if output is None or result.status != "completed":
+        if output is None:
             return result
+        if result.status != "completed":
+            return attrs.evolve(result, output=NO_ANSWER)  # its output raises NoOutput
         return attrs.evolve(result, output=output.from_json(result.output))
 
     def events(self, run_id: str, *, start: int = 0) -> EventStream:

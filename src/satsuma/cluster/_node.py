@@ -411,8 +411,10 @@ class Node:
                 return await handle.resume(run.run_id, events=events)
             except ValueError as exc:
                 return failed_result(run.run_id, str(exc))
-        # Its agent recorded its end; the queue never heard of it.
-        return result_from_record(record, handle.history)
+        # Its agent recorded its end; the queue never heard of it. Its answer is read by
+        # its class's output type, as the run's own end would have written it.
+        output = spec_of(self._classes[run.agent_name]).output
+        return result_from_record(record, handle.history, output)
 
     async def _failed_for_the_store(self, run: QueuedRun) -> bool:
         """Whether a run that ended ``failed`` failed because the database was away:

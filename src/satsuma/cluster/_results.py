@@ -9,8 +9,9 @@ from typing import Any, cast
 
 from .._messages import Message, Usage
 from ..agents import RunResult, RunStatus
-from ..agents._output import answer_from_input, output_to_json
+from ..agents._output import OutputSpec, output_to_json
 from ..agents._persist import run_part, stored_answer
+from ..agents._result import NO_ANSWER, raw_output
 from ..store import RunRecord
 from ..store._queue import QueuedRun
 from ..tools import PendingCall
@@ -28,7 +29,8 @@ def encode_result(result: RunResult) -> str:
     return json.dumps(
         {
             "run_id": result.run_id,
-            "output": output_to_json(result.output),  # a typed answer as JSON
+            # A typed answer as JSON; null for a typed run that has none.
+            "output": output_to_json(raw_output(result)),
             "status": result.status,
             "messages": [
                 {"role": message.role, "content": list(message.content)}
@@ -81,18 +83,28 @@ def queued_result(run: QueuedRun, text: str | None) -> RunResult:
     return failed_result(run.run_id, run.error or f"the run ended {run.status}")
 
 
-def result_from_record(record: RunRecord, history: Sequence[Message]) -> RunResult:
+def result_from_record(
+    record: RunRecord, history: Sequence[Message], output_spec: OutputSpec | None = None
+) -> RunResult:
     """The result of a run whose agent recorded its end but whose node stopped before
     the queue heard of it: rebuilt from the record and the conversation (the messages
     of the run, from its prompt to the next prompt or the end; its iterations are not
-    recorded)."""
+    recorded). ``output_spec``: the agent class's output type, which reads a typed
+    answer as the run's own end did (typed, so that the queue keeps the same JSON);
+    without it, a stored answer is the final_answer call's input as the model sent it.
+
+    Raises:
+        ValueError: the stored answer does not fit ``output_spec``.
+    """
     part = run_part(record, history)
     answer = stored_answer(part)  # a typed answer, as the JSON the model sent
-    output = (
-        answer_from_input(answer[0])
-        if answer is not None
-        else next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
-    )
+    output: Any
+    if answer is not None:
+        output = answer[0] if output_spec is None else output_spec.from_input(answer[0])
+    elif output_spec is not None:
+        output = NO_ANSWER  # a typed run that ended without its answer
+    else:
+        output = next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
     status: RunStatus = "failed"
     if record.status not in ("running", "interrupted"):
         status = cast("RunStatus", record.status)
