@@ -352,3 +352,19 @@ async def test_a_client_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
             response = await model.respond(make_request(), Listener())
         assert model.client.is_closed()
     assert response.text == "From the environment."
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_cancelled_call_leaves_nothing_behind(autojump_clock: Any, stream: bool) -> None:
+    script: list[ServerScriptItem] = [Failure.slow("too late", delay=60), "next"]
+    async with open_harness(script, stream=stream) as h:
+        with trio.move_on_after(5) as scope:
+            await h.respond()
+        assert scope.cancelled_caught
+        assert h.listener.retries == []  # a cancel is not a failure to retry
+        # The client is still good for the next call.
+        assert (await h.respond()).text == "next"
+    # No generator of the cancelled stream is left for the collector (trio would warn,
+    # and warnings are errors here).
+    gc.collect()
+    await trio.lowlevel.checkpoint()

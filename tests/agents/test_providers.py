@@ -5,6 +5,7 @@ contract holds identically: one tool_result per call, is_error, usage, streaming
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -369,3 +370,19 @@ def test_bedrock_responses_are_not_streamed_yet() -> None:
     )
     with pytest.raises(ValueError, match="stream=True is not supported yet"):
         AnthropicModel(client, stream=True)
+
+
+def test_providers_sdks_load_only_when_a_model_of_theirs_is_built() -> None:
+    # Declaring agents of every provider, and an Anthropic model, loads none of the
+    # extras' packages: the default install stays small and fast to import.
+    code = (
+        "import sys, satsuma, satsuma.testing\n"
+        "for name, model in [('a', 'openai:gpt-5'), ('b', 'bedrock:x'), ('v', 'vertex:y')]:\n"
+        "    type(name, (satsuma.Agent,), {'name': name, 'model': model})\n"
+        "satsuma.OpenAIModel, satsuma.testing.ChatCompletionsServer\n"
+        "import anthropic; satsuma.AnthropicModel(anthropic.AsyncAnthropic(api_key='k'))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'openai', 'boto3', 'botocore', 'google'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
