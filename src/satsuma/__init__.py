@@ -74,10 +74,13 @@ if _typing.TYPE_CHECKING:
     from .agents import KeepAll as KeepAll
     from .agents import KeepLastExchanges as KeepLastExchanges
     from .agents import Model as Model
+    from .agents import ModelLimits as ModelLimits
     from .agents import ModelListener as ModelListener
     from .agents import ModelRequest as ModelRequest
     from .agents import ModelResponse as ModelResponse
     from .agents import ModelRetry as ModelRetry
+    from .agents import ModelWaitEnd as ModelWaitEnd
+    from .agents import ModelWaitStart as ModelWaitStart
     from .agents import OpenAIModel as OpenAIModel
     from .agents import OutputDelta as OutputDelta
     from .agents import OutputRejected as OutputRejected
@@ -95,6 +98,7 @@ if _typing.TYPE_CHECKING:
     from .agents import VerifyContext as VerifyContext
     from .agents import event_to_json as event_to_json
     from .agents import open_agent as open_agent
+    from .agents import set_model_limits as set_model_limits
     from .supervisor import Backoff as Backoff
     from .supervisor import ChildCrashed as ChildCrashed
     from .supervisor import ChildExited as ChildExited
@@ -117,7 +121,7 @@ _AGENT_NAMES = frozenset(
     {
         "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "OpenAIModel", "HistoryProcessor", "JsonLinesLog", "KeepAll",
         "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
-        "ModelRetry", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
+        "ModelRetry", "ModelLimits", "ModelWaitStart", "ModelWaitEnd", "set_model_limits", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
         "RunResult", "RunStart", "RunStatus", "TextDelta",
         "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
         "event_to_json", "open_agent",
@@ -182,10 +186,13 @@ __all__ = [
     "Model",
     "ConfigurationError",
     "ModelError",
+    "ModelLimits",
     "ModelListener",
     "ModelRequest",
     "ModelResponse",
     "ModelRetry",
+    "ModelWaitEnd",
+    "ModelWaitStart",
     "OpenAIModel",
     "OutputDelta",
     "OutputRejected",
@@ -204,6 +211,7 @@ __all__ = [
     "VerifyContext",
     "event_to_json",
     "open_agent",
+    "set_model_limits",
     "ApprovalDecided",
     "ApprovalRequested",
     "Approve",

@@ -7,6 +7,8 @@ from ._aliases import MODEL_ALIASES as MODEL_ALIASES
 from ._anthropic import AnthropicModel as AnthropicModel
 from ._events import AgentEvent as AgentEvent
 from ._events import ModelRetry as ModelRetry
+from ._events import ModelWaitEnd as ModelWaitEnd
+from ._events import ModelWaitStart as ModelWaitStart
 from ._events import OutputDelta as OutputDelta
 from ._events import OutputRejected as OutputRejected
 from ._events import OutputValidated as OutputValidated
@@ -23,6 +25,8 @@ from ._history import KeepAll as KeepAll
 from ._history import KeepLastExchanges as KeepLastExchanges
 from ._history import TokenBudget as TokenBudget
 from ._jsonlog import JsonLinesLog as JsonLinesLog
+from ._limits import ModelLimits as ModelLimits
+from ._limits import set_model_limits as set_model_limits
 from ._model import Model as Model
 from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest
@@ -48,10 +52,13 @@ __all__ = [
     "KeepLastExchanges",
     "Message",
     "Model",
+    "ModelLimits",
     "ModelListener",
     "ModelRequest",
     "ModelResponse",
     "ModelRetry",
+    "ModelWaitEnd",
+    "ModelWaitStart",
     "OpenAIModel",
     "OutputDelta",
     "OutputRejected",
@@ -70,4 +77,5 @@ __all__ = [
     "VerifyContext",
     "event_to_json",
     "open_agent",
+    "set_model_limits",
 ]

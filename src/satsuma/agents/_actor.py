@@ -27,6 +27,7 @@ from ._agent import AgentSpec
 from ._aliases import resolve_model
 from ._approval import claim_paused
 from ._events import AgentEvent
+from ._limits import limiter_for
 from ._loop import execute_run
 from ._model import Model
 from ._output import OutputSpec
@@ -169,6 +170,9 @@ class Actor:
         self.approver = approver if approver is not None else spec.approver
         self.model = model
         self.model_id = resolve_model(spec.model) or spec.model
+        # The configuration's limiter (docs/limits.md), shared with every agent of the
+        # run that uses it; None, and nothing to pay per call, without limits.
+        self.limiter = limiter_for(model, self.model_id)
         # True while this incarnation is the agent's newest (a supervisor's fencing
         # token): once a newer one has started, this one's store writes are refused.
         self.is_current: Callable[[], bool] = fence if fence is not None else _always

@@ -28,6 +28,7 @@ from .. import _codec
 from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import Usage, message_param
 from ..tools import ToolCall
+from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
 
@@ -79,9 +80,15 @@ class AnthropicModel:
             a whole response that could take over 10 minutes (a large ``max_tokens``).
             True: always stream. False: never (its text is reported in one piece once it
             has arrived).
+        limits: Limits on this model's calls (a ModelLimits), for every agent of the
+            trio run that uses this model object, whichever model ids they name; see
+            docs/limits.md. None (the default): none, unless set by model id with
+            ``satsuma.set_model_limits``. A ``retry-after`` answer pauses every agent
+            using a configuration with limits, not just the one it answered.
 
     Raises:
         ValueError: A negative retry count or backoff.
+        TypeError: ``limits`` is not a ModelLimits or None.
         ConfigurationError: No API key: none in the environment (without a client), or
             none in the client passed.
     """
@@ -95,6 +102,7 @@ class AnthropicModel:
         backoff_cap: float = 30.0,
         jitter: bool = True,
         stream: bool | None = None,
+        limits: ModelLimits | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got: {max_retries}")
@@ -102,6 +110,8 @@ class AnthropicModel:
             raise ValueError(
                 f"backoffs must be 0 or more, got: base {backoff_base}, cap {backoff_cap}"
             )
+        if limits is not None and not isinstance(limits, ModelLimits):
+            raise TypeError(f"limits must be a satsuma.ModelLimits or None, got: {limits!r}")
         # Imported here rather than at the top: the SDK takes seconds to import, and
         # importing satsuma.agents should not cost that to code that never calls a model.
         import anthropic
@@ -137,6 +147,7 @@ class AnthropicModel:
         self.backoff_cap = backoff_cap
         self.jitter = jitter
         self.stream = stream
+        self.limits = limits
 
     async def aclose(self) -> None:
         """Close the client if this model built it (a client passed in is its owner's)."""
@@ -181,6 +192,12 @@ class AnthropicModel:
             try:
                 return await self._respond_once(params, request.model, listener, stream)
             except ModelError as error:
+                if error.retry_after is not None:
+                    # Every user of the configuration waits, not only this call (the
+                    # loop's listener pauses its limiter; docs/limits.md).
+                    paused = getattr(listener, "retry_after", None)
+                    if paused is not None:
+                        paused(min(self.backoff_cap, error.retry_after))
                 if not error.retryable or attempt >= self.max_retries:
                     raise
                 attempt += 1

@@ -27,6 +27,8 @@ from ._result import RunResult, raw_output
 __all__ = [
     "AgentEvent",
     "ModelRetry",
+    "ModelWaitEnd",
+    "ModelWaitStart",
     "OutputDelta",
     "OutputRejected",
     "OutputValidated",
@@ -81,6 +83,25 @@ class ModelRetry(_RunEvent):
 
 
 @attrs.frozen(kw_only=True)
+class ModelWaitStart(_RunEvent):
+    """The model call waits for its configuration's limits (docs/limits.md) before it is
+    sent; only a call that cannot start at once reports it. ``reason`` says what it waits
+    for first (``20 of 20 slots in use``, ``3 calls queued before it``, a rate, a
+    ``retry-after`` pause); ``queued`` is how many calls wait, this one included."""
+
+    reason: str
+    queued: int
+
+
+@attrs.frozen(kw_only=True)
+class ModelWaitEnd(_RunEvent):
+    """The model call waited ``seconds`` (after a ``ModelWaitStart``) and is sent now. A
+    run cancelled while it waits ends with no ModelWaitEnd."""
+
+    seconds: float
+
+
+@attrs.frozen(kw_only=True)
 class OutputDelta(_RunEvent):
     """A piece of the typed answer's JSON as the model writes it (the streamed input of
     its ``final_answer`` call; see docs/output.md). Parse it only once whole: the answer
@@ -127,6 +148,8 @@ AgentEvent: TypeAlias = (
     | TextDelta
     | ThinkingDelta
     | ModelRetry
+    | ModelWaitStart
+    | ModelWaitEnd
     | ToolCallStart
     | ToolProgress
     | ToolUpdate

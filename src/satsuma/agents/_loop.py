@@ -30,6 +30,8 @@ from . import _tracing
 from ._events import (
     AgentEvent,
     ModelRetry,
+    ModelWaitEnd,
+    ModelWaitStart,
     OutputDelta,
     OutputRejected,
     OutputValidated,
@@ -39,6 +41,7 @@ from ._events import (
     ThinkingDelta,
     TurnEnd,
 )
+from ._limits import ModelLimiter, Permit, estimate_input_tokens
 from ._model import ModelRequest, ModelResponse
 from ._output import (
     ANSWER_TAKEN_TEXT,
@@ -163,6 +166,8 @@ class _Listener:
 
     def retry(self, attempt: int, delay: float, reason: str) -> None:
         run = self.run
+        if run.permit is not None:
+            run.permit.retried()  # one more request, charged to the configuration's rates
         _tracing.retried(run.chat, attempt, delay, reason)
         run.emit(
             ModelRetry(
@@ -174,6 +179,13 @@ class _Listener:
                 reason=reason,
             )
         )
+
+    def retry_after(self, seconds: float) -> None:
+        """The API asked to wait ``seconds`` before the next request: every user of the
+        configuration waits that long (docs/limits.md)."""
+        limiter = self.run.actor.limiter
+        if limiter is not None:
+            limiter.pause(seconds)
 
 
 class _Run:
@@ -197,6 +209,7 @@ class _Run:
         self.awaiting: tuple[PendingCall, ...] = ()  # the calls the run paused on
         self.result: RunResult[Any] | None = None
         self.chat = _telemetry.null_scope()  # the model call's span, while one runs
+        self.permit: Permit | None = None  # the model call's admission, with limits
         self.before: tuple[int, Message | None] | None = None
         # A typed answer (docs/output.md): the compiled output type, or None for text.
         self.output_spec, self.output_retries = (
@@ -586,13 +599,60 @@ class _Run:
             tools=tools,
             max_tokens=spec.max_tokens,
         )
-        with _tracing.start_chat(request) as chat:
-            self.chat = chat
-            response = checked_response(await actor.model.respond(request, _Listener(self)))
-            _tracing.end_chat(chat, response)
+        # Without limits, no limiter: nothing awaited or allocated for them.
+        permit = None if actor.limiter is None else await self._admit(actor.limiter, request)
+        try:
+            with _tracing.start_chat(request) as chat:
+                self.chat = chat
+                if permit is not None:
+                    _tracing.waited(chat, permit.waited)
+                response = checked_response(await actor.model.respond(request, _Listener(self)))
+                _tracing.end_chat(chat, response)
+        finally:
+            if permit is not None:
+                self.permit = None
+                permit.release()
+        if permit is not None:
+            permit.settle(response.usage)
         self.usage = self.usage + response.usage
         actor.last_usage = response.usage
         return response
+
+    async def _admit(self, limiter: ModelLimiter, request: ModelRequest) -> Permit:
+        """The call's permit from its configuration's limiter, once there is room: at
+        once if there is, else after waiting in its queue, between ModelWaitStart and
+        ModelWaitEnd events. Cancelled while it waits, the run holds no slot."""
+        cost = estimate_input_tokens(request) if limiter.counts_tokens else 0
+        permit = limiter.admit_nowait(cost)
+        if permit is None:
+            reason = limiter.blocked(cost) or "its turn"
+            queued = limiter.statistics().waiting + 1
+            self.emit(
+                ModelWaitStart(
+                    agent=self.agent,
+                    run_id=self.run_id,
+                    iteration=self.iteration,
+                    reason=reason,
+                    queued=queued,
+                )
+            )
+            permit = await limiter.admit(cost)
+            sent = False
+            try:
+                self.emit(
+                    ModelWaitEnd(
+                        agent=self.agent,
+                        run_id=self.run_id,
+                        iteration=self.iteration,
+                        seconds=permit.waited,
+                    )
+                )
+                sent = True
+            finally:
+                if not sent:
+                    permit.release()  # an event sink that raised: the slot is not kept
+        self.permit = permit
+        return permit
 
     def _reject(self, errors: list[str], why: Callable[[], str]) -> str | None:
         """Count an answer that is not one (invalid, or missing); the reason the run

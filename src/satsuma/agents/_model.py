@@ -74,6 +74,10 @@ class ModelListener(Protocol):
     ``wants_deltas`` is False when nothing listens to the text and thinking as they are
     written (a run without event listeners): a model may then ask for whole responses,
     which cost less, and report their text in one piece.
+
+    A model whose API answers with a ``retry-after`` also calls the listener's
+    ``retry_after(seconds)``, if it has one (look it up with ``getattr``): the agent loop
+    then pauses every user of the configuration's limits (docs/limits.md).
     """
 
     @property

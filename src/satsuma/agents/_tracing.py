@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._model import ModelRequest, ModelResponse
     from ._result import RunResult
 
-__all__ = ["end_chat", "end_run", "retried", "start_chat", "start_run"]
+__all__ = ["end_chat", "end_run", "retried", "start_chat", "start_run", "waited"]
 
 
 def start_run(
@@ -97,3 +97,9 @@ def retried(scope: SpanScope, attempt: int, delay: float, reason: str) -> None:
         "satsuma.model.retry",
         {"satsuma.retry.attempt": attempt, "satsuma.retry.delay": delay, "error.message": reason},
     )
+
+
+def waited(scope: SpanScope, seconds: float) -> None:
+    """How long the model call waited for its configuration's limits before it was sent
+    (docs/limits.md); set only on calls that have limits, 0.0 when there was no wait."""
+    scope.set({"satsuma.model.wait_seconds": seconds})
