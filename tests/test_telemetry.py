@@ -663,3 +663,39 @@ def test_without_a_provider_nothing_is_traced_and_runs_work() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
     assert out.stderr == ""
+
+
+# --- limits on model calls --------------------------------------------------------------
+
+
+async def test_a_chat_span_says_how_long_the_call_waited_for_its_limits(
+    spans: InMemorySpanExporter, autojump_clock: trio.abc.Clock
+) -> None:
+    model = ScriptedModel(["one", "two", "three"], delay=2.0)
+    free = ScriptedModel(["free"])
+    limited = satsuma.ModelLimits(max_concurrency=1)
+    satsuma.set_model_limits("opus", limited)
+    try:
+
+        class Writer(satsuma.Agent):
+            name = "writer"
+            model = "opus"
+
+        async with (
+            satsuma.open_agent(Writer, model=model) as first,
+            satsuma.open_agent(Writer, model=model) as second,
+            satsuma.open_agent(Calculator, model=free) as unlimited,
+        ):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first.run, "Write")
+                await trio.sleep(0.5)
+                nursery.start_soon(second.run, "Write")
+            await unlimited.run("Count")  # its model, sonnet, has no limits
+    finally:
+        satsuma.set_model_limits("opus", None)
+    waits = [
+        attributes(chat).get("satsuma.model.wait_seconds")
+        for chat in by_name(spans.get_finished_spans(), "chat ")
+    ]
+    # Two calls of the limited model (one waited 1.5 s), one without limits: no attribute.
+    assert sorted(waits, key=str) == [0.0, 1.5, None]
