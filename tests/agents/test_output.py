@@ -16,7 +16,7 @@ import trio
 
 import satsuma
 from satsuma import AnthropicModel
-from satsuma.testing import MessagesServer, Reply, ScriptedModel, check_conversation
+from satsuma.testing import FakeModel, MessagesServer, Reply, ScriptedModel, check_conversation
 
 
 @attrs.frozen
@@ -217,6 +217,23 @@ async def test_every_type_family_is_asked_for_by_its_schema_and_comes_back_typed
     declared = type("Declared", (satsuma.Agent,), {"name": "declared", "output_type": output_type})
     spec = declared.__satsuma_agent__
     assert spec.output is not None and spec.output.tool == tool
+
+
+@pytest.mark.parametrize(("output_type", "given", "expected", "schema"), FAMILIES)
+async def test_the_fake_model_answers_every_type_family(
+    output_type: Any, given: Any, expected: Any, schema: Any
+) -> None:
+    class Typed(satsuma.Agent):
+        name = "typed"
+
+    model = FakeModel()
+    async with satsuma.open_agent(Typed, model=model) as agent:
+        result = await agent.run("Answer", output_type=output_type)
+    assert (result.status, result.iterations) == ("completed", 1)
+    members = (Refund, Escalate) if output_type == Refund | Escalate else (type(expected),)
+    assert type(result.output) in members
+    (request,) = model.requests
+    assert request.tools[-1]["name"] == "final_answer"
 
 
 async def test_a_model_that_answers_wrongly_twice_then_rightly_over_http() -> None:

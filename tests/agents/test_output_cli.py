@@ -1,5 +1,6 @@
 """``satsuma run`` on an agent with a typed answer prints the answer as JSON (the real
-command in a subprocess, its model the loopback MessagesServer)."""
+command in a subprocess, its model the loopback MessagesServer, or the offline fake
+model)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,13 @@ class Extractor(satsuma.Agent[Invoice]):
 """
 
 
-async def satsuma_run(project: Path, server: MessagesServer, *args: str) -> tuple[int, str, str]:
+async def satsuma_run(
+    project: Path, server: MessagesServer | None, *args: str
+) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    env.update(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=server.base_url, COLUMNS="200")
+    env.update(COLUMNS="200")
+    if server is not None:
+        env.update(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=server.base_url)
     result = await trio.run_process(
         [sys.executable, "-m", "satsuma.cli", "run", "invoices:Extractor", *args],
         cwd=project,
@@ -55,4 +60,16 @@ async def test_run_prints_a_typed_answer_as_json(tmp_path: Path) -> None:
     # carries it: event_to_json, tested in test_output.py.)
     start = out.index("{")
     assert json.loads(out[start:]) == {"total": 12.0, "currency": "EUR"}
+    assert "extractor run completed" in out[:start]
+
+
+async def test_run_with_the_fake_model_prints_a_typed_answer_made_from_the_schema(
+    tmp_path: Path,
+) -> None:
+    # A newcomer, offline, with no key: the typed agent completes on its first turn.
+    (tmp_path / "invoices.py").write_text(AGENTS)
+    status, out, err = await satsuma_run(tmp_path, None, "Read it.", "--model", "fake")
+    assert status == 0, err
+    start = out.index("{")
+    assert json.loads(out[start:]) == {"total": 1, "currency": "EUR"}
     assert "extractor run completed" in out[:start]

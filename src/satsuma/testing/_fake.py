@@ -9,7 +9,11 @@ It is deterministic and does what the prompt asks of it, no more:
   "b": 3}``), otherwise arguments are made up from the tool's schema (the first enum
   value, the minimum, ``"example"``...);
 - once the calls are answered, it replies with what each tool returned;
-- any other prompt is answered with the prompt itself, so that a run completes.
+- any other prompt is answered with the prompt itself, so that a run completes;
+- an agent with a typed answer (a ``final_answer`` tool among the tools) gets, where it
+  would otherwise get a text reply, that text and a ``final_answer`` call whose input is
+  made up from the tool's schema (as for any tool: a value of each required field's
+  type), so that a typed run completes too.
 
 Every answer starts with ``(fake model)``, so that it is never taken for a real one.
 """
@@ -29,6 +33,9 @@ __all__ = ["FakeModel", "example_arguments", "fake_reply"]
 
 PREFIX = "(fake model)"
 _EXCERPT = 300
+# The tool a typed agent answers with (satsuma.agents._output.OUTPUT_TOOL; not imported:
+# the fake model serves any client, and stays below the agents).
+_ANSWER_TOOL = "final_answer"
 
 
 def example_arguments(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,6 +138,19 @@ def fake_reply(
 ) -> Reply:
     """The fake model's answer to a conversation (Messages API shapes: ``role`` and
     ``content`` per message; ``name`` and ``input_schema`` per tool)."""
+    reply = _reply(messages, tools)
+    if reply.tool_calls:
+        return reply
+    answer = next((t for t in tools if t.get("name") == _ANSWER_TOOL), None)
+    if answer is None:
+        return reply
+    # A typed answer is due: the text, and the answer made up from its schema.
+    schema = answer.get("input_schema")
+    arguments = example_arguments(schema if isinstance(schema, Mapping) else {})
+    return Reply(text=reply.text, tool_calls=[(_ANSWER_TOOL, arguments)])
+
+
+def _reply(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> Reply:
     if not messages:
         return Reply(text=f"{PREFIX} There is nothing to answer.")
     last = messages[-1]
