@@ -377,3 +377,31 @@ async def test_an_inline_wait_has_no_spinner_and_says_why(
         "researcher  2.0s",
         '└── * transfer(to="bob")  2.0s  approved',
     ]
+
+
+async def test_a_run_waiting_for_its_model_limits_shows_why_until_the_call_goes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    console = recording_console()
+    view = LiveView(console, live=True, echo_prompts=False)
+    view.agent_event(RunStart(**RUN, prompt="Go"))
+    view.agent_event(satsuma.ModelWaitStart(**RUN, reason="20 of 20 slots in use", queued=3))
+    await trio.sleep(1.5)
+    console.print(view.renderable())
+    view.agent_event(satsuma.ModelWaitEnd(**RUN, seconds=1.5))
+    console.print(view.renderable())
+    assert text_of(console) == [
+        "researcher  1.5s",
+        "└── ⏳ waiting for the model: 20 of 20 slots in use  1.5s",
+        "researcher  1.5s",
+    ]
+
+    plain = Console(record=True, width=100, force_terminal=False, file=io.StringIO())
+    lines = LiveView(plain, live=False, echo_prompts=False)
+    lines.agent_event(RunStart(**RUN, prompt="Go"))
+    lines.agent_event(satsuma.ModelWaitStart(**RUN, reason="3 calls queued before it", queued=4))
+    lines.agent_event(satsuma.ModelWaitEnd(**RUN, seconds=2.5))
+    assert plain.export_text().splitlines() == [
+        "  researcher ⏳ waiting for the model: 3 calls queued before it",
+        "  researcher waited 2.5s for the model",
+    ]

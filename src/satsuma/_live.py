@@ -7,6 +7,9 @@ transcript reads: the prompt, a turn's text, the tree of that turn's calls (each
 outcome coloured by kind) once the model has their results, the text that follows them,
 and the run's end. Supervisor events are printed as lines as they come.
 
+A run whose model call waits for its model's limits (docs/limits.md) shows it
+(``⏳ waiting for the model: 20 of 20 slots in use``) until the call is sent.
+
 A call that waits for a person's decision shows it (``⏸ ... awaiting approval: reason``)
 instead of a spinner, and its decision (``approved by alice``, ``denied: reason``) stays
 beside it; a run that pauses ``awaiting_approval`` ends with the calls it waits on.
@@ -36,6 +39,8 @@ from rich.tree import Tree
 from .agents import (
     AgentEvent,
     ModelRetry,
+    ModelWaitEnd,
+    ModelWaitStart,
     RunEnd,
     RunStart,
     TextDelta,
@@ -140,6 +145,7 @@ class _Run:
     started: float
     text: str = ""
     calls: dict[str, _Call] = attrs.Factory(dict)
+    waiting: tuple[str, float] | None = None  # why its model call waits, and since when
 
 
 @attrs.define(eq=False)
@@ -189,6 +195,16 @@ class LiveView:
                     "yellow",
                 )
             )
+        elif isinstance(event, ModelWaitStart):
+            run.waiting = (event.reason, trio.current_time())
+            if not self.live:
+                self._line(
+                    Text(f"  {run.agent} ⏳ waiting for the model: {event.reason}", "yellow")
+                )
+        elif isinstance(event, ModelWaitEnd):
+            run.waiting = None
+            if not self.live:
+                self._line(Text(f"  {run.agent} waited {event.seconds:.1f}s for the model"))
         elif isinstance(event, TurnEnd):
             # The calls of the turn before were answered before this model call: their
             # tree goes above the text they led to, not below the final answer.
@@ -293,6 +309,9 @@ class LiveView:
         tree = Tree(label, guide_style="bright_black")
         if run.text.strip() and not final:
             tree.add(Text(_shorten(run.text.strip(), 100), "italic"))
+        if run.waiting is not None and not final:
+            reason, since = run.waiting
+            tree.add(Text(f"⏳ waiting for the model: {reason}  {now - since:.1f}s", "yellow"))
         for call in run.calls.values():
             if call.outcome is not None:
                 line = self._outcome_text(call.name, call.outcome, call.arguments)
