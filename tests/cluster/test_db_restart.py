@@ -119,8 +119,17 @@ async def test_a_node_rides_out_a_database_restart_and_every_run_completes(
                     submitted[agent_id].append((run_id, prompt))
             run_ids = [run_id for runs in submitted.values() for run_id, _ in runs]
 
+            restarted = trio.Event()
+
             async def wait_for(run_id: str) -> None:
-                results[run_id] = await cluster.result(run_id)
+                while True:
+                    try:
+                        results[run_id] = await cluster.result(run_id)
+                        return
+                    except StoreError:
+                        # Its first read came when the server was down: as documented
+                        # (a wait already going on waits through the outage instead).
+                        await restarted.wait()
 
             with trio.fail_after(90):
                 # Some runs ended, some in flight (inside a tool), the rest queued.
@@ -132,7 +141,10 @@ async def test_a_node_rides_out_a_database_restart_and_every_run_completes(
                 async with trio.open_nursery() as waiting:
                     for run_id in run_ids:
                         waiting.start_soon(wait_for, run_id)
-                    await trio.to_thread.run_sync(_snapshot, dsn)  # the waits are reading
+                    # Some waits read their run and wait on their LISTEN connection (the
+                    # two nodes' listeners wait too).
+                    while trio.lowlevel.current_statistics().io_statistics.tasks_waiting_read < 3:  # noqa: ASYNC110  (trio's own count)
+                        await trio.sleep(0.01)
                     before = await trio.to_thread.run_sync(_snapshot, dsn)
 
                     await trio.to_thread.run_sync(own_server.stop)
@@ -143,6 +155,7 @@ async def test_a_node_rides_out_a_database_restart_and_every_run_completes(
                     while not warnings.beats_failed(4, "steady-1", "steady-2"):  # noqa: ASYNC110  (a log)
                         await trio.sleep(0.05)
                     await trio.to_thread.run_sync(own_server.start)
+                    restarted.set()
                 # The node still serves: a run submitted now completes too.
                 after_restart = await cluster.run(worker.Clerk, "book-new", "entry new")
                 after = await trio.to_thread.run_sync(_snapshot, dsn)
@@ -151,6 +164,8 @@ async def test_a_node_rides_out_a_database_restart_and_every_run_completes(
         logging.getLogger("satsuma").removeHandler(warnings)
 
     assert after_restart.status == "completed"
+    # A wait that was going on rode the outage out.
+    assert any("the database is away" in line for line in warnings.lines)
     # The nodes' leases ran out while the server was down, but count from its start:
     # no node was counted dead for the outage.
     assert not [line for line in warnings.lines if "counted dead" in line]
