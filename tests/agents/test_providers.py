@@ -16,10 +16,10 @@ import attrs
 import pytest
 
 import satsuma
-from satsuma import AnthropicModel, ConfigurationError, Message, TextDelta
+from satsuma import AnthropicModel, ConfigurationError, Message, ModelRetry, TextDelta
 from satsuma.agents._clients import shared_model
 from satsuma.agents._openai import OpenAIModel
-from satsuma.testing import MessagesServer, Reply, check_conversation
+from satsuma.testing import Failure, MessagesServer, Reply, check_conversation
 from satsuma.testing._chat_server import ChatCompletionsServer
 from satsuma.testing._server import ScriptedServer
 
@@ -210,7 +210,6 @@ async def test_one_agent_class_runs_alike_on_all_four_providers(
         assert run["result"].status == "completed"
         assert run["result"].output == "Oslo: 14°C, more unknown."
         assert run["result"].usage.input_tokens > 0 and run["result"].usage.output_tokens > 0
-        # Streamed, or (Bedrock) whole and reported in one piece: the same text.
         assert run["text"] == "Checking.Oslo: 14°C, more unknown."
         check_conversation(run["history"])
         # The same results, in the same satsuma history, whichever provider answered.
@@ -224,9 +223,10 @@ async def test_one_agent_class_runs_alike_on_all_four_providers(
     assert anthropic_request.headers["authorization"] == "Bearer test-key"
     assert "anthropic-version" in anthropic_request.headers
     assert anthropic_request.body["model"] == "claude-test"
-    # Bedrock: the model in the path, SigV4-signed, the API version in the body.
+    # Bedrock: the model in the path, SigV4-signed, the API version in the body; the
+    # stream comes back in AWS's event-stream encoding.
     bedrock_request = runs["bedrock"]["received"][0]
-    assert bedrock_request.path == "/model/anthropic.claude-test-v1:0/invoke"
+    assert bedrock_request.path == "/model/anthropic.claude-test-v1:0/invoke-with-response-stream"
     assert bedrock_request.headers["authorization"].startswith(
         "AWS4-HMAC-SHA256 Credential=AKIDTESTKEY/"
     )
@@ -364,12 +364,31 @@ async def test_a_provider_whose_extra_is_missing_names_it(
     assert f'pip install "satsuma[{extra}]"' in caught.value.fix
 
 
-def test_bedrock_responses_are_not_streamed_yet() -> None:
-    client = anthropic.AsyncAnthropicBedrock(
-        aws_access_key="AKIDTESTKEY", aws_secret_key="test-secret", aws_region="us-east-1"
-    )
-    with pytest.raises(ValueError, match="stream=True is not supported yet"):
-        AnthropicModel(client, stream=True)
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Failure.stream_error("partial", after_events=3),
+        Failure.cut_stream("partial", after_events=3),
+        Failure.rate_limited(retry_after=0.01),
+    ],
+    ids=["exception-in-stream", "cut", "429"],
+)
+async def test_bedrock_streams_and_its_failures_are_retried(
+    failure: Failure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[Any] = []
+    async with serving("bedrock", [failure, "Back."], monkeypatch) as server:
+        model = await shared_model("forecaster", OnBedrock.model)
+        model.backoff_base, model.jitter = 0.001, False
+        async with satsuma.open_agent(OnBedrock) as agent:
+            result = await agent.run("Hi", events=events.append)
+    assert result.output == "Back."
+    assert [event.attempt for event in events if isinstance(event, ModelRetry)] == [1]
+    assert [request.path for request in server.received] == [
+        "/model/anthropic.claude-test-v1:0/invoke-with-response-stream"
+    ] * 2
+    # Streamed: the text came in pieces as it was written.
+    assert len([event for event in events if isinstance(event, TextDelta)]) > 1
 
 
 def test_providers_sdks_load_only_when_a_model_of_theirs_is_built() -> None:

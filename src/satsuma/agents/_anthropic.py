@@ -19,6 +19,7 @@ import os
 import random
 import time
 from collections.abc import Mapping
+from contextlib import aclosing
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, final
 
@@ -34,6 +35,7 @@ from ._responses import checked_response
 
 if TYPE_CHECKING:
     import anthropic
+    import httpx2
 
 __all__ = ["AnthropicModel", "AnyAnthropicClient"]
 
@@ -64,8 +66,8 @@ class AnthropicModel:
     Args:
         client: The client to use: an ``AsyncAnthropic``, or the same SDK's
             ``AsyncAnthropicBedrock`` or ``AsyncAnthropicVertex`` for Claude on Bedrock or
-            Vertex AI (the extras ``satsuma[bedrock]``, ``satsuma[vertex]``; on Bedrock,
-            responses are not streamed yet). By default one is built from the
+            Vertex AI (the extras ``satsuma[bedrock]``, ``satsuma[vertex]``). By default
+            one is built from the
             environment (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``); ``aclose()``
             closes only a client built here. Its own retry setting is ignored.
         max_retries: Retries after the first attempt (0 for none).
@@ -132,13 +134,8 @@ class AnthropicModel:
                 "Build it with api_key= (or auth_token=), or set ANTHROPIC_API_KEY "
                 "before it is built",
             )
-        # Bedrock streams in AWS's event-stream encoding, which the raw reading below
-        # does not decode yet: its responses are asked for whole.
-        self._whole_only = isinstance(client, anthropic.AsyncAnthropicBedrock)
-        if self._whole_only and stream:
-            raise ValueError(
-                "stream=True is not supported yet with an AsyncAnthropicBedrock client"
-            )
+        # Bedrock streams the API's events in AWS's event-stream encoding, not as SSE.
+        self._bedrock = isinstance(client, anthropic.AsyncAnthropicBedrock)
         self.client: AnyAnthropicClient = client
         # A copy that shares the connection pool; retries are ours, each one reported.
         self._api = self.client.with_options(max_retries=0)
@@ -186,7 +183,7 @@ class AnthropicModel:
         stream = self.stream
         if stream is None:
             # A listener that does not say wants what it is given: every delta.
-            stream = bool(getattr(listener, "wants_deltas", True)) and not self._whole_only
+            stream = bool(getattr(listener, "wants_deltas", True))
         attempt = 0
         while True:
             try:
@@ -236,42 +233,15 @@ class AnthropicModel:
                     # more than 10 minutes (a large max_tokens): streamed instead when
                     # the choice was ours; else a mistake to state, not a bug that
                     # crashes the agent.
-                    if self.stream is None and not self._whole_only:
+                    if self.stream is None:
                         return await self._respond_once(params, model, listener, True)
                     raise ModelError(f"stream=False cannot be used here: {exc}") from exc
                 _feed_whole(accumulator, raw.http_response.content)
                 return _response(accumulator, model)
             events = await self._api.messages.create(**params, stream=True)
             async with events:
-                # The raw Server-Sent Events, not the SDK's parsed ones: on an ``error``
-                # event the SDK raises from inside its event generator and leaves the
-                # generators under it suspended, which trio reports with a ResourceWarning
-                # each. So the stream is read to its end (the API closes it after an
-                # error) and the failure raised afterwards.
-                async for sse in anthropic.AsyncStream.raw_events(events.response):
-                    if failure is not None or not sse.data:
-                        continue
-                    try:
-                        event = json.loads(sse.data)
-                    except RecursionError as exc:
-                        failure = _malformed(exc)
-                        continue
-                    except ValueError:
-                        failure = ModelError(
-                            f"stream interrupted: an event is not JSON: {sse.data[:100]!r}",
-                            retryable=True,
-                        )
-                        continue
-                    try:
-                        accumulator.feed(event)
-                    except _MALFORMED as exc:
-                        # An event that does not have the shape of the API's (a delta for
-                        # a block never started, nesting no parser survives): a bad
-                        # response to retry, not a bug of the agent's to crash it.
-                        failure = _malformed(exc)
-                        continue
-                    if accumulator.error is not None:
-                        failure = _stream_error(accumulator.error)
+                read = _read_bedrock if self._bedrock else _read_sse
+                failure = await read(events.response, accumulator)
         except anthropic.APIStatusError as exc:
             raise _status_error(exc) from exc
         except anthropic.APIConnectionError as exc:  # APITimeoutError too
@@ -287,6 +257,80 @@ class AnthropicModel:
         if not accumulator.complete:
             raise ModelError("stream interrupted: it ended before message_stop", retryable=True)
         return _response(accumulator, model)
+
+
+async def _read_sse(
+    response: httpx2.Response, accumulator: _codec.StreamAccumulator
+) -> ModelError | None:
+    """Feed the API's stream to the accumulator, reading it to its end; the failure it
+    carried (an ``error`` event, a malformed event, a connection that broke), if any.
+
+    The raw Server-Sent Events, not the SDK's parsed ones: on an ``error`` event the SDK
+    raises from inside its event generator and leaves the generators under it suspended,
+    which trio reports with a ResourceWarning each. So the stream is read to its end (the
+    API closes it after an error) and the failure returned afterwards.
+    """
+    import anthropic
+    import httpx2
+
+    failure: ModelError | None = None
+    try:
+        async for sse in anthropic.AsyncStream.raw_events(response):
+            if failure is not None or not sse.data:
+                continue
+            try:
+                event = json.loads(sse.data)
+            except RecursionError as exc:
+                failure = _malformed(exc)
+                continue
+            except ValueError:
+                failure = ModelError(
+                    f"stream interrupted: an event is not JSON: {sse.data[:100]!r}",
+                    retryable=True,
+                )
+                continue
+            try:
+                accumulator.feed(event)
+            except _MALFORMED as exc:
+                # An event that does not have the shape of the API's (a delta for a block
+                # never started, nesting no parser survives): a bad response to retry,
+                # not a bug of the agent's to crash it.
+                failure = _malformed(exc)
+                continue
+            if accumulator.error is not None:
+                failure = _stream_error(accumulator.error)
+    except httpx2.TransportError as exc:
+        # The SDK turns transport errors into APIConnectionError only while it sends the
+        # request; one that breaks the stream afterwards comes through as it is.
+        return failure or ModelError(f"stream interrupted: {exc}", retryable=True)
+    return failure
+
+
+async def _read_bedrock(response: Any, accumulator: _codec.StreamAccumulator) -> ModelError | None:
+    """Feed a Bedrock stream's events to the accumulator, reading it to its end; the
+    failure it carried (an error, a malformed message), if any."""
+    import httpx2
+
+    from ._eventstream import bedrock_events
+
+    failure: ModelError | None = None
+    async with aclosing(bedrock_events(response.aiter_bytes())) as events:
+        try:
+            async for event in events:
+                if failure is not None:
+                    continue
+                try:
+                    accumulator.feed(event)
+                except _MALFORMED as exc:
+                    failure = _malformed(exc)
+                    continue
+                if accumulator.error is not None:
+                    failure = _stream_error(accumulator.error)
+        except _MALFORMED as exc:  # a message that is not Bedrock's (framing, CRC, JSON)
+            return failure or _malformed(exc)
+        except httpx2.TransportError as exc:
+            return failure or ModelError(f"stream interrupted: {exc}", retryable=True)
+    return failure
 
 
 def _feed_whole(accumulator: _codec.StreamAccumulator, body: bytes) -> None:

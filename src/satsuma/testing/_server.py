@@ -11,12 +11,15 @@ The HTTP side and the script (``ScriptedServer``) do not depend on the API's dia
 
 from __future__ import annotations
 
+import base64
 import enum
 import inspect
 import itertools
 import json
 import re
+import struct
 import urllib.parse
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -52,10 +55,9 @@ ServerScriptItem: TypeAlias = (
 """A script item: an answer, or a function of the request body that returns one."""
 
 _MESSAGES_PATH = "/v1/messages"
-# Claude on Bedrock: the model id is in the path. Only whole answers (/invoke): a
-# streamed one (/invoke-with-response-stream) would be AWS event-stream encoded, which
-# this server does not write yet, so it gets a 404.
-_BEDROCK_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<kind>invoke)")
+# Claude on Bedrock: the model id and whether to stream are in the path; a stream is in
+# AWS's event-stream encoding.
+_BEDROCK_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<kind>invoke|invoke-with-response-stream)")
 # Claude on Vertex AI (the client's base URL ends with /v1).
 _VERTEX_PATH = re.compile(
     r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/"
@@ -88,6 +90,8 @@ class _Route:
 
     implied: Mapping[str, Any]
     required: tuple[str, ...]
+    # A stream in AWS's event-stream encoding (Bedrock's) rather than Server-Sent Events.
+    event_stream: bool = False
 
 
 # --- What to send ----------------------------------------------------------------------
@@ -108,6 +112,7 @@ class _StreamAnswer:
     cut_after: int | None = None
     # An error event, sent after the frames (then the connection is closed).
     error: bytes | None = None
+    content_type: str = "text/event-stream"
 
 
 @attrs.frozen
@@ -311,7 +316,7 @@ class ScriptedServer:
             )
             await _write(stream, connection, h11.Data(data=data), h11.EndOfMessage())
             return True
-        headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache"), request_id]
+        headers = [("content-type", answer.content_type), ("cache-control", "no-cache"), request_id]
         # No content-length: h11 sends the body chunked, as the API does.
         await _write(stream, connection, h11.Response(status_code=200, headers=headers))
         frames = answer.frames if answer.cut_after is None else answer.frames[: answer.cut_after]
@@ -366,7 +371,7 @@ class ScriptedServer:
             )
         self._played += 1
         if not callable(item):
-            return await self._play(item, payload, len(body))
+            return _encoded(await self._play(item, payload, len(body)), route)
         answer = item(payload)
         if inspect.isawaitable(answer):
             answer = await answer
@@ -376,7 +381,7 @@ class ScriptedServer:
             else f"the function at script[{self._played - 1}] returned"
         )
         _check_item(answer, where, function_allowed=False)
-        return await self._play(answer, payload, len(body))
+        return _encoded(await self._play(answer, payload, len(body)), route)
 
     async def _play(self, item: object, payload: dict[str, Any], prompt_chars: int) -> _Answer:
         stream = self._wants_stream(payload)
@@ -430,6 +435,59 @@ class ScriptedServer:
         return await self._play(failure.then or "", payload, prompt_chars)
 
 
+def _encoded(answer: _Answer, route: _Route) -> _Answer:
+    """The answer in the route's stream encoding: Bedrock's streams are AWS event-stream
+    messages, each carrying one of the API's events (base64 in a ``chunk``), and an error
+    is an ``exception`` message."""
+    if not route.event_stream or not isinstance(answer, _StreamAnswer):
+        return answer
+    error = None
+    if answer.error is not None:
+        body = _sse_json(answer.error)["error"]
+        error = _aws_message(
+            {":message-type": "exception", ":exception-type": _AWS_EXCEPTIONS[body["type"]]},
+            {"message": body["message"]},
+        )
+    frames = [
+        _aws_message(
+            {":message-type": "event", ":event-type": "chunk"},
+            {"bytes": base64.b64encode(json.dumps(_sse_json(frame)).encode()).decode()},
+        )
+        for frame in answer.frames
+    ]
+    return attrs.evolve(
+        answer, frames=frames, error=error, content_type="application/vnd.amazon.eventstream"
+    )
+
+
+# The exception Bedrock sends inside a stream for each error type this server sends.
+_AWS_EXCEPTIONS = {"overloaded_error": "serviceUnavailableException"}
+
+
+def _sse_json(frame: bytes) -> dict[str, Any]:
+    """The data of an SSE frame of this server's own."""
+    data = frame.decode().split("data: ", 1)[1]
+    value: dict[str, Any] = json.loads(data)
+    return value
+
+
+def _aws_message(headers: Mapping[str, str], payload: Mapping[str, Any]) -> bytes:
+    """One message of AWS's event-stream encoding: a prelude (total and header lengths
+    and their CRC32), string headers, the JSON payload, and the whole message's CRC32."""
+    head = b"".join(
+        bytes([len(name)])
+        + name.encode()
+        + b"\x07"
+        + struct.pack(">H", len(value))
+        + value.encode()
+        for name, value in {":content-type": "application/json", **headers}.items()
+    )
+    body = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 12 + len(head) + len(body) + 4, len(head))
+    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + head + body
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
 _FailureHandler: TypeAlias = Callable[
     [ScriptedServer, Failure, dict[str, Any], int, bool], Awaitable[_Answer]
 ]
@@ -451,8 +509,9 @@ class MessagesServer(ScriptedServer):
     Each ``POST /v1/messages`` takes the next script item, as do the paths of Claude on
     Vertex AI (``/v1/projects/P/locations/R/publishers/anthropic/models/M:rawPredict``
     and ``:streamRawPredict``, for ``AsyncAnthropicVertex``) and on Bedrock
-    (``/model/M/invoke``, for ``AsyncAnthropicBedrock``; not yet its streamed
-    ``invoke-with-response-stream``), where the model is the path's:
+    (``/model/M/invoke`` and ``/model/M/invoke-with-response-stream``, streamed in AWS's
+    event-stream encoding, for ``AsyncAnthropicBedrock``), where the model is the
+    path's:
 
     - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
       request has ``"stream": true``, else one JSON message);
@@ -521,9 +580,11 @@ class MessagesServer(ScriptedServer):
         # Bedrock and Vertex AI take the model in the path, and anthropic_version in the
         # body instead of a header.
         if match := _BEDROCK_PATH.fullmatch(path):
+            stream = match["kind"] == "invoke-with-response-stream"
             return _Route(
-                {"model": urllib.parse.unquote(match["model"]), "stream": False},
+                {"model": urllib.parse.unquote(match["model"]), "stream": stream},
                 ("anthropic_version", "max_tokens", "messages"),
+                event_stream=True,
             )
         if match := _VERTEX_PATH.fullmatch(path):
             stream = match["kind"] == "streamRawPredict"
