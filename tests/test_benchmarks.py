@@ -287,3 +287,23 @@ def test_cluster_quick_run_prints_the_tables() -> None:
     cells = re.split(r"\s{2,}", rows["takeover, lease_seconds=1"].strip())
     assert len(cells) == 7 and cells[6].startswith("1 kills"), cells
     float(cells[3])
+
+
+MODEL_LIMITS_SCRIPT = ROOT / "benchmarks" / "model_limits.py"
+
+MODEL_LIMITS_ROW_NAMES = (
+    "throughput (requests/s)",
+    "floor, no limits (requests/s)",
+    "peak calls in progress",
+    "leaked slots",
+    "waiters left after cancels",
+)
+
+
+def test_model_limits_quick_run_prints_the_table_and_leaks_nothing() -> None:
+    rows = _quick_rows(MODEL_LIMITS_SCRIPT, MODEL_LIMITS_ROW_NAMES)
+    assert "% of the ideal" in rows["throughput (requests/s)"]
+    # Not a figure but the contract: no slot and no waiter outlives its run.
+    for name in ("leaked slots", "waiters left after cancels"):
+        measured = rows[name][len(name) :].split()[0]
+        assert measured == "0", rows[name]
