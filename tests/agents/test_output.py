@@ -17,6 +17,7 @@ import trio
 import satsuma
 from satsuma import AnthropicModel
 from satsuma.testing import FakeModel, MessagesServer, Reply, ScriptedModel, check_conversation
+from satsuma.tools import ToolCall
 
 
 @attrs.frozen
@@ -598,4 +599,145 @@ async def test_an_answer_given_while_the_user_spoke_is_not_taken(
     (skipped,) = history[2].tool_results
     assert skipped["content"].startswith("Error: Answer not taken: a new user message came")
     assert "It was in dollars." in history[2].text
+    check_conversation(history)
+
+
+@attrs.frozen
+class Tree:
+    name: str
+    children: list[Tree] = attrs.Factory(list)
+
+
+class Priority(enum.Enum):
+    LOW = 1
+    HIGH = 2
+
+
+@attrs.frozen
+class Ticket:
+    contact: Contact
+    priority: Priority
+    counts: dict[str, int]
+
+
+async def test_nested_optional_and_mapping_types_and_what_is_refused() -> None:
+    model = ScriptedModel(
+        [
+            answer({"contact": {"name": "Ada"}, "priority": 2, "counts": {"open": "two"}}),
+            answer({"contact": {"name": "Ada"}, "priority": 2, "counts": {"open": 2}}),
+            answer({"value": None}),
+            answer({}),
+            answer({"value": {"any": ["thing", 1]}}),
+        ]
+    )
+    async with satsuma.open_agent(Extractor, model=model) as agent:
+        ticket = await agent.run("Ticket?", output_type=Ticket)
+        history = agent.history
+        nothing = await agent.run("Invoice, if any?", output_type=Invoice | None)
+        absent = await agent.run("Invoice, if any?", output_type=Invoice | None)
+        free = await agent.run("Anything?", output_type=dict[str, Any])
+    # Nested classes and enums come back typed; a dict's values are checked as its type.
+    assert ticket.output == Ticket(Contact("Ada", []), Priority.HIGH, {"open": 2})
+    assert (
+        history[2]
+        .tool_results[0]["content"]
+        .startswith("Error: Invalid answer: expected counts.open to be an integer, got: string.")
+    )
+    assert (nothing.output, absent.output) == (None, None)  # X | None: null or nothing
+    assert free.output == {"any": ["thing", 1]}  # dict[str, Any]: any object
+    schema = model.requests[0].tools[-1]["input_schema"]
+    assert schema["properties"]["counts"] == {
+        "type": "object",
+        "additionalProperties": {"type": "integer"},
+    }
+
+    # Refused, each with the reason: a recursive type, a set, a tuple of fixed length,
+    # keys that are not strings, object.
+    refused = {
+        Tree: "its field children[] refers to Tree inside Tree: recursive types are not supported",
+        set[str]: "has unsupported type hint 'set[str]'",
+        tuple[int, str]: "use tuple[X, ...] or list[X]",
+        dict[int, str]: "object keys are strings",
+        object: "has unsupported type hint 'object'",
+    }
+    async with satsuma.open_agent(Extractor, model=ScriptedModel([])) as agent:
+        for hint, why in refused.items():
+            with pytest.raises(TypeError) as refusal:
+                await agent.run("?", output_type=hint)
+            assert why in str(refusal.value)
+            assert str(refusal.value).startswith("agent extractor: output_type ")
+
+
+@satsuma.tool(requires_approval=True)
+async def refund(order: str) -> str:
+    """Refund an order.
+
+    Args:
+        order: The order's number.
+    """
+    ran.append(f"refund {order}")
+    return "refunded"
+
+
+async def test_an_answer_beside_a_call_that_needs_approval_ends_the_run_unasked() -> None:
+    asked: list[str] = []
+
+    async def approver(call: satsuma.PendingCall) -> satsuma.Approve | satsuma.Deny:
+        asked.append(call.tool_name)
+        return satsuma.Approve()
+
+    class Careful(satsuma.Agent[Invoice]):
+        name = "careful"
+        tools = [refund]
+
+    ran.clear()
+    model = ScriptedModel(
+        [
+            # An invalid answer: the approval is asked, the refund runs, the model retries.
+            Reply(tool_calls=[("refund", {"order": "A-1"}), ("final_answer", {"total": 1})]),
+            # A valid one: the run ends; the refund is neither asked about nor run.
+            Reply(
+                tool_calls=[
+                    ("refund", {"order": "B-2"}),
+                    ("final_answer", {"total": 1, "currency": "EUR"}),
+                ]
+            ),
+        ]
+    )
+    async with satsuma.open_agent(Careful, model=model, approver=approver) as agent:
+        result = await agent.run("Refund and invoice")
+        history = agent.history
+    assert result.output == Invoice(1, "EUR")
+    assert (asked, ran) == (["refund"], ["refund A-1"])
+    assert [r["content"] for r in history[4].tool_results] == [
+        "Error: Not run: the run ended with the final_answer answer of this turn.",
+        "Answer received.",
+    ]
+    check_conversation(history)
+
+
+async def test_the_loop_guard_still_stops_a_repeated_call_beside_invalid_answers() -> None:
+    class Guarded(satsuma.Agent[Invoice]):
+        name = "guarded"
+        tools = [lookup]
+        loop_guard = 1
+        output_retries = 5
+
+    ran.clear()
+    turns = [
+        Reply(
+            tool_calls=[
+                ToolCall(id=f"toolu_{n}a", name="lookup", input={"order": "A-1"}),
+                ToolCall(id=f"toolu_{n}b", name="final_answer", input={"total": 1}),
+            ]
+        )
+        for n in range(3)
+    ]
+    async with satsuma.open_agent(Guarded, model=ScriptedModel(turns)) as agent:
+        result = await agent.run("Invoice of A-1?")
+        history = agent.history
+    assert result.status == "failed"
+    assert result.error is not None and "lookup" in result.error
+    assert ran == ["A-1"]  # refused the second time, and the run stopped at the third
+    assert history[4].tool_results[0]["content"].startswith("Error: ")
     check_conversation(history)

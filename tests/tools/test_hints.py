@@ -135,7 +135,7 @@ CATALOGUE_INPUT_SCHEMA: dict[str, Any] = {
         "enabled": {"type": "boolean"},
         "tags": {"type": "array", "items": {"type": "string"}},
         "meta": {"type": "object"},
-        "labels": {"type": "object"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "mode": {"type": "string", "enum": ["fast", "slow"], "description": "How fast."},
         "level": {"type": "integer", "enum": [1, 2, 3]},
         "color": {"type": "string", "enum": ["red", "green"]},

@@ -18,6 +18,7 @@ import enum
 import functools
 import inspect
 import re
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -199,6 +200,13 @@ def compile_hint(tool: str, hint: Any, path: str, description: str | None) -> Hi
                 path,
                 f"has unsupported type hint {_hint_text(hint)!r}: object keys are strings",
             )
+        if len(args) == 2 and args[1] is not Any:
+            # dict[str, X]: each value checked (and structured) as an X.
+            value = compile_hint(tool, args[1], f"{path}.*", None)
+            each = NullableNode(inner=value.node) if value.optional else value.node
+            return HintedNode(
+                ObjectNode(description=description, values=each), False, value.needs_structure
+            )
         return HintedNode(ObjectNode(description=description), False, False)
 
     if origin is Literal:
@@ -212,7 +220,10 @@ def compile_hint(tool: str, hint: Any, path: str, description: str | None) -> Hi
         return HintedNode(_record_node(tool, hint, path, description), False, True)
 
     if isinstance(hint, type) and typing_extensions.is_typeddict(hint):
-        return HintedNode(node_for_typeddict(tool, hint, path, description), False, True)
+        typed_dict = _unless_recursive(
+            tool, hint, path, lambda: node_for_typeddict(tool, hint, path, description)
+        )
+        return HintedNode(typed_dict, False, True)
 
     raise _fail(tool, path, f"has unsupported type hint {_hint_text(hint)!r}")
 
@@ -308,10 +319,36 @@ def _is_record_class(hint: object) -> bool:
     return isinstance(hint, type) and (attrs.has(hint) or dataclasses.is_dataclass(hint))
 
 
+# The classes whose nodes are being built, in this thread: a class met again inside
+# itself is a recursive type, which a JSON schema without references cannot state.
+_building = threading.local()
+
+
+def _unless_recursive(
+    tool: str, cls: type, prefix: str, build: Callable[[], ObjectNode]
+) -> ObjectNode:
+    stack: list[type] = _building.__dict__.setdefault("stack", [])
+    if cls in stack:
+        raise _fail(
+            tool,
+            prefix,
+            f"refers to {cls.__name__} inside {cls.__name__}: recursive types are not supported",
+        )
+    stack.append(cls)
+    try:
+        return build()
+    finally:
+        stack.pop()
+
+
 def _record_node(tool: str, cls: type, prefix: str, description: str | None) -> ObjectNode:
     if attrs.has(cls):
-        return node_for_attrs_class(tool, cls, prefix, description)
-    return node_for_dataclass(tool, cls, prefix, description)
+        return _unless_recursive(
+            tool, cls, prefix, lambda: node_for_attrs_class(tool, cls, prefix, description)
+        )
+    return _unless_recursive(
+        tool, cls, prefix, lambda: node_for_dataclass(tool, cls, prefix, description)
+    )
 
 
 def _own_docstring(cls: type) -> str | None:

@@ -372,10 +372,12 @@ NO_DEFAULT: Final = _NO_DEFAULT
 @attrs.frozen(kw_only=True)
 class ObjectNode(Node):
     """An object: with ``properties``, undeclared keys are dropped; without, any object
-    passes through as it is."""
+    passes through as it is, each of its values checked by ``values`` when given (a
+    ``dict[str, X]``)."""
 
     description: str | None = None
     properties: tuple[Property, ...] | None = None
+    values: Node | None = None
 
     def check(self, value: Any, path: str, errors: list[str]) -> Any:
         if not isinstance(value, Mapping):
@@ -386,7 +388,10 @@ class ObjectNode(Node):
     def check_members(self, value: Mapping[str, Any], prefix: str, errors: list[str]) -> Any:
         properties = self.properties
         if properties is None:
-            return dict(value)
+            values = self.values
+            if values is None:
+                return dict(value)
+            return {key: values.check(item, prefix + key, errors) for key, item in value.items()}
         out: dict[str, Any] = {}
         for prop in properties:
             name = prop.name
@@ -407,6 +412,8 @@ class ObjectNode(Node):
             required = [prop.name for prop in self.properties if prop.required]
             if required:
                 out["required"] = required
+        elif self.values is not None:
+            out["additionalProperties"] = self.values.schema()
         return out
 
 
