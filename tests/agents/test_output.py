@@ -269,10 +269,9 @@ async def test_a_model_that_answers_wrongly_twice_then_rightly_over_http() -> No
     rejected = [e for e in events if isinstance(e, satsuma.OutputRejected)]
     assert [(e.iteration, e.retries_left) for e in rejected] == [(1, 1), (2, 0)]
     # The JSON streamed piece by piece, then the validated value.
-    streamed = "".join(
-        e.text for e in events if isinstance(e, satsuma.OutputDelta) and e.iteration == 3
-    )
-    assert json.loads(streamed) == {"total": 12, "currency": "EUR"}
+    pieces = [e.text for e in events if isinstance(e, satsuma.OutputDelta) and e.iteration == 3]
+    assert len(pieces) > 1  # streamed by the real client, not given whole
+    assert json.loads("".join(pieces)) == {"total": 12, "currency": "EUR"}
     (validated,) = [e for e in events if isinstance(e, satsuma.OutputValidated)]
     assert validated.output == Invoice(12.0, "EUR")
     assert isinstance(events[-1], satsuma.RunEnd) and events[-1].result.output == result.output
