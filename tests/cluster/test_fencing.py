@@ -8,15 +8,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import signal
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import psycopg
+import pytest
 import trio
 
+from satsuma._exceptions import StoreError
 from satsuma.cluster import Cluster, Node
 from satsuma.store import PostgresStore
+from satsuma.store import _queue as queue
 from satsuma.testing import FunctionModel, check_conversation
 from satsuma.tools._results import INTERRUPTED_TEXT
 
@@ -157,3 +161,50 @@ async def test_a_paused_node_writes_nothing_after_its_run_was_taken_over_and_giv
     }
     assert INTERRUPTED_TEXT in str(answers["toolu_entry_1_record1"])
     assert answers["toolu_entry_1_fetch"] == "fetch entry_1 done"
+
+
+async def test_a_node_counted_dead_claims_and_starts_nothing(postgres_dsn: str) -> None:
+    async with PostgresStore(postgres_dsn) as store:
+        # "dead" stops sending heartbeats at once: its lease is a millisecond.
+        for node_id, lease in (("alive", 60.0), ("dead", 0.001)):
+            await queue.register_node(
+                store, node_id, name=node_id, host="h", pid=1, agents=["clerk"], lease_seconds=lease
+            )
+        await queue.enqueue(store, "run_1", "clerk", "a-1", "one")
+        await queue.enqueue(store, "run_2", "clerk", "a-2", "two")
+        claimed = await queue.claim(store, "dead", ["clerk"])
+        assert claimed is not None and claimed.run_id == "run_1"
+        # A live node's sweep counts it dead and requeues its run.
+        assert await queue.sweep(store, lock_timeout=1.0) == 1
+        # Whatever it still tries under its old id changes nothing.
+        assert await queue.claim(store, "dead", ["clerk"]) is None
+        assert not await queue.mark_running(store, "run_1", "dead")
+        runs = {run.run_id: (run.status, run.node_id) for run in await Cluster(store).runs()}
+        assert runs == {"run_1": ("queued", None), "run_2": ("queued", None)}
+        # A live node claims as before.
+        claimed = await queue.claim(store, "alive", ["clerk"])
+        assert claimed is not None and claimed.run_id == "run_1"
+
+
+async def test_the_server_ends_a_transaction_its_paused_process_left_holding_locks(
+    postgres_dsn: str,
+) -> None:
+    # A paused process (SIGSTOP) in the middle of a pipelined write, played by a write
+    # that stops for longer than transaction_timeout between its statements.
+    async with PostgresStore(postgres_dsn, transaction_timeout=0.3) as store:
+        await queue.register_node(
+            store, "paused", name="p", host="h", pid=1, agents=["clerk"], lease_seconds=60
+        )
+
+        def paused_write(db: psycopg.Connection[Any]) -> None:
+            db.execute("UPDATE nodes SET heartbeat_at = heartbeat_at WHERE node_id = 'paused'")
+            db.execute("SELECT 1").fetchone()  # the update went out, its lock is held
+            time.sleep(0.9)
+            db.execute("SELECT 1").fetchone()
+
+        with pytest.raises(StoreError, match="lost"):
+            await store._call(paused_write)
+        # The server ended it: its lock is free (a write waiting at most 1 s gets it).
+        with psycopg.connect(postgres_dsn, autocommit=True) as db:
+            db.execute("SET lock_timeout = '1s'")
+            db.execute("DELETE FROM nodes WHERE node_id = 'paused'")
