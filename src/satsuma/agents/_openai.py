@@ -27,6 +27,7 @@ from .._exceptions import ConfigurationError, ModelError
 from .._messages import Usage
 from ..tools import ToolCall
 from ._anthropic import _retry_after, _retryable
+from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
 
@@ -63,9 +64,12 @@ class OpenAIModel:
         max_tokens_param: The request parameter that carries ``max_tokens``:
             ``"max_completion_tokens"`` (OpenAI's current name, which its reasoning models
             require) or ``"max_tokens"`` (for servers that know only the older one).
+        limits: Limits on this model's calls (a ModelLimits), for every agent of the trio
+            run that uses this model object, as for AnthropicModel (docs/limits.md).
 
     Raises:
         ValueError: A negative retry count or backoff, or an unknown ``max_tokens_param``.
+        TypeError: ``limits`` is not a ModelLimits or None.
         ConfigurationError: No ``OPENAI_API_KEY`` in the environment (without a client),
             or the ``openai`` package is not installed.
     """
@@ -80,6 +84,7 @@ class OpenAIModel:
         jitter: bool = True,
         stream: bool | None = None,
         max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+        limits: ModelLimits | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got: {max_retries}")
@@ -92,6 +97,8 @@ class OpenAIModel:
                 'max_tokens_param must be "max_completion_tokens" or "max_tokens", '
                 f"got: {max_tokens_param!r}"
             )
+        if limits is not None and not isinstance(limits, ModelLimits):
+            raise TypeError(f"limits must be a satsuma.ModelLimits or None, got: {limits!r}")
         sdk = import_openai()
         self._owns_client = client is None
         if client is None:
@@ -107,6 +114,7 @@ class OpenAIModel:
         self.jitter = jitter
         self.stream = stream
         self.max_tokens_param = max_tokens_param
+        self.limits = limits
 
     async def aclose(self) -> None:
         """Close the client if this model built it (a client passed in is its owner's)."""
