@@ -335,6 +335,28 @@ async def test_bedrock_without_a_region_is_a_clear_error(
     assert "AWS_REGION" in caught.value.fix
 
 
+@pytest.mark.parametrize(
+    ("environment", "problem"),
+    [
+        ({}, "no AWS credentials were found for Claude on Bedrock"),
+        ({"AWS_PROFILE": "nowhere"}, "the AWS profile 'nowhere' (AWS_PROFILE) is not configured"),
+    ],
+)
+async def test_bedrock_without_credentials_is_a_clear_error(
+    environment: dict[str, str], problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in {**AWS, **environment}.items():
+        monkeypatch.setenv(key, value)
+    # The metadata endpoint stays off (AWS_EC2_METADATA_DISABLED), so none is found.
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.delenv("AWS_BEARER_TOKEN_BEDROCK", raising=False)
+    with pytest.raises(ConfigurationError) as caught:
+        async with satsuma.open_agent(OnBedrock):
+            pass
+    assert str(caught.value).startswith(problem)
+
+
 async def test_vertex_without_a_region_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -134,18 +134,31 @@ def _needs(module: str, extra: str, what: str) -> None:
         ) from exc
 
 
+def _aws_session() -> Any:
+    import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
+    import botocore.exceptions  # type: ignore[import-untyped]
+
+    profile = os.environ.get("AWS_PROFILE")
+    try:
+        return boto3.Session(profile_name=profile)
+    except botocore.exceptions.ProfileNotFound as exc:
+        raise ConfigurationError(
+            f"the AWS profile {profile!r} (AWS_PROFILE) is not configured",
+            "Name a profile of ~/.aws/config, or unset AWS_PROFILE",
+        ) from exc
+
+
 def _check_bedrock(agent: str | None, declared: str | None) -> None:
     _needs("boto3", "bedrock", "Claude on Bedrock")
-    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
-        import boto3  # type: ignore[import-untyped]  # boto3 ships no type hints
-
-        # A profile may name the region (read from ~/.aws/config, no network).
-        if not boto3.Session(profile_name=os.environ.get("AWS_PROFILE")).region_name:
-            who = f" for agent {agent!r} ({declared!r})" if agent is not None else ""
-            raise ConfigurationError(
-                f"no AWS region is set{who}",
-                "Set AWS_REGION (e.g. us-east-1), or a region for your AWS_PROFILE",
-            )
+    # A profile may name the region (read from ~/.aws/config, no network).
+    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")) and not (
+        _aws_session().region_name
+    ):
+        who = f" for agent {agent!r} ({declared!r})" if agent is not None else ""
+        raise ConfigurationError(
+            f"no AWS region is set{who}",
+            "Set AWS_REGION (e.g. us-east-1), or a region for your AWS_PROFILE",
+        )
 
 
 def _build_bedrock() -> AnthropicModel:
@@ -155,6 +168,15 @@ def _build_bedrock() -> AnthropicModel:
 
     # Credentials as boto3 finds them: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
     # AWS_SESSION_TOKEN, AWS_PROFILE, or the instance's role; or AWS_BEARER_TOKEN_BEDROCK.
+    # Looked for here (in a worker thread: an instance role is asked of the metadata
+    # endpoint), so that none is a ConfigurationError as the agent opens, not the SDK's
+    # RuntimeError at every request of every run.
+    if not os.environ.get("AWS_BEARER_TOKEN_BEDROCK") and _aws_session().get_credentials() is None:
+        raise ConfigurationError(
+            "no AWS credentials were found for Claude on Bedrock",
+            "Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), run where an "
+            "instance role provides them, or set AWS_BEARER_TOKEN_BEDROCK",
+        )
     return AnthropicModel(anthropic.AsyncAnthropicBedrock(http_client=pooled_http_client()))
 
 
