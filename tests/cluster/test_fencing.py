@@ -189,22 +189,27 @@ async def test_a_node_counted_dead_claims_and_starts_nothing(postgres_dsn: str) 
 async def test_the_server_ends_a_transaction_its_paused_process_left_holding_locks(
     postgres_dsn: str,
 ) -> None:
-    # A paused process (SIGSTOP) in the middle of a pipelined write, played by a write
-    # that stops for longer than transaction_timeout between its statements.
-    async with PostgresStore(postgres_dsn, transaction_timeout=0.3) as store:
+    # The migrations that create the schema are not limited (they may take long on big
+    # tables): a store whose limit is a millisecond still opens.
+    async with PostgresStore(postgres_dsn, transaction_timeout=0.001):
+        pass
+    async with PostgresStore(postgres_dsn) as store:
         await queue.register_node(
             store, "paused", name="p", host="h", pid=1, agents=["clerk"], lease_seconds=60
         )
 
-        def paused_write(db: psycopg.Connection[Any]) -> None:
-            db.execute("UPDATE nodes SET heartbeat_at = heartbeat_at WHERE node_id = 'paused'")
-            db.execute("SELECT 1").fetchone()  # the update went out, its lock is held
-            time.sleep(0.9)
-            db.execute("SELECT 1").fetchone()
+    # A paused process (SIGSTOP) in the middle of a pipelined write, played by a write
+    # that stops for longer than transaction_timeout between its statements.
+    def paused_write(db: psycopg.Connection[Any]) -> None:
+        db.execute("UPDATE nodes SET heartbeat_at = heartbeat_at WHERE node_id = 'paused'")
+        db.execute("SELECT 1").fetchone()  # the update went out, its lock is held
+        time.sleep(1.5)
+        db.execute("SELECT 1").fetchone()
 
+    async with PostgresStore(postgres_dsn, transaction_timeout=0.6) as store:
         with pytest.raises(StoreError, match="lost"):
             await store._call(paused_write)
-        # The server ended it: its lock is free (a write waiting at most 1 s gets it).
-        with psycopg.connect(postgres_dsn, autocommit=True) as db:
-            db.execute("SET lock_timeout = '1s'")
-            db.execute("DELETE FROM nodes WHERE node_id = 'paused'")
+    # The server ended it: its lock is free (a write waiting at most 1 s gets it).
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute("SET lock_timeout = '1s'")
+        db.execute("DELETE FROM nodes WHERE node_id = 'paused'")

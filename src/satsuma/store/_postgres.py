@@ -359,14 +359,8 @@ class PostgresStore:
             raise StoreError(
                 self.location, f"cannot reach the database ({_first_line(exc)})"
             ) from exc
-        # Set here rather than in the DSN's options, which stay the user's. A transaction
-        # in pipeline mode that its client stopped sending counts as active, not idle:
-        # only transaction_timeout (PostgreSQL 17) ends it.
-        timeouts = "set_config('idle_in_transaction_session_timeout', %(ms)s, false)"
-        if connection.info.server_version >= 170000:
-            timeouts += ", set_config('transaction_timeout', %(ms)s, false)"
         try:
-            connection.execute(f"SELECT {timeouts}", {"ms": str(self._transaction_timeout_ms)})
+            _limit_transactions(connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
             connection.close()
             raise StoreError(
@@ -418,6 +412,8 @@ class PostgresStore:
 
         connection, _ = self._checkout(fresh=True)
         try:
+            # A migration may take long (an index on a big table): it has no time limit.
+            _limit_transactions(connection, 0)
             row = connection.execute("SHOW server_encoding").fetchone()
             encoding = row[0] if row else None
             if isinstance(encoding, bytes):  # as psycopg hands back text under SQL_ASCII
@@ -448,6 +444,7 @@ class PostgresStore:
                     connection.execute(
                         "INSERT INTO satsuma_schema (version) VALUES (%s)", (version,)
                     )
+            _limit_transactions(connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
             problem = _explain(exc, lost=connection.broken, committing=False)
             connection.close()  # a store that did not open keeps nothing open
@@ -926,6 +923,17 @@ class PostgresStore:
             return [journal_entry(run_id, row) for row in rows]
 
         return await self._call(work, transaction=False)
+
+
+def _limit_transactions(connection: psycopg.Connection[Any], ms: int) -> None:
+    """Have the server end the session's transactions unfinished after ``ms`` (0: no
+    limit). Set on the session rather than in the DSN's options, which stay the user's.
+    A transaction in pipeline mode whose client stopped sending counts as active, not
+    idle: only transaction_timeout (PostgreSQL 17) ends it."""
+    timeouts = "set_config('idle_in_transaction_session_timeout', %(ms)s, false)"
+    if connection.info.server_version >= 170000:
+        timeouts += ", set_config('transaction_timeout', %(ms)s, false)"
+    connection.execute(f"SELECT {timeouts}", {"ms": str(ms)})
 
 
 def _said_goodbye(connection: psycopg.Connection[Any]) -> bool:
