@@ -95,14 +95,23 @@ def test_limits_take_bounds_and_none() -> None:
 
 
 def test_set_model_limits_refuses_wrong_arguments_and_resolves_aliases() -> None:
-    with pytest.raises(TypeError, match="model must be a model id or alias, got: 3"):
+    with pytest.raises(TypeError, match="model must be a model string, got: 3"):
         set_model_limits(3, ModelLimits())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="set_model_limits: unknown model 'sonet': use an alias"):
+        set_model_limits("sonet", ModelLimits())
+    with pytest.raises(ValueError, match="unknown provider 'azure'"):
+        set_model_limits("azure:gpt-5", ModelLimits())
     with pytest.raises(TypeError, match=r"limits must be a satsuma.ModelLimits or None, got: \{"):
         set_model_limits("sonnet", {"max_concurrency": 2})  # type: ignore[arg-type]
     limits = ModelLimits(max_concurrency=2)
     set_model_limits("sonnet", limits)
     assert model_limits(satsuma.MODEL_ALIASES["sonnet"]) is limits
     set_model_limits(satsuma.MODEL_ALIASES["sonnet"], None)
+    assert model_limits("sonnet") is None
+    # The same model id at two providers: two models.
+    set_model_limits("openai:claude-sonnet-5-5", limits)
+    assert model_limits("openai:claude-sonnet-5-5") is limits
+    assert model_limits("bedrock:claude-sonnet-5-5") is None
     assert model_limits("sonnet") is None
 
 
@@ -399,7 +408,24 @@ async def test_the_last_limits_set_hold_for_every_agent_sharing_them(autojump_cl
             assert limiter is _limiter(second) is not None
             assert limiter.limits == ModelLimits(max_concurrency=4)
     other, _ = _slow_model(0.0)  # another model object: another configuration
-    assert limiter_for(other, satsuma.MODEL_ALIASES["sonnet"]) is not limiter
+    assert limiter_for(other, "sonnet") is not limiter
+
+
+class OpenAIChat(satsuma.Agent):
+    name = "openai_chat"
+    model = "openai:gpt-5"
+
+
+async def test_limits_set_for_a_provider_model_hold_for_its_agents_only() -> None:
+    set_model_limits("openai:gpt-5", ModelLimits(max_concurrency=1))
+    model, _ = _slow_model(0.0)
+    async with (
+        open_agent(OpenAIChat, model=model) as chat,
+        open_agent(Sonnet, model=model) as sonnet,
+    ):
+        limiter = _limiter(chat)
+        assert limiter is not None and limiter.limits == ModelLimits(max_concurrency=1)
+        assert _limiter(sonnet) is None
 
 
 async def test_a_run_cancelled_while_it_waits_frees_its_place(autojump_clock: Any) -> None:

@@ -172,7 +172,7 @@ class Actor:
         self.model_id = resolve_model(spec.model) or spec.model
         # The configuration's limiter (docs/limits.md), shared with every agent of the
         # run that uses it; None, and nothing to pay per call, without limits.
-        self.limiter = limiter_for(model, self.model_id)
+        self.limiter = limiter_for(model, spec.model)
         # True while this incarnation is the agent's newest (a supervisor's fencing
         # token): once a newer one has started, this one's store writes are refused.
         self.is_current: Callable[[], bool] = fence if fence is not None else _always

@@ -4,9 +4,10 @@ limiter an agent's model calls go through.
 A limiter belongs to a model configuration and is shared by every agent of the trio run
 that uses it: a model object with limits of its own (``AnthropicModel(limits=...)``) is
 one configuration, whatever model ids its agents name; a model object without them,
-for an agent whose model id has limits set by name (``set_model_limits``), is one
-configuration per model id (so the one ``AnthropicModel`` that agents declaring their
-model by name share holds a limiter for ``sonnet`` and another for ``haiku``).
+for agents whose model has limits set by name (``set_model_limits``), is one
+configuration per provider and model id (so the one ``AnthropicModel`` that agents
+declaring their model by name share holds a limiter for ``sonnet`` and another for
+``haiku``; ``openai:gpt-5`` and ``bedrock:...`` have their own).
 
 Limiters live per trio run, as the shared clients do (``_clients``): their deadlines
 are read on the run's clock, and two runs (two tests) never wait for each other.
@@ -40,7 +41,7 @@ import attrs
 import trio
 import trio.lowlevel
 
-from ._aliases import resolve_model
+from ._aliases import model_problem, parse_model
 
 if TYPE_CHECKING:
     from .._messages import Usage
@@ -111,12 +112,15 @@ class ModelLimits:
 
 # --- by model id ---------------------------------------------------------------------
 
-_BY_NAME: dict[str, ModelLimits] = {}
+_Name = tuple[str, str]  # (provider, model id)
+
+_BY_NAME: dict[_Name, ModelLimits] = {}
 
 
-def _model_key(model: str) -> str:
-    # As the Actor names its model_id: an alias and its model id are one model.
-    return resolve_model(model) or model
+def _model_key(model: str) -> _Name:
+    # An alias and its model id are one model; the same id at two providers is two.
+    parsed = parse_model(model)
+    return parsed if parsed is not None else ("", model)
 
 
 def set_model_limits(model: str, limits: ModelLimits | None) -> None:
@@ -130,15 +134,20 @@ def set_model_limits(model: str, limits: ModelLimits | None) -> None:
     the last set wins); ``None`` removes the limits for agents started afterwards.
 
     Args:
-        model: A model id (``claude-sonnet-5-5``) or an alias (``sonnet``).
+        model: A model string as agents declare it: an alias (``sonnet``), a model id
+            (``claude-sonnet-5-5``), or a provider's (``openai:gpt-5``,
+            ``bedrock:<model id>``).
         limits: The limits, or None to remove them.
 
     Raises:
-        TypeError: ``model`` is not a non-empty str, or ``limits`` is not a ModelLimits
-            or None.
+        TypeError: ``model`` is not a str, or ``limits`` is not a ModelLimits or None.
+        ValueError: ``model`` names no model an agent could declare.
     """
-    if not isinstance(model, str) or not model:
-        raise TypeError(f"set_model_limits: model must be a model id or alias, got: {model!r}")
+    if not isinstance(model, str):
+        raise TypeError(f"set_model_limits: model must be a model string, got: {model!r}")
+    problem = model_problem(model)
+    if problem is not None:
+        raise ValueError(f"set_model_limits: {problem}")
     if limits is not None and not isinstance(limits, ModelLimits):
         raise TypeError(
             f"set_model_limits: limits must be a satsuma.ModelLimits or None, got: {limits!r}"
@@ -408,27 +417,28 @@ def _size(tool: Mapping[str, Any]) -> int:
 
 # --- which limiter ---------------------------------------------------------------------
 
-_Key = tuple[int, str | None]
+_Key = tuple[int, _Name | None]
 
 _RUN_LIMITERS: trio.lowlevel.RunVar[dict[_Key, tuple[object, ModelLimiter]]] = trio.lowlevel.RunVar(
     "satsuma_model_limiters"
 )
 
 
-def limiter_for(model: object, model_id: str) -> ModelLimiter | None:
-    """The limiter of this trio run that an agent's calls to ``model`` (for
-    ``model_id``) go through, or None when the configuration has no limits: the
-    model's own ``limits`` (any Model may have that attribute), else those set for the
-    model id. Called once when an agent starts."""
+def limiter_for(model: object, declared: str) -> ModelLimiter | None:
+    """The limiter of this trio run that an agent's calls to ``model`` go through (the
+    agent declares ``declared``, its model string), or None when the configuration has
+    no limits: the model's own ``limits`` (any Model may have that attribute), else
+    those set for the declared model. Called once when an agent starts."""
     own = getattr(model, "limits", None)
     key: _Key
     if isinstance(own, ModelLimits):
         limits, key = own, (id(model), None)
     else:
-        found = _BY_NAME.get(model_id)
+        name = _model_key(declared)
+        found = _BY_NAME.get(name)
         if found is None:
             return None
-        limits, key = found, (id(model), model_id)
+        limits, key = found, (id(model), name)
     try:
         limiters = _RUN_LIMITERS.get()
     except LookupError:
