@@ -427,3 +427,19 @@ def test_providers_sdks_load_only_when_a_model_of_theirs_is_built() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_a_vertex_model_string_builds_a_client_for_the_environments_project(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Built only, never asked: its credentials (ADC) would be fetched at the first request.
+    monkeypatch.setenv("CLOUD_ML_REGION", "europe-west1")
+    monkeypatch.setenv("ANTHROPIC_VERTEX_PROJECT_ID", "project-test")
+    model = await shared_model("forecaster", OnVertex.model)
+    assert isinstance(model, AnthropicModel)
+    assert isinstance(model.client, anthropic.AsyncAnthropicVertex)
+    assert (model.client.region, model.client.project_id) == ("europe-west1", "project-test")
+    assert str(model.client.base_url) == "https://europe-west1-aiplatform.googleapis.com/v1/"
+    # Another region is another configuration, with a client of its own.
+    monkeypatch.setenv("CLOUD_ML_REGION", "global")
+    assert (await shared_model("forecaster", OnVertex.model)).client is not model.client
