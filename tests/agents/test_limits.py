@@ -36,7 +36,7 @@ from satsuma.agents._limits import (
     model_limits,
 )
 from satsuma.agents._model import ModelRequest
-from satsuma.testing import Failure, FunctionModel, MessagesServer
+from satsuma.testing import Failure, FunctionModel, MessagesServer, Reply
 
 IDLE = LimiterStatistics(in_use=0, waiting=0, paused_for=0.0)
 
@@ -583,3 +583,34 @@ async def test_a_pause_asked_by_one_call_makes_the_others_wait(autojump_clock: A
     assert isinstance(start_event, ModelWaitStart) and isinstance(end_event, ModelWaitEnd)
     assert start_event.reason == "paused 4.5s by the API's retry-after"
     assert end_event.seconds == pytest.approx(4.5)
+
+
+class _RetriedOnce:
+    """A model whose call is retried once (as after a 529), then answers with a known
+    usage."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def respond(self, request: ModelRequest, listener: Any) -> Any:
+        self.requests.append(request)
+        listener.retry(1, 0.0, "529: Overloaded")
+        usage = Usage(input_tokens=100, cache_creation_input_tokens=20, output_tokens=1)
+        reply = FunctionModel(lambda request: Reply(text="ok", usage=usage))
+        return await reply.respond(request, listener)
+
+
+async def test_a_run_charges_its_retries_and_corrects_its_tokens(autojump_clock: Any) -> None:
+    set_model_limits("sonnet", ModelLimits(requests_per_minute=10, tokens_per_minute=6000))
+    model = _RetriedOnce()
+    async with open_agent(Sonnet, model=model) as agent:
+        limiter = _limiter(agent)
+        assert limiter is not None
+        result = await agent.run("Hi")
+        assert result.output == "ok"
+        estimate = estimate_input_tokens(model.requests[0])
+        # Two requests sent (the first attempt and its retry), each with the input; the
+        # one answered corrected to what the API reported: 100 + 20 (cache reads free).
+        assert limiter._requests is not None and limiter._tokens is not None
+        assert limiter._requests.level == pytest.approx(10 - 2)
+        assert limiter._tokens.level == pytest.approx(6000 - estimate - 120)
