@@ -108,7 +108,6 @@ async def test_the_demo_runs_offline_and_shows_what_satsuma_is_for() -> None:
         "researcher … draft_agenda: day 3/3",
         "✗ check_venue  ",
         "crashed  Error: Tool crashed: ConnectionResetError",
-        "✗ hotel_rates  1.00s  timeout  Error: Tool timed out after 1s",
         "researcher run completed",
         # The verifier sends the model back; the second draft passes.
         "verifier sends the writer back: the briefing must say what weather to expect",
@@ -121,6 +120,9 @@ async def test_the_demo_runs_offline_and_shows_what_satsuma_is_for() -> None:
         "writer: Title: Lisbon offsite — sunny, 19°C",
     ):
         assert expected in out, expected
+    # The hung call is cut at its 1 s deadline; the time shown is the wall clock's, which a
+    # busy machine may stretch by a few hundredths.
+    assert re.search(r"✗ hotel_rates  1\.\d\ds  timeout  Error: Tool timed out after 1s", out)
     # The calls ran in parallel: all five started before the first ended.
     starts = [i for i, line in enumerate(lines) if "researcher →" in line]
     ends = [i for i, line in enumerate(lines) if line.lstrip().startswith(("✓", "✗"))]
