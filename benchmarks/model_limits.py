@@ -69,7 +69,7 @@ def _limiter(agent: satsuma.AgentHandle[Any]) -> ModelLimiter:
     return limiter
 
 
-async def _measure(agents: int, runs: int, cancel_phase: bool) -> dict[str, float]:
+async def _measure(agents: int, runs: int, limit: int) -> dict[str, float]:
     figures: dict[str, float] = {}
     async with trio.open_nursery() as nursery:
         handles: list[satsuma.AgentHandle[Any]] = []
@@ -110,22 +110,31 @@ async def _measure(agents: int, runs: int, cancel_phase: bool) -> dict[str, floa
         stop.set()
         figures["peak"] = peak
 
-        if cancel_phase:
-            cancelled = 0
+        cancelled = started_waiting = 0
+        most_wait = trio.Event()
 
-            async def run_once(agent: satsuma.AgentHandle[Any]) -> None:
-                nonlocal cancelled
-                result = await agent.run("Hello")
-                cancelled += result.status == "cancelled"
+        def seen(event: satsuma.AgentEvent) -> None:
+            nonlocal started_waiting
+            if isinstance(event, satsuma.ModelWaitStart):
+                started_waiting += 1
+                if started_waiting >= (len(handles) - limit) * 0.9:
+                    most_wait.set()
 
-            async with trio.open_nursery() as phase:
-                for agent in handles:
-                    phase.start_soon(run_once, agent)
-                await trio.sleep(0.05)  # most wait in the queue now, some hold slots
-                figures["waiting_at_cancel"] = limiter.statistics().waiting
-                for agent in handles[::2]:
-                    await agent.cancel()
-            figures["cancelled"] = cancelled
+        async def run_once(agent: satsuma.AgentHandle[Any]) -> None:
+            nonlocal cancelled
+            result = await agent.run("Hello", events=seen)
+            cancelled += result.status == "cancelled"
+
+        async with trio.open_nursery() as phase:
+            for agent in handles:
+                phase.start_soon(run_once, agent)
+            # Cancelled once most wait in the queue (and the others hold slots).
+            with trio.move_on_after(10):
+                await most_wait.wait()
+            figures["waiting_at_cancel"] = limiter.statistics().waiting
+            for agent in handles[::2]:
+                await agent.cancel()
+        figures["cancelled"] = cancelled
         statistics = limiter.statistics()
         figures["in_use_after"] = statistics.in_use
         figures["waiting_after"] = statistics.waiting
@@ -186,7 +195,7 @@ def main() -> None:
         trio.run(_floor, 2, 2)  # warms the imports and the connection code
         floor = trio.run(_floor, args.limit, requests)
         satsuma.set_model_limits("sonnet", satsuma.ModelLimits(max_concurrency=args.limit))
-        figures = trio.run(_measure, args.agents, args.runs, True)
+        figures = trio.run(_measure, args.agents, args.runs, args.limit)
     ideal = args.limit / args.delay
     measured = requests / figures["seconds"]
     lines = header(
