@@ -5,15 +5,22 @@ contract holds identically: one tool_result per call, is_error, usage, streaming
 
 from __future__ import annotations
 
+import base64
+import functools
+import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import attrs
 import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 import satsuma
 from satsuma import AnthropicModel, ConfigurationError, Message, ModelRetry, TextDelta
@@ -95,16 +102,43 @@ AWS = {
 }
 
 
-def vertex_model(server: ScriptedServer) -> AnthropicModel:
-    # Application Default Credentials would reach Google's token endpoint: a Vertex
-    # client takes an access token instead (the model string still names the model).
-    client = anthropic.AsyncAnthropicVertex(
-        region="us-east5",
-        project_id="project-test",
-        access_token="ya29.test-token",
-        base_url=f"{server.base_url}/v1",
+@functools.cache
+def service_account_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def vertex_environment(server: ScriptedServer, folder: Path) -> dict[str, str]:
+    # A deployment's Application Default Credentials: a service account's key file,
+    # whose token endpoint is the loopback server's. google-auth signs a JWT with the
+    # key and trades it there for an access token, as it would at Google's.
+    key = service_account_key().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
     )
-    return AnthropicModel(client, backoff_base=0.001, jitter=False)
+    credentials = folder / "service-account.json"
+    credentials.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "project-test",
+                "private_key_id": "key-test",
+                "private_key": key.decode(),
+                "client_email": "agents@project-test.iam.gserviceaccount.com",
+                "client_id": "1234567890",
+                "token_uri": server.token_uri,
+            }
+        )
+    )
+    return {
+        "CLOUD_ML_REGION": "us-east5",
+        "ANTHROPIC_VERTEX_PROJECT_ID": "project-test",
+        "ANTHROPIC_VERTEX_BASE_URL": f"{server.base_url}/v1",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(credentials),
+        # Never Google's metadata server (the file comes first; this is in case it did not).
+        "NO_GCE_CHECK": "True",
+        "GCE_METADATA_HOST": "127.0.0.1:9",
+    }
 
 
 EXPECTED = [
@@ -132,20 +166,19 @@ SCRIPT = [
 class Provider:
     agent: type[satsuma.Agent[Any]]
     server: Callable[[list[Any]], ScriptedServer]
-    environment: Callable[[ScriptedServer], dict[str, str]]
-    model: Callable[[ScriptedServer], AnthropicModel] | None = None
+    environment: Callable[[ScriptedServer, Path], dict[str, str]]
 
 
 PROVIDERS = {
     "anthropic": Provider(
         Forecaster,
         MessagesServer,
-        lambda server: {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.base_url},
+        lambda server, _: {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.base_url},
     ),
     "openai": Provider(
         OnOpenAI,
         ChatCompletionsServer,
-        lambda server: {
+        lambda server, _: {
             "OPENAI_API_KEY": "test-key",
             "OPENAI_BASE_URL": f"{server.base_url}/v1",
         },
@@ -153,9 +186,9 @@ PROVIDERS = {
     "bedrock": Provider(
         OnBedrock,
         MessagesServer,
-        lambda server: {**AWS, "ANTHROPIC_BEDROCK_BASE_URL": server.base_url},
+        lambda server, _: {**AWS, "ANTHROPIC_BEDROCK_BASE_URL": server.base_url},
     ),
-    "vertex": Provider(OnVertex, MessagesServer, lambda server: {}, vertex_model),
+    "vertex": Provider(OnVertex, MessagesServer, vertex_environment),
 }
 
 
@@ -164,10 +197,29 @@ async def serving(
     name: str, script: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[ScriptedServer]:
     provider = PROVIDERS[name]
-    async with provider.server(script) as server:
-        for key, value in provider.environment(server).items():
-            monkeypatch.setenv(key, value)
-        yield server
+    with tempfile.TemporaryDirectory() as folder:
+        async with provider.server(script) as server:
+            for key, value in provider.environment(server, Path(folder)).items():
+                monkeypatch.setenv(key, value)
+            yield server
+
+
+def verified_jwt(token: str, key: rsa.RSAPublicKey) -> dict[str, Any]:
+    """The claims of a JWT signed with RS256, after checking the signature with ``key``."""
+
+    def decoded(part: str) -> bytes:
+        return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+    header, claims, signature = token.split(".")
+    assert json.loads(decoded(header))["alg"] == "RS256"
+    key.verify(  # raises InvalidSignature
+        decoded(signature),
+        f"{header}.{claims}".encode(),
+        padding.PKCS1v15(),
+        hashes.SHA256(),
+    )
+    value: dict[str, Any] = json.loads(decoded(claims))
+    return value
 
 
 def tool_results(history: tuple[Message, ...]) -> list[tuple[Any, bool]]:
@@ -180,21 +232,20 @@ def tool_results(history: tuple[Message, ...]) -> list[tuple[Any, bool]]:
 
 async def run_scenario(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     events: list[Any] = []
-    provider = PROVIDERS[name]
-    async with serving(name, SCRIPT, monkeypatch) as server:
-        given = provider.model(server) if provider.model is not None else None
-        async with satsuma.open_agent(provider.agent, model=given) as agent:
-            result = await agent.run("Weather in Oslo?", events=events.append)
-            history = agent.history
-            model = agent.model
-        if given is not None:
-            await given.client.close()  # a client passed in is its owner's to close
+    async with (
+        serving(name, SCRIPT, monkeypatch) as server,
+        satsuma.open_agent(PROVIDERS[name].agent) as agent,
+    ):
+        result = await agent.run("Weather in Oslo?", events=events.append)
+        history = agent.history
+        model = agent.model
     return {
         "result": result,
         "history": history,
         "model": model,
         "requests": server.requests,
         "received": server.received,
+        "server": server,
         "text": "".join(event.text for event in events if isinstance(event, TextDelta)),
     }
 
@@ -235,15 +286,25 @@ async def test_one_agent_class_runs_alike_on_all_four_providers(
     assert "x-api-key" not in bedrock_request.headers
     assert isinstance(bedrock_request.body["anthropic_version"], str)
     assert "model" not in bedrock_request.body and "stream" not in bedrock_request.body
-    # Vertex AI: project, region and model in the path, a bearer token.
-    vertex_request = runs["vertex"]["received"][0]
-    assert vertex_request.path == (
-        "/v1/projects/project-test/locations/us-east5/publishers/anthropic/models/"
-        "claude-test@20260101:streamRawPredict"
-    )
-    assert vertex_request.headers["authorization"] == "Bearer ya29.test-token"
+    # Vertex AI: project, region and model in the path, and the access token that
+    # google-auth got for the service account: one, for both requests.
+    vertex = runs["vertex"]["server"]
+    assert vertex.access_tokens == ["ya29.loopback-1"]
+    for vertex_request in runs["vertex"]["received"]:
+        assert vertex_request.path == (
+            "/v1/projects/project-test/locations/us-east5/publishers/anthropic/models/"
+            "claude-test@20260101:streamRawPredict"
+        )
+        assert vertex_request.headers["authorization"] == "Bearer ya29.loopback-1"
     assert isinstance(vertex_request.body["anthropic_version"], str)
     assert "model" not in vertex_request.body
+    # It got the token as from Google's endpoint: a JWT signed with the account's key.
+    [token_request] = vertex.token_requests
+    assert token_request.body["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    claims = verified_jwt(token_request.body["assertion"], service_account_key().public_key())
+    assert claims["iss"] == "agents@project-test.iam.gserviceaccount.com"
+    assert claims["aud"] == "https://oauth2.googleapis.com/token"  # whatever token_uri is
+    assert claims["scope"] == "https://www.googleapis.com/auth/cloud-platform"
     # Chat Completions: no is_error field, so the text says it, as satsuma's own
     # failure texts already do.
     openai = runs["openai"]

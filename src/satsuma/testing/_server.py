@@ -63,6 +63,10 @@ _VERTEX_PATH = re.compile(
     r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/"
     r"(?P<model>[^/:]+):(?P<kind>rawPredict|streamRawPredict)"
 )
+# An OAuth 2.0 token endpoint, for Google's credentials (a service account's file, say)
+# whose token_uri is this server's: what Claude on Vertex AI authenticates with.
+_TOKEN_PATH = "/token"
+_TOKEN_SECONDS = 3600
 _RECEIVE_SIZE = 65536
 
 
@@ -188,6 +192,8 @@ class ScriptedServer:
         self._keep = keep_requests
         self.requests: list[dict[str, Any]] = []
         self.received: list[ReceivedRequest] = []
+        self.token_requests: list[ReceivedRequest] = []
+        self.access_tokens: list[str] = []
         self._script: deque[ServerScriptItem] = deque(items)
         self._played = 0
         self._response_ids = itertools.count(1)
@@ -209,6 +215,16 @@ class ScriptedServer:
         if self._state is not _State.RUNNING:
             raise RuntimeError(f"the {self._server_name} is {self._state.value}, not running")
         return self._base_url
+
+    @property
+    def token_uri(self) -> str:
+        """The URL of the server's OAuth 2.0 token endpoint, for a credentials file's
+        ``token_uri`` (see ``access_tokens``).
+
+        Raises:
+            RuntimeError: The server is not running.
+        """
+        return f"{self.base_url}{_TOKEN_PATH}"
 
     @property
     def remaining(self) -> int:
@@ -336,6 +352,8 @@ class ScriptedServer:
     async def _answer(self, request: h11.Request, body: bytes) -> _Answer:
         method = request.method.decode("ascii", "replace")
         path = request.target.decode("ascii", "replace").split("?", 1)[0]
+        if method == "POST" and path == _TOKEN_PATH:
+            return self._token(request, method, path, body)
         route = self._route(method, path)
         if route is None:
             return self._error(404, f"Not found: {method} {path}")
@@ -382,6 +400,25 @@ class ScriptedServer:
         )
         _check_item(answer, where, function_allowed=False)
         return _encoded(await self._play(answer, payload, len(body)), route)
+
+    def _token(self, request: h11.Request, method: str, path: str, body: bytes) -> _Answer:
+        """Issue an access token for an OAuth 2.0 token request (a form, not JSON), as
+        Google's token endpoint does; the script is not played."""
+        form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace")))
+        if "grant_type" not in form:
+            return _JSONAnswer(400, {"error": "invalid_request"})
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in request.headers
+        }
+        self.token_requests.append(
+            ReceivedRequest(method=method, path=path, headers=headers, body=form)
+        )
+        token = f"ya29.loopback-{len(self.access_tokens) + 1}"
+        self.access_tokens.append(token)
+        return _JSONAnswer(
+            200, {"access_token": token, "expires_in": _TOKEN_SECONDS, "token_type": "Bearer"}
+        )
 
     async def _play(self, item: object, payload: dict[str, Any], prompt_chars: int) -> _Answer:
         stream = self._wants_stream(payload)
@@ -511,7 +548,7 @@ class MessagesServer(ScriptedServer):
     and ``:streamRawPredict``, for ``AsyncAnthropicVertex``) and on Bedrock
     (``/model/M/invoke`` and ``/model/M/invoke-with-response-stream``, streamed in AWS's
     event-stream encoding, for ``AsyncAnthropicBedrock``), where the model is the
-    path's:
+    path's. (``POST /token`` is an OAuth 2.0 token endpoint instead: see ``token_uri``.)
 
     - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
       request has ``"stream": true``, else one JSON message);
@@ -545,6 +582,13 @@ class MessagesServer(ScriptedServer):
     Attributes:
         requests: The JSON body of every request answered from the script, in order.
         received: Those requests in full (path and headers too), as ReceivedRequest.
+        token_requests: The requests to ``token_uri``, as ReceivedRequest whose body is
+            the form's fields (a service account's are ``grant_type`` and its signed
+            JWT ``assertion``).
+        access_tokens: The access tokens issued there, in order (``ya29.loopback-1``,
+            ``-2``...), each valid for an hour; point Application Default Credentials at
+            the server (``GOOGLE_APPLICATION_CREDENTIALS``: a service account's file
+            whose ``token_uri`` is ``token_uri``) to run Claude on Vertex AI offline.
         host: The loopback address it listens on.
     """
 
