@@ -4,7 +4,9 @@ MessagesServer (a 429 with retry-after pauses every user of the configuration)."
 
 from __future__ import annotations
 
+import gc
 import math
+import weakref
 from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -614,3 +616,22 @@ async def test_a_run_charges_its_retries_and_corrects_its_tokens(autojump_clock:
         assert limiter._requests is not None and limiter._tokens is not None
         assert limiter._requests.level == pytest.approx(10 - 2)
         assert limiter._tokens.level == pytest.approx(6000 - estimate - 120)
+
+
+async def test_a_model_dropped_takes_its_limiter_with_it() -> None:
+    class Limited:
+        limits = ModelLimits(max_concurrency=1)
+
+    class Slotted:  # takes no weak reference: kept for the run instead
+        __slots__ = ()
+        limits = ModelLimits(max_concurrency=1)
+
+    model = Limited()
+    limiter = limiter_for(model, "sonnet")
+    assert limiter is not None and limiter is limiter_for(model, "haiku")  # its own limits
+    gone = weakref.ref(limiter)
+    del model, limiter
+    gc.collect()
+    assert gone() is None
+    slotted = Slotted()
+    assert limiter_for(slotted, "sonnet") is limiter_for(slotted, "sonnet") is not None

@@ -34,6 +34,7 @@ How a call goes through (the loop does it, around ``Model.respond``; see ``_loop
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -417,11 +418,31 @@ def _size(tool: Mapping[str, Any]) -> int:
 
 # --- which limiter ---------------------------------------------------------------------
 
-_Key = tuple[int, _Name | None]
 
-_RUN_LIMITERS: trio.lowlevel.RunVar[dict[_Key, tuple[object, ModelLimiter]]] = trio.lowlevel.RunVar(
-    "satsuma_model_limiters"
-)
+class _RunLimiters:
+    """The limiters of one trio run, per model object and then per name (None: the
+    model's own limits). Held weakly by model where the model allows it, so that a model
+    object dropped (one built per request, say) takes its limiters with it."""
+
+    def __init__(self) -> None:
+        self.weak: weakref.WeakKeyDictionary[object, dict[_Name | None, ModelLimiter]] = (
+            weakref.WeakKeyDictionary()
+        )
+        # Models that take no weak reference (or no hash), kept by id with the model, so
+        # that its id cannot be reused in this run.
+        self.strong: dict[int, tuple[object, dict[_Name | None, ModelLimiter]]] = {}
+
+    def of(self, model: object) -> dict[_Name | None, ModelLimiter]:
+        try:
+            return self.weak.setdefault(model, {})
+        except TypeError:
+            entry = self.strong.get(id(model))
+            if entry is None or entry[0] is not model:
+                entry = self.strong[id(model)] = (model, {})
+            return entry[1]
+
+
+_RUN_LIMITERS: trio.lowlevel.RunVar[_RunLimiters] = trio.lowlevel.RunVar("satsuma_model_limiters")
 
 
 def limiter_for(model: object, declared: str) -> ModelLimiter | None:
@@ -430,24 +451,24 @@ def limiter_for(model: object, declared: str) -> ModelLimiter | None:
     no limits: the model's own ``limits`` (any Model may have that attribute), else
     those set for the declared model. Called once when an agent starts."""
     own = getattr(model, "limits", None)
-    key: _Key
+    name: _Name | None
     if isinstance(own, ModelLimits):
-        limits, key = own, (id(model), None)
+        limits, name = own, None
     else:
         name = _model_key(declared)
         found = _BY_NAME.get(name)
         if found is None:
             return None
-        limits, key = found, (id(model), name)
+        limits = found
     try:
-        limiters = _RUN_LIMITERS.get()
+        run_limiters = _RUN_LIMITERS.get()
     except LookupError:
-        limiters = {}
-        _RUN_LIMITERS.set(limiters)
-    entry = limiters.get(key)
-    # The model is kept with its limiter, so that its id cannot be reused in this run.
-    if entry is None or entry[0] is not model:
-        entry = limiters[key] = (model, ModelLimiter(limits))
-    elif entry[1].limits != limits:
-        entry[1].reconfigure(limits)
-    return entry[1]
+        run_limiters = _RunLimiters()
+        _RUN_LIMITERS.set(run_limiters)
+    limiters = run_limiters.of(model)
+    limiter = limiters.get(name)
+    if limiter is None:
+        limiter = limiters[name] = ModelLimiter(limits)
+    elif limiter.limits != limits:
+        limiter.reconfigure(limits)
+    return limiter
