@@ -41,7 +41,8 @@ from ._events import (
     ThinkingDelta,
     TurnEnd,
 )
-from ._limits import ModelLimiter, Permit, estimate_input_tokens
+from ._limiter import ModelLimiter, Permit
+from ._limits import estimate_input_tokens
 from ._model import ModelRequest, ModelResponse
 from ._output import (
     ANSWER_TAKEN_TEXT,
