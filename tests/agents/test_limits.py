@@ -628,3 +628,14 @@ async def test_a_model_dropped_takes_its_limiter_with_it() -> None:
     assert gone() is None
     slotted = Slotted()
     assert limiter_for(slotted, "sonnet") is limiter_for(slotted, "sonnet") is not None
+
+
+def test_a_cluster_stream_reads_the_wait_events_back() -> None:
+    from satsuma.cluster._events import decode_event, encode_event
+
+    run = {"agent": "sonnet_agent", "run_id": "run_1", "iteration": 2}
+    events = [
+        ModelWaitStart(**run, reason="20 of 20 slots in use", queued=3),
+        ModelWaitEnd(**run, seconds=1.5),
+    ]
+    assert [decode_event(encode_event(event)) for event in events] == events

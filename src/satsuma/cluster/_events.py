@@ -27,6 +27,8 @@ from .._exceptions import StoreError
 from ..agents import (
     AgentEvent,
     ModelRetry,
+    ModelWaitEnd,
+    ModelWaitStart,
     OutputDelta,
     OutputRejected,
     OutputValidated,
@@ -113,6 +115,8 @@ _CLASSES: Final[dict[str, type[Any]]] = {
         TextDelta,
         ThinkingDelta,
         ModelRetry,
+        ModelWaitStart,
+        ModelWaitEnd,
         ToolCallStart,
         ToolProgress,
         ToolUpdate,
