@@ -5,25 +5,20 @@ the message is assembled from the raw events by ``_codec.StreamAccumulator`` rat
 by the SDK's ``messages.stream()``, whose accumulator raises on a tool input that is not
 valid JSON and so loses the whole response for one bad call.
 
-Retries are satsuma's own (the SDK's are turned off) so that each one is reported to the
-listener, and so that a stream that breaks mid-message or an ``error`` event inside it is
-retried like a 529 is.
+Retries are satsuma's own (``_retries``, shared with OpenAIModel; the SDK's are turned
+off) so that each one is reported to the listener, and so that a stream that breaks
+mid-message or an ``error`` event inside it is retried like a 529 is.
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
-import math
 import os
-import random
-import time
 from collections.abc import Mapping
 from contextlib import aclosing
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, final
-
-import trio
 
 from .. import _codec
 from .._exceptions import ConfigurationError, ModelError, missing_api_key
@@ -32,6 +27,7 @@ from ..tools import ToolCall
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
+from ._retries import check_retry_settings, retry_after_seconds, retryable_status, retrying
 
 if TYPE_CHECKING:
     import anthropic
@@ -106,12 +102,7 @@ class AnthropicModel:
         stream: bool | None = None,
         limits: ModelLimits | None = None,
     ) -> None:
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be 0 or more, got: {max_retries}")
-        if backoff_base < 0 or backoff_cap < 0:
-            raise ValueError(
-                f"backoffs must be 0 or more, got: base {backoff_base}, cap {backoff_cap}"
-            )
+        check_retry_settings(max_retries, backoff_base, backoff_cap)
         if limits is not None and not isinstance(limits, ModelLimits):
             raise TypeError(f"limits must be a satsuma.ModelLimits or None, got: {limits!r}")
         # Imported here rather than at the top: the SDK takes seconds to import, and
@@ -184,32 +175,9 @@ class AnthropicModel:
         if stream is None:
             # A listener that does not say wants what it is given: every delta.
             stream = bool(getattr(listener, "wants_deltas", True))
-        attempt = 0
-        while True:
-            try:
-                return await self._respond_once(params, request.model, listener, stream)
-            except ModelError as error:
-                if error.retry_after is not None:
-                    # Every user of the configuration waits, not only this call (the
-                    # loop's listener pauses its limiter; docs/limits.md).
-                    paused = getattr(listener, "retry_after", None)
-                    if paused is not None:
-                        paused(min(self.backoff_cap, error.retry_after))
-                if not error.retryable or attempt >= self.max_retries:
-                    raise
-                attempt += 1
-                delay = self._delay(attempt, error.retry_after)
-                listener.retry(attempt, delay, str(error))
-            # Outside the except block, so that a cancel during the wait is not chained
-            # to the failure it was waiting after.
-            await trio.sleep(delay)
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(self.backoff_cap, retry_after)
-        # The exponent is bounded so that a huge max_retries cannot overflow a float.
-        ceiling = min(self.backoff_cap, self.backoff_base * 2.0 ** min(attempt - 1, 64))
-        return random.uniform(0.0, ceiling) if self.jitter else ceiling
+        return await retrying(
+            self, partial(self._respond_once, params, request.model, listener, stream), listener
+        )
 
     async def _respond_once(
         self, params: dict[str, Any], model: str, listener: ModelListener, stream: bool
@@ -379,16 +347,12 @@ def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelRespons
     )
 
 
-def _retryable(status: int | None) -> bool:
-    return status is not None and (status in (408, 429) or status >= 500)
-
-
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     return ModelError(
         exc.api_message or exc.message,
         status=exc.status_code,
-        retryable=_retryable(exc.status_code),
-        retry_after=_retry_after(exc.response.headers),
+        retryable=retryable_status(exc.status_code),
+        retry_after=retry_after_seconds(exc.response.headers),
     )
 
 
@@ -397,29 +361,4 @@ def _stream_error(error: Mapping[str, Any]) -> ModelError:
     # status would have been (an overloaded_error is a 529).
     status = _codec.error_status(error.get("type"))
     message = str(error.get("message") or error.get("type") or "error event in the stream")
-    return ModelError(message, status=status, retryable=_retryable(status))
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the API asked to wait: ``retry-after-ms``, or ``retry-after`` in seconds or
-    as an HTTP date; None when it did not say (or said nonsense)."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        seconds: float | None
-        try:
-            seconds = float(value) * scale
-        except ValueError:
-            seconds = _seconds_until(value) if name == "retry-after" else None
-        if seconds is not None and math.isfinite(seconds):
-            return max(0.0, seconds)
-    return None
-
-
-def _seconds_until(http_date: str) -> float | None:
-    try:
-        moment = email.utils.parsedate_to_datetime(http_date)
-    except (TypeError, ValueError):
-        return None
-    return moment.timestamp() - time.time()
+    return ModelError(message, status=status, retryable=retryable_status(status))

@@ -6,30 +6,28 @@ as the Anthropic SDK's is. Responses are read raw and assembled by
 ``_chat_codec.ChatAccumulator`` into the Anthropic content blocks every satsuma history
 holds, so that a call whose arguments are not JSON spoils only that call, and an error
 sent inside a stream is retried rather than raised from inside the SDK's generators.
-Retries are satsuma's own, as AnthropicModel's are (the SDK's are turned off), each one
-reported to the listener.
+Retries are satsuma's own (``_retries``), as AnthropicModel's are (the SDK's are turned
+off), each one reported to the listener.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, final
-
-import trio
 
 from .. import _chat_codec
 from .._exceptions import ConfigurationError, ModelError
 from .._messages import Usage
 from ..tools import ToolCall
-from ._anthropic import _retry_after, _retryable
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
+from ._retries import check_retry_settings, retry_after_seconds, retryable_status, retrying
 
 if TYPE_CHECKING:
     import openai
@@ -86,12 +84,7 @@ class OpenAIModel:
         max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
         limits: ModelLimits | None = None,
     ) -> None:
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be 0 or more, got: {max_retries}")
-        if backoff_base < 0 or backoff_cap < 0:
-            raise ValueError(
-                f"backoffs must be 0 or more, got: base {backoff_base}, cap {backoff_cap}"
-            )
+        check_retry_settings(max_retries, backoff_base, backoff_cap)
         if max_tokens_param not in ("max_completion_tokens", "max_tokens"):
             raise ValueError(
                 'max_tokens_param must be "max_completion_tokens" or "max_tokens", '
@@ -154,31 +147,9 @@ class OpenAIModel:
         stream = self.stream
         if stream is None:
             stream = bool(getattr(listener, "wants_deltas", True))
-        attempt = 0
-        while True:
-            try:
-                return await self._respond_once(params, request.model, listener, stream)
-            except ModelError as error:
-                if error.retry_after is not None:
-                    # Every user of the configuration waits, not only this call (the
-                    # loop's listener pauses its limiter, if it has one).
-                    paused = getattr(listener, "retry_after", None)
-                    if paused is not None:
-                        paused(min(self.backoff_cap, error.retry_after))
-                if not error.retryable or attempt >= self.max_retries:
-                    raise
-                attempt += 1
-                delay = self._delay(attempt, error.retry_after)
-                listener.retry(attempt, delay, str(error))
-            # Outside the except block, so that a cancel during the wait is not chained
-            # to the failure it was waiting after.
-            await trio.sleep(delay)
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(self.backoff_cap, retry_after)
-        ceiling = min(self.backoff_cap, self.backoff_base * 2.0 ** min(attempt - 1, 64))
-        return random.uniform(0.0, ceiling) if self.jitter else ceiling
+        return await retrying(
+            self, partial(self._respond_once, params, request.model, listener, stream), listener
+        )
 
     async def _respond_once(
         self, params: dict[str, Any], model: str, listener: ModelListener, stream: bool
@@ -225,8 +196,8 @@ class OpenAIModel:
             raise ModelError(
                 _api_message(exc),
                 status=exc.status_code,
-                retryable=_retryable(exc.status_code),
-                retry_after=_retry_after(exc.response.headers),
+                retryable=retryable_status(exc.status_code),
+                retry_after=retry_after_seconds(exc.response.headers),
             ) from exc
         except openai.APIConnectionError as exc:  # APITimeoutError too
             cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
@@ -287,7 +258,7 @@ def _stream_error(error: dict[str, Any]) -> ModelError:
     code = error.get("code")
     status = code if isinstance(code, int) and 400 <= code < 600 else None
     message = str(error.get("message") or "error in the stream")
-    return ModelError(message, status=status, retryable=status is None or _retryable(status))
+    return ModelError(message, status=status, retryable=status is None or retryable_status(status))
 
 
 def _response(accumulator: _chat_codec.ChatAccumulator, model: str) -> ModelResponse:
