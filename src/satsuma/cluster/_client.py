@@ -20,8 +20,8 @@ from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
 from ._events import EventStream
-from ._listen import Listener
 from ._results import encode_result, queued_result
+from ._shared_listen import Subscription, subscribe
 
 __all__ = ["Cluster"]
 
@@ -92,13 +92,14 @@ class Cluster:
             StoreError: the queue could not be read at the start.
         """
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        # Listening before the first read: an end committed after it is heard.
-        listener = Listener(self.store.dsn, [queue.DONE_CHANNEL])
+        # Listening before the first read: an end committed after it is heard. The
+        # listener is shared by every wait of this process (one connection, see
+        # _shared_listen); a server that is away makes it ready at once, and the loop
+        # below polls.
+        subscription = await subscribe(
+            self.store.dsn, {queue.DONE_CHANNEL: run_id}, keep=[queue.DONE_CHANNEL]
+        )
         try:
-            try:
-                await listener.open()
-            except Exception:  # the server is away: the loop below polls, and says so
-                listener.close()
             known = False
             while True:
                 try:
@@ -107,7 +108,7 @@ class Cluster:
                     if not known:
                         raise
                     logger.warning("waiting for run %s, the database is away: %s", run_id, exc)
-                    await self._wait_for(run_id, listener, deadline, timeout)
+                    await self._wait_for(run_id, subscription, deadline, timeout)
                     continue
                 known = True
                 if found is None:
@@ -115,22 +116,19 @@ class Cluster:
                 run, text = found
                 if run.status in queue.ENDED:
                     return queued_result(run, text)
-                await self._wait_for(run_id, listener, deadline, timeout)
+                await self._wait_for(run_id, subscription, deadline, timeout)
         finally:
-            listener.close()
+            subscription.close()
 
     async def _wait_for(
-        self, run_id: str, listener: Listener, deadline: float, limit: float | None
+        self, run_id: str, subscription: Subscription, deadline: float, limit: float | None
     ) -> None:
-        """Until a notification names the run, the poll interval passed, or the
-        deadline (then TimeoutError)."""
-        while True:
-            left = deadline - trio.current_time()
-            if left <= 0:
-                raise TimeoutError(f"run {run_id} had not ended after {limit:g}s")
-            heard = await listener.wait(min(left, self.poll_interval))
-            if not heard or any(payload == run_id for _, payload in heard):
-                return
+        """Until a notification names the run (or listening resumed after an outage),
+        the poll interval passed, or the deadline (then TimeoutError)."""
+        left = deadline - trio.current_time()
+        if left <= 0:
+            raise TimeoutError(f"run {run_id} had not ended after {limit:g}s")
+        await subscription.wait(min(left, self.poll_interval))
 
     async def run(
         self, agent: type[Agent[OutputT]], agent_id: str, prompt: str
@@ -167,7 +165,7 @@ class Cluster:
         passed its node's cap, say). Consecutive text deltas may arrive merged into one.
 
         Nothing is read until the stream is iterated. Leaving it does not cancel the run;
-        use it in ``async with`` to close its connection at once when you may leave
+        use it in ``async with`` to stop its listening at once when you may leave
         early.
 
         Raises:

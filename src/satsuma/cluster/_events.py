@@ -52,8 +52,8 @@ from ..tools import (
     ToolUpdate,
 )
 from ..tools._results import Content
-from ._listen import Listener
 from ._results import queued_result
+from ._shared_listen import Subscription, subscribe
 
 __all__ = ["ClusterEvent", "EventStream", "EventsDropped", "RunResumed"]
 
@@ -179,9 +179,10 @@ class EventStream:
     run's ``RunEnd``. Made by ``Cluster.events`` (and ``Cluster.stream``).
 
     Use it in ``async with`` (or ``contextlib.aclosing``) when you may leave the loop
-    early: that closes its LISTEN connection at once (it is closed anyway when the
-    stream ends). Leaving the loop does not cancel the run. Iterate it from one task at
-    a time; each open stream holds one database connection (its LISTEN).
+    early: that stops its listening at once (it stops anyway when the stream ends).
+    Leaving the loop does not cancel the run. Iterate it from one task at a time; the
+    open streams and waiting ``result`` calls of a trio run share one LISTEN connection
+    per database.
 
     Attributes:
         run_id: The run.
@@ -204,7 +205,7 @@ class EventStream:
         self.position = start
         self._poll_interval = poll_interval
         self._before = before
-        self._listener: Listener | None = None
+        self._listener: Subscription | None = None
         self._buffer: deque[ClusterEvent] = deque()
         self._ended = False
         self._found = False  # the run was read once: a database away then pauses the stream
@@ -230,7 +231,7 @@ class EventStream:
         return self._buffer.popleft()
 
     async def aclose(self) -> None:
-        """Stop reading: close the LISTEN connection; iterating then ends at once."""
+        """Stop reading and listening; iterating then ends at once."""
         self._ended = True
         self._buffer.clear()
         self._close_listener()
@@ -266,13 +267,14 @@ class EventStream:
         (the run ended) or wait for a notification (or the poll interval)."""
         await self._start()
         if self._listener is None:
-            # Listening before the read: a batch committed after it is heard.
-            listener = Listener(self._store.dsn, [channel_for(self.run_id), queue.DONE_CHANNEL])
-            try:
-                await listener.open()
-            except Exception:  # the server is away: polling, and the read below says so
-                listener.close()
-            self._listener = listener
+            # Listening before the read: a batch committed after it is heard. The
+            # listener is the process's shared one (a server that is away makes it
+            # ready at once: the stream polls, and the read below says so).
+            self._listener = await subscribe(
+                self._store.dsn,
+                {channel_for(self.run_id): None, queue.DONE_CHANNEL: self.run_id},
+                keep=[queue.DONE_CHANNEL],
+            )
         try:
             page = await read_events(self._store, self.run_id, self.position, _PAGE)
         except StoreError as exc:
@@ -325,14 +327,7 @@ class EventStream:
         """Until a notification about this run (its events, or its end; the done
         channel tells of every run's), or the poll interval."""
         assert self._listener is not None
-        mine = channel_for(self.run_id)
-        deadline = trio.current_time() + self._poll_interval
-        while (left := deadline - trio.current_time()) > 0:
-            heard = await self._listener.wait(left)
-            if not heard or any(
-                channel == mine or payload == self.run_id for channel, payload in heard
-            ):
-                return
+        await self._listener.wait(self._poll_interval)
 
     async def _lost(self, exc: StoreError) -> None:
         """A read failed. Before the run was found, that is the caller's error; after,

@@ -1,0 +1,308 @@
+"""One LISTEN connection per database and trio run, shared by every waiting
+``Cluster.result`` (and ``run``) and every open ``EventStream`` of the run.
+
+A waiter subscribes to what it waits for (a channel, and the payload it cares about or
+any); the listener's system task LISTENs to the channels some waiter wants and UNLISTENs
+the others as waiters come and go, waits for the connection's socket under trio
+(``trio.lowlevel.wait_readable``, then ``notifies(timeout=0)``), and wakes the waiters a
+notification concerns. Connecting, LISTEN and UNLISTEN run in a worker thread.
+
+Its guarantees, which the waiters build on:
+
+- A subscription is ready (``subscribe`` returns) once its channels are LISTENed, so a
+  waiter that reads the queue afterwards hears every later change; or once connecting
+  failed, and then the waiter polls.
+- When the connection breaks (the server restarted), the task connects again every
+  second; once it LISTENs again it wakes every waiter, which reads the queue again: a
+  notification sent during the outage is never needed.
+- A waiter that leaves (it got its answer, was cancelled, failed) only drops its own
+  subscription.
+
+Its lifetime: the task is a system task of the trio run, started by the first waiter. It
+closes its connection and ends once no waiter has wanted anything for ``_IDLE_SECONDS``,
+or when the trio run ends, whichever comes first; so a service keeps one connection
+while it waits on runs and none after, and nothing outlives ``trio.run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, final
+
+import trio
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["APPLICATION_NAME", "Subscription", "subscribe"]
+
+logger = logging.getLogger("satsuma.cluster")
+
+# How long the connection stays open with no waiter: a service that waits on runs now
+# and then keeps it, one that stopped waiting gives it back to the server.
+_IDLE_SECONDS: Final = 30.0
+# How often the task tries to connect again while the server is away.
+_RETRY_SECONDS: Final = 1.0
+
+# What pg_stat_activity shows for the shared connection.
+APPLICATION_NAME: Final = "satsuma cluster listener"
+
+_Key = tuple[str, str | None]  # a channel, and a payload (None: any)
+
+
+@final
+class Subscription:
+    """What one waiter waits for: notifications on some channels (each with the payload
+    it cares about, or None for any). Made by ``subscribe``; ``close`` it when done."""
+
+    def __init__(self, hub: _Hub, wants: Mapping[str, str | None]) -> None:
+        self._hub = hub
+        self.keys: frozenset[_Key] = frozenset(wants.items())
+        self.ready = trio.Event()
+        self._woken = False
+        self._event = trio.Event()
+        self._closed = False
+
+    def _wake(self) -> None:
+        self._woken = True
+        self._event.set()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for a notification it wants; True when one came (or
+        listening resumed after an outage: the waiter should read its state again)."""
+        if not self._woken:
+            with trio.move_on_after(seconds):
+                await self._event.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        woken, self._woken = self._woken, False
+        if woken:
+            self._event = trio.Event()
+        return woken
+
+    def close(self) -> None:
+        """Stop listening for this waiter (at once; idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._hub.remove(self)
+
+
+async def subscribe(
+    dsn: str, wants: Mapping[str, str | None], *, keep: Iterable[str] = ()
+) -> Subscription:
+    """A subscription of this trio run's shared listener on ``dsn``, returned once its
+    channels are LISTENed (or connecting failed: the caller then polls). Never raises
+    for a server that is away. ``keep``: channels that stay LISTENed while the
+    connection lasts, even with no one waiting on them (the results channel, which
+    every wait wants)."""
+    try:
+        hubs = _HUBS.get()
+    except LookupError:
+        hubs = {}
+        _HUBS.set(hubs)
+    hub = hubs.get(dsn)
+    if hub is None:
+        hub = hubs[dsn] = _Hub(dsn, hubs)
+    hub._keep.update(keep)
+    subscription = Subscription(hub, wants)
+    hub.add(subscription)
+    try:
+        await subscription.ready.wait()
+    except BaseException:
+        subscription.close()
+        raise
+    return subscription
+
+
+@final
+class _Hub:
+    """The shared listener of one database in one trio run, and its system task."""
+
+    def __init__(self, dsn: str, hubs: dict[str, _Hub]) -> None:
+        self._dsn = dsn
+        self._hubs = hubs
+        self._index: dict[_Key, set[Subscription]] = {}
+        self._keep: set[str] = set()  # channels LISTENed as long as the connection lasts
+        self._listened: frozenset[str] = frozenset()  # on the live connection
+        self._connected = False
+        self._away = False  # connecting failed: a new waiter polls at once
+        self._changed = False
+        self._pause: trio.CancelScope | None = None
+        trio.lowlevel.spawn_system_task(self._serve, name="satsuma cluster listener")
+
+    def add(self, subscription: Subscription) -> None:
+        for key in subscription.keys:
+            self._index.setdefault(key, set()).add(subscription)
+        if self._away or (
+            self._connected and {channel for channel, _ in subscription.keys} <= self._listened
+        ):
+            subscription.ready.set()
+        else:
+            self._poke()
+
+    def remove(self, subscription: Subscription) -> None:
+        for key in subscription.keys:
+            waiting = self._index.get(key)
+            if waiting is not None:
+                waiting.discard(subscription)
+                if not waiting:
+                    del self._index[key]
+        self._poke()
+
+    def _poke(self) -> None:
+        self._changed = True
+        if self._pause is not None:
+            self._pause.cancel()
+
+    def _subscriptions(self) -> set[Subscription]:
+        return {s for waiting in self._index.values() for s in waiting}
+
+    async def _wait(self, fd: int | None, seconds: float) -> bool:
+        """Until the socket ``fd`` is readable, a waiter came or left, or ``seconds``
+        passed; False only in that last case."""
+        with trio.move_on_after(seconds) as scope:
+            self._pause = scope
+            try:
+                if self._changed:
+                    return True
+                if fd is None:
+                    await trio.sleep_forever()
+                else:
+                    await trio.lowlevel.wait_readable(fd)
+            finally:
+                self._pause = None
+        return not scope.cancelled_caught or self._changed
+
+    async def _serve(self) -> None:
+        connection: psycopg.Connection[Any] | None = None
+        away = False  # the last connection broke, or connecting failed
+        fresh = False  # a new connection: every waiter already waiting reads again
+        retry_at = -math.inf  # no connecting before (the server was away)
+        idle_until = 0.0  # when no one waits: until when the connection stays
+        try:
+            while True:
+                self._changed = False
+                wanted = frozenset(channel for channel, _ in self._index)
+                if not wanted:
+                    # Idle: per-run channels are dropped, the kept ones (results) stay
+                    # LISTENed, so that the next wait in a row costs no round trip.
+                    idle_until = idle_until or trio.current_time() + _IDLE_SECONDS
+                    drop = self._listened - self._keep
+                    if connection is not None and drop:
+                        try:
+                            await trio.to_thread.run_sync(_unlisten, connection, drop)
+                            self._listened -= drop
+                        except Exception as exc:
+                            connection = self._lost(connection, exc)
+                            continue
+                    fd = None if connection is None else connection.fileno()
+                    left = idle_until - trio.current_time()
+                    if not await self._wait(fd, left) and not self._index:
+                        return  # idle: the finally closes the connection
+                    if connection is not None and not self._changed:
+                        connection = self._drain(connection)  # notifications no one wants
+                    continue
+                idle_until = 0.0
+                wanted |= self._listened & self._keep
+                if connection is None:
+                    if (left := retry_at - trio.current_time()) > 0:
+                        await self._wait(None, left)
+                        continue
+                    try:
+                        connection = await trio.to_thread.run_sync(_connect, self._dsn)
+                    except Exception as exc:
+                        if not self._away:
+                            logger.warning(
+                                "cannot connect to listen for runs (%s); waiters poll, "
+                                "trying again every %gs",
+                                exc,
+                                _RETRY_SECONDS,
+                            )
+                        self._away = away = True
+                        retry_at = trio.current_time() + _RETRY_SECONDS
+                        for subscription in self._subscriptions():
+                            subscription.ready.set()  # they poll meanwhile
+                        continue
+                    self._away = False
+                    self._connected = True
+                    self._listened = frozenset()
+                    fresh = True
+                if wanted != self._listened:
+                    try:
+                        await trio.to_thread.run_sync(
+                            _relisten, connection, wanted - self._listened, self._listened - wanted
+                        )
+                    except Exception as exc:
+                        connection = self._lost(connection, exc)
+                        away = True
+                        continue
+                    self._listened = wanted
+                if away:
+                    away = False
+                    logger.warning("listening for runs again")
+                for subscription in self._subscriptions():
+                    if {channel for channel, _ in subscription.keys} <= wanted:
+                        if fresh and subscription.ready.is_set():
+                            subscription._wake()  # it may have missed a notification
+                        subscription.ready.set()
+                fresh = False
+                if await self._wait(connection.fileno(), _IDLE_SECONDS):
+                    connection = self._drain(connection)
+                    if connection is None:
+                        away = True
+        finally:
+            self._connected = self._away = False
+            self._listened = frozenset()
+            if self._hubs.get(self._dsn) is self:
+                del self._hubs[self._dsn]
+            if connection is not None:
+                connection.close()
+
+    def _drain(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
+        """Read what arrived and wake whom it concerns; None when the connection broke."""
+        try:
+            heard = [(n.channel, n.payload) for n in connection.notifies(timeout=0)]
+        except Exception as exc:
+            return self._lost(connection, exc)
+        for channel, payload in heard:
+            for key in ((channel, payload), (channel, None)):
+                for subscription in self._index.get(key, ()):
+                    subscription._wake()
+        return connection
+
+    def _lost(
+        self, connection: psycopg.Connection[Any], exc: Exception
+    ) -> psycopg.Connection[Any] | None:
+        logger.warning("lost the connection that listens for runs (%s); waiters poll", exc)
+        self._connected = False
+        self._listened = frozenset()
+        with contextlib.suppress(Exception):
+            connection.close()
+        return None
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    import psycopg
+
+    return psycopg.connect(
+        dsn, autocommit=True, connect_timeout=10, application_name=APPLICATION_NAME
+    )
+
+
+def _relisten(
+    connection: psycopg.Connection[Any], listen: frozenset[str], unlisten: frozenset[str]
+) -> None:
+    for channel in unlisten:
+        connection.execute(f'UNLISTEN "{channel}"')
+    for channel in listen:
+        connection.execute(f'LISTEN "{channel}"')
+
+
+def _unlisten(connection: psycopg.Connection[Any], channels: frozenset[str]) -> None:
+    _relisten(connection, frozenset(), channels)
+
+
+_HUBS: trio.lowlevel.RunVar[dict[str, _Hub]] = trio.lowlevel.RunVar("satsuma_cluster_listeners")
