@@ -19,6 +19,7 @@ from typing import Any
 import anthropic
 import attrs
 import pytest
+import trio
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
@@ -493,14 +494,48 @@ def test_providers_sdks_load_only_when_a_model_of_theirs_is_built() -> None:
 async def test_a_vertex_model_string_builds_a_client_for_the_environments_project(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Built only, never asked: its credentials (ADC) would be fetched at the first request.
-    monkeypatch.setenv("CLOUD_ML_REGION", "europe-west1")
-    monkeypatch.setenv("ANTHROPIC_VERTEX_PROJECT_ID", "project-test")
-    model = await shared_model("forecaster", OnVertex.model)
-    assert isinstance(model, AnthropicModel)
-    assert isinstance(model.client, anthropic.AsyncAnthropicVertex)
-    assert (model.client.region, model.client.project_id) == ("europe-west1", "project-test")
-    assert str(model.client.base_url) == "https://europe-west1-aiplatform.googleapis.com/v1/"
-    # Another region is another configuration, with a client of its own.
-    monkeypatch.setenv("CLOUD_ML_REGION", "global")
-    assert (await shared_model("forecaster", OnVertex.model)).client is not model.client
+    async with serving("vertex", [], monkeypatch) as server:
+        monkeypatch.setenv("CLOUD_ML_REGION", "europe-west1")
+        monkeypatch.delenv("ANTHROPIC_VERTEX_BASE_URL")
+        model = await shared_model("forecaster", OnVertex.model)
+        assert isinstance(model, AnthropicModel)
+        assert isinstance(model.client, anthropic.AsyncAnthropicVertex)
+        assert (model.client.region, model.client.project_id) == ("europe-west1", "project-test")
+        assert str(model.client.base_url) == "https://europe-west1-aiplatform.googleapis.com/v1/"
+        # Its credentials were found, and their first token fetched, as it was built.
+        assert model.client.credentials.token == server.access_tokens[0]
+        # Another region is another configuration, with a client of its own.
+        monkeypatch.setenv("CLOUD_ML_REGION", "global")
+        assert (await shared_model("forecaster", OnVertex.model)).client is not model.client
+
+
+async def test_vertex_agents_starting_together_fetch_one_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with serving("vertex", ["Hi."] * 6, monkeypatch) as server:
+
+        async def run_one() -> None:
+            async with satsuma.open_agent(OnVertex) as agent:
+                assert (await agent.run("Hello")).output == "Hi."
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(6):
+                nursery.start_soon(run_one)
+    assert len(server.received) == 6
+    # The SDK alone fetches a token for each request that finds none: six here.
+    assert server.access_tokens == ["ya29.loopback-1"]
+    assert {request.headers["authorization"] for request in server.received} == {
+        "Bearer ya29.loopback-1"
+    }
+
+
+async def test_vertex_without_credentials_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with serving("vertex", [], monkeypatch):
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json")
+        with pytest.raises(ConfigurationError) as caught:
+            async with satsuma.open_agent(OnVertex):
+                pass
+    assert str(caught.value).startswith("no Google credentials were found for Claude on Vertex AI")
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in caught.value.fix

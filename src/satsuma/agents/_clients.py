@@ -20,7 +20,8 @@ an agent does, cancellation included, closes a client other agents use.
 A model string with a provider prefix gets that provider's model, shared the same way
 per configuration: ``bedrock:`` an AnthropicModel on ``AsyncAnthropicBedrock`` (AWS
 region and credentials as boto3 finds them), ``vertex:`` on ``AsyncAnthropicVertex``
-(``CLOUD_ML_REGION``, ``ANTHROPIC_VERTEX_PROJECT_ID``, Application Default Credentials),
+(``CLOUD_ML_REGION``, ``ANTHROPIC_VERTEX_PROJECT_ID``, Application Default Credentials,
+found and their first token fetched as the model is built),
 ``openai:`` an ``OpenAIModel`` (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``). Each is built
 only when some agent names it, so that the providers' packages stay extras.
 """
@@ -192,12 +193,52 @@ def _check_vertex(agent: str | None, declared: str | None) -> None:
         )
 
 
+_CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
 def _build_vertex() -> AnthropicModel:
     import anthropic
+    import google.auth
+    import google.auth.exceptions
+    from google.auth.transport.requests import Request
 
     from ._pool import pooled_http_client
 
-    return AnthropicModel(anthropic.AsyncAnthropicVertex(http_client=pooled_http_client()))
+    # Application Default Credentials, found here (in a worker thread: google-auth may ask
+    # the metadata server) so that none is a ConfigurationError as the agent opens, not
+    # the SDK's error at every request. Their first token is fetched here too, once: the
+    # client fetches one for each request that finds it has none, so agents whose first
+    # requests went out together fetched one each (eight agents, eight token requests).
+    try:
+        credentials, project = google.auth.default(scopes=[_CLOUD_PLATFORM])
+    except google.auth.exceptions.DefaultCredentialsError as exc:
+        raise ConfigurationError(
+            f"no Google credentials were found for Claude on Vertex AI: {exc}",
+            "Run gcloud auth application-default login, set GOOGLE_APPLICATION_CREDENTIALS "
+            "to a service account's key file, or run where the metadata server provides them",
+        ) from exc
+    project_id = os.environ.get("ANTHROPIC_VERTEX_PROJECT_ID") or project
+    if not project_id:
+        raise ConfigurationError(
+            "no Google Cloud project is set for Claude on Vertex AI",
+            "Set ANTHROPIC_VERTEX_PROJECT_ID (your credentials name none)",
+        )
+    try:
+        # google-auth's refresh has no type hints.
+        credentials.refresh(Request())  # type: ignore[no-untyped-call]
+    except google.auth.exceptions.GoogleAuthError as exc:
+        if not exc.retryable and not isinstance(exc, google.auth.exceptions.TransportError):
+            raise ConfigurationError(
+                f"Google refused the credentials for Claude on Vertex AI: {exc}",
+                "Check the account's key (or gcloud auth application-default login again)",
+            ) from exc
+        # Not reachable just now: the client asks again at its first request.
+    client = anthropic.AsyncAnthropicVertex(
+        project_id=project_id,
+        credentials=credentials,
+        http_client=pooled_http_client(),
+    )
+    return AnthropicModel(client)
 
 
 @attrs.frozen
