@@ -11,15 +11,12 @@ The HTTP side and the script (``ScriptedServer``) do not depend on the API's dia
 
 from __future__ import annotations
 
-import base64
 import enum
 import inspect
 import itertools
 import json
 import re
-import struct
 import urllib.parse
-import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -33,6 +30,7 @@ import trio
 
 from .. import _codec
 from .._exceptions import ModelError
+from ._bedrock_stream import EVENT_STREAM, bedrock_stream
 from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
 
 if TYPE_CHECKING:
@@ -473,56 +471,11 @@ class ScriptedServer:
 
 
 def _encoded(answer: _Answer, route: _Route) -> _Answer:
-    """The answer in the route's stream encoding: Bedrock's streams are AWS event-stream
-    messages, each carrying one of the API's events (base64 in a ``chunk``), and an error
-    is an ``exception`` message."""
+    """The answer in the route's stream encoding (Bedrock's: see ``_bedrock_stream``)."""
     if not route.event_stream or not isinstance(answer, _StreamAnswer):
         return answer
-    error = None
-    if answer.error is not None:
-        body = _sse_json(answer.error)["error"]
-        error = _aws_message(
-            {":message-type": "exception", ":exception-type": _AWS_EXCEPTIONS[body["type"]]},
-            {"message": body["message"]},
-        )
-    frames = [
-        _aws_message(
-            {":message-type": "event", ":event-type": "chunk"},
-            {"bytes": base64.b64encode(json.dumps(_sse_json(frame)).encode()).decode()},
-        )
-        for frame in answer.frames
-    ]
-    return attrs.evolve(
-        answer, frames=frames, error=error, content_type="application/vnd.amazon.eventstream"
-    )
-
-
-# The exception Bedrock sends inside a stream for each error type this server sends.
-_AWS_EXCEPTIONS = {"overloaded_error": "serviceUnavailableException"}
-
-
-def _sse_json(frame: bytes) -> dict[str, Any]:
-    """The data of an SSE frame of this server's own."""
-    data = frame.decode().split("data: ", 1)[1]
-    value: dict[str, Any] = json.loads(data)
-    return value
-
-
-def _aws_message(headers: Mapping[str, str], payload: Mapping[str, Any]) -> bytes:
-    """One message of AWS's event-stream encoding: a prelude (total and header lengths
-    and their CRC32), string headers, the JSON payload, and the whole message's CRC32."""
-    head = b"".join(
-        bytes([len(name)])
-        + name.encode()
-        + b"\x07"
-        + struct.pack(">H", len(value))
-        + value.encode()
-        for name, value in {":content-type": "application/json", **headers}.items()
-    )
-    body = json.dumps(payload).encode()
-    prelude = struct.pack(">II", 12 + len(head) + len(body) + 4, len(head))
-    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + head + body
-    return message + struct.pack(">I", zlib.crc32(message))
+    frames, error = bedrock_stream(answer.frames, answer.error)
+    return attrs.evolve(answer, frames=frames, error=error, content_type=EVENT_STREAM)
 
 
 _FailureHandler: TypeAlias = Callable[
