@@ -198,12 +198,13 @@ class _Hub:
                         except Exception as exc:
                             connection = self._lost(connection, exc)
                             continue
+                    if connection is not None:
+                        connection = self._drain(connection)  # notifications no one wants
+                        away = away or connection is None
                     fd = None if connection is None else connection.fileno()
                     left = idle_until - trio.current_time()
                     if not await self._wait(fd, left) and not self._index:
                         return  # idle: the finally closes the connection
-                    if connection is not None and not self._changed:
-                        connection = self._drain(connection)  # notifications no one wants
                     continue
                 idle_until = 0.0
                 wanted |= self._listened & self._keep
@@ -249,10 +250,14 @@ class _Hub:
                             subscription._wake()  # it may have missed a notification
                         subscription.ready.set()
                 fresh = False
-                if await self._wait(connection.fileno(), _IDLE_SECONDS):
-                    connection = self._drain(connection)
-                    if connection is None:
-                        away = True
+                # Read before waiting on the socket: a statement run in a thread (a
+                # LISTEN) may have read notifications off it, which psycopg keeps for
+                # notifies() and the socket no longer shows.
+                connection = self._drain(connection)
+                if connection is None:
+                    away = True
+                    continue
+                await self._wait(connection.fileno(), _IDLE_SECONDS)
         finally:
             self._connected = self._away = False
             self._listened = frozenset()
