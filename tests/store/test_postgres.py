@@ -191,6 +191,27 @@ async def test_idle_connections_broken_under_the_store_are_replaced(postgres_dsn
         assert [m.text for m in await store.load_messages("a0")] == ["x", "y"]
 
 
+def _prepared(store: PostgresStore) -> int:
+    """Statements prepared on the server by the store's (one) idle pooled connection."""
+    [connection] = store._idle
+    row = connection.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize(("threshold", "prepares"), [(5, True), (0, True), (None, False)])
+async def test_prepare_threshold_none_prepares_nothing_on_the_server(
+    postgres_dsn: str, threshold: int | None, prepares: bool
+) -> None:
+    # What a pooler in transaction mode needs (PgBouncer before 1.21, Supavisor): psycopg
+    # prepares a query run often enough on a connection, unless told not to.
+    async with PostgresStore(postgres_dsn, pool_size=1, prepare_threshold=threshold) as store:
+        for n in range(8):
+            await store.write_tail("a", n, [Message.user(f"m{n}")])
+            assert len(await store.load_messages("a")) == n + 1
+        assert (await trio.to_thread.run_sync(_prepared, store) > 0) is prepares
+
+
 # --- cancellation -------------------------------------------------------------------------
 
 
@@ -306,6 +327,8 @@ def test_the_dsn_is_checked_and_its_password_never_shown() -> None:
         PostgresStore("this is not = a dsn ' at all")
     with pytest.raises(ValueError, match="pool_size must be at least 1"):
         PostgresStore("postgresql:///agents", pool_size=0)
+    with pytest.raises(ValueError, match="prepare_threshold must be None or 0 or more"):
+        PostgresStore("postgresql:///agents", prepare_threshold=-1)
 
 
 def test_psycopg_is_imported_only_by_a_postgres_store_and_named_when_missing() -> None:

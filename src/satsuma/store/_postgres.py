@@ -278,10 +278,17 @@ class PostgresStore:
             paused (SIGSTOP, a long garbage collection) in the middle of it, holding
             locks that every other process of a cluster would wait for until it goes
             on. The server rolls it back and drops the connection instead.
+        prepare_threshold: After how many runs of a query on a connection psycopg
+            prepares it on the server (its ``prepare_threshold``; default 5, 0 for at
+            once). ``None`` turns server-side prepared statements off, which a pooler
+            in transaction mode needs unless it tracks them itself (PgBouncer before
+            1.21 or without ``max_prepared_statements``, Supavisor): see
+            docs/deployment.md.
 
     Raises:
         ImportError: psycopg is not installed (the message says what to install).
-        ValueError: ``dsn`` is not a connection string, or ``pool_size`` is below 1.
+        ValueError: ``dsn`` is not a connection string, ``pool_size`` is below 1, or
+            ``prepare_threshold`` is negative.
         StoreError: (when first used) the server cannot be reached, the database does
             not exist or may not be written, or its schema is newer than this satsuma
             knows.
@@ -294,16 +301,24 @@ class PostgresStore:
         pool_size: int = 8,
         connect_timeout: float = 10.0,
         transaction_timeout: float = 10.0,
+        prepare_threshold: int | None = 5,
     ) -> None:
         _check_driver()
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got: {pool_size!r}")
+        if prepare_threshold is not None and (
+            not isinstance(prepare_threshold, int) or prepare_threshold < 0
+        ):
+            raise ValueError(
+                f"prepare_threshold must be None or 0 or more, got: {prepare_threshold!r}"
+            )
         if not transaction_timeout > 0:
             raise ValueError(f"transaction_timeout must be positive, got: {transaction_timeout!r}")
         self.dsn = dsn
         self.location = _location(dsn)
         self._connect_timeout = max(2, math.ceil(connect_timeout))
         self._transaction_timeout_ms = max(1, round(transaction_timeout * 1000))
+        self._prepare_threshold = prepare_threshold
         self._limiter = trio.CapacityLimiter(pool_size)
         self._idle: list[psycopg.Connection[Any]] = []
         self._idle_lock = threading.Lock()  # worker threads take and give connections
@@ -355,6 +370,7 @@ class PostgresStore:
                 autocommit=True,  # transactions are explicit: a read is one statement
                 connect_timeout=self._connect_timeout,
             )
+            connection.prepare_threshold = self._prepare_threshold
         except psycopg.Error as exc:
             raise StoreError(
                 self.location, f"cannot reach the database ({_first_line(exc)})"
