@@ -175,6 +175,40 @@ async def _runs(dsn: str) -> list[tuple[str, str]]:
     return await trio.to_thread.run_sync(read)
 
 
+async def test_a_listen_connection_cut_under_the_waiters_is_made_again_and_no_end_is_missed(
+    postgres_dsn: str,
+) -> None:
+    # The server ends the listener's connection (what idle_session_timeout or an
+    # administrator does) and a run ends right after: whether its NOTIFY came before the
+    # listener LISTENed again or after, the waiter hears of it (polling is once a minute).
+    async with PostgresStore(postgres_dsn) as store:
+        cluster = Cluster(store, poll_interval=60)
+        run_ids = [await cluster.submit(Echo, f"k-{index}", "hi") for index in range(2)]
+        results: dict[str, RunResult] = {}
+
+        async def wait(run_id: str) -> None:
+            results[run_id] = await cluster.result(run_id)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for run_id in run_ids:
+                    nursery.start_soon(wait, run_id)
+                await until_subscribed(2)
+                await server_sees(postgres_dsn, (1, 1))
+                with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND application_name = %s",
+                        (_shared_listen.APPLICATION_NAME,),
+                    )
+                await cluster.cancel(run_ids[0])  # at once: maybe before the new LISTEN
+                await server_sees(postgres_dsn, (1, 1))  # a new connection listens
+                await cluster.cancel(run_ids[1])  # heard on the new connection
+    assert {run_id: r.status for run_id, r in results.items()} == dict.fromkeys(
+        run_ids, "cancelled"
+    )
+
+
 # --- a database restart ------------------------------------------------------------------------
 
 

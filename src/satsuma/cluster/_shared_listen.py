@@ -264,7 +264,8 @@ class _Hub:
             if self._hubs.get(self._dsn) is self:
                 del self._hubs[self._dsn]
             if connection is not None:
-                connection.close()
+                with contextlib.suppress(Exception):
+                    connection.close()
 
     def _drain(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
         """Read what arrived and wake whom it concerns; None when the connection broke."""
