@@ -34,7 +34,10 @@ _CANCELLED_WHILE_QUEUED: Final = "cancelled before a node started it"
 class Cluster:
     """The client of a cluster: puts runs in the queue that the nodes serve and reads
     their results. It keeps no state of its own beyond the store: any number of them,
-    in any processes, may share one database.
+    in any processes, may share one database. The waits (``result``, ``run``, event
+    streams) of all of them in one trio run share one LISTEN connection per database,
+    opened by the first wait and closed 30 s after the last one, or when the trio run
+    ends.
 
     Args:
         store: The cluster's PostgresStore (the nodes use the same database).
