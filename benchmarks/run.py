@@ -833,76 +833,67 @@ with a NOTIFY: the least any PostgreSQL queue pays), and the same runs in one pr
 with `open_agent` on `SQLiteStore` and on `PostgresStore`, no cluster. The CPU time of
 each kind of process is read from `/proc`.
 
-The figures below are from one full run on 2026-11-25, 15:59 to 16:06 UTC, on a 2-CPU
-Linux VM **shared with other engineers' test runs**: the load average was 2.9 when it
-started and 7.4 when it ended (9.8 over five minutes), and the CPUs were busy 95 to 100%
-in every throughput row. A run 25 minutes earlier (load 0.9 when it started, 9.0 when
-it ended) gave the same figures within 10% for the PostgreSQL and cluster rows (runs/s
-and CPU per run) and within 25% for the takeover times; the SQLite floor moved most (74
-runs/s then, 135 now). Read the wall times as what a saturated machine does, and the
-CPU times as the steadier figures.
+The figures below are from one full run on 2026-11-25, 16:46 to 16:50 UTC, on a 2-CPU
+Linux VM with nothing else running (load average 0.42 when it started; the 3.9 at the
+end is the benchmark's own). An earlier run the same day on the machine busy with other
+test runs (load 3 to 7, CPUs 95 to 100% busy) gave 30 to 33 runs/s for the cluster rows
+and 62 ms for one `cluster.run`: a run that hops between three processes waits for a
+CPU at each hop when the CPUs are full. Since that run, the waits of a process share one
+LISTEN connection instead of opening one each (a new PostgreSQL server process per
+`cluster.run`); the run below has that change.
 
 What they mean:
 
-- **Two cores cannot show scaling.** Every cluster row was CPU-bound: a cluster run
-  costs 40 to 46 ms of CPU in all (nodes 19 to 24 ms, PostgreSQL 15 to 16 ms, the caller
-  4 ms, the model server 2 ms), so these two CPUs can do about 45 runs a second whatever
-  the number of nodes, and 1, 2 and 3 nodes did 30, 33 and 32 (other work had the rest
-  of the CPUs). A second node adds nothing here but its own overhead (a node's CPU per
-  run grows from 19 to 24 ms with three, each heartbeating, listening and claiming).
-  Nodes on machines of their own add their CPUs; this run cannot say how far that goes
-  before the database is the limit: PostgreSQL's share per run (15 ms here) is what
-  bounds one server.
-- **What a cluster run costs beyond one process**: the same runs in one process on
-  `PostgresStore` took 19.5 ms of CPU each (and 47 runs/s), on `SQLiteStore` 6.8 ms (135
-  runs/s). The cluster doubles the PostgreSQL run's CPU: the queue's transactions
-  (submit, claim, running, end, with their NOTIFYs), the run's recorded events, and for
-  each `cluster.run` a LISTEN connection of its own, which is a new server process
-  (PostgreSQL's share goes from 4.5 to 15 ms per run).
-- **Latency**: on this loaded machine, one `cluster.run` after another took 62 ms at
-  the median (the model answering at once, no tools), against 7.5 ms for `open_agent`
-  and `run` in one process on PostgreSQL, and 1.6 ms for the raw queue round trip (the
-  run before: 66, 10.3 and 1.3 ms). Timed separately on the same machine a few minutes
-  later (load 5 to 6), a node took 9 ms to open the agent, 16 ms to run it and 3 ms to
-  close it, against 3, 6 and 1 ms for the same steps with `open_agent` in one process,
-  then 4 ms to record the run's end: on two saturated cores a run that hops between
-  three processes (the caller, PostgreSQL, the node) waits for a CPU at each hop.
-  Earlier, on a quieter machine, this path measured 10.8 ms
-  ([Cluster](cluster.md#how-a-run-goes)); it was not measured quiet here.
-- **Takeover** after a SIGKILL, with `lease_seconds=2` (5 kills) and the default 15 (1
-  kill): the other node claimed the first of the dead node's runs 1.9 to 2.0 s after
-  the kill (bound 2.67 s) and 14.2 s after (bound 20 s), and finished one 0.6 s later
-  (re-running its idempotent call of 0.5 s; the other call in doubt was answered "not
-  re-run"). The formula is in [When a node dies](cluster.md#when-a-node-dies).
+- **Two cores cannot show scaling.** The throughput rows with two and three nodes had
+  both CPUs 99% busy: a cluster run costs 22 to 28 ms of CPU in all (nodes 14 to 18 ms,
+  PostgreSQL 5 to 7 ms, the caller 1.5 ms, the model server 1.4 ms), so these two CPUs
+  can do 73 to 91 runs a second whatever the number of nodes, and 1, 2 and 3 nodes did
+  71, 73 and 71. A second node on the same two CPUs adds only its own overhead (a
+  node's CPU per run grows from 14 to 18 ms with three, each heartbeating, listening and
+  claiming). Nodes on machines of their own add their CPUs; this run cannot say how far
+  that goes before the database is the limit: PostgreSQL's share per run (5 to 7 ms
+  here) is what bounds one server.
+- **What a cluster run costs beyond one process**: the same runs in one process took
+  14.2 ms of CPU each on `PostgresStore` (98 runs/s) and 6.9 ms on `SQLiteStore` (138
+  runs/s). The cluster adds about 8 ms: the queue's transactions (submit, claim,
+  running, end, with their NOTIFYs), the run's recorded events, and the hop from the
+  caller to a node and back.
+- **Latency**: one `cluster.run` after another took 14.0 ms at the median (the model
+  answering at once, no tools), against 6.7 ms for `open_agent` and `run` in one process
+  on PostgreSQL, 3.8 ms on SQLite, and 1.6 ms for the raw queue round trip.
+- **Takeover** after a SIGKILL, with `lease_seconds=2` (5 kills, 23 runs taken over) and
+  the default 15 (1 kill): the other node claimed the first of the dead node's runs 1.7 s
+  after the kill at the median, 2.2 s at most (bound 2.67 s), and 19.6 s after (bound
+  20 s), and finished one about 0.6 s later (re-running its idempotent call of 0.5 s; the
+  other call in doubt was answered "not re-run"). The formula is in
+  [When a node dies](cluster.md#when-a-node-dies).
 - **Per agent turn** (`postgres_store.turn_latency`: two no-op calls, six writes a turn)
-  PostgreSQL cost 28 ms against SQLite's 3.7 ms in this run, far more than on a quiet
-  machine ([PostgreSQL](persistence.md#postgresql): 4.7 ms against 1.1 ms): each of the
-  six writes is a hop to another process.
+  PostgreSQL cost 4.6 ms against SQLite's 1.3 ms and memory's 0.2 ms.
 
 ```text
 satsuma cluster benchmark
 CPython 3.11.7, trio 0.35.0, satsuma 0.1.0.dev0, psycopg 3.3.9, PostgreSQL 18 (embedded, Unix socket)
 machine: Linux-6.18.44-fc-v669-x86_64-with-glibc2.36, 2 CPUs
-load before: 2.90; after: 7.37 (1 min)
+load before: 0.42; after: 3.92 (1 min)
 
 1. latency: one caller, runs one after another, the model answers at once (median of 100)
 
                               ms/run  p90 ms  vs raw queue
 ----------------------------  ------  ------  ------------
-raw queue round trip (floor)     1.6     1.8         1.00x
-open_agent, SQLiteStore          6.7    10.6         4.26x
-open_agent, PostgresStore        7.5     9.1         4.79x
-cluster.run, 1 node             62.4    98.2        39.59x
+raw queue round trip (floor)     1.6     2.2         1.00x
+open_agent, SQLiteStore          3.8     4.2         2.38x
+open_agent, PostgresStore        6.7     7.2         4.18x
+cluster.run, 1 node             14.0    15.3         8.72x
 
 2. throughput: 32 callers, 400 runs (each two tool calls of 50 ms at once, then the answer); medians of 5
 
                            runs/s  vs in-process PG  ms/run p50  CPUs busy  CPU ms/run: caller  nodes  postgres  model   all  CPU-bound runs/s
 -------------------------  ------  ----------------  ----------  ---------  ------------------  -----  --------  -----  ----  ----------------
-in-process, SQLiteStore     135.4             2.87x       234.6        95%                 5.9    0.0       0.0    0.9   6.8  293
-in-process, PostgresStore    47.2             1.00x       639.2       100%                13.6    0.0       4.5    1.3  19.5  103
-cluster, 1 node              30.2             0.64x      1067.3       100%                 4.4   19.0      14.7    2.0  40.2  50
-cluster, 2 nodes             33.2             0.70x       882.6       100%                 4.3   21.7      15.2    1.9  43.1  46
-cluster, 3 nodes             31.9             0.68x       977.1       100%                 3.9   24.4      15.9    1.9  46.2  43
+in-process, SQLiteStore     138.4             1.41x       232.9        48%                 6.1    0.0       0.0    0.8   6.9  289
+in-process, PostgresStore    98.2             1.00x       315.7        71%                10.2    0.0       3.0    0.9  14.2  141
+cluster, 1 node              71.4             0.73x       427.1        81%                 1.5   13.8       5.3    1.4  22.0  91
+cluster, 2 nodes             73.2             0.75x       415.4        99%                 1.4   16.6       6.8    1.4  26.1  77
+cluster, 3 nodes             70.9             0.72x       428.9        99%                 1.5   18.0       6.6    1.4  27.5  73
 
 CPU-bound runs/s: what this machine's 2 CPUs could do at that CPU time per run, if nothing else ran on them
 
@@ -910,16 +901,16 @@ CPU-bound runs/s: what this machine's 2 CPUs could do at that CPU time per run, 
 
                             heartbeat (s)  bound (s)  claim p50  claim max  finish p50
 --------------------------  -------------  ---------  ---------  ---------  ----------  ---------------------------
-takeover, lease_seconds=2            0.67       2.67       1.93       1.98        2.53  5 kills, 21 runs taken over
-takeover, lease_seconds=15           5.00      20.00      14.22      14.22       14.86  1 kills, 4 runs taken over
+takeover, lease_seconds=2            0.67       2.67       1.71       2.24        2.28  5 kills, 23 runs taken over
+takeover, lease_seconds=15           5.00      20.00      19.61      19.61       20.17  1 kills, 4 runs taken over
 
 4. per agent turn (two no-op calls), postgres_store.turn_latency, 100 turns x 7
 
           µs/turn  added over memory
 --------  -------  -----------------
-postgres   28,411            +27,853
-sqlite      3,654             +3,096
-memory        558                 +0
+postgres    4,615             +4,402
+sqlite      1,296             +1,083
+memory        213                 +0
 
 ```
 """
