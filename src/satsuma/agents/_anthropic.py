@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping
 from contextlib import aclosing
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, final
 
 from .. import _codec
@@ -25,7 +24,7 @@ from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import Usage, message_param
 from ..tools import ToolCall
 from ._limits import ModelLimits
-from ._model import ModelListener, ModelRequest, ModelResponse
+from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
 from ._retries import check_retry_settings, retry_after_seconds, retryable_status, retrying
 
@@ -42,7 +41,7 @@ AnyAnthropicClient: TypeAlias = (
 
 
 @final
-class AnthropicModel:
+class AnthropicModel(ClientModel):
     """The Model for the Anthropic Messages API.
 
     A response is streamed when someone listens to the run's text as it is written (the
@@ -136,22 +135,6 @@ class AnthropicModel:
         self.jitter = jitter
         self.stream = stream
         self.limits = limits
-
-    async def aclose(self) -> None:
-        """Close the client if this model built it (a client passed in is its owner's)."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
         """Send one request (streamed or whole: see ``stream``) and return the

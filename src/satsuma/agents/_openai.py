@@ -17,7 +17,6 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from .. import _chat_codec
@@ -25,7 +24,7 @@ from .._exceptions import ConfigurationError, ModelError
 from .._messages import Usage
 from ..tools import ToolCall
 from ._limits import ModelLimits
-from ._model import ModelListener, ModelRequest, ModelResponse
+from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
 from ._retries import check_retry_settings, retry_after_seconds, retryable_status, retrying
 
@@ -38,7 +37,7 @@ _MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, Recur
 
 
 @final
-class OpenAIModel:
+class OpenAIModel(ClientModel):
     """The Model for an OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama,
     OpenRouter...).
 
@@ -108,22 +107,6 @@ class OpenAIModel:
         self.stream = stream
         self.max_tokens_param = max_tokens_param
         self.limits = limits
-
-    async def aclose(self) -> None:
-        """Close the client if this model built it (a client passed in is its owner's)."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> OpenAIModel:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
         """Send one request and return the assistant's response.
