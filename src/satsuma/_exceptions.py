@@ -11,6 +11,8 @@ The hierarchy::
     ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
     ├── AgentCrashed           the agent crashed while serving this call
     ├── StoreError             the store cannot be opened, read or written (names the file)
+    │   ├── StoreUnavailable   the database cannot be reached now, or did not answer in time
+    │   └── LeaseLost          a write under a lease this process no longer holds was refused
     ├── RunNotAwaitingApproval resume with decisions, on a run no longer paused (also a ValueError)
     ├── NoOutput               ``result.output`` of a typed run that did not complete (no answer)
     ├── MCPServerError         an MCP server could not start, or exited under ``serve``
@@ -246,6 +248,20 @@ class StoreError(SatsumaError):
         self.location = location
         self.problem = problem
         super().__init__(f"Store {location}: {problem}")
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now: the database refused or dropped the connection,
+    or did not answer before the caller's deadline. Nothing of this call was committed
+    unless the message says its commit may have landed; retrying later may succeed.
+    """
+
+
+class LeaseLost(StoreError):
+    """A write under a lease that this process no longer holds was refused: another
+    owner took the agent (its epoch is newer). The write did not happen; the caller stops
+    serving the agent rather than retry.
+    """
 
 
 class RunNotAwaitingApproval(SatsumaError, ValueError):

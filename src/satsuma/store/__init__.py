@@ -1,6 +1,8 @@
 """Durable state: conversations, run records and the tool-call journal."""
 
+from .._exceptions import LeaseLost as LeaseLost
 from .._exceptions import StoreError as StoreError
+from .._exceptions import StoreUnavailable as StoreUnavailable
 from ._base import Store as Store
 from ._lease import Lease as Lease
 from ._lease import Owner as Owner
@@ -23,6 +25,7 @@ __all__ = [
     "ApprovalVerdict",
     "JournalEntry",
     "Lease",
+    "LeaseLost",
     "MemoryStore",
     "Owner",
     "PendingApproval",
@@ -32,4 +35,5 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "StoreError",
+    "StoreUnavailable",
 ]
