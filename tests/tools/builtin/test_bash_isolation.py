@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,16 @@ import trio
 from satsuma import ToolDefinitionError
 from satsuma.testing import run_tool
 from satsuma.tools.builtin import Bash, ShellIsolation, _isolation
+from satsuma.tools.builtin._isolation import not_isolated
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="isolation uses Linux namespaces")
 
 NOBODY = 65534
+# The issue's safe reproduction: the current value written back (issue 29, item 1).
+WRITE_CORE_PATTERN = (
+    "v=$(cat /proc/sys/kernel/core_pattern); "
+    "printf '%s' \"$v\" > /proc/sys/kernel/core_pattern && echo WROTE_OK"
+)
 SHELL = frozenset({"shell"})
 OUR_MOUNTS = os.readlink("/proc/self/ns/mnt") if sys.platform == "linux" else ""
 
@@ -164,11 +170,38 @@ def shared_dir() -> Iterator[Path]:
         shutil.rmtree(folder)
 
 
+def _python_for(as_user: list[str]) -> str:
+    """A Python of this version that ``as_user`` may start. Ours may not be one: a test
+    run as root may use an interpreter under /root, which an ordinary user cannot reach
+    (setpriv itself may still exec it, but the service then cannot start the helper)."""
+    if not as_user:
+        return sys.executable
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (
+        os.readlink("/proc/self/exe"),
+        *(f"{d}/python{version}" for d in ("/usr/bin", "/usr/local/bin")),
+    ):
+        tried = subprocess.run(
+            [*as_user, "/bin/sh", "-c", 'exec "$0" -I -S -c pass', python],
+            capture_output=True,
+            check=False,
+        )
+        if tried.returncode == 0:
+            return python
+    pytest.skip(f"an ordinary user can start no Python {version} here")
+
+
 async def attack(mode: str, user: str, folder: Path, held: Secrets) -> Attacked:
     """Run the service as ``user`` with bash's ``isolation = mode``; the attack's outcome."""
     as_user = _as_user(user)
-    environment = {**os.environ, "ANTHROPIC_API_KEY": held.environment}
-    argv = [*as_user, sys.executable, "-c", SERVICE, mode, held.argument, str(folder), ATTACK]
+    environment = {
+        **os.environ,
+        "ANTHROPIC_API_KEY": held.environment,
+        # satsuma and its dependencies, wherever the interpreter is.
+        "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry),
+    }
+    python = _python_for(as_user)
+    argv = [*as_user, python, "-c", SERVICE, mode, held.argument, str(folder), ATTACK]
     done = await trio.run_process(
         argv,
         stdin=held.descriptor.encode(),
@@ -184,8 +217,11 @@ async def attack(mode: str, user: str, folder: Path, held: Secrets) -> Attacked:
     assert details is not None, report["content"]
     # Nothing of the output was left out, where a secret could hide.
     assert details["omitted_bytes"] == 0
-    # The command ran as the service's user.
+    # The command ran as the service's user, or, isolated under a root service, as
+    # Bash.run_as (test_bash_host.py says what that changes).
     uid = NOBODY if as_user else os.geteuid()
+    if uid == 0 and mode != "off":
+        uid = Bash.run_as[0]
     assert report["content"].startswith(f"uid={uid} "), report["content"][:200]
     return Attacked(content=report["content"], details=details)
 
@@ -251,25 +287,40 @@ async def test_no_descriptor_of_the_service_is_inherited(
 
 # --------------------------------------------------------- without isolation: said so
 
+# Stand-ins for the helper program (_jail.py), as a kernel or container that refuses
+# would make it behave: namespaces refused; a wrapper that runs the command but isolates
+# nothing; the uid switch refused (an idmapped mount of the workspace is not supported by
+# its file system), everything else done by the real helper.
+REFUSED = (
+    "import sys\n"
+    "sys.stderr.write('bash isolation: unshare mount, PID and IPC namespaces: "
+    "Operation not permitted\\n')\n"
+    "sys.exit(126)\n"
+)
+UNISOLATED = (
+    "import os, sys\nargv = sys.argv[sys.argv.index('--') + 1:]\nos.execvp(argv[0], argv)\n"
+)
+NO_IDMAP = f"""import os, sys
+if '--uid' in sys.argv:
+    sys.stderr.write('bash isolation: mount_setattr workspace: Invalid argument\\n')
+    sys.exit(126)
+os.execv(sys.executable, [sys.executable, '-I', '-S', {str(_isolation._JAIL)!r}, *sys.argv[1:]])
+"""
+REFUSAL = "bash isolation: unshare mount, PID and IPC namespaces: Operation not permitted"
+
 
 @pytest.fixture
-def no_unshare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A PATH where bash is found and unshare is not; satsuma has not warned yet."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    for program in ("bash", "setpriv"):
-        found = shutil.which(program)
-        if found is not None:
-            (folder / program).symlink_to(found)
-    monkeypatch.setenv("PATH", str(folder))
+def fake_jail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Installs a stand-in helper; nothing has been probed or warned yet."""
+    monkeypatch.setattr(_isolation, "_probed", {})
     monkeypatch.setattr(_isolation, "_warned", False)
-    return folder
 
+    def install(script: str) -> None:
+        path = tmp_path / "fake_jail.py"
+        path.write_text(script)
+        monkeypatch.setattr(_isolation, "_JAIL", path)
 
-def _fake_unshare(folder: Path, script: str) -> None:
-    path = folder / "unshare"
-    path.write_text(f"#!/bin/sh\n{script}\n")
-    path.chmod(0o755)
+    return install
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -280,57 +331,82 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-@pytest.mark.usefixtures("no_unshare")
-async def test_without_unshare_the_check_says_why() -> None:
-    isolation = await Bash.check_isolation()
-    assert isolation == ShellIsolation(
-        isolated=False,
-        method="none",
-        reason=f"unshare (util-linux) was not found on PATH ({os.environ['PATH']})",
+def _refusals() -> str:
+    """The reason the check gives when every wrapper is refused."""
+    if os.geteuid() != 0:
+        return REFUSAL
+    return (
+        f"running as uid {Bash.run_as[0]}: {REFUSAL}; new PID namespace: {REFUSAL}; "
+        f"new user namespace: {REFUSAL}"
     )
 
 
-@pytest.mark.usefixtures("no_unshare")
-async def test_without_unshare_auto_warns_once_and_runs(
-    tool_context: dict[str, Any], caplog: pytest.LogCaptureFixture
+async def test_without_namespaces_the_check_says_why(
+    fake_jail: Callable[[str], None], tool_workspace: Path
 ) -> None:
+    fake_jail(REFUSED)
+    isolation = await Bash.check_isolation(tool_workspace)
+    assert isolation == ShellIsolation(
+        isolated=False,
+        method="none",
+        protections=frozenset() if os.geteuid() == 0 else frozenset({"unprivileged"}),
+        reason=_refusals(),
+    )
+
+
+async def test_without_namespaces_auto_warns_once_and_runs(
+    fake_jail: Callable[[str], None],
+    tool_context: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake_jail(REFUSED)
     caplog.set_level(logging.WARNING, logger="satsuma.tools")
     for _ in range(2):
         outcome = await run_tool(Bash, {"command": "echo ran"}, tool_context)
         assert outcome.content == "ran\n"
         assert outcome.details["isolated"] is False
+    consequences = [
+        "a command can read the environment of the service through /proc",
+        "a command can write what the service's user may write in /proc/sys and /sys "
+        "(as root: kernel settings)",
+    ]
+    if os.geteuid() == 0:
+        consequences.append(
+            "a command runs as root (without capabilities) and can change files root owns"
+        )
     assert _warnings(caplog) == [
-        "bash: commands are not isolated from the service's processes: unshare (util-linux) "
-        f"was not found on PATH ({os.environ['PATH']}); a command can read the environment "
-        "of the service through /proc. See docs/builtin-tools.md"
+        f"bash: commands are not fully isolated: {_refusals()}. So {'; '.join(consequences)}. "
+        "See docs/builtin-tools.md"
     ]
 
 
-@pytest.mark.usefixtures("no_unshare")
-async def test_without_unshare_required_refuses(
-    tool_workspace: Path, caplog: pytest.LogCaptureFixture
+async def test_without_namespaces_required_refuses(
+    fake_jail: Callable[[str], None], tool_workspace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    fake_jail(REFUSED)
+
     class StrictBash(Bash):
         isolation = "required"
 
-    (tool_workspace / "ran").unlink(missing_ok=True)
     context = {"working_dir": tool_workspace, "capabilities": SHELL}
     outcome = await run_tool(StrictBash, {"command": "touch ran"}, context)
     assert outcome.is_error
     assert outcome.error_kind == "failed"
     assert outcome.content == (
-        "Error: bash commands must run isolated from the service's processes (isolation = "
-        "'required'), and this system cannot isolate them: unshare (util-linux) was not "
-        f"found on PATH ({os.environ['PATH']})"
+        "Error: bash commands must run isolated (isolation = 'required'), and this system "
+        f"cannot isolate them fully: {_refusals()}"
     )
     assert not (tool_workspace / "ran").exists()
     assert _warnings(caplog) == []
 
 
-@pytest.mark.usefixtures("no_unshare")
 async def test_off_neither_isolates_nor_warns(
-    tool_context: dict[str, Any], caplog: pytest.LogCaptureFixture
+    fake_jail: Callable[[str], None],
+    tool_context: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    fake_jail(REFUSED)
+
     class PlainBash(Bash):
         isolation = "off"
 
@@ -338,45 +414,85 @@ async def test_off_neither_isolates_nor_warns(
     assert outcome.content == "ran\n"
     assert outcome.details["isolated"] is False
     assert _warnings(caplog) == []
-    assert await PlainBash.check_isolation() == ShellIsolation(
-        isolated=False, method="none", reason="PlainBash.isolation is 'off'"
-    )
+    assert await PlainBash.check_isolation() == not_isolated("PlainBash.isolation is 'off'")
 
 
-async def test_a_failing_unshare_is_named(no_unshare: Path) -> None:
-    _fake_unshare(no_unshare, 'echo "unshare: unshare failed: Operation not permitted" >&2; exit 1')
-    isolation = await Bash.check_isolation()
-    assert not isolation.isolated
-    assert "unshare: unshare failed: Operation not permitted" in isolation.reason
-    assert isolation.reason.startswith("new ")
-
-
-async def test_a_wrapper_that_does_not_isolate_is_not_trusted(no_unshare: Path) -> None:
+async def test_a_wrapper_that_does_not_isolate_is_not_trusted(
+    fake_jail: Callable[[str], None], tool_workspace: Path
+) -> None:
     # It runs the command, but in the service's own PID namespace and /proc.
-    _fake_unshare(no_unshare, 'while [ "${1#-}" != "$1" ]; do shift; done; exec "$@"')
-    isolation = await Bash.check_isolation()
+    fake_jail(UNISOLATED)
+    isolation = await Bash.check_isolation(tool_workspace)
     assert not isolation.isolated
+    assert isolation.method == "none"
     assert "in the /proc it sees, not 1" in isolation.reason
+
+
+@pytest.mark.skipif(
+    sys.platform == "linux" and os.geteuid() != 0,
+    reason="only a root service switches the command's uid; as any other user it is not root",
+)
+@pytest.mark.parametrize("mode", ["auto", "required"])
+async def test_without_the_uid_switch_root_keeps_the_rest_and_says_so(
+    mode: str,
+    fake_jail: Callable[[str], None],
+    tool_workspace: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A file system without idmapped mounts: the command cannot run as another user and
+    # still work in the workspace. "auto" runs it as root without capabilities, the
+    # kernel's settings still read-only; "required" refuses.
+    fake_jail(NO_IDMAP)
+    reason = f"running as uid {Bash.run_as[0]}: bash isolation: mount_setattr workspace: Invalid argument"
+    isolation = await Bash.check_isolation(tool_workspace)
+    assert (isolation.isolated, isolation.method, isolation.reason) == (
+        False,
+        "pid_namespace",
+        reason,
+    )
+    assert isolation.protections == {"processes", "system"}
+
+    class ThisBash(Bash):
+        isolation = mode  # type: ignore[assignment]  # one of the modes, parametrized
+
+    command = f"echo $PPID $EUID; {WRITE_CORE_PATTERN}"
+    context = {"working_dir": tool_workspace, "capabilities": SHELL}
+    outcome = await run_tool(ThisBash, {"command": command}, context)
+    if mode == "required":
+        assert outcome.content == (
+            "Error: bash commands must run isolated (isolation = 'required'), and this "
+            f"system cannot isolate them fully: {reason}"
+        )
+        return
+    assert outcome.content.startswith("Exit code: 1\n\n1 0\n"), outcome.content
+    assert "WROTE_OK" not in outcome.content
+    assert "Read-only file system" in outcome.content
+    assert outcome.details["protections"] == ["processes", "system"]
+    assert _warnings(caplog) == [
+        f"bash: commands are not fully isolated: {reason}. So a command runs as root "
+        "(without capabilities) and can change files root owns. See docs/builtin-tools.md"
+    ]
 
 
 # ----------------------------------------------------------------- the check itself
 
 
 async def test_the_probe_runs_once_off_the_trio_thread(
-    no_unshare: Path, monkeypatch: pytest.MonkeyPatch
+    fake_jail: Callable[[str], None], tool_workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    fake_jail(REFUSED)
     probes: list[int] = []
     real = _isolation._probe
 
-    def recorded(path: str, euid: int) -> ShellIsolation:
+    def recorded(euid: int, workspace: Path, run_as: tuple[int, int]) -> ShellIsolation:
         probes.append(threading.get_ident())
-        return real(path, euid)
+        return real(euid, workspace, run_as)
 
     monkeypatch.setattr(_isolation, "_probe", recorded)
     async with trio.open_nursery() as nursery:
         for _ in range(3):
-            nursery.start_soon(Bash.check_isolation)
-    await Bash.check_isolation()
+            nursery.start_soon(Bash.check_isolation, tool_workspace)
+    await Bash.check_isolation(tool_workspace)
     assert len(probes) == 1
     assert threading.get_ident() not in probes
 

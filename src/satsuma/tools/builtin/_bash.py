@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Final, get_args
 
 import trio
@@ -36,9 +37,10 @@ _MODES: Final = frozenset(get_args(IsolationMode))
 class Bash(Tool):
     """Runs ``bash -c <command>`` in the workspace root.
 
-    On Linux the command runs in a PID namespace of its own, where it cannot see the
-    service's processes (their environment, command line and open files in /proc); see
-    ``isolation`` and ``check_isolation()``.
+    On Linux the command runs in namespaces of its own, where it cannot see the service's
+    processes (their environment, command line and open files in /proc) nor write the
+    kernel's settings (/proc/sys, /sys), and not as root (as root, it runs as
+    ``run_as``); see ``isolation`` and ``check_isolation()``.
 
     Subclass it to change a limit or the environment::
 
@@ -96,11 +98,14 @@ class Bash(Tool):
     env: ClassVar[Mapping[str, str]] = {}
     """Variables set for every command, on top of the allowlisted ones."""
     isolation: ClassVar[IsolationMode] = "auto"
-    """Whether commands run isolated from the service's processes (Linux: a PID namespace
-    of their own). ``"auto"`` isolates when the system allows and otherwise runs the
-    command anyway, after one warning per process on the ``satsuma.tools`` logger;
-    ``"required"`` refuses to run a command that cannot be isolated; ``"off"`` never
-    isolates. See docs/builtin-tools.md."""
+    """Whether commands run isolated (Linux: namespaces of their own, read-only kernel
+    settings, not as root). ``"auto"`` applies every protection the system allows and
+    runs the command anyway, after one warning per process on the ``satsuma.tools``
+    logger naming what is missing; ``"required"`` refuses to run a command without every
+    protection; ``"off"`` never isolates. See docs/builtin-tools.md."""
+    run_as: ClassVar[tuple[int, int]] = (65534, 65534)
+    """The uid and gid commands run as when the service runs as root (``nobody`` and
+    ``nogroup`` by default); the workspace's owner appears to them as this uid."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -109,28 +114,39 @@ class Bash(Tool):
                 cls.name,
                 f"isolation must be 'auto', 'required' or 'off', not {cls.isolation!r}",
             )
+        run_as = cls.run_as
+        if not (
+            isinstance(run_as, tuple)
+            and len(run_as) == 2
+            and all(type(n) is int and 0 < n < 2**32 - 1 for n in run_as)
+        ):
+            raise ToolDefinitionError(
+                cls.name, f"run_as must be (uid, gid), neither of them 0, not {run_as!r}"
+            )
 
     @classmethod
-    async def check_isolation(cls) -> ShellIsolation:
-        """Whether this tool's commands will run isolated from the service's processes.
+    async def check_isolation(cls, working_dir: str | os.PathLike[str] = ".") -> ShellIsolation:
+        """How this tool's commands will be isolated in ``working_dir``.
 
         Call it when a service starts, to log the answer or to refuse to start without
-        isolation. The system is probed once per process (in a worker thread, a few
-        milliseconds); later calls and the tool itself reuse the answer. With
-        ``isolation = "off"`` the answer is always not isolated.
+        isolation. The system is probed once per process and file system of the
+        workspace (in a worker thread, some tens of milliseconds); later calls and the
+        tool itself reuse the answer. With ``isolation = "off"`` the answer is always
+        not isolated.
         """
         if cls.isolation == "off":
             return not_isolated(f"{cls.__name__}.isolation is 'off'")
-        return await check_isolation()
+        workspace = Path(await trio.Path(working_dir).resolve())
+        return await check_isolation(workspace, cls.run_as)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if os.name != "posix":
             raise ToolError("bash needs a POSIX system (Linux or macOS)")
         workspace = Workspace.of(ctx)
-        isolation = await self._isolation()
+        isolation = await self._isolation(workspace.real_root)
         environment = self._environment()
-        # Under a wrapper, a missing bash would be the wrapper's exit status 127.
-        if isolation.isolated and shutil.which("bash", path=environment["PATH"]) is None:
+        # Under a wrapper, a missing bash would be the wrapper's exit status 126.
+        if isolation.wrapper and shutil.which("bash", path=environment["PATH"]) is None:
             raise ToolError("bash was not found on PATH")
         requested = args.get("timeout", self.default_timeout)
         limit = self._time_limit(float(requested), ctx)
@@ -156,6 +172,7 @@ class Bash(Tool):
             "output_bytes": result.output.total,
             "omitted_bytes": omitted,
             "isolated": isolation.isolated,
+            "protections": sorted(isolation.protections),
         }
         if result.timed_out:
             text = (
@@ -170,15 +187,14 @@ class Bash(Tool):
             )
         return ToolResult(output, details=details)
 
-    async def _isolation(self) -> ShellIsolation:
-        isolation = await self.check_isolation()
+    async def _isolation(self, workspace: Path) -> ShellIsolation:
+        isolation = await self.check_isolation(workspace)
         if isolation.isolated or self.isolation == "off":
             return isolation
         if self.isolation == "required":
             raise ToolError(
-                "bash commands must run isolated from the service's processes "
-                "(isolation = 'required'), and this system cannot isolate them: "
-                f"{isolation.reason}"
+                "bash commands must run isolated (isolation = 'required'), and this "
+                f"system cannot isolate them fully: {isolation.reason}"
             )
         warn_once(isolation)
         return isolation
