@@ -13,6 +13,7 @@ a root service are skipped, with the reason, for any other user.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
 import satsuma
 from satsuma.testing import run_tool
@@ -143,6 +145,65 @@ async def test_keyrings_are_out_of_reach(tool_workspace: Path) -> None:
     # masked, as container runtimes mask it.
     outcome = await bash("wc -c < /proc/keys", tool_workspace)
     assert outcome.content == "0\n"
+
+
+# The service, in a child process: a key holding a secret in a session keyring of its
+# own (so that the test's keyrings are not touched), then one bash call that reads it
+# back by id, as a possessor of the keyring would (KEYCTL_READ, 11).
+KEYS_SERVICE = r"""
+import ctypes, json, sys
+import trio
+from satsuma.testing import run_tool
+from satsuma.tools.builtin import Bash
+
+KEYCTL, ADD_KEY = {"x86_64": (250, 248), "aarch64": (219, 217)}[sys.argv[3]]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+assert libc.syscall(KEYCTL, 1, None) > 0  # KEYCTL_JOIN_SESSION_KEYRING, anonymous
+secret = sys.argv[2].encode()
+key = libc.syscall(ADD_KEY, b"user", b"satsuma-test", secret, len(secret), -3)  # @s
+assert key > 0, ctypes.get_errno()
+
+class ServiceBash(Bash):
+    isolation = sys.argv[1]
+
+READ = (
+    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+    "buffer = ctypes.create_string_buffer(256); "
+    f"print(libc.syscall({KEYCTL}, 11, {key}, buffer, 256), ctypes.get_errno(), buffer.value)"
+)
+
+async def main():
+    context = {"working_dir": sys.argv[4], "capabilities": {"shell"}}
+    command = f"/usr/bin/python3 -I -S -c '{READ}'"
+    outcome = await run_tool(ServiceBash, {"command": command}, context)
+    print(json.dumps({"content": outcome.content, "details": outcome.details}))
+
+trio.run(main)
+"""
+
+
+@pytest.mark.skipif(
+    os.uname().machine not in ("x86_64", "aarch64") or not os.path.exists("/usr/bin/python3"),
+    reason="the probe calls keyctl through /usr/bin/python3, with x86_64's or aarch64's numbers",
+)
+@pytest.mark.parametrize("mode", ["auto", "off"])
+async def test_the_services_session_keyring_is_left_behind(mode: str, tool_workspace: Path) -> None:
+    # A session keyring is inherited, and whoever possesses it may read its keys, as
+    # nobody too. "off" shows the threat.
+    secret = f"satsuma-key-{secrets.token_hex(12)}"
+    argv = [sys.executable, "-c", KEYS_SERVICE, mode, secret, os.uname().machine]
+    done = await trio.run_process(
+        [*argv, str(tool_workspace)], capture_stdout=True, capture_stderr=True, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    if mode == "off":
+        assert secret in report["content"]
+        return
+    assert report["details"]["isolated"] is True
+    assert secret not in report["content"]
+    assert report["content"].startswith("-1 13 "), report["content"]  # EACCES
 
 
 # ------------------------------------------------------------------ other processes

@@ -30,9 +30,12 @@ What it does, in order:
 3. With ``--uid``: the idmapped workspace. Directories on the way to it that U may not
    search are covered by a read-only tmpfs holding only the way to the workspace, so that
    its absolute path still works (U could see nothing else there anyway).
-4. The capability bounding set emptied, the uid switched (with ``--uid``), no new
-   privileges (setuid programs do not raise it again), PR_SET_PDEATHSIG so that PID 1
-   dies with the parent; then ``execve``.
+4. The capability bounding set emptied, the uid switched (with ``--uid``), a new empty
+   session keyring (the service's, inherited, would let the command read its keys), no
+   new privileges (setuid programs do not raise it again), PR_SET_PDEATHSIG so that
+   PID 1 dies with the parent; then ``execve`` with the environment the program was
+   given (not ``os.environ``, which Python may have changed) and SIGPIPE and SIGXFSZ no
+   longer ignored.
 
 A step that fails is reported on stderr as ``bash isolation: <step>: <error>`` and the
 program exits 126 before the command runs.
@@ -76,6 +79,20 @@ MOUNT_ATTR_IDMAP = 0x100000
 SYS_OPEN_TREE = 428
 SYS_MOVE_MOUNT = 429
 SYS_MOUNT_SETATTR = 442
+
+# keyctl(2) has no wrapper in libc, and its number differs by architecture.
+SYS_KEYCTL = {
+    "x86_64": 250,
+    "i386": 288,
+    "i686": 288,
+    "aarch64": 219,
+    "riscv64": 219,
+    "armv7l": 311,
+    "ppc64le": 271,
+    "s390x": 280,
+}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+ENOSYS = 38
 
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -263,6 +280,10 @@ def inside(
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)  # the kernel clears every capability here
+    # The session keyring is inherited, and whoever possesses it may read its keys
+    # whatever its uid: the command gets an empty one of its own, as runc gives each
+    # container (after the uid switch, so that it is the command's).
+    leave_session_keyring()
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no new privileges")
     # After the uid change, which clears it.
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent death signal")
@@ -271,6 +292,17 @@ def inside(
     for signum in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(signum, signal.SIG_DFL)
     os.execve(program, command, environment)
+
+
+def leave_session_keyring() -> None:
+    machine = os.uname().machine
+    number = SYS_KEYCTL.get(machine)
+    if number is None:
+        raise SetupError("leave the session keyring", f"keyctl's number on {machine} is unknown")
+    joined = libc.syscall(ctypes.c_long(number), KEYCTL_JOIN_SESSION_KEYRING, None)
+    # ENOSYS: a kernel without keyrings, nothing to leave.
+    if joined < 0 and ctypes.get_errno() != ENOSYS:
+        raise SetupError("leave the session keyring", os.strerror(ctypes.get_errno()))
 
 
 def mask(path: str) -> None:
