@@ -230,7 +230,10 @@ def _python() -> str:
         found = os.readlink("/proc/self/exe")
     except OSError:
         return sys.executable
-    return found if os.path.isfile(found) else sys.executable
+    # Python embedded in another program (uWSGI, say) is that program's binary.
+    if os.path.basename(found).startswith("python") and os.path.isfile(found):
+        return found
+    return sys.executable
 
 
 def _candidates(euid: int, run_as: tuple[int, int]) -> list[_Candidate]:
