@@ -210,7 +210,11 @@ class Bash(Tool):
         if math.isinf(remaining):
             return requested
         room = remaining - min(self.kill_grace, 5.0) - 0.1
-        return round(max(min(requested, room), min(requested, 0.1)), 1)
+        # Where the grace does not fit, the command still gets half of what is left (at
+        # least 0.1 s): an isolated command's first tens of milliseconds go to starting
+        # the helper that isolates it, more on a loaded machine.
+        least = max(0.1, remaining / 2)
+        return round(max(min(requested, room), min(requested, least)), 1)
 
     def _environment(self) -> dict[str, str]:
         environment = {name: os.environ[name] for name in self.env_allowlist if name in os.environ}
