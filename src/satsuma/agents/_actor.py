@@ -27,6 +27,7 @@ from ._agent import AgentSpec
 from ._aliases import resolve_model
 from ._approval import claim_paused
 from ._events import AgentEvent
+from ._ids import distinct_ids
 from ._limits import limiter_for
 from ._loop import execute_run
 from ._model import Model
@@ -269,7 +270,12 @@ class Actor:
             # Before the agent counts as started: a bad store, a history that cannot be
             # read, or an agent that another owner holds fails the start.
             messages, self.interrupted, self.awaiting = await persistence.load()
+            # An older satsuma stored ids as providers sent them, reused ones too: each
+            # call gets its own before anything reads the journal by id.
+            renamed = distinct_ids(messages)
             self.history[:] = messages
+            if renamed is not None:
+                persistence.changed(renamed)  # written back with the next flush
         try:
             async with trio.open_nursery() as background:
                 if persistence is not None:

@@ -41,6 +41,7 @@ from ._events import (
     ThinkingDelta,
     TurnEnd,
 )
+from ._ids import taken_ids, unique_ids
 from ._limiter import ModelLimiter, Permit
 from ._limits import estimate_input_tokens
 from ._model import ModelRequest, ModelResponse
@@ -608,6 +609,9 @@ class _Run:
                 if permit is not None:
                     _tracing.waited(chat, permit.waited)
                 response = checked_response(await actor.model.respond(request, _Listener(self)))
+                # The one point every response passes, whichever Model made it: from
+                # here on (runner, events, journal, history) its calls have their own ids.
+                response = unique_ids(response, taken_ids(actor.history))
                 _tracing.end_chat(chat, response)
         finally:
             if permit is not None:
@@ -741,6 +745,9 @@ class _Run:
             # Journaled like the turn's other calls, so that a pause on one of them
             # (awaiting approval) or a kill is resumed with the answer's own result.
             answers = [call for call in calls if call.name == OUTPUT_TOOL]
+            # The turn is stored before its calls are journaled, as in _act: a journal
+            # record then always belongs to a call the stored conversation holds.
+            await self.actor.flush()
             await self.actor.persistence.calls_started(self.run_id, answers)
             for call in answers:
                 await self.actor.persistence.call_finished(self.run_id, answered[call.id])

@@ -8,9 +8,10 @@ before it is committed, whichever Model produced it:
   what the model sent, so that the runner refuses that one call with ``Invalid
   arguments`` and the conversation stays sendable;
 - empty text blocks, which the API refuses in a request, are left out;
-- two ``tool_use`` blocks with one id, or anything else in the content that JSON cannot
-  carry, make the response malformed: a ``ModelError`` (retried by models that retry, as
-  the API's own errors are), never two runs of one id.
+- anything in the content that JSON cannot carry makes the response malformed: a
+  ``ModelError`` (retried by models that retry, as the API's own errors are).
+
+Tool-call ids are made unique afterwards, against the whole conversation (``_ids``).
 """
 
 from __future__ import annotations
@@ -45,14 +46,6 @@ def checked_response(response: ModelResponse, *, fresh: bool = False) -> ModelRe
     """
     if _passed.get(id(response)) is response:
         return response
-    seen: set[str] = set()
-    for call in response.calls:
-        if call.id in seen:
-            raise ModelError(
-                f"malformed response: two tool_use blocks share the id {call.id!r}",
-                retryable=True,
-            )
-        seen.add(call.id)
     content: list[Mapping[str, Any]] = []
     changed = False
     for block in response.content:
