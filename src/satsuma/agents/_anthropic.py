@@ -309,8 +309,9 @@ def _malformed(exc: Exception) -> ModelError:
 
 
 def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelResponse:
-    """The response, checked as it may enter the history: a malformed one (two calls
-    with one id, say) is a retryable ModelError, as the API's own errors are."""
+    """The response, checked as it may enter the history: a malformed one (content that
+    JSON cannot carry) is a retryable ModelError, as the API's own errors are. Its ids
+    are made unique by the loop, against the whole conversation (agents/_ids.py)."""
     message = accumulator.result()
     return checked_response(
         ModelResponse(
