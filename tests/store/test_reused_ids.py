@@ -331,3 +331,88 @@ async def test_a_conversation_stored_with_reused_ids_is_resumed_safely(tmp_path:
     assert paid == []
     async with SQLiteStore(db) as store:
         check_conversation(await store.load_messages("a"))
+
+
+@satsuma.tool(requires_approval=True)
+async def transfer(amount: int) -> str:
+    """Send money.
+
+    Args:
+        amount: How much.
+    """
+    paid.append(amount)
+    return f"sent {amount}"
+
+
+class Treasurer(satsuma.Agent):
+    name = "treasurer"
+    tools = [pay, transfer]
+
+
+@pytest.mark.parametrize("dialect", ["messages", "chat"])
+async def test_a_call_awaiting_approval_is_named_by_its_own_id(dialect: str, store: Store) -> None:
+    script: list[Reply | str] = [
+        pays(("call_0", 1)),
+        Reply(tool_calls=[tool_call("transfer", {"amount": 5}, id="call_0")]),
+        "Sent.",
+    ]
+    async with (
+        provider(dialect, script) as model,
+        satsuma.open_agent(Treasurer, model=model, store=store, agent_id="a") as agent,
+    ):
+        paused = await agent.run("Pay 1, then send 5.")
+        assert paused.status == "awaiting_approval"
+        (pending,) = paused.pending
+        first, second = history_ids(agent.history)
+        assert pending.id == second != first
+        assert [p.tool_use_id for p in await store.pending_calls(paused.run_id)] == [second]
+        result = await agent.resume(paused.run_id, decisions={pending.id: satsuma.Approve()})
+        history = agent.history
+    assert result.status == "completed"
+    assert paid == [1, 5]
+    check_conversation(history)
+    answers = [block["content"] for m in history for block in m.tool_results]
+    assert answers == ["paid 1", "sent 5"]
+    journal = {e.tool_use_id: e.content for e in await store.calls(paused.run_id)}
+    assert journal == {first: "paid 1", second: "sent 5"}
+
+
+async def test_a_stored_turn_with_an_id_twice_keeps_each_result_with_its_call(
+    tmp_path: Path,
+) -> None:
+    """Older satsuma kept two calls with one id (and ids no API takes) as they came; on
+    load each gets its own id, the k-th result for an id still answering its k-th use."""
+
+    def use(tool_id: str, amount: int) -> dict[str, Any]:
+        return {"type": "tool_use", "id": tool_id, "name": "pay", "input": {"amount": amount}}
+
+    def answer(tool_id: str, amount: int) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": tool_id, "content": f"paid {amount}"}
+
+    stored = [
+        Message.user("Pay."),
+        Message(role="assistant", content=[use("dup", 1), use("dup", 2), use("bad id!", 3)]),
+        Message(role="user", content=[answer("dup", 1), answer("dup", 2), answer("bad id!", 3)]),
+        Message(role="assistant", content=[{"type": "text", "text": "Paid."}]),
+    ]
+    db = tmp_path / "old.db"
+    async with SQLiteStore(db) as store:
+        lease = await store.acquire_lease("a", Owner.new(), seconds=30)
+        await store.write_tail("a", 0, stored, lease=lease)
+        await store.release_lease(lease)
+    async with (
+        SQLiteStore(db) as store,
+        provider("messages", ["Welcome."]) as model,
+        satsuma.open_agent(Payer, model=model, store=store, agent_id="a") as agent,
+    ):
+        await agent.run("Thanks.")
+        history = agent.history
+    check_conversation(history)
+    ids = history_ids(history)
+    assert ids[0] == "dup" and len(set(ids)) == 3
+    assert all(API_ID.fullmatch(tool_id) for tool_id in ids)
+    uses = {block["id"]: block["input"]["amount"] for m in history for block in m.tool_uses}
+    for block in history[2].tool_results:
+        assert block["content"] == f"paid {uses[block['tool_use_id']]}"
+    async with SQLiteStore(db) as store:
+        assert list(await store.load_messages("a")) == list(history)
