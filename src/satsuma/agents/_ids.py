@@ -135,7 +135,14 @@ def distinct_ids(history: list[Message]) -> int | None:
     taken: set[str] = set()
     first: int | None = None
     for index, message in enumerate(history):
-        if message.role != "assistant" or not message.tool_uses:
+        if message.role != "assistant":
+            continue
+        given_ids = [
+            block.get("id") for block in message.content if block.get("type") == "tool_use"
+        ]
+        valid = [given for given in given_ids if _is_valid(given)]
+        if len(valid) == len(given_ids) == len(set(valid)) and taken.isdisjoint(valid):
+            taken.update(valid)  # the common case: nothing to rename, nothing built
             continue
         renames: dict[Any, deque[str | None]] = {}
         content: list[Mapping[str, Any]] = []
