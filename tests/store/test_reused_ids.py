@@ -416,3 +416,55 @@ async def test_a_stored_turn_with_an_id_twice_keeps_each_result_with_its_call(
         assert block["content"] == f"paid {uses[block['tool_use_id']]}"
     async with SQLiteStore(db) as store:
         assert list(await store.load_messages("a")) == list(history)
+
+
+class CheckingStore:
+    """The store, checking at each call journaled as started that the stored
+    conversation already holds that call: a record never belongs to a lost turn."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def call_started(
+        self, run_id: str, tool_use_id: str, tool_name: str, input: Any, **options: Any
+    ) -> None:
+        stored = history_ids(await self.inner.load_messages("a"))
+        assert tool_use_id in stored, f"{tool_name} {tool_use_id} journaled before it was stored"
+        await self.inner.call_started(run_id, tool_use_id, tool_name, input, **options)
+
+
+class Counter(satsuma.Agent[int]):
+    name = "counter"
+    tools = [pay]
+
+
+async def test_every_journal_record_belongs_to_a_stored_call(tmp_path: Path) -> None:
+    # A typed answer that is refused, beside a call that runs, in a turn reusing ids.
+    script: list[Reply | str] = [
+        pays(("call_0", 1)),
+        Reply(
+            tool_calls=[
+                tool_call("final_answer", {"value": "not a number"}, id="call_0"),
+                tool_call("pay", {"amount": 2}, id="call_1"),
+            ]
+        ),
+        Reply(tool_calls=[tool_call("final_answer", {"value": 3}, id="call_0")]),
+    ]
+    async with SQLiteStore(tmp_path / "s.db") as opened:
+        store: Any = CheckingStore(opened)
+        async with (
+            provider("messages", script) as model,
+            satsuma.open_agent(Counter, model=model, store=store, agent_id="a") as agent,
+        ):
+            result = await agent.run("Count.")
+            history = agent.history
+        assert result.status == "completed" and result.output == 3
+        assert paid == [1, 2]
+        check_conversation(history)
+        # The answer that ended the run, alone in its turn, is not journaled.
+        journal = [(e.tool_name, e.tool_use_id) for e in await opened.calls(result.run_id)]
+        names = ["pay", "final_answer", "pay", "final_answer"]
+        assert journal == list(zip(names, history_ids(history), strict=True))[:3]
