@@ -16,8 +16,10 @@ from typing import IO, Any
 import trio
 from rich.console import Console
 
-from ._commands import FAKE_MODEL, CommandError, RunOptions, _check_key, _context
+from ._command_error import CommandError
+from ._commands import FAKE_MODEL, RunOptions, _check_key, _context
 from ._exceptions import StoreError
+from ._store_option import POSTGRES_SCHEMES, store_option, url_scheme
 from .agents import Agent, AnthropicModel, Model
 from .agents._agent import spec_of
 from .cluster import Node
@@ -31,7 +33,6 @@ __all__ = ["cluster_store", "serve_node", "show_status"]
 # The node's own stop is bounded: its runs get drain_timeout, then handing back what is
 # left and leaving the node table are each bounded by 5 s (the Node's _STOP_WRITE_SECONDS).
 _STOP_MARGIN = 10.0
-_SCHEMES = ("postgresql", "postgres")
 # A node that crashes (the database went away, say) is started again after a backoff
 # that grows to 10 s. At that pace the supervisor never gives up (the backoff keeps the
 # restarts within any minute at 9 at most, under the limit of 10), so a node outlives an
@@ -48,20 +49,19 @@ def cluster_store(url: str) -> PostgresStore:
         CommandError: not a postgresql:// URL, not a connection string, or psycopg is
             not installed.
     """
-    scheme, separator, _ = url.partition("://")
-    if not separator or scheme.lower() not in _SCHEMES:
+    # The --store of run, chat, runs and resume, read by the same rules; a cluster
+    # takes only the PostgreSQL half of them.
+    scheme = url_scheme(url)
+    if scheme not in POSTGRES_SCHEMES:
         # The URL of another database may hold a password: show only its scheme.
-        given = f"a {scheme}:// URL" if separator else repr(url)
+        given = f"a {scheme}:// URL" if scheme is not None else repr(url)
         raise CommandError(
             f"--store must be a PostgreSQL database (postgresql://USER@HOST/DBNAME), got "
             f"{given}: a cluster shares its agents through PostgreSQL"
         )
-    try:
-        return PostgresStore(url)
-    except ImportError as error:
-        raise CommandError(str(error)) from None
-    except ValueError as error:
-        raise CommandError(f"--store: {error}") from None
+    store = store_option(url).make()
+    assert isinstance(store, PostgresStore)
+    return store
 
 
 async def _open(store: PostgresStore) -> None:

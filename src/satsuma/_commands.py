@@ -27,13 +27,15 @@ import attrs
 import trio
 from rich.console import Console
 
+from ._command_error import CommandError
 from ._exceptions import AgentDefinitionError
 from ._live import open_live_view
+from ._store_option import StoreOption, open_store
 from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, Model, RunResult
 from .agents import open_agent as _open_agent
 from .agents._agent import spec_of
 from .agents._output import output_to_json
-from .store import RunRecord, SQLiteStore, Store
+from .store import RunRecord, Store
 from .testing import FakeModel
 from .tools import Approve, Approver, Deny, PendingCall
 
@@ -55,19 +57,6 @@ __all__ = [
 ]
 
 
-class CommandError(Exception):
-    """A mistake on the command line: printed as one line, exit status 2.
-
-    Attributes:
-        details: What to print before that line (the traceback of a user's module that
-            failed to import), or "".
-    """
-
-    def __init__(self, message: str, details: str = "") -> None:
-        super().__init__(message)
-        self.details = details
-
-
 FAKE_MODEL = "fake"
 
 
@@ -79,12 +68,12 @@ class RunOptions:
     ``model`` ``"fake"`` is the offline FakeModel (no key, no network). ``tools`` are
     names of built-in tools added to the agent's; ``allow`` the capabilities granted to
     tools (none by default, as in the library); ``workdir`` the tools' working
-    directory (the current one by default).
+    directory (the current one by default); ``store`` the ``--store`` given, if any.
     """
 
     model: str | None = None
     max_iterations: int | None = None
-    store: Path | None = None
+    store: StoreOption | None = None
     agent_id: str | None = None
     tools: tuple[str, ...] = ()
     allow: frozenset[str] = frozenset()
@@ -265,19 +254,23 @@ async def _open(
     *,
     resuming: bool = False,
     approver: Approver | None = None,
-) -> AsyncIterator[AgentHandle]:
-    """The agent, opened as the options say. Unless ``resuming`` (or told to go past
-    them), a conversation with interrupted runs is not run on: a new run would answer
-    their open calls ``Interrupted`` for good, so the user is shown them and asked."""
+) -> AsyncIterator[tuple[AgentHandle, Store | None]]:
+    """The agent, opened as the options say, and its store (None without ``--store``).
+    Unless ``resuming`` (or told to go past them), a conversation with interrupted runs
+    is not run on: a new run would answer their open calls ``Interrupted`` for good, so
+    the user is shown them and asked."""
     context = _context(options)
     if options.model == FAKE_MODEL:
         model: Model = FakeModel()
     else:
         _check_key()
         model = AnthropicModel()
-    store = SQLiteStore(options.store) if options.store is not None else None
-    agent_id = options.agent_id or (agent.name if store is not None else None)
+    store: Store | None = None
     try:
+        # Opened here, not by the agent: a database that cannot be reached is a
+        # mistake in --store (exit 2), not a failed run.
+        store = await open_store(options.store) if options.store is not None else None
+        agent_id = options.agent_id or (agent.name if store is not None else None)
         async with _open_agent(
             agent, model=model, context=context, store=store, agent_id=agent_id, approver=approver
         ) as handle:
@@ -296,7 +289,7 @@ async def _open(
                 ]
                 if paused:
                     raise CommandError(await _paused_text(agent_id, paused, store, options))
-            yield handle
+            yield handle, store
     finally:
         if isinstance(model, AnthropicModel):
             with trio.CancelScope(shield=True):
@@ -306,11 +299,11 @@ async def _open(
                 await store.aclose()
 
 
-async def _interrupted_text(handle: AgentHandle, store: SQLiteStore, options: RunOptions) -> str:
+async def _interrupted_text(handle: AgentHandle, store: Store, options: RunOptions) -> str:
     lines = [f"agent {handle.agent_id} has runs that were interrupted (a crash or a kill):"]
     for record in handle.interrupted:
         lines.extend(await _run_lines(record, store))
-    where = f" --store {options.store}" if options.store is not None else ""
+    where = f" --store {options.store.shown}" if options.store is not None else ""
     lines.append(
         f"resume one with `satsuma resume TARGET RUN_ID{where}`, or start anyway with "
         "--past-interrupted (their open calls are then answered 'Interrupted' and they "
@@ -320,13 +313,13 @@ async def _interrupted_text(handle: AgentHandle, store: SQLiteStore, options: Ru
 
 
 async def _paused_text(
-    agent_id: str, paused: list[RunRecord], store: SQLiteStore, options: RunOptions
+    agent_id: str, paused: list[RunRecord], store: Store, options: RunOptions
 ) -> str:
     lines = [f"agent {agent_id} has runs awaiting approval:"]
     for record in paused:
         lines.extend(await _run_lines(record, store))
     lines.append(
-        f"decide with `satsuma resume TARGET RUN_ID --store {options.store} --approve "
+        f"decide with `satsuma resume TARGET RUN_ID --store {_shown(options)} --approve "
         "CALL_ID ... --deny CALL_ID[:REASON] ...`, or start anyway with --past-paused "
         "(they can then no longer be decided)"
     )
@@ -360,20 +353,19 @@ async def _run_lines(record: RunRecord, store: Store) -> list[str]:
 
 
 async def list_runs(
-    agent: type[Agent] | None, store_path: Path, agent_id: str | None, *, console: Console
+    agent: type[Agent] | None, where: StoreOption, agent_id: str | None, *, console: Console
 ) -> int:
     """Print the runs of an agent's conversation in a store, oldest first."""
-    if not await trio.Path(store_path).is_file():
-        raise CommandError(f"no such store: {store_path}")
+    if not where.postgres and not await trio.Path(where.path).is_file():
+        raise CommandError(f"no such store: {where.shown}")
     which = agent_id or (agent.name if agent is not None else Assistant.name)
-    store = SQLiteStore(store_path)
+    store = await open_store(where)
     try:
-        await store.open()
         records = await store.runs(which)
         if not records:
-            console.print(f"agent {which} has no runs in {store_path}", highlight=False)
+            console.print(f"agent {which} has no runs in {where.shown}", highlight=False)
             return 0
-        console.print(f"runs of agent {which} in {store_path}:", highlight=False)
+        console.print(f"runs of agent {which} in {where.shown}:", highlight=False)
         for record in records:
             for line in await _run_lines(record, store):
                 console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -426,14 +418,15 @@ async def resume_run(
     live on ``console``."""
     if options.store is None:
         raise CommandError("resume needs the --store the run is in")
-    async with _open(agent, options, resuming=True) as handle:
-        record = await _stored_run(options.store, run_id)
+    async with _open(agent, options, resuming=True) as (handle, store):
+        assert store is not None
+        record = await store.get_run(run_id)
         if (
             record is not None
             and record.agent_id == handle.agent_id
             and record.status == "awaiting_approval"
         ):
-            await _check_decisions(options.store, run_id, decisions or {})
+            await _check_decisions(store, run_id, decisions or {})
             async with open_live_view(console) as view:
                 return await handle.resume(
                     run_id, decisions=decisions or {}, events=view.agent_event
@@ -444,30 +437,14 @@ async def resume_run(
                 f"run {run_id} is {where}: --approve and --deny decide the calls of a paused run"
             )
         if run_id not in {record.run_id for record in handle.interrupted}:
-            raise CommandError(await _not_resumable(handle, run_id, options))
+            raise CommandError(_not_resumable(handle, record, run_id, options))
         async with open_live_view(console) as view:
             return await handle.resume(run_id, events=view.agent_event)
 
 
-async def _stored_run(path: Path, run_id: str) -> RunRecord | None:
-    store = SQLiteStore(path)
-    await store.open()
-    try:
-        return await store.get_run(run_id)
-    finally:
-        with trio.CancelScope(shield=True):
-            await store.aclose()
-
-
-async def _check_decisions(path: Path, run_id: str, decisions: dict[str, Approve | Deny]) -> None:
+async def _check_decisions(store: Store, run_id: str, decisions: dict[str, Approve | Deny]) -> None:
     """Every pending call of the paused run decided, and nothing else."""
-    store = SQLiteStore(path)
-    await store.open()
-    try:
-        pending = [call.tool_use_id for call in await store.pending_calls(run_id)]
-    finally:
-        with trio.CancelScope(shield=True):
-            await store.aclose()
+    pending = [call.tool_use_id for call in await store.pending_calls(run_id)]
     unknown = [call_id for call_id in decisions if call_id not in pending]
     if unknown:
         raise CommandError(
@@ -481,20 +458,18 @@ async def _check_decisions(path: Path, run_id: str, decisions: dict[str, Approve
         )
 
 
-async def _not_resumable(handle: AgentHandle, run_id: str, options: RunOptions) -> str:
-    assert options.store is not None
-    store = SQLiteStore(options.store)
-    await store.open()
-    try:
-        record = await store.get_run(run_id)
-    finally:
-        with trio.CancelScope(shield=True):
-            await store.aclose()
+def _not_resumable(
+    handle: AgentHandle, record: RunRecord | None, run_id: str, options: RunOptions
+) -> str:
     if record is None or record.agent_id != handle.agent_id:
-        return f"agent {handle.agent_id} has no run {run_id!r} in {options.store}"
+        return f"agent {handle.agent_id} has no run {run_id!r} in {_shown(options)}"
     if record.status == "interrupted":
         return f"run {run_id} can no longer be resumed: a later run went past it"
     return f"run {run_id} ended {record.status}; only an interrupted run can be resumed"
+
+
+def _shown(options: RunOptions) -> str:
+    return options.store.shown if options.store is not None else ""
 
 
 # --- run -------------------------------------------------------------------------------
@@ -510,7 +485,7 @@ async def run_once(
 ) -> RunResult:
     """Run ``agent`` once on ``prompt``: live on ``console``, or, with ``json_lines``,
     each event as one line of JSON written to that file."""
-    async with _open(agent, options) as handle:
+    async with _open(agent, options) as (handle, _):
         if json_lines is not None:
             with JsonLinesLog(json_lines) as log:
                 return await handle.run(prompt, events=log)
@@ -545,7 +520,7 @@ async def chat(agent: type[Agent], options: RunOptions, *, console: Console) -> 
     """
     async with (
         _stdin_lines() as lines,
-        _open(agent, options, approver=_asking(lines, console, options.decided_by)) as handle,
+        _open(agent, options, approver=_asking(lines, console, options.decided_by)) as (handle, _),
     ):
         return await _chat(handle, lines, console)
 

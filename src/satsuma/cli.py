@@ -53,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("target", nargs="?", help=target_help)
     runs = commands.add_parser("runs", help="list the runs of an agent's conversation in a store")
     runs.add_argument("target", nargs="?", help=target_help)
-    runs.add_argument("--store", type=Path, required=True, help="the SQLite file")
+    runs.add_argument(
+        "--store", required=True, help="the store: a SQLite file or a postgresql:// URL"
+    )
     runs.add_argument(
         "--agent-id", help="the conversation's id in the store (default: the agent's name)"
     )
@@ -192,7 +194,9 @@ def _parser() -> argparse.ArgumentParser:
             "--max-iterations", type=_positive, help="model calls per run, instead of the class's"
         )
         command.add_argument(
-            "--store", type=Path, help="a SQLite file that keeps the conversation across runs"
+            "--store",
+            help="where the conversation is kept across runs: a SQLite file, or a "
+            "postgresql:// URL",
         )
         command.add_argument(
             "--agent-id", help="the conversation's id in the store (default: the agent's name)"
@@ -272,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_once,
     )
     from ._exceptions import SatsumaError
+    from ._store_option import store_option
 
     errors = Console(stderr=True)
     # satsuma's own records only: other libraries' (the SDK's, httpx's) stay at their
@@ -305,16 +310,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
             return shown_status
+        # run, chat, runs and resume: read before anything is imported or opened.
+        where = store_option(args.store) if args.store is not None else None
         if args.command == "runs":
+            assert where is not None  # a required option
             listed = load_agent(args.target) if args.target is not None else None
-            shown: int = trio.run(
-                partial(list_runs, listed, args.store, args.agent_id, console=console)
-            )
+            shown: int = trio.run(partial(list_runs, listed, where, args.agent_id, console=console))
             return shown
         options = RunOptions(
             model=args.model,
             max_iterations=args.max_iterations,
-            store=args.store,
+            store=where,
             agent_id=args.agent_id,
             tools=args.tools,
             allow=frozenset(args.allow),
@@ -341,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = trio.run(
                 partial(resume_run, agent, prompt, options, decisions, console=console)
             )
-            return _ended(result, errors, target, args.store)
+            return _ended(result, errors, target, where.shown if where else None)
         printer = sys.stdout if args.json else None
         result = trio.run(
             partial(run_once, agent, prompt, options, console=console, json_lines=printer)
@@ -365,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exits is None or rest is not None:
             raise
         return _exit_status(exits)
-    return _ended(result, errors, target, args.store)
+    return _ended(result, errors, target, where.shown if where else None)
 
 
 def _node(args: argparse.Namespace, console: Any, errors: Any) -> int:
@@ -404,12 +410,10 @@ def _node(args: argparse.Namespace, console: Any, errors: Any) -> int:
     return status
 
 
-def _ended(result: Any, errors: Any, target: str | None = None, store: Path | None = None) -> int:
+def _ended(result: Any, errors: Any, target: str | None = None, store: str | None = None) -> int:
     if result.status == "awaiting_approval":
         command = " ".join(
-            word
-            for word in ("satsuma resume", target, result.run_id, "--store", str(store))
-            if word
+            word for word in ("satsuma resume", target, result.run_id, "--store", store) if word
         )
         lines = [f"satsuma: run {result.run_id} is awaiting approval of:"]
         for call in result.pending:
