@@ -20,6 +20,8 @@ from ._command_error import CommandError
 from ._commands import FAKE_MODEL, RunOptions, _check_key, _context
 from ._exceptions import StoreError
 from ._store_option import POSTGRES_SCHEMES, store_option, url_scheme
+from ._terminal import say as say_on
+from ._terminal import visible
 from .agents import Agent, AnthropicModel, Model
 from .agents._agent import spec_of
 from .cluster import Node
@@ -113,18 +115,17 @@ async def serve_node(
         except ValueError as error:
             raise CommandError(str(error)) from None
         served = ", ".join(
-            f"{spec_of(agent).name} ({target})"
+            f"{visible(spec_of(agent).name)} ({visible(target)})"
             for agent, target in zip(agents, targets, strict=True)
         )
 
         def say(text: str, where: Console = console) -> None:
-            where.print(
-                f"satsuma node {node.name}: {text}", highlight=False, markup=False, soft_wrap=True
-            )
+            say_on(where, f"satsuma node {visible(node.name)}: {visible(text)}")
 
         def report(event: SupervisorEvent) -> None:
             if isinstance(event, ChildCrashed):
-                say(f"crashed: {event.error.splitlines()[0]}", errors)
+                first = event.error.splitlines()[0] if event.error else ""
+                say(f"crashed: {first}", errors)
             elif isinstance(event, ChildRestarted):
                 say(f"restarted (after {event.delay:g}s)", errors)
 
@@ -181,7 +182,7 @@ async def show_status(
         json_out.flush()
         return 0
     for line in status_lines(status, store.location, limit):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        say_on(console, line)
     return 0
 
 
@@ -236,8 +237,9 @@ def status_json(status: ClusterStatus, location: str) -> dict[str, Any]:
 
 
 def status_lines(status: ClusterStatus, location: str, limit: int) -> list[str]:
-    """The status as text: a heading and an aligned table per part."""
-    lines = [f"cluster on {location}"]
+    """The status as text: a heading and an aligned table per part. Every name, id and
+    host in it comes from the database that nodes share, made ``visible`` in ``_table``."""
+    lines = [f"cluster on {visible(location)}"]
     alive = sum(node.alive for node in status.nodes)
     lines.append(f"nodes: {alive} alive, {len(status.nodes) - alive} expired")
     lines.extend(
@@ -315,9 +317,11 @@ def _more(total: int, shown: int, limit: int) -> list[str]:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Columns aligned, two spaces apart, indented; nothing for no rows."""
+    """Columns aligned, two spaces apart, indented; nothing for no rows. Each cell is
+    made ``visible`` (one line) before the columns are measured."""
     if not rows:
         return []
+    rows = [[visible(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     return [
         "  "

@@ -31,6 +31,7 @@ from ._command_error import CommandError
 from ._exceptions import AgentDefinitionError
 from ._live import open_live_view
 from ._store_option import StoreOption, open_store
+from ._terminal import json_safe, say, visible
 from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, Model, RunResult
 from .agents import open_agent as _open_agent
 from .agents._agent import spec_of
@@ -300,7 +301,9 @@ async def _open(
 
 
 async def _interrupted_text(handle: AgentHandle, store: Store, options: RunOptions) -> str:
-    lines = [f"agent {handle.agent_id} has runs that were interrupted (a crash or a kill):"]
+    lines = [
+        f"agent {visible(handle.agent_id)} has runs that were interrupted (a crash or a kill):"
+    ]
     for record in handle.interrupted:
         lines.extend(await _run_lines(record, store))
     where = f" --store {options.store.shown}" if options.store is not None else ""
@@ -315,7 +318,7 @@ async def _interrupted_text(handle: AgentHandle, store: Store, options: RunOptio
 async def _paused_text(
     agent_id: str, paused: list[RunRecord], store: Store, options: RunOptions
 ) -> str:
-    lines = [f"agent {agent_id} has runs awaiting approval:"]
+    lines = [f"agent {visible(agent_id)} has runs awaiting approval:"]
     for record in paused:
         lines.extend(await _run_lines(record, store))
     lines.append(
@@ -329,25 +332,29 @@ async def _paused_text(
 async def _run_lines(record: RunRecord, store: Store) -> list[str]:
     """A run of ``satsuma runs``: id, status, when, the prompt; for a run that did not
     end, its calls in doubt (started, no outcome recorded: they may or may not have
-    happened); for a run awaiting approval, its pending calls and why they wait."""
+    happened); for a run awaiting approval, its pending calls and why they wait.
+    Each field from the store is one line, made ``visible``."""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
     prompt = record.prompt if len(record.prompt) <= 60 else record.prompt[:57] + "..."
-    lines = [f"  {record.run_id}  {record.status:<17} {started}  {prompt!r}"]
+    lines = [f"  {visible(record.run_id)}  {record.status:<17} {started}  {visible(repr(prompt))}"]
     if record.status in ("running", "interrupted"):
         for entry in await store.calls(record.run_id):
             state = "finished" if entry.finished else "in doubt"
             arguments = json.dumps(entry.input, ensure_ascii=False, default=repr)
             if len(arguments) > 80:
                 arguments = arguments[:77] + "..."
-            lines.append(f"      {state:<9} {entry.tool_name}({arguments})  {entry.tool_use_id}")
+            lines.append(
+                f"      {state:<9} {visible(entry.tool_name)}({visible(arguments)})  "
+                f"{visible(entry.tool_use_id)}"
+            )
     if record.status == "awaiting_approval":
         for pending in await store.pending_calls(record.run_id):
             arguments = json.dumps(pending.input, ensure_ascii=False, default=repr)
             if len(arguments) > 80:
                 arguments = arguments[:77] + "..."
             lines.append(
-                f"      pending   {pending.tool_name}({arguments})  {pending.tool_use_id}"
-                f"  ({pending.reason})"
+                f"      pending   {visible(pending.tool_name)}({visible(arguments)})  "
+                f"{visible(pending.tool_use_id)}  ({visible(pending.reason)})"
             )
     return lines
 
@@ -363,12 +370,12 @@ async def list_runs(
     try:
         records = await store.runs(which)
         if not records:
-            console.print(f"agent {which} has no runs in {where.shown}", highlight=False)
+            say(console, f"agent {visible(which)} has no runs in {visible(where.shown)}")
             return 0
-        console.print(f"runs of agent {which} in {where.shown}:", highlight=False)
+        say(console, f"runs of agent {visible(which)} in {visible(where.shown)}:")
         for record in records:
             for line in await _run_lines(record, store):
-                console.print(line, highlight=False, markup=False, soft_wrap=True)
+                say(console, line)
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
@@ -434,7 +441,8 @@ async def resume_run(
         if decisions:
             where = f"{record.status}, not awaiting approval" if record else "not found"
             raise CommandError(
-                f"run {run_id} is {where}: --approve and --deny decide the calls of a paused run"
+                f"run {visible(run_id)} is {where}: --approve and --deny decide the calls of "
+                "a paused run"
             )
         if run_id not in {record.run_id for record in handle.interrupted}:
             raise CommandError(_not_resumable(handle, record, run_id, options))
@@ -445,16 +453,17 @@ async def resume_run(
 async def _check_decisions(store: Store, run_id: str, decisions: dict[str, Approve | Deny]) -> None:
     """Every pending call of the paused run decided, and nothing else."""
     pending = [call.tool_use_id for call in await store.pending_calls(run_id)]
-    unknown = [call_id for call_id in decisions if call_id not in pending]
+    unknown = [visible(call_id) for call_id in decisions if call_id not in pending]
     if unknown:
+        waiting = ", ".join(visible(call_id) for call_id in pending)
         raise CommandError(
-            f"run {run_id} has no pending call {unknown[0]} (it waits on: {', '.join(pending)})"
+            f"run {visible(run_id)} has no pending call {unknown[0]} (it waits on: {waiting})"
         )
-    missing = [call_id for call_id in pending if call_id not in decisions]
+    missing = [visible(call_id) for call_id in pending if call_id not in decisions]
     if missing:
         raise CommandError(
-            f"call {missing[0]} of run {run_id} needs a decision: --approve {missing[0]} or "
-            f"--deny {missing[0]}:REASON"
+            f"call {missing[0]} of run {visible(run_id)} needs a decision: --approve "
+            f"{missing[0]} or --deny {missing[0]}:REASON"
         )
 
 
@@ -462,10 +471,13 @@ def _not_resumable(
     handle: AgentHandle, record: RunRecord | None, run_id: str, options: RunOptions
 ) -> str:
     if record is None or record.agent_id != handle.agent_id:
-        return f"agent {handle.agent_id} has no run {run_id!r} in {_shown(options)}"
+        return (
+            f"agent {visible(handle.agent_id)} has no run {visible(repr(run_id))} in "
+            f"{visible(_shown(options))}"
+        )
     if record.status == "interrupted":
-        return f"run {run_id} can no longer be resumed: a later run went past it"
-    return f"run {run_id} ended {record.status}; only an interrupted run can be resumed"
+        return f"run {visible(run_id)} can no longer be resumed: a later run went past it"
+    return f"run {visible(run_id)} ended {record.status}; only an interrupted run can be resumed"
 
 
 def _shown(options: RunOptions) -> str:
@@ -499,7 +511,9 @@ def _print_answer(result: RunResult[Any], console: Console) -> None:
     """A typed answer (an agent with an output_type), as JSON on stdout: the live view
     showed the text only. With --json, the RunEnd line carries it already."""
     if result.status == "completed" and not isinstance(result.output, str):
-        console.print_json(json.dumps(output_to_json(result.output), ensure_ascii=False))
+        # Lossless and valid JSON: C1 and bidi controls in its strings become \u escapes.
+        answer = json.dumps(output_to_json(result.output), ensure_ascii=False, indent=2)
+        say(console, json_safe(answer))
 
 
 # --- chat ------------------------------------------------------------------------------
@@ -531,13 +545,13 @@ def _asking(lines: Callable[[], Any], console: Console, by: str | None) -> Appro
     are made ``by`` them; a call denied for want of an answer names no one."""
 
     async def ask(call: PendingCall) -> Approve | Deny:
-        arguments = json.dumps(call.input, ensure_ascii=False, default=repr)
-        console.print(
-            f"approve {call.tool_name}({arguments})? ({call.reason}) [y/n/e] ",
+        # The person decides on what this line shows: a field of the call must not move
+        # the cursor, erase what is above, or end the line early.
+        arguments = visible(json.dumps(call.input, ensure_ascii=False, default=repr))
+        say(
+            console,
+            f"approve {visible(call.tool_name)}({arguments})? ({visible(call.reason)}) [y/n/e] ",
             end="",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
         )
         while True:
             line = await lines()
@@ -553,16 +567,14 @@ def _asking(lines: Callable[[], Any], console: Console, by: str | None) -> Appro
                 if edited is None:
                     return Deny("no answer: the input ended")
                 return Approve(input=edited, by=by)
-            console.print(
-                "answer y, n (or n: reason) or e: ", end="", highlight=False, soft_wrap=True
-            )
+            say(console, "answer y, n (or n: reason) or e: ", end="")
 
     return ask
 
 
 async def _edited_input(lines: Callable[[], Any], console: Console) -> dict[str, Any] | None:
     """A JSON object read from the person, asked again until it is one."""
-    console.print("new input (JSON, on one line): ", end="", highlight=False, soft_wrap=True)
+    say(console, "new input (JSON, on one line): ", end="")
     while True:
         line = await lines()
         if line is None:
@@ -575,22 +587,24 @@ async def _edited_input(lines: Callable[[], Any], console: Console) -> dict[str,
             problem = "not a JSON object"
         if isinstance(value, dict):
             return value
-        console.print(f"{problem}; again: ", end="", highlight=False, markup=False, soft_wrap=True)
+        say(console, f"{visible(problem)}; again: ", end="")
 
 
 async def _chat(handle: AgentHandle, lines: Callable[[], Any], console: Console) -> int:
     session = _Session()
-    console.print(
-        f"chatting with {handle.name} (Ctrl-C cancels a run; Ctrl-C again or Ctrl-D quits)"
+    say(
+        console,
+        f"chatting with {visible(handle.name)} (Ctrl-C cancels a run; Ctrl-C again or "
+        "Ctrl-D quits)",
     )
     with trio.open_signal_receiver(signal.SIGINT) as interrupts:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch, interrupts, handle, session, nursery.cancel_scope, console)
             while True:
-                console.print("[bold]you>[/] ", end="")
+                say(console, ("you>", "bold"), " ", end="")
                 line = await lines()
                 if line is None:
-                    console.print()
+                    say(console, "")
                     break
                 if not line.strip():
                     continue
@@ -616,11 +630,11 @@ async def _watch(
     async for _ in interrupts:
         if session.running and not session.cancelling:
             session.cancelling = True
-            console.print("[yellow]^C: cancelling the run (Ctrl-C again quits)[/]")
+            say(console, "^C: cancelling the run (Ctrl-C again quits)", style="yellow")
             await handle.cancel()
             continue
         session.interrupted = True
-        console.print("\n[yellow]^C: bye[/]")
+        say(console, "\n", ("^C: bye", "yellow"))
         scope.cancel()
         return
 
@@ -687,16 +701,14 @@ async def fake_server(host: str, port: int, *, console: Console) -> int:
         try:
             server = MessagesServer(then=answer, host=host, port=port, keep_requests=0)
             async with server:
-                console.print(
+                say(
+                    console,
                     f"a fake Messages API on {server.base_url} (Ctrl-C stops it); point "
                     "the SDK and satsuma at it with:",
-                    highlight=False,
-                    soft_wrap=True,
                 )
-                console.print(
+                say(
+                    console,
                     f"export ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=fake-key",
-                    highlight=False,
-                    soft_wrap=True,
                 )
                 async for _ in signals:
                     return 0

@@ -26,6 +26,7 @@ from rich.console import Console
 from ._exceptions import AgentCrashed
 from ._live import open_live_view
 from ._tally import Tally
+from ._terminal import say, show
 from .agents import (
     Agent,
     AgentEvent,
@@ -249,23 +250,23 @@ async def run_demo(console: Console, *, live: bool | None = None) -> Tally:
     started = trio.current_time()
     key = os.environ.get("ANTHROPIC_API_KEY")
     if key:
-        console.print(
+        say(
+            console,
             "satsuma demo: ANTHROPIC_API_KEY is set, so the agents use the real Anthropic API "
             f"({os.environ.get('ANTHROPIC_BASE_URL') or 'api.anthropic.com'}).",
-            soft_wrap=True,
         )
         async with AnthropicModel() as model:
             await _team(console, model, tally, live)
     else:
-        console.print(
+        say(
+            console,
             "satsuma demo: offline — no ANTHROPIC_API_KEY, so the agents talk to satsuma's "
             "loopback Messages API server, which plays a scripted conversation.",
-            soft_wrap=True,
         )
         async with MessagesServer([scripted_answer] * 40) as server:
             model = AnthropicModel(server.client(), backoff_base=0.01)
             await _team(console, model, tally, live)
-    console.print(tally.table(trio.current_time() - started))
+    show(console, tally.table(trio.current_time() - started))  # counts and fixed names
     return tally
 
 

@@ -17,6 +17,12 @@ beside it; a run that pauses ``awaiting_approval`` ends with the calls it waits 
 Anywhere else (a pipe, a file, CI) it degrades to plain lines, one per event worth
 reading, with no escape codes and no redraws.
 
+Every text an event brings (the prompt, model text, tool names and inputs, outcomes,
+progress, reasons, who decided, agent ids, errors) is shown through ``_terminal.visible``:
+its control characters, ESC and bidi controls escaped (``\x1b``), never read as rich
+markup, and a one-line field never broken into two. As a last guard, every ``Text`` the
+view prints or draws goes through ``_terminal.visible_text`` again.
+
 The area is refreshed by a trio task at 8 Hz, not by rich's refresh thread, so the view
 owns no thread that could outlive it.
 """
@@ -36,6 +42,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 from rich.tree import Tree
 
+from ._terminal import show, visible, visible_text
 from .agents import (
     AgentEvent,
     ModelRetry,
@@ -108,14 +115,16 @@ def _decision(event: ApprovalDecided, edited: bool, *, with_reason: bool) -> str
     """``approved``, ``approved with an edit``, ``denied: reason``; ``by`` whom if known."""
     what = ("approved with an edit" if edited else "approved") if event.approved else "denied"
     if event.decided_by is not None:
-        what += f" by {event.decided_by}"
+        what += f" by {visible(event.decided_by)}"
     if with_reason and not event.approved and event.reason:
         what += f": {_shorten(event.reason, _RESULT_SHOWN)}"
     return what
 
 
 def _shorten(text: str, limit: int) -> str:
-    text = " ".join(text.split())
+    """One line: runs of whitespace (line breaks too) become one space, what else could
+    command the terminal is made visible, and the line is cut at ``limit``."""
+    text = visible(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -177,10 +186,11 @@ class LiveView:
                 self._progress(event.run_id, event.tool_use_id, f"{event.tool_name}: {what}")
             return
         if isinstance(event, RunStart):
-            self._runs[event.run_id] = _Run(event.agent, event.prompt, trio.current_time())
+            agent = visible(event.agent)
+            self._runs[event.run_id] = _Run(agent, event.prompt, trio.current_time())
             if self.echo_prompts:
                 prompt = _shorten(event.prompt, _PROMPT_SHOWN)
-                self._line(Text.assemble((f"{event.agent}", "bold cyan"), " ← ", prompt))
+                self._line(Text.assemble((agent, "bold cyan"), " ← ", prompt))
             return
         run = self._runs.get(event.run_id or "")
         if run is None:
@@ -191,16 +201,16 @@ class LiveView:
             run.text = ""  # what the failed attempt streamed is not part of the answer
             self._line(
                 Text(
-                    f"{run.agent}: model call retried in {event.delay:.1f}s ({event.reason})",
+                    f"{run.agent}: model call retried in {event.delay:.1f}s "
+                    f"({visible(event.reason)})",
                     "yellow",
                 )
             )
         elif isinstance(event, ModelWaitStart):
-            run.waiting = (event.reason, trio.current_time())
+            reason = visible(event.reason)
+            run.waiting = (reason, trio.current_time())
             if not self.live:
-                self._line(
-                    Text(f"  {run.agent} ⏳ waiting for the model: {event.reason}", "yellow")
-                )
+                self._line(Text(f"  {run.agent} ⏳ waiting for the model: {reason}", "yellow"))
         elif isinstance(event, ModelWaitEnd):
             run.waiting = None
             if not self.live:
@@ -210,27 +220,27 @@ class LiveView:
             # tree goes above the text they led to, not below the final answer.
             self._print_calls(run)
             if run.text.strip():
-                self._line(Text.assemble((f"{run.agent}", "bold cyan"), ": ", run.text.strip()))
+                # The model's answer spans lines as written; nothing else passes.
+                answer = visible(run.text.strip(), lines=True)
+                self._line(Text.assemble((f"{run.agent}", "bold cyan"), ": ", answer))
             run.text = ""
         elif isinstance(event, ToolCallStart):
-            run.calls[event.tool_use_id] = _Call(
-                event.tool_name, _arguments(event.input), trio.current_time()
-            )
+            started = _Call(visible(event.tool_name), _arguments(event.input), trio.current_time())
+            run.calls[event.tool_use_id] = started
             if not self.live:
-                self._line(Text(f"  {run.agent} → {event.tool_name}({_arguments(event.input)})"))
+                self._line(Text(f"  {run.agent} → {started.name}({started.arguments})"))
         elif isinstance(event, ToolProgress):
             self._progress(event.run_id, event.tool_use_id, event.text)
         elif isinstance(event, ApprovalRequested):
             call = run.calls.get(event.tool_use_id)
+            reason = visible(event.reason)
             if call is not None:
-                call.awaiting = event.reason
+                call.awaiting = reason
             if not self.live:
                 # With its arguments: the calls of a turn run at once, and two calls of
                 # one tool would otherwise read alike.
-                shown = f"{event.tool_name}({_arguments(event.input)})"
-                self._line(
-                    Text(f"  {run.agent} ⏸ {shown} awaits approval: {event.reason}", "yellow")
-                )
+                shown = f"{visible(event.tool_name)}({_arguments(event.input)})"
+                self._line(Text(f"  {run.agent} ⏸ {shown} awaits approval: {reason}", "yellow"))
         elif isinstance(event, ApprovalDecided):
             call = run.calls.get(event.tool_use_id)
             asked = call.arguments if call is not None else None
@@ -243,7 +253,8 @@ class LiveView:
                     call.arguments = _arguments(event.input)  # what it runs with
             if not self.live:
                 mark, style = ("✓", "green") if event.approved else ("✗", "bright_red")
-                shown = f"{event.tool_name}({call.arguments})" if call else event.tool_name
+                name = visible(event.tool_name)
+                shown = f"{name}({call.arguments})" if call else name
                 decision = _decision(event, edited, with_reason=True)
                 self._line(Text(f"  {run.agent} {mark} {shown} {decision}", style))
         elif isinstance(event, ToolCallEnd):
@@ -251,13 +262,16 @@ class LiveView:
             if call is not None:
                 call.outcome = event.outcome
             if not self.live:
-                self._line(Text("  ").append(self._outcome_text(event.tool_name, event.outcome)))
+                name = visible(event.tool_name)
+                self._line(Text("  ").append(self._outcome_text(name, event.outcome)))
         elif isinstance(event, RunEnd):
             del self._runs[event.run_id]
             self._print_calls(run, ended=True)
             result = event.result
             usage = result.usage
-            waiting = ", ".join(f"{call.tool_name} ({call.id})" for call in result.pending)
+            waiting = ", ".join(
+                f"{visible(call.tool_name)} ({visible(call.id)})" for call in result.pending
+            )
             self._line(
                 Text.assemble(
                     (f"{run.agent}", "bold cyan"),
@@ -265,7 +279,7 @@ class LiveView:
                     (result.status, _RUN_STYLES.get(result.status, "red")),
                     f" after {result.iterations} model call{'s' * (result.iterations != 1)},"
                     f" {usage.input_tokens} in / {usage.output_tokens} out tokens",
-                    f": {result.error}" if result.error else "",
+                    f": {visible(str(result.error))}" if result.error else "",
                     (f"; waiting for a decision on {waiting}", "yellow") if waiting else "",
                 )
             )
@@ -273,28 +287,32 @@ class LiveView:
     def supervisor_event(self, event: SupervisorEvent) -> None:
         """Take one event of a supervisor."""
         # A supervisor left with its default name is not "supervisor supervisor".
-        who = "supervisor" if event.supervisor == "supervisor" else f"supervisor {event.supervisor}"
-        where = f"{who}: {event.child_id}"
+        supervisor = visible(event.supervisor)
+        who = "supervisor" if supervisor == "supervisor" else f"supervisor {supervisor}"
+        where = f"{who}: {visible(str(event.child_id))}"
         if isinstance(event, ChildStarted):
             text = Text(
                 f"{where} started" + (f" (#{event.incarnation})" if event.incarnation > 1 else ""),
                 "blue",
             )
         elif isinstance(event, ChildCrashed):
-            text = Text(f"{where} crashed: {event.error}", "bold red")
+            text = Text(f"{where} crashed: {visible(event.error, lines=True)}", "bold red")
         elif isinstance(event, ChildRestarted):
             text = Text(f"{where} restarted (restart {event.restarts})", "bold blue")
         elif isinstance(event, ChildExited):
-            text = Text(f"{where} exited ({event.reason})", "blue")
+            text = Text(f"{where} exited ({visible(str(event.reason))})", "blue")
         elif isinstance(event, SupervisorGaveUp):
-            text = Text(f"{where} made the supervisor give up: {event.reason}", "bold red")
+            text = Text(
+                f"{where} made the supervisor give up: {visible(str(event.reason))}", "bold red"
+            )
         else:  # pragma: no cover - the union is closed
             return
         self._line(text)
 
     def say(self, text: str | Text) -> None:
-        """Print a line of narration (above the live area on a terminal)."""
-        self._line(text)
+        """Print a line of narration (above the live area on a terminal). A ``str`` is
+        plain text, never markup, and shown through ``visible`` (its lines kept)."""
+        self._line(Text(visible(text, lines=True)) if isinstance(text, str) else text)
 
     # --- rendering -----------------------------------------------------------------
 
@@ -306,7 +324,7 @@ class LiveView:
         now = trio.current_time()
         elapsed = now - run.started
         label = Text.assemble((run.agent, "bold cyan"), f"  {elapsed:.1f}s")
-        tree = Tree(label, guide_style="bright_black")
+        tree = _SafeTree(visible_text(label), guide_style="bright_black")
         if run.text.strip() and not final:
             tree.add(Text(_shorten(run.text.strip(), 100), "italic"))
         if run.waiting is not None and not final:
@@ -365,9 +383,9 @@ class LiveView:
         call = run.calls.get(tool_use_id) if run is not None else None
         if call is None or run is None:
             return
-        call.progress = text
+        call.progress = visible(text)
         if not self.live:
-            self._line(Text(f"  {run.agent} … {call.name}: {text}", "cyan"))
+            self._line(Text(f"  {run.agent} … {call.name}: {call.progress}", "cyan"))
 
     def _line(self, renderable: RenderableType) -> None:
         # Printed through the console: on a terminal, Live draws its area again below
@@ -375,12 +393,23 @@ class LiveView:
         # be drawn again from the last timed refresh).
         if self._area is not None:
             self._area.update(self.renderable(), refresh=True)
-        self.console.print(renderable, highlight=False, soft_wrap=not self.live)
+        show(self.console, renderable, soft_wrap=not self.live)
 
     def refresh(self) -> None:
         """Redraw the live area now."""
         if self._area is not None:
             self._area.update(self.renderable(), refresh=True)
+
+
+class _SafeTree(Tree):
+    """A Tree whose every ``Text`` node goes through ``visible_text``, the last guard."""
+
+    def add(self, label: RenderableType, **options: Any) -> Tree:
+        if isinstance(label, Text):
+            label = visible_text(label)
+        elif isinstance(label, Spinner) and isinstance(label.text, Text):
+            label.text = visible_text(label.text)
+        return super().add(label, **options)
 
 
 @asynccontextmanager

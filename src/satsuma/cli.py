@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 __all__ = ["main"]
 
@@ -260,7 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported after parsing, so that `satsuma --help` answers at once.
     import trio
     from rich.console import Console
-    from rich.logging import RichHandler
 
     from ._commands import (
         CommandError,
@@ -277,13 +276,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from ._exceptions import SatsumaError
     from ._store_option import store_option
+    from ._terminal import TerminalLogHandler, TerminalWriter, say, visible
 
     errors = Console(stderr=True)
     # satsuma's own records only: other libraries' (the SDK's, httpx's) stay at their
     # defaults, so --log-level debug shows what satsuma does, not every HTTP header.
     log = logging.getLogger("satsuma")
     log.setLevel(args.log_level.upper())
-    log.addHandler(RichHandler(console=errors, show_path=False, show_time=False))
+    # Records carry agent ids, tool output and error messages: shown through visible().
+    log.addHandler(TerminalLogHandler(console=errors, show_path=False, show_time=False))
     console = Console()
     try:
         if args.command == "demo":
@@ -292,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 trio.run(run_demo, console)
             except DemoFailed as failure:
-                errors.print(f"satsuma demo: {failure}", highlight=False, soft_wrap=True)
+                say(errors, f"satsuma demo: {failure}")
                 return 1
             return 0
         if args.command == "fake-server":
@@ -338,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CommandError(f"expected [TARGET] {what}, got {len(args.words)} words")
         agent = load_agent(target, options)
         for line in capability_warnings(agent, options):
-            errors.print(f"satsuma: note: {line}", highlight=False, soft_wrap=True, markup=False)
+            say(errors, f"satsuma: note: {line}")
         if args.command == "chat":
             status: int = trio.run(partial(chat, agent, options, console=console))
             return status
@@ -348,30 +349,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                 partial(resume_run, agent, prompt, options, decisions, console=console)
             )
             return _ended(result, errors, target, where.shown if where else None)
-        printer = sys.stdout if args.json else None
+        # JSON escapes C0 controls itself; C1 and bidi controls are escaped for it.
+        # (JsonLinesLog writes and flushes its file, and TerminalWriter is all of a file
+        # it needs.)
+        printer = cast("IO[str]", TerminalWriter(sys.stdout)) if args.json else None
         result = trio.run(
             partial(run_once, agent, prompt, options, console=console, json_lines=printer)
         )
     except CommandError as error:
         if error.details:
-            errors.print(error.details, highlight=False, soft_wrap=True, markup=False)
-        errors.print(f"satsuma: error: {error}", highlight=False, soft_wrap=True, markup=False)
+            say(errors, error.details)
+        say(errors, f"satsuma: error: {error}")
         return 2
     except SatsumaError as error:
-        errors.print(f"satsuma: {type(error).__name__}: {error}", highlight=False, soft_wrap=True)
+        say(errors, f"satsuma: {type(error).__name__}: {visible(str(error))}")
         return 1
     except KeyboardInterrupt:
-        errors.print("satsuma: interrupted", highlight=False)
+        say(errors, "satsuma: interrupted")
         return 130
     except BaseExceptionGroup as group:
         # rich raises SystemExit(1) when stdout is a pipe whose reader has gone (`satsuma
         # demo | head`), after pointing stdout at /dev/null; from inside an event callback
         # it reaches here wrapped by the nurseries it went through. Leave as it asks.
         exits, rest = group.split(SystemExit)
-        if exits is None or rest is not None:
+        if exits is not None and rest is None:
+            return _exit_status(exits)
+        if group.split(Exception)[1] is not None:  # a KeyboardInterrupt, say
             raise
-        return _exit_status(exits)
+        say(errors, _traceback(group))
+        return 1
+    except Exception as error:
+        # A bug (satsuma's, or in the user's code) that no handler above expects: the
+        # traceback Python would print, but its messages may quote a model or a tool,
+        # so it goes out through say() as everything else does.
+        say(errors, _traceback(error))
+        return 1
     return _ended(result, errors, target, where.shown if where else None)
+
+
+def _traceback(error: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(error)).rstrip()
 
 
 def _node(args: argparse.Namespace, console: Any, errors: Any) -> int:
@@ -379,13 +398,14 @@ def _node(args: argparse.Namespace, console: Any, errors: Any) -> int:
 
     from ._cluster_commands import cluster_store, serve_node
     from ._commands import RunOptions, capability_warnings, load_agent
+    from ._terminal import say
 
     store = cluster_store(args.store)  # a URL that is not PostgreSQL's, before any import
     options = RunOptions(model=args.model, allow=frozenset(args.allow), workdir=args.workdir)
     agents = [load_agent(target, options) for target in args.targets]
     for agent in agents:
         for line in capability_warnings(agent, options):
-            errors.print(f"satsuma: note: {line}", highlight=False, soft_wrap=True, markup=False)
+            say(errors, f"satsuma: note: {line}")
     given = {
         "name": args.name,
         "max_agents": args.max_agents,
@@ -411,20 +431,27 @@ def _node(args: argparse.Namespace, console: Any, errors: Any) -> int:
 
 
 def _ended(result: Any, errors: Any, target: str | None = None, store: str | None = None) -> int:
+    from ._terminal import say, visible
+
     if result.status == "awaiting_approval":
         command = " ".join(
-            word for word in ("satsuma resume", target, result.run_id, "--store", store) if word
+            word
+            for word in ("satsuma resume", target, visible(result.run_id), "--store", store)
+            if word
         )
-        lines = [f"satsuma: run {result.run_id} is awaiting approval of:"]
+        lines = [f"satsuma: run {visible(result.run_id)} is awaiting approval of:"]
         for call in result.pending:
-            arguments = json.dumps(call.input, ensure_ascii=False, default=repr)
-            lines.append(f"  {call.id}  {call.tool_name}({arguments})  ({call.reason})")
+            arguments = visible(json.dumps(call.input, ensure_ascii=False, default=repr))
+            lines.append(
+                f"  {visible(call.id)}  {visible(call.tool_name)}({arguments})  "
+                f"({visible(call.reason)})"
+            )
         lines.append(f"decide with `{command} --approve CALL_ID ... --deny CALL_ID[:REASON] ...`")
-        errors.print("\n".join(lines), highlight=False, soft_wrap=True, markup=False)
+        say(errors, "\n".join(lines))
         return 1
     if result.status != "completed":
-        reason = f": {result.error}" if result.error else ""
-        errors.print(f"satsuma: run {result.status}{reason}", highlight=False, soft_wrap=True)
+        reason = f": {visible(str(result.error))}" if result.error else ""
+        say(errors, f"satsuma: run {result.status}{reason}")
         return 1
     return 0
 
