@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -90,6 +94,52 @@ def test_cluster_status_shows_hostile_names_and_ids_visibly(
     assert_clean(out)
     [node] = json.loads(out)["nodes"]
     assert (node["name"], node["agents"]) == (f"web{HOSTILE}", [f"echo{HOSTILE}", NICE])
+
+
+AGENTS = """
+import satsuma
+
+
+class Echo(satsuma.Agent):
+    name = "echo"
+"""
+
+
+async def test_a_node_shows_a_hostile_name_visibly(postgres_dsn: str, tmp_path: Path) -> None:
+    (tmp_path / "node_agents.py").write_text(AGENTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    name = f"web{HOSTILE}".replace("\n", "")  # argv: no NUL; a line break is fine too
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "satsuma.cli", "node", "node_agents:Echo", "--model", "fake",
+         "--store", dsn_url(postgres_dsn), "--name", f"{name}\nFAKE"],
+        cwd=tmp_path,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        out = b""
+        while b"serving" not in out:
+            chunk = await process.stdout.receive_some()
+            assert chunk, out.decode()
+            out += chunk
+        process.send_signal(signal.SIGTERM)
+        async for chunk in process.stdout:
+            out += chunk
+        assert await process.wait() == 0, out.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+    shown = out.decode()
+    assert_clean(shown)
+    lines = shown.splitlines()
+    assert lines and all(
+        line.startswith("satsuma node web[bold red]red[/]\\x1b]52") for line in lines
+    )
+    assert any(line.endswith("\\nFAKE: stopped") for line in lines), shown
 
 
 def dsn_url(dsn: str) -> str:
