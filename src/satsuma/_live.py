@@ -124,8 +124,13 @@ def _decision(event: ApprovalDecided, edited: bool, *, with_reason: bool) -> str
 def _shorten(text: str, limit: int) -> str:
     """One line: runs of whitespace (line breaks too) become one space, what else could
     command the terminal is made visible, and the line is cut at ``limit``."""
-    text = visible(" ".join(text.split()))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    collapsed = " ".join(text.split())
+    # Cut before escaping (escapes only lengthen): the view redraws 8 times a second,
+    # and a tool's output may be megabytes.
+    shown = visible(collapsed[:limit])
+    if len(collapsed) <= limit and len(shown) <= limit:
+        return shown
+    return shown[: limit - 1] + "…"
 
 
 def _arguments(value: Any) -> str:
