@@ -1,4 +1,5 @@
-"""Durable state: conversations, run records and the tool-call journal."""
+"""Durable state: conversations, run records and the tool-call journal, and what is kept
+of them for how long (``Store.prune``)."""
 
 from .._exceptions import LeaseLost as LeaseLost
 from .._exceptions import StoreError as StoreError
@@ -15,6 +16,7 @@ from ._records import JournalEntry as JournalEntry
 from ._records import PendingApproval as PendingApproval
 from ._records import RunRecord as RunRecord
 from ._records import RunRecordStatus as RunRecordStatus
+from ._retention import PruneReport as PruneReport
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
 
@@ -30,6 +32,7 @@ __all__ = [
     "Owner",
     "PendingApproval",
     "PostgresStore",
+    "PruneReport",
     "RunRecord",
     "RunRecordStatus",
     "SQLiteStore",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Protocol
 
 from .._messages import Message, Usage
@@ -15,6 +16,7 @@ from ._records import (
     RunRecord,
     RunRecordStatus,
 )
+from ._retention import PruneReport
 
 __all__ = ["Store"]
 
@@ -186,4 +188,45 @@ class Store(Protocol):
 
     async def calls(self, run_id: str) -> list[JournalEntry]:
         """The run's journal, in the order the calls started."""
+        ...
+
+    # --- retention --------------------------------------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        older_than: float | timedelta,
+        conversations: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Delete what is kept of runs that ended more than ``older_than`` (seconds, or a
+        timedelta) ago: their run records, tool-call journals and approvals (pending or
+        decided), and on PostgreSQL their rows in a cluster's queue and their recorded
+        events. A run ``running``, ``interrupted`` or ``awaiting_approval`` is never
+        touched, however old: it can still be resumed or decided.
+
+        Conversations stay unless ``conversations`` is True: then the conversation of
+        every agent left with no run record (each of its runs ended before the cut and
+        was pruned, or it never had one), that no process holds open (no lease held)
+        and that has no run queued or in flight in a cluster is deleted too: its
+        messages, and its released lease row. An agent opened later under that id
+        starts a new conversation.
+
+        Safe while agents and nodes run: it deletes in batches of a few hundred rows,
+        one short transaction each, and skips rows another transaction holds (they go at
+        the next prune).
+
+        Args:
+            older_than: How long after its end a run is kept (0: every ended run).
+            conversations: Also delete the conversations of agents idle since the cut.
+            dry_run: Delete nothing; count what would go.
+
+        Returns:
+            What was deleted (or would be), by table.
+
+        Raises:
+            ValueError: ``older_than`` is negative.
+            StoreError: the store could not be read or written; the batches committed
+                before stay deleted.
+        """
         ...

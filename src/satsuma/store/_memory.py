@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, final
 
 import attrs
@@ -21,6 +22,7 @@ from ._records import (
     RunRecord,
     RunRecordStatus,
 )
+from ._retention import LIVE_STATUSES, PruneReport, cut_before
 
 __all__ = ["MemoryStore"]
 
@@ -282,3 +284,51 @@ class MemoryStore:
     async def calls(self, run_id: str) -> list[JournalEntry]:
         await trio.lowlevel.checkpoint()
         return list(self._calls.get(run_id, {}).values())
+
+    # --- retention --------------------------------------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        older_than: float | timedelta,
+        conversations: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        cut = cut_before(older_than)
+        await trio.lowlevel.checkpoint()
+        doomed = [
+            r.run_id
+            for r in self._runs.values()
+            if r.status not in LIVE_STATUSES and r.ended_at is not None and r.ended_at < cut
+        ]
+        report = PruneReport(
+            dry_run=dry_run,
+            cut=cut,
+            runs=len(doomed),
+            tool_calls=sum(len(self._calls.get(run_id, ())) for run_id in doomed),
+            approvals=sum(len(self._approvals.get(run_id, ())) for run_id in doomed),
+        )
+        gone = set(doomed)
+        kept_agents = {r.agent_id for r in self._runs.values() if r.run_id not in gone}
+        idle = []
+        if conversations:
+            idle = [
+                agent_id
+                for agent_id in self._messages
+                if agent_id not in kept_agents and self._leases.get(agent_id, (None,))[0] is None
+            ]
+            report = attrs.evolve(
+                report,
+                conversations=len(idle),
+                messages=sum(len(self._messages[agent_id]) for agent_id in idle),
+            )
+        if not dry_run:
+            for run_id in doomed:
+                del self._runs[run_id]
+                self._calls.pop(run_id, None)
+                self._approvals.pop(run_id, None)
+            for agent_id in idle:
+                del self._messages[agent_id]
+                if agent_id in self._leases:
+                    del self._leases[agent_id]
+        return report

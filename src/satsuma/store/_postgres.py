@@ -27,6 +27,7 @@ import math
 import select
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import attrs
@@ -43,6 +44,7 @@ from ._records import (
     RunRecord,
     RunRecordStatus,
 )
+from ._retention import PruneReport, seconds_of
 from ._rows import (
     APPROVAL_COLUMNS,
     RUN_COLUMNS,
@@ -939,6 +941,21 @@ class PostgresStore:
             return [journal_entry(run_id, row) for row in rows]
 
         return await self._call(work, transaction=False)
+
+    # --- retention --------------------------------------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        older_than: float | timedelta,
+        conversations: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        from ._postgres_retention import prune
+
+        return await prune(
+            self, seconds_of(older_than), conversations=conversations, dry_run=dry_run
+        )
 
 
 def _limit_transactions(connection: psycopg.Connection[Any], ms: int) -> None:

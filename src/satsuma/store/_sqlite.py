@@ -7,10 +7,12 @@ caller ever sees "database is locked". Each Store call is one transaction.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from os import PathLike, fspath
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, final
@@ -29,6 +31,7 @@ from ._records import (
     RunRecord,
     RunRecordStatus,
 )
+from ._retention import LIVE_STATUSES, PRUNE_BATCH, PruneReport, cut_before
 from ._rows import APPROVAL_COLUMNS as _APPROVAL_COLUMNS
 from ._rows import RUN_COLUMNS as _RUN_COLUMNS
 from ._rows import Damaged as _Damaged
@@ -637,6 +640,31 @@ class SQLiteStore:
 
         return await self._call(work)
 
+    # --- retention --------------------------------------------------------------------------
+
+    async def prune(
+        self,
+        *,
+        older_than: float | timedelta,
+        conversations: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        cut = cut_before(older_than)
+        if dry_run:
+            return await self._call(lambda db: _prune_counts(db, cut, conversations))
+        # Batches walk the primary key (run_id, then agent_id) from where the last one
+        # stopped: each is one short transaction, so an agent writing meanwhile waits
+        # for one batch at most, and the whole prune reads each table once.
+        report = PruneReport(dry_run=False, cut=cut)
+        for step in (_prune_runs, _prune_conversations) if conversations else (_prune_runs,):
+            after = ""
+            while True:
+                batch, after = await self._call(functools.partial(step, cut, after))
+                report += batch
+                if not after:
+                    break
+        return report
+
 
 def _explain(exc: sqlite3.Error) -> str:
     """A clear sentence for SQLite's errors a user can cause."""
@@ -649,3 +677,98 @@ def _explain(exc: sqlite3.Error) -> str:
     if "disk is full" in lowered or "disk i/o" in lowered:
         return f"the disk is full or failing; nothing of this change was written ({text})"
     return text
+
+
+# --- retention (each runs in one transaction of SQLiteStore._call) ---------------------------
+
+_LIVE: Final = ", ".join(f"'{status}'" for status in LIVE_STATUSES)
+
+
+def _ended_before(runs: str) -> str:
+    """A run (of the table or alias ``runs``) that Store.prune deletes: ended before the
+    cut, the clause's one parameter."""
+    return f"{runs}.status NOT IN ({_LIVE}) AND {runs}.ended_at IS NOT NULL AND {runs}.ended_at < ?"
+
+
+_ENDED_BEFORE: Final = _ended_before("runs")
+# An agent whose conversation prune(conversations=True) deletes: no run of its outlives
+# the prune, and no process holds it (parameter: the cut).
+_IDLE: Final = (
+    "NOT EXISTS (SELECT 1 FROM runs r WHERE r.agent_id = m.agent_id "
+    f"AND NOT ({_ended_before('r')})) "
+    "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.agent_id = m.agent_id "
+    "AND l.owner_id IS NOT NULL)"
+)
+
+
+def _prune_counts(db: sqlite3.Connection, cut: float, conversations: bool) -> PruneReport:
+    doomed = f"SELECT run_id FROM runs WHERE {_ENDED_BEFORE}"
+    (runs,) = db.execute(f"SELECT count(*) FROM runs WHERE {_ENDED_BEFORE}", (cut,)).fetchone()
+    (calls,) = db.execute(
+        f"SELECT count(*) FROM tool_calls WHERE run_id IN ({doomed})", (cut,)
+    ).fetchone()
+    (approvals,) = db.execute(
+        f"SELECT count(*) FROM approvals WHERE run_id IN ({doomed})", (cut,)
+    ).fetchone()
+    agents = messages = 0
+    if conversations:
+        agents, messages = db.execute(
+            f"SELECT count(DISTINCT agent_id), count(*) FROM messages m WHERE {_IDLE}", (cut,)
+        ).fetchone()
+    return PruneReport(
+        dry_run=True,
+        cut=cut,
+        runs=runs,
+        tool_calls=calls,
+        approvals=approvals,
+        conversations=agents,
+        messages=messages,
+    )
+
+
+def _prune_runs(cut: float, after: str, db: sqlite3.Connection) -> tuple[PruneReport, str]:
+    """One batch of ended runs, and the run_id to go on after ("" when done)."""
+    ids = [
+        run_id
+        for (run_id,) in db.execute(
+            f"SELECT run_id FROM runs WHERE run_id > ? AND {_ENDED_BEFORE} ORDER BY run_id LIMIT ?",
+            (after, cut, PRUNE_BATCH),
+        )
+    ]
+    chosen = "IN (SELECT value FROM json_each(?))"
+    listed = (json.dumps(ids),)
+    report = PruneReport(
+        dry_run=False,
+        cut=cut,
+        tool_calls=db.execute(f"DELETE FROM tool_calls WHERE run_id {chosen}", listed).rowcount,
+        approvals=db.execute(f"DELETE FROM approvals WHERE run_id {chosen}", listed).rowcount,
+        runs=db.execute(f"DELETE FROM runs WHERE run_id {chosen}", listed).rowcount,
+    )
+    return report, (ids[-1] if len(ids) == PRUNE_BATCH else "")
+
+
+def _prune_conversations(cut: float, after: str, db: sqlite3.Connection) -> tuple[PruneReport, str]:
+    """One batch of agents looked at, and the agent_id to go on after ("" when done)."""
+    candidates = [
+        agent_id
+        for (agent_id,) in db.execute(
+            "SELECT DISTINCT agent_id FROM messages WHERE agent_id > ? ORDER BY agent_id LIMIT ?",
+            (after, PRUNE_BATCH),
+        )
+    ]
+    idle = [
+        agent_id
+        for (agent_id,) in db.execute(
+            f"SELECT m.agent_id FROM (SELECT value AS agent_id FROM json_each(?)) m WHERE {_IDLE}",
+            (json.dumps(candidates), cut),
+        )
+    ]
+    chosen = "IN (SELECT value FROM json_each(?))"
+    listed = (json.dumps(idle),)
+    messages = db.execute(f"DELETE FROM messages WHERE agent_id {chosen}", listed).rowcount
+    # A released lease row (no holder) goes with the conversation. The next owner's
+    # epoch starts again at 1, which lets no stale write in: a write is checked against
+    # the holder's own id (unique to the opened agent) as well as the epoch.
+    db.execute(f"DELETE FROM leases WHERE owner_id IS NULL AND agent_id {chosen}", listed)
+    report = PruneReport(dry_run=False, cut=cut, conversations=len(idle), messages=messages)
+    return report, (candidates[-1] if len(candidates) == PRUNE_BATCH else "")

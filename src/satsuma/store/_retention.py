@@ -1,0 +1,122 @@
+"""What ``Store.prune`` deletes and how it reports it: the retention policy's shared
+pieces (which runs count as ended, the cut, durations as a person writes them).
+
+A store never deletes on its own what a person may want to read again (run records,
+journals, approvals, conversations): an owner prunes, with ``Store.prune`` or ``satsuma
+store prune``. Only the cluster's queue rows and events, copies kept for the clients
+that wait on a run, go by themselves (``satsuma.cluster.Node(result_retention=...)``
+and ``EventLog.retention``). docs/persistence.md states the policy.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "LIVE_STATUSES",
+    "PRUNE_BATCH",
+    "PruneReport",
+    "cut_before",
+    "parse_duration",
+    "seconds_of",
+]
+
+# A run in one of these is never pruned, however old: it may still be resumed, decided
+# or be running (an interrupted run's journal is what a resume reuses).
+LIVE_STATUSES: Final = ("running", "interrupted", "awaiting_approval")
+
+# Rows deleted per transaction: each batch holds its locks for milliseconds, so agents
+# and nodes writing meanwhile wait at most that long.
+PRUNE_BATCH: Final = 500
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+@attrs.frozen(kw_only=True)
+class PruneReport:
+    """What ``Store.prune`` deleted (or, for a dry run, would delete), by table.
+
+    Attributes:
+        dry_run: True when nothing was deleted and the counts say what would be.
+        cut: The moment (seconds since the epoch) before which ended runs were pruned.
+        runs: Run records.
+        tool_calls: Entries of those runs' tool-call journals.
+        approvals: Pending or decided approvals of those runs.
+        run_queue: Ended runs of a cluster's queue (PostgreSQL only).
+        run_events: Recorded events of those queued runs (PostgreSQL only).
+        conversations: Agents whose conversation was deleted (``conversations=True``).
+        messages: The messages of those conversations.
+    """
+
+    dry_run: bool
+    cut: float
+    runs: int = 0
+    tool_calls: int = 0
+    approvals: int = 0
+    run_queue: int = 0
+    run_events: int = 0
+    conversations: int = 0
+    messages: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """The counts by table name, in a fixed order (what the CLI prints)."""
+        return {
+            "runs": self.runs,
+            "tool_calls": self.tool_calls,
+            "approvals": self.approvals,
+            "run_queue": self.run_queue,
+            "run_events": self.run_events,
+            "conversations": self.conversations,
+            "messages": self.messages,
+        }
+
+    def __add__(self, other: PruneReport) -> PruneReport:
+        added = {key: value + getattr(other, key) for key, value in self.counts().items()}
+        return PruneReport(dry_run=self.dry_run, cut=self.cut, **added)
+
+
+def seconds_of(older_than: float | timedelta) -> float:
+    """``older_than`` in seconds, checked.
+
+    Raises:
+        ValueError: it is negative, not finite or not a number.
+    """
+    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds < 1e12
+    ):
+        raise ValueError(f"older_than must be 0 or more seconds, got: {older_than!r}")
+    return float(seconds)
+
+
+def cut_before(older_than: float | timedelta, now: float | None = None) -> float:
+    """The cut: ``older_than`` before ``now`` (this machine's clock by default)."""
+    return (time.time() if now is None else now) - seconds_of(older_than)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration as a person writes it: ``30d``, ``12h``, ``90m``, ``45s``,
+    ``2w``, or combined (``1d12h``).
+
+    Raises:
+        ValueError: it is not one.
+    """
+    cleaned = text.strip().lower()
+    position = 0
+    total = 0.0
+    for match in _DURATION.finditer(cleaned):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        position = match.end()
+    if not cleaned or position != len(cleaned):
+        raise ValueError(f"not a duration: {text!r} (a number and a unit: 30d, 12h, 90m, 45s, 2w)")
+    return total
