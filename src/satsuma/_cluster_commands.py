@@ -1,5 +1,6 @@
 """``satsuma node`` and ``satsuma cluster status``: a cluster's node, and a look at the
-cluster, from the command line.
+cluster (its nodes, leases, queue, runs in flight and table sizes), from the command
+line.
 
 Every mistake a user can make here (a store that is not PostgreSQL, a database that
 cannot be reached, psycopg not installed, a bad setting) is a ``CommandError`` with one
@@ -233,6 +234,10 @@ def status_json(status: ClusterStatus, location: str) -> dict[str, Any]:
             }
             for run in status.in_flight
         ],
+        "tables": [
+            {"name": table.name, "rows": table.rows, "bytes": table.bytes}
+            for table in status.tables
+        ],
     }
 
 
@@ -305,7 +310,25 @@ def status_lines(status: ClusterStatus, location: str, limit: int) -> list[str]:
         )
     )
     lines.extend(_more(status.in_flight_count, len(status.in_flight), limit))
+    total = sum(table.bytes for table in status.tables)
+    lines.append(f"tables: {_size(total)} (satsuma store prune deletes ended runs)")
+    lines.extend(
+        _table(
+            ("TABLE", "ROWS", "SIZE"),
+            [(table.name, str(table.rows), _size(table.bytes)) for table in status.tables],
+        )
+    )
     return lines
+
+
+def _size(count: int) -> str:
+    """Bytes as a person reads them: 8.0 kB, 1.2 MB (powers of 1000, as df -H)."""
+    size = float(count)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
 
 
 def _expiry(seconds: float) -> str:

@@ -1,5 +1,5 @@
 """The ``satsuma`` command: ``demo``, ``run``, ``chat``, ``runs``, ``resume``,
-``fake-server``, and for a cluster ``node`` and ``cluster status``.
+``fake-server``, ``store prune``, and for a cluster ``node`` and ``cluster status``.
 
 Errors a user can cause print one line on stderr and exit non-zero, never a traceback:
 2 for a mistake on the command line (bad target, no key, bad option), 1 for a run that
@@ -149,6 +149,34 @@ def _parser() -> argparse.ArgumentParser:
         default=20,
         help="leases and runs in flight listed at most (default: 20; all are counted)",
     )
+    store = commands.add_parser("store", help="look after a store: store prune")
+    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
+    prune = store_commands.add_parser(
+        "prune",
+        help="delete the run records, journals, approvals and events of runs that ended "
+        "before a cut; conversations only with --conversations",
+    )
+    prune.add_argument(
+        "--store",
+        required=True,
+        help="a SQLite file, or a cluster's database: postgresql://USER@HOST/DBNAME",
+    )
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        required=True,
+        metavar="AGE",
+        help="how long ended runs are kept: 30d, 12h, 90m, 45s, 2w (0s: every ended run)",
+    )
+    prune.add_argument(
+        "--conversations",
+        action="store_true",
+        help="also delete the conversations of agents left with no run (all ended before "
+        "the cut), that no process holds open and with nothing queued",
+    )
+    prune.add_argument(
+        "--dry-run", action="store_true", help="delete nothing; print what would be deleted"
+    )
     for command in (run, chat):
         command.add_argument(
             "--past-interrupted",
@@ -244,6 +272,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> float:
+    from .store._retention import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -311,6 +348,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
             return shown_status
+        if args.command == "store":
+            from ._store_commands import prune_store
+
+            pruned: int = trio.run(
+                partial(
+                    prune_store,
+                    args.store,
+                    args.older_than,
+                    conversations=args.conversations,
+                    dry_run=args.dry_run,
+                    console=console,
+                )
+            )
+            return pruned
         # run, chat, runs and resume: read before anything is imported or opened.
         where = store_option(args.store) if args.store is not None else None
         if args.command == "runs":

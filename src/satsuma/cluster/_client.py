@@ -20,7 +20,7 @@ from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
 from ._events import EventStream
-from ._results import encode_result, queued_result
+from ._results import encode_result, queued_result, result_from_record
 from ._shared_listen import Subscription, subscribe
 
 __all__ = ["Cluster"]
@@ -84,13 +84,18 @@ class Cluster:
             run_id: As ``submit`` returned it.
             timeout: Seconds to wait at most (None: as long as it takes).
 
+        A run that ended longer ago than the queue keeps it (``Node(result_retention=
+        ...)``, an hour by default) is read from its agent's run record instead: its
+        output, status, usage, error and messages as the conversation keeps them
+        (``iterations`` is 0; a typed answer is its JSON, as here always).
+
         Once the run was found, a database that goes away (a restart, a failover) pauses
         the wait rather than ending it: its state is read again every
         ``poll_interval`` seconds, each failure logged, until the database answers or
         ``timeout`` passes.
 
         Raises:
-            ValueError: no run has this id.
+            ValueError: no run has this id (in the queue, or as a run record).
             TimeoutError: the run had not ended after ``timeout`` seconds (it goes on).
             StoreError: the queue could not be read at the start.
         """
@@ -115,13 +120,26 @@ class Cluster:
                     continue
                 known = True
                 if found is None:
-                    raise ValueError(f"no run {run_id!r} in the cluster's queue")
+                    return await self._from_record(run_id)
                 run, text = found
                 if run.status in queue.ENDED:
                     return queued_result(run, text)
                 await self._wait_for(run_id, subscription, deadline, timeout)
         finally:
             subscription.close()
+
+    async def _from_record(self, run_id: str) -> RunResult[Any]:
+        """The result of a run the queue no longer keeps (it ended more than the nodes'
+        ``result_retention`` ago), rebuilt from its agent's run record and conversation.
+
+        Raises:
+            ValueError: the agent has no record of it either (it never reached an
+                agent, or its record was pruned).
+        """
+        record = await self.store.get_run(run_id)
+        if record is None:
+            raise ValueError(f"no run {run_id!r} in the cluster's queue")
+        return result_from_record(record, await self.store.load_messages(record.agent_id))
 
     async def _wait_for(
         self, run_id: str, subscription: Subscription, deadline: float, limit: float | None

@@ -34,7 +34,7 @@ from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
 from ._listen import Listener
-from ._recording import EventLog, RunRecorder, expire_events
+from ._recording import EventLog, RunRecorder, expire_ended
 from ._results import encode_result, failed_result, result_from_record
 
 __all__ = ["Node"]
@@ -102,6 +102,13 @@ class Node:
             this often, in seconds.
         event_log: How the events of its runs are kept for ``Cluster.events``
             (``EventLog()``: bounded per run, an hour after the run); None keeps none.
+        result_retention: Seconds an ended run stays in the queue (default 3600: an
+            hour). Its row holds the run's result, with a copy of the run's messages,
+            for ``Cluster.result`` and ``Cluster.runs``; nodes delete older rows (and
+            their events) about once a minute. ``Cluster.result`` of a run past it
+            reads the agent's own run record (kept until ``Store.prune``), so only a
+            run that never reached an agent (cancelled while queued, or no node could
+            open its agent) is then unknown.
 
     Raises:
         TypeError: ``store`` is not a PostgresStore, or an entry of ``agents`` is not a
@@ -123,6 +130,7 @@ class Node:
         drain_timeout: float = 3.0,
         poll_interval: float = 2.0,
         event_log: EventLog | None = EventLog(),  # noqa: B008  (frozen: one shared value is fine)
+        result_retention: float = 3600.0,
     ) -> None:
         if not isinstance(store, PostgresStore):
             raise TypeError(f"a node runs on a PostgresStore, got: {type(store).__name__}")
@@ -141,6 +149,7 @@ class Node:
             ("lease_seconds", lease_seconds),
             ("drain_timeout", drain_timeout),
             ("poll_interval", poll_interval),
+            ("result_retention", result_retention),
         ):
             if not seconds > 0:
                 raise ValueError(f"{label} must be positive, got: {seconds!r}")
@@ -156,6 +165,7 @@ class Node:
         self.drain_timeout = drain_timeout
         self.poll_interval = poll_interval
         self.event_log = event_log
+        self.result_retention = result_retention
         self._classes = classes
         self._slots = trio.Semaphore(min(self.max_agents, self.max_runs))
         self._in_flight: dict[str, _InFlight] = {}
@@ -228,8 +238,7 @@ class Node:
             async with trio.open_nursery() as services:
                 services.start_soon(self._keep_alive)
                 services.start_soon(self._listen, listener)
-                if self.event_log is not None:
-                    services.start_soon(expire_events, self.store, self.event_log)
+                services.start_soon(expire_ended, self.store, self.event_log, self.result_retention)
                 async with trio.open_nursery() as runs:
                     with claiming:
                         await self._claim_runs(runs)

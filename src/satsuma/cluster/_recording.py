@@ -29,6 +29,7 @@ import trio
 from .._exceptions import StoreError
 from ..agents import AgentEvent, OutputDelta, RunEnd, TextDelta, ThinkingDelta
 from ..store import PostgresStore
+from ..store._postgres_retention import expire_queue
 from ..store._queue import QueuedRun
 from ..store._run_events import (
     KIND_CHATTER,
@@ -41,7 +42,7 @@ from ..store._run_events import (
 from ..tools import NestedEvent, ToolProgress, ToolUpdate
 from ._events import RunResumed, encode_event
 
-__all__ = ["EventLog", "RunRecorder", "expire_events"]
+__all__ = ["EventLog", "RunRecorder", "expire_ended"]
 
 logger = logging.getLogger("satsuma.cluster")
 
@@ -85,7 +86,8 @@ class EventLog:
         flush_interval: Seconds an event may wait before it is written; a tool or turn
             boundary writes at once.
         retention: Seconds a run's events are kept after it ended; nodes delete older
-            ones about once a minute. The run's result stays in the queue.
+            ones about once a minute. They go earlier with the run's row in the queue
+            (``Node(result_retention=...)``, an hour by default) when that is shorter.
 
     Raises:
         ValueError: a bound is below 1, or a time is not positive.
@@ -288,12 +290,17 @@ def _size(entry: _Pending) -> int:
     return len(entry[1])
 
 
-async def expire_events(store: PostgresStore, log: EventLog) -> None:
-    """Delete, about once a minute (or each ``retention``, if shorter), the events of
-    runs that ended more than ``retention`` seconds ago. Runs until cancelled."""
+async def expire_ended(store: PostgresStore, log: EventLog | None, result_retention: float) -> None:
+    """Delete, about once a minute (or more often, if a retention is shorter), the
+    queue's runs that ended more than ``result_retention`` seconds ago with their
+    events, and the events of runs that ended more than ``log.retention`` ago. Runs
+    until cancelled."""
+    retentions = [result_retention] if log is None else [result_retention, log.retention]
     while True:
-        await trio.sleep(min(log.retention, _EXPIRY_PERIOD))
+        await trio.sleep(min(*retentions, _EXPIRY_PERIOD))
         try:
-            await purge_ended(store, older_than=log.retention)
+            await expire_queue(store, result_retention)
+            if log is not None:
+                await purge_ended(store, older_than=log.retention)
         except StoreError:
-            logger.warning("could not delete expired run events", exc_info=True)
+            logger.warning("could not delete the queue's expired runs and events", exc_info=True)

@@ -1,5 +1,6 @@
 """What ``satsuma cluster status`` shows: the nodes, the agents' leases, the queue's
-depth and the runs in flight of a cluster's PostgreSQL database, read in one snapshot.
+depth, the runs in flight and the size of each table of a cluster's PostgreSQL
+database, read in one snapshot.
 
 Read-only, and apart from the queue (``_queue``) on purpose: it only reads the tables
 that the nodes and the clients write. Ages and expiries are computed on the database's
@@ -18,10 +19,29 @@ from ._postgres import PostgresStore
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["ClusterStatus", "InFlightRun", "LeaseStatus", "NodeStatus", "cluster_status"]
+__all__ = [
+    "ClusterStatus",
+    "InFlightRun",
+    "LeaseStatus",
+    "NodeStatus",
+    "TableSize",
+    "cluster_status",
+]
 
 _NOW: Final = "extract(epoch from clock_timestamp())::float8"
 QUEUE_STATUSES: Final = ("queued", "claimed", "running", "completed", "failed", "cancelled")
+# satsuma's tables, in the order the status lists them.
+TABLES: Final = (
+    "messages",
+    "runs",
+    "tool_calls",
+    "approvals",
+    "leases",
+    "run_queue",
+    "run_events",
+    "run_event_streams",
+    "nodes",
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -76,6 +96,16 @@ class InFlightRun:
 
 
 @attrs.frozen(kw_only=True)
+class TableSize:
+    """One of satsuma's tables: its rows (counted) and what it takes on disk, with its
+    indexes and TOAST data (``pg_total_relation_size``, in bytes)."""
+
+    name: str
+    rows: int
+    bytes: int
+
+
+@attrs.frozen(kw_only=True)
 class ClusterStatus:
     """One snapshot of a cluster. ``leases`` and ``in_flight`` are the first ``limit``
     of ``leases_held`` and ``in_flight_count``; ``queue`` counts runs by agent name and
@@ -87,6 +117,7 @@ class ClusterStatus:
     queue: dict[str, dict[str, int]]
     in_flight: tuple[InFlightRun, ...]
     in_flight_count: int
+    tables: tuple[TableSize, ...] = ()
 
 
 async def cluster_status(store: PostgresStore, *, limit: int = 20) -> ClusterStatus:
@@ -161,7 +192,23 @@ async def cluster_status(store: PostgresStore, *, limit: int = 20) -> ClusterSta
                 (limit,),
             ).fetchall()
         )
+        # Counted, not estimated (pg_class.reltuples lags until the next ANALYZE): a
+        # count reads the table, which the status of a cluster can afford.
+        tables = tuple(
+            TableSize(name=name, rows=count, bytes=size)
+            for name, count, size in (
+                _one(
+                    db.execute(
+                        f"SELECT %s, (SELECT count(*) FROM {name}), "
+                        "pg_total_relation_size(%s::regclass)",
+                        (name, name),
+                    )
+                )
+                for name in TABLES
+            )
+        )
         return ClusterStatus(
+            tables=tables,
             nodes=nodes,
             leases=leases,
             leases_held=leases_held,

@@ -1,0 +1,76 @@
+"""``satsuma store prune``: the retention policy applied from the command line, on a
+SQLite file or a PostgreSQL database (``Store.prune``).
+
+A mistake (a file that is not there, an unknown URL scheme, a database that cannot be
+reached) is a ``CommandError``: one line, exit status 2. A store that fails part-way is
+a StoreError (exit status 1); the batches deleted before it stay deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import trio
+from rich.console import Console
+
+from ._commands import CommandError
+from ._exceptions import StoreError
+from .store import PostgresStore, SQLiteStore
+
+__all__ = ["prune_store"]
+
+
+def _named(where: str) -> tuple[PostgresStore | SQLiteStore, str]:
+    """The store ``--store`` names (a postgresql:// URL, or a SQLite file that exists:
+    pruning creates nothing), and where it is as a person reads it (no password)."""
+    scheme, separator, _ = where.partition("://")
+    if separator:
+        if scheme.lower() not in ("postgresql", "postgres"):
+            # The URL of another database may hold a password: show only its scheme.
+            raise CommandError(
+                "--store must be a SQLite file or a PostgreSQL database "
+                f"(postgresql://USER@HOST/DBNAME), got a {scheme}:// URL"
+            )
+        from ._cluster_commands import cluster_store
+
+        store = cluster_store(where)
+        return store, store.location
+    if not Path(where).is_file():
+        raise CommandError(f"no such store: {where}")
+    return SQLiteStore(where), where
+
+
+async def prune_store(
+    where: str, older_than: float, *, conversations: bool, dry_run: bool, console: Console
+) -> int:
+    """Prune the store at ``where`` (a path or a URL) and print what went, by table."""
+    store, location = _named(where)
+    try:
+        try:
+            await store.open()
+        except StoreError as error:
+            raise CommandError(str(error)) from None
+        report = await store.prune(
+            older_than=older_than, conversations=conversations, dry_run=dry_run
+        )
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+    cut = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report.cut))
+    what = "ended runs and conversations idle" if conversations else "runs that ended"
+    lines = [f"{location}: {what} before {cut}"]
+    counts = report.counts()
+    if isinstance(store, SQLiteStore):  # no queue, no events: a cluster's tables
+        del counts["run_queue"], counts["run_events"]
+    width = max(map(len, counts))
+    lines += [f"  {table.ljust(width)}  {count}" for table, count in counts.items()]
+    rows = sum(count for table, count in counts.items() if table != "conversations")
+    verb = "would delete" if dry_run else "deleted"
+    lines.append(
+        f"{verb} {rows} row{'' if rows == 1 else 's'}"
+        + (" (dry run: nothing was deleted)" if dry_run else "")
+    )
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    return 0
