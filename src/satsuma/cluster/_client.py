@@ -179,7 +179,9 @@ class Cluster:
         recorded them, from the run's beginning (or from ``start``, an
         ``EventStream.position`` kept from an earlier stream), ending with ``RunEnd``
         once the run has ended, however it ended. A run that ended already replays its
-        events (while its nodes keep them, see ``EventLog``), then its ``RunEnd``.
+        events (while its nodes keep them, see ``EventLog``), then its ``RunEnd``; one
+        that has left the queue (``Node(result_retention=...)``, an hour after it
+        ended by default) is unknown here, as ``result`` reads it from its run record.
 
         The stream also has two events of its own: ``RunResumed`` where another node
         took the run over, and ``EventsDropped`` where events are missing (the run
@@ -190,7 +192,7 @@ class Cluster:
         early.
 
         Raises:
-            ValueError: (when iterated) no run has this id.
+            ValueError: (when iterated) no run has this id in the queue.
             StoreError: (when iterated) the queue could not be read.
         """
         if start < 0:
