@@ -30,8 +30,9 @@ __all__ = [
 # or be running (an interrupted run's journal is what a resume reuses).
 LIVE_STATUSES: Final = ("running", "interrupted", "awaiting_approval")
 
-# Rows deleted per transaction: each batch holds its locks for milliseconds, so agents
-# and nodes writing meanwhile wait at most that long.
+# Runs (or agents) deleted per transaction: a batch holds its locks for tens of
+# milliseconds (benchmarks/retention.py), so agents and nodes writing meanwhile wait at
+# most that long, never for the whole prune.
 PRUNE_BATCH: Final = 500
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
