@@ -133,7 +133,14 @@ def test_the_command_prints_only_through_the_terminal_module() -> None:
     # say() and show() make text visible and turn markup off: a print beside them would
     # be a way round. The command's modules, and the live view, print nothing else.
     source = Path(satsuma.__file__).parent
-    modules = ["cli.py", "_commands.py", "_cluster_commands.py", "_live.py", "_demo.py"]
+    modules = [
+        "cli.py",
+        "_commands.py",
+        "_cluster_commands.py",
+        "_store_commands.py",
+        "_live.py",
+        "_demo.py",
+    ]
     for name in modules:
         tree = ast.parse((source / name).read_text(encoding="utf-8"))
         for node in ast.walk(tree):

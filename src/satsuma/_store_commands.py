@@ -9,36 +9,26 @@ a StoreError (exit status 1); the batches deleted before it stay deleted.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import trio
 from rich.console import Console
 
-from ._commands import CommandError
+from ._command_error import CommandError
 from ._exceptions import StoreError
-from .store import PostgresStore, SQLiteStore
+from ._store_option import store_option
+from ._terminal import say
+from .store import SQLiteStore, Store
 
 __all__ = ["prune_store"]
 
 
-def _named(where: str) -> tuple[PostgresStore | SQLiteStore, str]:
-    """The store ``--store`` names (a postgresql:// URL, or a SQLite file that exists:
-    pruning creates nothing), and where it is as a person reads it (no password)."""
-    scheme, separator, _ = where.partition("://")
-    if separator:
-        if scheme.lower() not in ("postgresql", "postgres"):
-            # The URL of another database may hold a password: show only its scheme.
-            raise CommandError(
-                "--store must be a SQLite file or a PostgreSQL database "
-                f"(postgresql://USER@HOST/DBNAME), got a {scheme}:// URL"
-            )
-        from ._cluster_commands import cluster_store
-
-        store = cluster_store(where)
-        return store, store.location
-    if not Path(where).is_file():
-        raise CommandError(f"no such store: {where}")
-    return SQLiteStore(where), where
+def _named(where: str) -> tuple[Store, str]:
+    """The store ``--store`` names (read as every command reads it; a SQLite file must
+    exist: pruning creates nothing), and where it is as a person reads it."""
+    option = store_option(where)
+    if not option.postgres and not option.path.is_file():
+        raise CommandError(f"no such store: {option.shown}")
+    return option.make(), option.shown
 
 
 async def prune_store(
@@ -72,5 +62,5 @@ async def prune_store(
         + (" (dry run: nothing was deleted)" if dry_run else "")
     )
     for line in lines:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        say(console, line)
     return 0
