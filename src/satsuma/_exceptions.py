@@ -12,7 +12,9 @@ The hierarchy::
     ├── AgentCrashed           the agent crashed while serving this call
     ├── StoreError             the store cannot be opened, read or written (names the file)
     │   ├── StoreUnavailable   the database cannot be reached now, or did not answer in time
-    │   └── LeaseLost          a write under a lease this process no longer holds was refused
+    │   ├── LeaseLost          a write under a lease this process no longer holds was refused
+    │   ├── StoreUnreadable    a corrupt file, a row that does not decode, or a newer schema
+    │   └── StoreClosed        the store was closed: no call on it succeeds any more
     ├── RunNotAwaitingApproval resume with decisions, on a run no longer paused (also a ValueError)
     ├── NoOutput               ``result.output`` of a typed run that did not complete (no answer)
     ├── MCPServerError         an MCP server could not start, or exited under ``serve``
@@ -236,8 +238,14 @@ class SupervisorFailed(SatsumaError):
 
 
 class StoreError(SatsumaError):
-    """The store cannot do what was asked: its file is corrupt, not writable, of a newer
-    schema, or the disk is full. What was committed before stays committed.
+    """The store cannot do what was asked. What was committed before stays committed.
+
+    ``except StoreError`` catches every store failure. Its subclasses say what the
+    caller does next: :class:`StoreUnavailable` (try again later), :class:`LeaseLost`
+    (stop serving the agent), :class:`StoreUnreadable` (a person must repair, restore or
+    upgrade; retrying does not help) and :class:`StoreClosed` (this store object is done).
+    A plain ``StoreError`` is any other refusal: the file or database cannot be written
+    (permissions, a full disk), an agent is held by another live owner, a misuse.
 
     Attributes:
         location: The store's file (or another description of where it is).
@@ -261,6 +269,20 @@ class LeaseLost(StoreError):
     """A write under a lease that this process no longer holds was refused: another
     owner took the agent (its epoch is newer). The write did not happen; the caller stops
     serving the agent rather than retry.
+    """
+
+
+class StoreUnreadable(StoreError):
+    """The store holds what this satsuma cannot read: the file is not a database or is
+    corrupt, a stored row does not decode (the message names it; nothing is guessed in
+    its place), or the schema is newer than this version knows. Retrying does not help:
+    a person repairs or restores the data, or upgrades satsuma.
+    """
+
+
+class StoreClosed(StoreError):
+    """This store object can no longer be used: it was closed (``aclose``). Every later
+    call raises it too; the caller stops. Open a new store to go on.
     """
 
 

@@ -62,7 +62,7 @@ async def run_recorded_but_not_queued(
         async with satsuma.open_agent(
             Scorer, model=ScriptedModel(replies), store=store, agent_id=agent_id
         ) as agent:
-            ran = await run_with_id(agent, "Score it", queued_run.run_id)
+            ran, _ = await run_with_id(agent, "Score it", queued_run.run_id)
         assert ran.run_id == queued_run.run_id
         # The node asks no model: the run has ended.
         node = Node(store, agents=[Scorer], name="n1", model=ScriptedModel([]), poll_interval=0.2)

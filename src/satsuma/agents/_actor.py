@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from .. import _telemetry
-from .._exceptions import AgentCrashed, AgentUnavailable
+from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
 from .._messages import Message, Usage
 from ..store import Owner, PendingApproval, RunRecord, Store
 from ..tools import Approve, Approver, Deny
@@ -71,6 +71,9 @@ class Job:
     # The requester's OpenTelemetry context: the run happens in the agent's task, and its
     # span is the child of the caller's span (a tool's, for a sub-agent), not the agent's.
     trace_context: Context | None = attrs.Factory(_telemetry.current_context)
+    # The store's error that failed the run, if one did: what a cluster's node decides
+    # on by its type (try again later, or let the failure stand).
+    store_error: StoreError | None = None
 
     def abandon(self) -> None:
         """The caller is gone (or asked to cancel): stop the run, or never start it."""

@@ -16,7 +16,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar, final, overload
 import attrs
 import trio
 
-from .._exceptions import AgentCrashed, AgentUnavailable
+from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
 from .._messages import Message
 from ..store import PendingApproval, RunRecord, Store
 from ..tools import Approve, Approver, Deny, PendingCall
@@ -30,7 +30,7 @@ from ._output import compile_output
 from ._persist import own_answer, stored_result
 from ._result import OutputT, RunResult
 
-__all__ = ["AgentHandle", "Target", "open_agent", "run_with_id"]
+__all__ = ["AgentHandle", "Target", "open_agent", "resume_with_id", "run_with_id"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -218,6 +218,10 @@ class AgentHandle(Generic[OutputT]):
             # Checked, and the run claimed, by the agent's own task (see Actor._serve_job).
             job = Job(prompt="", run_id=run_id, sink=_callback_sink(events), decisions=decisions)
             return await self._serve(job)
+        return await self._serve(await self._resume_job(run_id, events))
+
+    async def _resume_job(self, run_id: str, events: Callable[[AgentEvent], object] | None) -> Job:
+        """The job that resumes an interrupted run, once checked (see ``resume``)."""
         actor = await self._target.acquire()
         if actor.persistence is None:
             raise ValueError(f"agent {self.name} has no store: only a stored run can be resumed")
@@ -238,8 +242,7 @@ class AgentHandle(Generic[OutputT]):
             raise ValueError(f"run {run_id} can no longer be resumed: a later run went past it")
         # One whose end was lost after later runs went past it: it must have its answer.
         own_answer(record, await actor.persistence.store.runs(actor.agent_id), actor.history)
-        job = Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
-        return await self._serve(job)
+        return Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
 
     def check_edit(self, call: PendingCall | PendingApproval, input: Mapping[str, Any]) -> None:
         """Check ``input`` as an edit of a pending call, as ``resume`` will check an
@@ -419,12 +422,32 @@ async def run_with_id(
     run_id: str,
     *,
     events: Callable[[AgentEvent], object] | None = None,
-) -> RunResult[Any]:
+) -> tuple[RunResult[Any], StoreError | None]:
     """``handle.run(prompt, events=events)`` under a run id the caller chose: a cluster's
     queued run keeps its id in the agent's own records, so that a node taking it over
-    after a failover finds the run (and its journal) by that id."""
+    after a failover finds the run (and its journal) by that id.
+
+    Returns the result, and the store's error that failed the run (None if the run did
+    not fail on the store): a node decides by its type whether the failure stands.
+    """
     _check_prompt(prompt)
-    return await handle._serve(Job(prompt=prompt, run_id=run_id, sink=_callback_sink(events)))
+    job = Job(prompt=prompt, run_id=run_id, sink=_callback_sink(events))
+    return await handle._serve(job), job.store_error
+
+
+async def resume_with_id(
+    handle: AgentHandle[Any],
+    run_id: str,
+    *,
+    events: Callable[[AgentEvent], object] | None = None,
+) -> tuple[RunResult[Any], StoreError | None]:
+    """``handle.resume(run_id, events=events)``, returning what ``run_with_id`` returns.
+
+    Raises:
+        ValueError: as ``resume`` (the run cannot be resumed).
+    """
+    job = await handle._resume_job(run_id, events)
+    return await handle._serve(job), job.store_error
 
 
 @final

@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from .. import _telemetry
-from .._exceptions import ModelError, StoreError
+from .._exceptions import LeaseLost, ModelError, StoreClosed, StoreError
 from .._messages import Message, Usage
 from ..store import PendingApproval
 from ..tools import PendingCall, ToolCall, ToolOutcome, format_results
@@ -298,9 +298,15 @@ class _Run:
         with self.job.scope, trio.CancelScope(deadline=deadline) as deadline_scope:
             try:
                 status, error = await self._begin_and_loop()
+            except (LeaseLost, StoreClosed):
+                # No later write of this agent can succeed (another owner has it, or the
+                # store is done): the agent stops, rather than go on serving runs whose
+                # writes are refused or lost. Its callers get AgentCrashed naming this.
+                raise
             except StoreError as exc:
                 # What was committed stays; the run ends here with the store's reason.
                 status, error = "failed", str(exc)
+                self.job.store_error = exc
                 self._answer_pending("the run failed on a store error")
         if self.job.scope.cancelled_caught:
             status, error = "cancelled", None

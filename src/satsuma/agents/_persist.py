@@ -12,7 +12,7 @@ from typing import Any, cast
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import LeaseLost, StoreClosed, StoreError
 from .._messages import Message, Usage
 from ..store import (
     ApprovalDecision,
@@ -230,7 +230,7 @@ class Persistence:
             self.agent_id,
             what,
         )
-        raise StoreError(
+        raise LeaseLost(
             f"agent {self.agent_id}",
             f"this incarnation was replaced by a newer one; its write ({what}) was refused",
         )
@@ -268,6 +268,9 @@ class Persistence:
         """Renew the lease every third of its time, until cancelled.
 
         Raises:
+            LeaseLost: another owner has taken the agent: the agent stops at once.
+            StoreClosed: the store was closed, or its file went away: no renewal can
+                succeed, the agent stops at once.
             StoreError: it could not be renewed before it expired (another owner may
                 have taken the agent): the agent stops.
         """
@@ -278,6 +281,8 @@ class Persistence:
                 return
             try:
                 self.lease = await self.store.renew_lease(lease, seconds=self.lease_seconds)
+            except (LeaseLost, StoreClosed):
+                raise  # no later try can succeed: waiting for the expiry would only delay
             except StoreError:
                 if time.time() >= lease.expires_at:
                     raise

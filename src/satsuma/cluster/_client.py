@@ -11,7 +11,7 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import StoreError, StoreUnavailable
 from ..agents import Agent, RunResult
 from ..agents._actor import new_run_id
 from ..agents._agent import spec_of
@@ -97,7 +97,9 @@ class Cluster:
         Raises:
             ValueError: no run has this id (in the queue, or as a run record).
             TimeoutError: the run had not ended after ``timeout`` seconds (it goes on).
-            StoreError: the queue could not be read at the start.
+            StoreError: the queue could not be read at the start; or, later, any store
+                error but StoreUnavailable (the store was closed: StoreClosed; the run's
+                row does not decode: StoreUnreadable).
         """
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         # Listening before the first read: an end committed after it is heard. The
@@ -113,7 +115,9 @@ class Cluster:
                 try:
                     found = await queue.outcome(self.store, run_id)
                 except StoreError as exc:
-                    if not known:
+                    # Only a database that is away is waited for: a closed store, or a
+                    # row that does not decode, stays so however long one waits.
+                    if not known or not isinstance(exc, StoreUnavailable):
                         raise
                     logger.warning("waiting for run %s, the database is away: %s", run_id, exc)
                     await self._wait_for(run_id, subscription, deadline, timeout)

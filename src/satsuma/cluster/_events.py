@@ -23,7 +23,7 @@ import attrs
 import cattrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import StoreError, StoreUnavailable
 from ..agents import (
     AgentEvent,
     ModelRetry,
@@ -332,8 +332,9 @@ class EventStream:
     async def _lost(self, exc: StoreError) -> None:
         """A read failed. Before the run was found, that is the caller's error; after,
         the database is away (a restart, a failover): the stream waits and reads again
-        every poll interval, as ``Cluster.result`` does, rather than ending."""
-        if not self._found:
+        every poll interval, as ``Cluster.result`` does, rather than ending. Any other
+        store error (a closed store, a row that does not decode) ends the stream."""
+        if not self._found or not isinstance(exc, StoreUnavailable):
             raise exc
         if not self._away:
             self._away = True

@@ -26,10 +26,17 @@ from typing import Any, Final, Literal, final
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import (
+    AgentCrashed,
+    LeaseLost,
+    StoreClosed,
+    StoreError,
+    StoreUnavailable,
+    StoreUnreadable,
+)
 from ..agents import Agent, AgentHandle, Model, RunResult, open_agent
 from ..agents._agent import spec_of
-from ..agents._handle import run_with_id
+from ..agents._handle import resume_with_id, run_with_id
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
@@ -185,6 +192,8 @@ class Node:
 
         Raises:
             StoreError: the database cannot be reached at start.
+            StoreClosed: the store was closed under the node: it stops, since nothing
+                it does can be written any more.
         """
         await self.store.open()
         listener = Listener(self.store.dsn, [queue.QUEUED_CHANNEL, queue.CANCEL_CHANNEL])
@@ -195,14 +204,21 @@ class Node:
             # short; the drain's deadline is this scope's.
             work = trio.CancelScope(shield=True)
             claiming = trio.CancelScope()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._work, work, claiming, listener)
-                task_status.started()
-                try:
-                    await trio.sleep_forever()
-                finally:
-                    claiming.cancel()
-                    work.deadline = min(work.deadline, trio.current_time() + self.drain_timeout)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._work, work, claiming, listener)
+                    task_status.started()
+                    try:
+                        await trio.sleep_forever()
+                    finally:
+                        claiming.cancel()
+                        work.deadline = min(work.deadline, trio.current_time() + self.drain_timeout)
+            except BaseExceptionGroup as group:
+                # A closed store stops every task of the node at once: it is one error.
+                closed, rest = group.split(StoreClosed)
+                if closed is None or (rest is not None and rest.split(trio.Cancelled)[1]):
+                    raise
+                raise _first_leaf(closed) from None
         finally:
             listener.close()
             with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
@@ -255,6 +271,8 @@ class Node:
             node_id = self.node_id
             try:
                 run = await queue.claim(self.store, node_id, names)
+            except StoreClosed:
+                raise
             except StoreError:
                 logger.warning("node %s: could not claim runs", self.name, exc_info=True)
                 run = None
@@ -289,6 +307,8 @@ class Node:
             await trio.sleep(self.lease_seconds / 3)
             try:
                 await self._beat()
+            except StoreClosed:
+                raise
             except StoreError:
                 logger.warning("node %s: heartbeat failed", self.name, exc_info=True)
 
@@ -318,6 +338,8 @@ class Node:
             await self._cancel(run_id)
         try:
             requeued = await queue.sweep(self.store, lock_timeout=self.lease_seconds / 3)
+        except StoreClosed:
+            raise
         except StoreError as exc:
             # Rows held by a node paused mid-transaction, say: the next beat tries again.
             logger.warning("node %s: could not look for dead nodes: %s", self.name, exc)
@@ -339,6 +361,8 @@ class Node:
 
     async def _attempt(self, run: QueuedRun, entry: _InFlight) -> None:
         result: RunResult | None = None
+        # The store's error that failed the run, if one did: its type decides (below).
+        store_error: StoreError | None = None
         handed_back = False
         node_id = entry.node_id
         try:
@@ -356,38 +380,53 @@ class Node:
                 if entry.cancel_requested:
                     result = RunResult(run_id=run.run_id, output="", status="cancelled")
                 elif self.event_log is None:
-                    result = await self._run(handle, run, None)
+                    result, store_error = await self._run(handle, run, None)
                 else:
                     recorder = RunRecorder(self.store, run, node_id, self.name, self.event_log)
                     # Its last events are written before its result (_finish, below).
                     async with recorder.recording():
-                        result = await self._run(handle, run, recorder)
+                        result, store_error = await self._run(handle, run, recorder)
+        except StoreClosed:
+            raise  # the node stops (serve): nothing it does can be written any more
         except StoreError as exc:
             if result is not None:
                 # Closing the agent failed after its run ended: the result stands.
                 logger.warning(
                     "node %s: closing the agent of run %s: %s", self.name, run.run_id, exc
                 )
-            elif run.attempts >= _MAX_ATTEMPTS:
+            elif isinstance(exc, StoreUnreadable) or run.attempts >= _MAX_ATTEMPTS:
+                # Its conversation or records cannot be read: no later attempt can either.
                 result = failed_result(run.run_id, f"its agent could not be opened: {exc}")
             else:
                 # Its agent could not be opened: held by another owner (a node that died
                 # on another host, before its lease expired) or the store is away. Later.
                 logger.warning("node %s: run %s handed back: %s", self.name, run.run_id, exc)
                 handed_back = await self._hand_back(run, node_id, "keep", _HELD_ELSEWHERE_DELAY)
+        except AgentCrashed as exc:
+            if isinstance(exc.cause, StoreClosed):
+                raise exc.cause from exc
+            if isinstance(exc.cause, LeaseLost):
+                # Another owner took the agent mid-run (this node was counted dead, or
+                # the lease lapsed while the database was away): the run is not failed;
+                # it goes back to the queue, and whoever claims it resumes it.
+                logger.warning(
+                    "node %s: run %s stopped, its agent's lease was lost: %s",
+                    self.name,
+                    run.run_id,
+                    exc.cause,
+                )
+                result, store_error = None, exc.cause
+            elif result is None:
+                result = failed_result(run.run_id, f"the agent crashed: {exc}")
         except Exception as exc:
             if result is None:
                 result = failed_result(run.run_id, f"the agent crashed: {exc}")
         finally:
-            if (
-                result is not None
-                and result.status == "failed"
-                and not entry.lost
-                and await self._failed_for_the_store(run)
-            ):
-                # The database went away under the run (its writes failed, so did the
-                # record of its end): not the run's failure. It goes back to the queue
-                # once the database is back, and is resumed from its journal.
+            if result is not None and isinstance(store_error, StoreUnavailable) and not entry.lost:
+                # The database went away under the run (a write failed): not the run's
+                # failure. It goes back to the queue, and is resumed from its journal by
+                # whichever node claims it once the database is back. Any other store
+                # error (a row that does not decode, a refused write) is the run's end.
                 logger.warning(
                     "node %s: run %s stopped, the database is away (%s); it goes on when "
                     "the database is back",
@@ -396,20 +435,23 @@ class Node:
                     result.error,
                 )
                 result = None
-                handed_back = await self._hand_back(run, node_id, "keep", 0.0)
             if entry.lost:
                 # Another node has the run (and its agent) now: nothing here is written.
                 result, handed_back = None, True
             if result is None and not handed_back:
-                # Cancelled (the drain's deadline) before it ended: another node goes on.
-                await self._hand_back(run, node_id, "auto", 0.0)
+                # Cancelled (the drain's deadline) before it ended, or stopped on the
+                # store: another node goes on.
+                await self._hand_back(
+                    run, node_id, "keep" if store_error is not None else "auto", 0.0
+                )
         if result is not None:
             await self._finish(run, node_id, result)
 
     async def _run(
         self, handle: AgentHandle, run: QueuedRun, events: RunRecorder | None
-    ) -> RunResult:
-        """Run the queued run, or go on with it where an earlier attempt stopped."""
+    ) -> tuple[RunResult, StoreError | None]:
+        """Run the queued run, or go on with it where an earlier attempt stopped; with
+        the store's error that failed it, if one did."""
         record = await self.store.get_run(run.run_id)
         if record is None:
             return await run_with_id(handle, run.prompt, run.run_id, events=events)
@@ -417,25 +459,13 @@ class Node:
             # A node died (or handed it back) mid-run: finished calls keep their
             # journaled outcomes, in-doubt ones re-run only when idempotent.
             try:
-                return await handle.resume(run.run_id, events=events)
+                return await resume_with_id(handle, run.run_id, events=events)
             except ValueError as exc:
-                return failed_result(run.run_id, str(exc))
+                return failed_result(run.run_id, str(exc)), None
         # Its agent recorded its end; the queue never heard of it. Its answer is read by
         # its class's output type, as the run's own end would have written it.
         output = spec_of(self._classes[run.agent_name]).output
-        return result_from_record(record, handle.history, output)
-
-    async def _failed_for_the_store(self, run: QueuedRun) -> bool:
-        """Whether a run that ended ``failed`` failed because the database was away:
-        it is away now, or the agent could not record the run's end (it records a real
-        failure, and a run it could not resume stays ``interrupted``)."""
-        with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
-            try:
-                record = await self.store.get_run(run.run_id)
-            except StoreError:
-                return True
-            return record is not None and record.status == "running"
-        return True
+        return result_from_record(record, handle.history, output), None
 
     async def _hand_back(
         self, run: QueuedRun, node_id: str, agent_record: Literal["keep", "auto"], delay: float
@@ -465,6 +495,8 @@ class Node:
             with trio.move_on_after(_STOP_WRITE_SECONDS, shield=True):
                 try:
                     return await write()
+                except StoreClosed:
+                    raise  # no later try can succeed
                 except StoreError as exc:
                     logger.warning(
                         "node %s: could not %s (try %d; again in %gs): %s",
@@ -507,3 +539,8 @@ class Node:
                 self.name,
                 run.run_id,
             )
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

@@ -2,8 +2,10 @@
 of them for how long (``Store.prune``)."""
 
 from .._exceptions import LeaseLost as LeaseLost
+from .._exceptions import StoreClosed as StoreClosed
 from .._exceptions import StoreError as StoreError
 from .._exceptions import StoreUnavailable as StoreUnavailable
+from .._exceptions import StoreUnreadable as StoreUnreadable
 from ._base import Store as Store
 from ._lease import Lease as Lease
 from ._lease import Owner as Owner
@@ -37,6 +39,8 @@ __all__ = [
     "RunRecordStatus",
     "SQLiteStore",
     "Store",
+    "StoreClosed",
     "StoreError",
     "StoreUnavailable",
+    "StoreUnreadable",
 ]

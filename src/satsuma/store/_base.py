@@ -28,9 +28,13 @@ class Store(Protocol):
     first use; ``open`` opens it early (to see a bad file at start), ``aclose`` closes it.
     Implementations raise ``StoreError`` with a clear message for anything that goes
     wrong, and never leave a half-written change behind (each call is one transaction).
+    Its subclass says what the caller does next: ``StoreUnavailable`` (the database is
+    away or busy: try again later), ``LeaseLost`` (below: stop serving the agent),
+    ``StoreUnreadable`` (a corrupt file or row, or a newer schema: a person must look)
+    and ``StoreClosed`` (closed: this store is done).
 
     Ownership (see ``satsuma.store._lease``): an agent's writes carry its ``lease``; a
-    store refuses (``StoreError``) a write whose lease is no longer the agent's current
+    store refuses (``LeaseLost``) a write whose lease is no longer the agent's current
     one. A write without a lease is not checked (tools and tests writing directly).
     """
 
@@ -52,7 +56,7 @@ class Store(Protocol):
         """Push the lease's expiry ``seconds`` ahead.
 
         Raises:
-            StoreError: the lease is no longer the agent's current one.
+            LeaseLost: the lease is no longer the agent's current one.
         """
         ...
 
@@ -66,7 +70,7 @@ class Store(Protocol):
         """The agent's conversation, oldest first (empty for an unknown agent).
 
         Raises:
-            StoreError: a stored message cannot be read (it names the agent and the
+            StoreUnreadable: a stored message cannot be read (it names the agent and the
                 message); nothing is guessed.
         """
         ...

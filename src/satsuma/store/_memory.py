@@ -11,7 +11,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import LeaseLost, StoreError
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
 from ._records import (
@@ -61,7 +61,7 @@ class MemoryStore:
         if holder is not None and holder.owner_id == lease.owner.owner_id and epoch == lease.epoch:
             return
         now = "no one holds it now" if holder is None else f"{owner_text(holder)} holds it now"
-        raise StoreError(
+        raise LeaseLost(
             "in memory",
             f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
             f"{lease.epoch}) was refused; {now} (epoch {epoch})",

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import LeaseLost, StoreClosed, StoreError, StoreUnavailable, StoreUnreadable
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
 from ._records import (
@@ -337,15 +337,15 @@ class PostgresStore:
         """Connect and bring the schema up to date now (it is done on first use
         otherwise), so that a bad DSN or an unreachable server is reported at start."""
         async with self._opening:
+            if self._closed:
+                raise StoreClosed(self.location, "the store is closed")
             if self._opened:
                 return
-            if self._closed:
-                raise StoreError(self.location, "the store is closed")
             await trio.to_thread.run_sync(self._prepare, limiter=self._limiter)
             self._opened = True
 
     async def aclose(self) -> None:
-        """Close the store's connections. Calls made after fail with StoreError; a call
+        """Close the store's connections. Calls made after fail with StoreClosed; a call
         in flight finishes, and its connection is closed after it."""
         async with self._opening:
             with self._idle_lock:
@@ -374,14 +374,12 @@ class PostgresStore:
             )
             connection.prepare_threshold = self._prepare_threshold
         except psycopg.Error as exc:
-            raise StoreError(
-                self.location, f"cannot reach the database ({_first_line(exc)})"
-            ) from exc
+            raise _refused_connection(self.location, exc) from exc
         try:
             _limit_transactions(connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
             connection.close()
-            raise StoreError(
+            raise StoreUnavailable(
                 self.location, f"cannot reach the database ({_first_line(exc)})"
             ) from exc
         return connection
@@ -392,7 +390,7 @@ class PostgresStore:
         while not fresh:
             with self._idle_lock:
                 if self._closed:
-                    raise StoreError(self.location, "the store is closed")
+                    raise StoreClosed(self.location, "the store is closed")
                 if not self._idle:
                     break
                 connection = self._idle.pop()
@@ -400,7 +398,7 @@ class PostgresStore:
                 return connection, True
             connection.close()
         if self._closed:
-            raise StoreError(self.location, "the store is closed")
+            raise StoreClosed(self.location, "the store is closed")
         return self._connect(), False
 
     def _checkin(self, connection: psycopg.Connection[Any]) -> None:
@@ -451,7 +449,7 @@ class PostgresStore:
                 row = connection.execute("SELECT max(version) FROM satsuma_schema").fetchone()
                 current = (row[0] if row else None) or 0
                 if current > SCHEMA_VERSION:
-                    raise StoreError(
+                    raise StoreUnreadable(
                         self.location,
                         f"its schema is version {current}, newer than this satsuma knows "
                         f"({SCHEMA_VERSION}); upgrade satsuma to use it",
@@ -464,9 +462,9 @@ class PostgresStore:
                     )
             _limit_transactions(connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
-            problem = _explain(exc, lost=connection.broken, committing=False)
+            error = _error(self.location, exc, lost=connection.broken, committing=False)
             connection.close()  # a store that did not open keeps nothing open
-            raise StoreError(self.location, problem) from exc
+            raise error from exc
         except BaseException:
             connection.close()
             raise
@@ -507,13 +505,12 @@ class PostgresStore:
                     # again, once, on a new connection; the other idle ones are stale too.
                     self._drop_idle()
                     continue
-                raise StoreError(
-                    self.location,
-                    _explain(exc, lost=connection.broken, committing=committing),
+                raise _error(
+                    self.location, exc, lost=connection.broken, committing=committing
                 ) from exc
             except Damaged as exc:
                 self._checkin(connection)
-                raise StoreError(
+                raise StoreUnreadable(
                     self.location, f"{exc}; nothing was guessed in its place"
                 ) from None
             except BaseException:
@@ -540,20 +537,20 @@ class PostgresStore:
 
     # --- ownership ----------------------------------------------------------------------
 
-    def _refusal(self, db: psycopg.Connection[Any], lease: Lease) -> StoreError:
+    def _refusal(self, db: psycopg.Connection[Any], lease: Lease) -> LeaseLost:
         row = db.execute(
             "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = %s",
             (lease.agent_id,),
         ).fetchone()
         return self._refused(lease, row)
 
-    def _refused(self, lease: Lease, row: tuple[Any, ...] | None) -> StoreError:
+    def _refused(self, lease: Lease, row: tuple[Any, ...] | None) -> LeaseLost:
         if row is None or row[0] is None:
             now = "no one holds it now"
         else:
             holder = Owner(owner_id=row[0], pid=row[1], host=row[2], process_start=row[3])
             now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
-        return StoreError(
+        return LeaseLost(
             self.location,
             f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
             f"{lease.epoch}) was refused; {now}",
@@ -992,6 +989,39 @@ def _close_all(connections: Sequence[psycopg.Connection[Any]]) -> None:
 
 def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split("\n", 1)[0].split()) or type(exc).__name__
+
+
+# SQLSTATEs after which the same call may succeed later: the server is starting,
+# stopping or out of connections (57P01-57P03, 53300, 53200), the connection failed
+# (class 08), or the call waited too long or lost a conflict (57014 a statement or lock
+# timeout, 55P03, 40001, 40P01).
+_TRY_LATER: Final = frozenset(
+    {"57P01", "57P02", "57P03", "53300", "53200", "57014", "55P03", "40001", "40P01"}
+)
+
+
+def _error(location: str, exc: psycopg.Error, *, lost: bool, committing: bool) -> StoreError:
+    """The StoreError for one of psycopg's, of the class that says what the caller does
+    next: try again later (the connection broke, the server is away, busy or timed the
+    call out) or read the message."""
+    problem = _explain(exc, lost=lost, committing=committing)
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if lost or sqlstate in _TRY_LATER or sqlstate.startswith("08"):
+        return StoreUnavailable(location, problem)
+    return StoreError(location, problem)
+
+
+def _refused_connection(location: str, exc: psycopg.Error) -> StoreError:
+    """A connection that could not be made: the server is away (StoreUnavailable), or it
+    refused this user or database (a plain StoreError: trying again does not help)."""
+    text = _first_line(exc)
+    lowered = text.lower()
+    if any(
+        refusal in lowered
+        for refusal in ("authentication failed", "does not exist", "no password", "pg_hba.conf")
+    ):
+        return StoreError(location, f"cannot reach the database ({text})")
+    return StoreUnavailable(location, f"cannot reach the database ({text})")
 
 
 def _explain(exc: psycopg.Error, *, lost: bool, committing: bool) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, TypeVar, final
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import LeaseLost, StoreClosed, StoreError, StoreUnavailable, StoreUnreadable
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
 from ._records import (
@@ -164,11 +164,11 @@ class SQLiteStore:
             if self._connection is not None:
                 return
             if self._closed:
-                raise StoreError(str(self.path), "the store is closed")
+                raise self._closed_error()
             self._connection = await trio.to_thread.run_sync(self._connect, limiter=self._limiter)
 
     async def aclose(self) -> None:
-        """Close the file. Calls made after fail with StoreError."""
+        """Close the file. Calls made after fail with StoreClosed."""
         async with self._opening:
             self._closed = True
             connection, self._connection = self._connection, None
@@ -201,14 +201,16 @@ class SQLiteStore:
             raise
         except sqlite3.DatabaseError as exc:
             connection.close()
-            raise StoreError(where, _explain(exc)) from exc
+            raise _error(where, exc) from exc
         return connection
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
         where = str(self.path)
         check = connection.execute("PRAGMA quick_check").fetchone()
         if check is None or check[0] != "ok":
-            raise StoreError(where, f"the database is corrupt (quick_check: {check and check[0]})")
+            raise StoreUnreadable(
+                where, f"the database is corrupt (quick_check: {check and check[0]})"
+            )
         mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode.lower() != "wal":
             raise StoreError(where, f"cannot use WAL mode (journal_mode stays {mode})")
@@ -222,7 +224,7 @@ class SQLiteStore:
             row = connection.execute("SELECT max(version) FROM satsuma_schema").fetchone()
             current = row[0] or 0
             if current > SCHEMA_VERSION:
-                raise StoreError(
+                raise StoreUnreadable(
                     where,
                     f"its schema is version {current}, newer than this satsuma knows "
                     f"({SCHEMA_VERSION}); upgrade satsuma to use it",
@@ -243,7 +245,7 @@ class SQLiteStore:
         def run() -> T:
             connection = self._connection
             if connection is None:
-                raise StoreError(str(self.path), "the store is closed")
+                raise self._closed_error()
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 try:
@@ -256,9 +258,9 @@ class SQLiteStore:
                         connection.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                raise StoreError(str(self.path), _explain(exc)) from exc
+                raise _error(str(self.path), exc) from exc
             except _Damaged as exc:
-                raise StoreError(
+                raise StoreUnreadable(
                     str(self.path), f"{exc}; nothing was guessed in its place"
                 ) from None
             return result
@@ -266,6 +268,9 @@ class SQLiteStore:
         # Not abandoned on cancel: a transaction is short, and it either commits whole or
         # not at all; waiting for it keeps the connection in one piece.
         return await trio.to_thread.run_sync(run, limiter=self._limiter)
+
+    def _closed_error(self) -> StoreClosed:
+        return StoreClosed(str(self.path), "the store is closed")
 
     # --- ownership ----------------------------------------------------------------------
 
@@ -281,7 +286,7 @@ class SQLiteStore:
         else:
             holder = Owner(owner_id=row[0], pid=row[1], host=row[2], process_start=row[3])
             now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
-        raise StoreError(
+        raise LeaseLost(
             str(self.path),
             f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
             f"{lease.epoch}) was refused; {now}",
@@ -666,10 +671,37 @@ class SQLiteStore:
         return report
 
 
+# SQLite's primary result codes (sqlite3.Error.sqlite_errorcode & 0xFF).
+_BUSY: Final = 5
+_LOCKED: Final = 6
+_CORRUPT: Final = 11
+_NOTADB: Final = 26
+
+
+def _error(where: str, exc: sqlite3.Error) -> StoreError:
+    """The StoreError for one of SQLite's, of the class that says what the caller does
+    next: wait (another connection held the lock for the whole busy timeout), have a
+    person look at the file (corrupt, or not a database), or read the message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = _explain(exc)
+    if primary in (_BUSY, _LOCKED):
+        return StoreUnavailable(where, text)
+    lowered = str(exc).lower()
+    if primary in (_CORRUPT, _NOTADB) or "not a database" in lowered or "malformed" in lowered:
+        return StoreUnreadable(where, text)
+    return StoreError(where, text)
+
+
 def _explain(exc: sqlite3.Error) -> str:
     """A clear sentence for SQLite's errors a user can cause."""
     text = str(exc)
     lowered = text.lower()
+    if "database is locked" in lowered or "database table is locked" in lowered:
+        return (
+            "another connection held the database's write lock for longer than the busy "
+            f"timeout (30 s); nothing of this change was written ({text})"
+        )
     if "not a database" in lowered or "malformed" in lowered:
         return f"the file is not a SQLite database, or is corrupt ({text})"
     if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:
