@@ -14,7 +14,7 @@ The hierarchy::
     │   ├── StoreUnavailable   the database cannot be reached now, or did not answer in time
     │   ├── LeaseLost          a write under a lease this process no longer holds was refused
     │   ├── StoreUnreadable    a corrupt file, a row that does not decode, or a newer schema
-    │   └── StoreClosed        the store was closed: no call on it succeeds any more
+    │   └── StoreClosed        closed, or its file was deleted or replaced while open
     ├── RunNotAwaitingApproval resume with decisions, on a run no longer paused (also a ValueError)
     ├── NoOutput               ``result.output`` of a typed run that did not complete (no answer)
     ├── MCPServerError         an MCP server could not start, or exited under ``serve``
@@ -281,8 +281,10 @@ class StoreUnreadable(StoreError):
 
 
 class StoreClosed(StoreError):
-    """This store object can no longer be used: it was closed (``aclose``). Every later
-    call raises it too; the caller stops. Open a new store to go on.
+    """This store object can no longer be used: it was closed (``aclose``), or it
+    closed itself because its file was deleted, moved or replaced while it was open
+    (the message names the path), so that nothing is written where no one will read
+    it. Every later call raises it too; the caller stops. Open a new store to go on.
     """
 
 

@@ -31,7 +31,7 @@ class Store(Protocol):
     Its subclass says what the caller does next: ``StoreUnavailable`` (the database is
     away or busy: try again later), ``LeaseLost`` (below: stop serving the agent),
     ``StoreUnreadable`` (a corrupt file or row, or a newer schema: a person must look)
-    and ``StoreClosed`` (closed: this store is done).
+    and ``StoreClosed`` (closed, or its file went away while open: this store is done).
 
     Ownership (see ``satsuma.store._lease``): an agent's writes carry its ``lease``; a
     store refuses (``LeaseLost``) a write whose lease is no longer the agent's current

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -151,6 +152,11 @@ class SQLiteStore:
         self._limiter = trio.CapacityLimiter(1)
         self._opening = trio.Lock()
         self._closed = False
+        # Why the store closed itself (its file went away while open), or None.
+        self._gone: str | None = None
+        # (st_dev, st_ino) of the database file and of its -wal and -shm files, as the
+        # store opened them (see _check_files).
+        self._files: dict[str, tuple[int, int]] = {}
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -161,10 +167,10 @@ class SQLiteStore:
         """Open the file now (it is opened on first use otherwise), so that a bad file is
         reported at start."""
         async with self._opening:
+            if self._closed or self._gone is not None:
+                raise self._closed_error()
             if self._connection is not None:
                 return
-            if self._closed:
-                raise self._closed_error()
             self._connection = await trio.to_thread.run_sync(self._connect, limiter=self._limiter)
 
     async def aclose(self) -> None:
@@ -202,6 +208,9 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:
             connection.close()
             raise _error(where, exc) from exc
+        # The files as they are now, with the connection holding them: each call first
+        # checks that the path still names them (see _check_files).
+        self._files = _identities(self.path)
         return connection
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
@@ -244,8 +253,9 @@ class SQLiteStore:
 
         def run() -> T:
             connection = self._connection
-            if connection is None:
+            if connection is None or self._gone is not None:
                 raise self._closed_error()
+            self._check_files(committed=False)
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 try:
@@ -263,6 +273,7 @@ class SQLiteStore:
                 raise StoreUnreadable(
                     str(self.path), f"{exc}; nothing was guessed in its place"
                 ) from None
+            self._check_files(committed=True)
             return result
 
         # Not abandoned on cancel: a transaction is short, and it either commits whole or
@@ -270,7 +281,38 @@ class SQLiteStore:
         return await trio.to_thread.run_sync(run, limiter=self._limiter)
 
     def _closed_error(self) -> StoreClosed:
-        return StoreClosed(str(self.path), "the store is closed")
+        return StoreClosed(str(self.path), self._gone or "the store is closed")
+
+    def _check_files(self, *, committed: bool) -> None:
+        """Refuse to go on once the path no longer names the files the connection holds.
+
+        SQLite keeps writing into a file that was deleted or replaced under it (into the
+        inode it has open), so its commits "succeed" where no one will read them: the
+        next process opens whatever is at the path. Checked before each transaction
+        (nothing of it is written) and after its commit (then it went into the old
+        file, and the caller is told so); three stats each time, about 8 µs a call
+        (docs/persistence.md has the figure). The store then closes itself for good:
+        which file holds the truth is a person's decision, not the store's.
+        """
+        changes = [
+            f"{_NAMES[suffix]} was {'deleted or moved away' if now is None else 'replaced'}"
+            for suffix, before in self._files.items()
+            if (now := _identity(self.path, suffix)) != before
+        ]
+        if not changes:
+            return
+        self._gone = (
+            f"{', '.join(changes)} while the store had it open; the store refuses every "
+            "call from now on rather than write where no one will read it (open the "
+            "store again once you know which file holds the conversations)"
+        )
+        if committed:
+            raise StoreClosed(
+                str(self.path),
+                f"{self._gone}. This change was committed into the file the store still "
+                "had open, which is no longer the one at this path",
+            )
+        raise StoreClosed(str(self.path), f"{self._gone}. Nothing of this change was written")
 
     # --- ownership ----------------------------------------------------------------------
 
@@ -669,6 +711,26 @@ class SQLiteStore:
                 if not after:
                     break
         return report
+
+
+_NAMES: Final = {"": "the file", "-wal": "its -wal file", "-shm": "its -shm file"}
+
+
+def _identity(path: Path, suffix: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(f"{path}{suffix}")
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+def _identities(path: Path) -> dict[str, tuple[int, int]]:
+    """The database file and its -wal and -shm files, by (st_dev, st_ino). In WAL mode
+    SQLite keeps the -wal and -shm files (the same ones) for as long as any
+    connection has the database open; a new connection after one of them is deleted
+    would make its own, and see none of what is in the old one."""
+    found = {suffix: _identity(path, suffix) for suffix in _NAMES}
+    return {suffix: identity for suffix, identity in found.items() if identity is not None}
 
 
 # SQLite's primary result codes (sqlite3.Error.sqlite_errorcode & 0xFF).
