@@ -9,10 +9,20 @@ never write into a conversation that moved on.
 
 A lease held by someone else can be taken only when its holder is gone:
 
-- a holder on this host is gone when its process is (the pid is free, or taken by another
-  process: the start time tells), or, for one in this very process, when it released
-  everything it held;
-- a holder on another host is gone when its lease expired (it stopped renewing it).
+- a holder whose pid means a process here is gone when its process is (the pid is free,
+  or taken by another process: the start time tells), or, for one in this very process,
+  when it released everything it held;
+- any other holder is gone when its lease expired (it stopped renewing it).
+
+A pid means a process here only on the same host *as the kernel knows it*: the same host
+name, the same boot (``/proc/sys/kernel/random/boot_id``) and the same PID namespace
+(``/proc/self/ns/pid``), recorded as the owner's ``host_id``. Containers often share a
+host name (the pod's, or one set by hand) while each has its own PID namespace, and a
+machine booted again reuses pids: judged by the host name alone, a live holder in
+another container could be taken as gone because its pid is free here, or a dead one
+kept because its pid is some other process here. An owner recorded without a
+``host_id`` (by an older satsuma, or where /proc cannot be read) is judged by expiry.
+On systems without /proc (macOS, Windows), the host name is all there is, as before.
 
 SQLiteStore applies the rule in its transactions; a cluster store applies the same rule
 with the same types.
@@ -61,6 +71,21 @@ def _process_start(pid: int) -> str | None:
     return f"{boot}:{fields[19].decode()}"
 
 
+@functools.cache
+def _host_id() -> str:
+    """Where a pid of this process's means this process: the boot id and the PID
+    namespace (Linux); empty where they cannot be read or the OS has neither."""
+    if sys.platform != "linux":
+        return ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as file:
+            boot = file.read().strip().decode()
+        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return ""
+    return f"{boot}/{namespace}"
+
+
 @attrs.frozen(kw_only=True)
 class Owner:
     """Who holds a lease.
@@ -69,21 +94,31 @@ class Owner:
         owner_id: Unique to the holder (an opened agent, or a supervisor's child across
             its restarts).
         pid: The holder's process id.
-        host: The host the process runs on.
+        host: The host name of the machine (or container) the process runs on.
         process_start: Tells the process from a later one with the same pid (empty where
             the OS does not say).
+        host_id: Where ``pid`` means this process: the boot id and the PID namespace,
+            ``"<boot id>/pid:[<inode>]"`` (Linux); empty where unknown (then the lease
+            is judged by its expiry, see the module's docstring).
     """
 
     owner_id: str
     pid: int
     host: str
     process_start: str = ""
+    host_id: str = ""
 
     @classmethod
     def new(cls) -> Owner:
         """A new owner in this process."""
         pid = os.getpid()
-        return cls(owner_id=uuid.uuid4().hex, pid=pid, host=_host(), process_start=_this_start())
+        return cls(
+            owner_id=uuid.uuid4().hex,
+            pid=pid,
+            host=_host(),
+            process_start=_this_start(),
+            host_id=_host_id(),
+        )
 
 
 @functools.cache
@@ -131,9 +166,22 @@ def let_go(owner: Owner) -> None:
             del _held[owner.owner_id]
 
 
+def pid_means_a_process_here(holder: Owner) -> bool:
+    """Whether ``holder.pid`` names a process of this host's PID namespace (see the
+    module's docstring): the same host name, and the same boot and PID namespace."""
+    if holder.host != _host():
+        return False
+    here = _host_id()
+    if not here:
+        # No /proc: on Linux, nothing can be told (expiry); elsewhere the host name
+        # is all there is, for owners recorded without a host_id alike.
+        return sys.platform != "linux" and not holder.host_id
+    return holder.host_id == here
+
+
 def holder_gone(holder: Owner, expires_at: float, *, now: float | None = None) -> bool:
     """Whether the lease of ``holder``, expiring at ``expires_at``, may be taken."""
-    if holder.host != _host():
+    if not pid_means_a_process_here(holder):
         return expires_at < (time.time() if now is None else now)
     if holder.pid == os.getpid() and holder.process_start == _this_start():
         with _held_lock:
@@ -153,5 +201,7 @@ def holder_gone(holder: Owner, expires_at: float, *, now: float | None = None) -
 
 def owner_text(holder: Owner) -> str:
     """The holder as a person reads it."""
-    here = " (this process)" if holder.pid == os.getpid() and holder.host == _host() else ""
+    here = (
+        " (this process)" if holder.pid == os.getpid() and pid_means_a_process_here(holder) else ""
+    )
     return f"process {holder.pid} on host {holder.host}{here}"

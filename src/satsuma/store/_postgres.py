@@ -212,6 +212,9 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ADD COLUMN denial_reason TEXT, ADD COLUMN decided_by TEXT, "
         "ADD COLUMN decided_at DOUBLE PRECISION",
     ),
+    # Where the holder's pid means its process: boot id and PID namespace (see
+    # _lease.py); '' for a holder recorded before, which is judged by expiry.
+    6: ("ALTER TABLE leases ADD COLUMN host_id TEXT NOT NULL DEFAULT ''",),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
 
@@ -539,7 +542,8 @@ class PostgresStore:
 
     def _refusal(self, db: psycopg.Connection[Any], lease: Lease) -> LeaseLost:
         row = db.execute(
-            "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = %s",
+            "SELECT owner_id, pid, host, process_start, epoch, host_id FROM leases "
+            "WHERE agent_id = %s",
             (lease.agent_id,),
         ).fetchone()
         return self._refused(lease, row)
@@ -548,7 +552,9 @@ class PostgresStore:
         if row is None or row[0] is None:
             now = "no one holds it now"
         else:
-            holder = Owner(owner_id=row[0], pid=row[1], host=row[2], process_start=row[3])
+            holder = Owner(
+                owner_id=row[0], pid=row[1], host=row[2], process_start=row[3], host_id=row[5]
+            )
             now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
         return LeaseLost(
             self.location,
@@ -564,8 +570,8 @@ class PostgresStore:
         # FOR SHARE: a takeover (which locks the row FOR UPDATE) waits until this write
         # committed, and a write that comes after the takeover sees the new epoch.
         return db.execute(
-            "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = %s "
-            "FOR SHARE",
+            "SELECT owner_id, pid, host, process_start, epoch, host_id FROM leases "
+            "WHERE agent_id = %s FOR SHARE",
             (lease.agent_id,),
         )
 
@@ -586,13 +592,19 @@ class PostgresStore:
             )
             row = db.execute(
                 "SELECT owner_id, pid, host, process_start, epoch, expires_at, "
-                f"{_NOW} FROM leases WHERE agent_id = %s FOR UPDATE",
+                f"{_NOW}, host_id FROM leases WHERE agent_id = %s FOR UPDATE",
                 (agent_id,),
             ).fetchone()
             assert row is not None  # inserted above, and never deleted
-            holder_id, pid, host, process_start, epoch, expires_at, now = row
+            holder_id, pid, host, process_start, epoch, expires_at, now, host_id = row
             if holder_id is not None and holder_id != owner.owner_id:
-                holder = Owner(owner_id=holder_id, pid=pid, host=host, process_start=process_start)
+                holder = Owner(
+                    owner_id=holder_id,
+                    pid=pid,
+                    host=host,
+                    process_start=process_start,
+                    host_id=host_id,
+                )
                 if not holder_gone(holder, expires_at, now=now):
                     raise StoreError(
                         self.location,
@@ -603,7 +615,7 @@ class PostgresStore:
             lease = Lease(agent_id=agent_id, owner=owner, epoch=epoch + 1, expires_at=now + seconds)
             db.execute(
                 "UPDATE leases SET owner_id = %s, pid = %s, host = %s, process_start = %s, "
-                "epoch = %s, expires_at = %s WHERE agent_id = %s",
+                "epoch = %s, expires_at = %s, host_id = %s WHERE agent_id = %s",
                 (
                     owner.owner_id,
                     owner.pid,
@@ -611,6 +623,7 @@ class PostgresStore:
                     owner.process_start,
                     lease.epoch,
                     lease.expires_at,
+                    owner.host_id,
                     agent_id,
                 ),
             )

@@ -122,6 +122,11 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE approvals ADD COLUMN decided_by TEXT",
         "ALTER TABLE approvals ADD COLUMN decided_at REAL",
     ),
+    5: (
+        # Where the holder's pid means its process: boot id and PID namespace (see
+        # _lease.py); '' for a holder recorded before, which is judged by expiry.
+        "ALTER TABLE leases ADD COLUMN host_id TEXT NOT NULL DEFAULT ''",
+    ),
 }
 SCHEMA_VERSION: Final = max(_MIGRATIONS)
 
@@ -318,7 +323,8 @@ class SQLiteStore:
 
     def _check_lease(self, db: sqlite3.Connection, lease: Lease) -> None:
         row = db.execute(
-            "SELECT owner_id, pid, host, process_start, epoch FROM leases WHERE agent_id = ?",
+            "SELECT owner_id, pid, host, process_start, epoch, host_id FROM leases "
+            "WHERE agent_id = ?",
             (lease.agent_id,),
         ).fetchone()
         if row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch:
@@ -326,7 +332,9 @@ class SQLiteStore:
         if row is None or row[0] is None:
             now = "no one holds it now"
         else:
-            holder = Owner(owner_id=row[0], pid=row[1], host=row[2], process_start=row[3])
+            holder = Owner(
+                owner_id=row[0], pid=row[1], host=row[2], process_start=row[3], host_id=row[5]
+            )
             now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
         raise LeaseLost(
             str(self.path),
@@ -337,16 +345,20 @@ class SQLiteStore:
     async def acquire_lease(self, agent_id: str, owner: Owner, *, seconds: float) -> Lease:
         def work(db: sqlite3.Connection) -> Lease:
             row = db.execute(
-                "SELECT owner_id, pid, host, process_start, epoch, expires_at FROM leases "
-                "WHERE agent_id = ?",
+                "SELECT owner_id, pid, host, process_start, epoch, expires_at, host_id "
+                "FROM leases WHERE agent_id = ?",
                 (agent_id,),
             ).fetchone()
             epoch = 1
             if row is not None:
-                holder_id, pid, host, process_start, epoch, expires_at = row
+                holder_id, pid, host, process_start, epoch, expires_at, host_id = row
                 epoch += 1
                 holder = Owner(
-                    owner_id=holder_id or "", pid=pid, host=host, process_start=process_start
+                    owner_id=holder_id or "",
+                    pid=pid,
+                    host=host,
+                    process_start=process_start,
+                    host_id=host_id,
                 )
                 if (
                     holder_id is not None
@@ -364,10 +376,11 @@ class SQLiteStore:
             )
             db.execute(
                 "INSERT INTO leases (agent_id, owner_id, pid, host, process_start, epoch, "
-                "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent_id) DO UPDATE SET "
-                "owner_id = excluded.owner_id, pid = excluded.pid, host = excluded.host, "
-                "process_start = excluded.process_start, epoch = excluded.epoch, "
-                "expires_at = excluded.expires_at",
+                "expires_at, host_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent_id) "
+                "DO UPDATE SET owner_id = excluded.owner_id, pid = excluded.pid, "
+                "host = excluded.host, process_start = excluded.process_start, "
+                "epoch = excluded.epoch, expires_at = excluded.expires_at, "
+                "host_id = excluded.host_id",
                 (
                     agent_id,
                     owner.owner_id,
@@ -376,6 +389,7 @@ class SQLiteStore:
                     owner.process_start,
                     epoch,
                     lease.expires_at,
+                    owner.host_id,
                 ),
             )
             return lease
