@@ -298,12 +298,14 @@ class _Run:
         with self.job.scope, trio.CancelScope(deadline=deadline) as deadline_scope:
             try:
                 status, error = await self._begin_and_loop()
-            except (LeaseLost, StoreClosed):
-                # No later write of this agent can succeed (another owner has it, or the
-                # store is done): the agent stops, rather than go on serving runs whose
-                # writes are refused or lost. Its callers get AgentCrashed naming this.
-                raise
             except StoreError as exc:
+                if isinstance(exc, (LeaseLost, StoreClosed)) and self.actor.is_current():
+                    # No later write of this agent can succeed (another owner has it, or
+                    # the store is done): the agent stops, rather than go on serving runs
+                    # whose writes are refused or lost. Its callers get AgentCrashed
+                    # naming this. (An incarnation a supervisor replaced just ends the
+                    # run: the newer one serves on.)
+                    raise
                 # What was committed stays; the run ends here with the store's reason.
                 status, error = "failed", str(exc)
                 self.job.store_error = exc
