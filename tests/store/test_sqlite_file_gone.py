@@ -144,3 +144,15 @@ async def test_under_a_supervisor_the_agent_is_not_restarted_onto_a_lost_file(
     assert isinstance(failed.value.cause, StoreClosed)
     assert str(path) in str(failed.value)
     await store.aclose()
+
+
+async def test_a_relative_path_still_names_its_file_after_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with SQLiteStore("agents.db") as store:
+        await store.load_messages("a")
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)  # "agents.db" now names no file
+        assert await store.load_messages("a") == []

@@ -162,6 +162,9 @@ class SQLiteStore:
         # (st_dev, st_ino) of the database file and of its -wal and -shm files, as the
         # store opened them (see _check_files).
         self._files: dict[str, tuple[int, int]] = {}
+        # The path as it was when opened: a relative one must not name another file
+        # after the process changes its working directory.
+        self._opened_path = self.path
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -215,7 +218,8 @@ class SQLiteStore:
             raise _error(where, exc) from exc
         # The files as they are now, with the connection holding them: each call first
         # checks that the path still names them (see _check_files).
-        self._files = _identities(self.path)
+        self._opened_path = Path(os.path.abspath(where))
+        self._files = _identities(self._opened_path)
         return connection
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
@@ -302,7 +306,7 @@ class SQLiteStore:
         changes = [
             f"{_NAMES[suffix]} was {'deleted or moved away' if now is None else 'replaced'}"
             for suffix, before in self._files.items()
-            if (now := _identity(self.path, suffix)) != before
+            if (now := _identity(self._opened_path, suffix)) != before
         ]
         if not changes:
             return
