@@ -156,3 +156,21 @@ def test_the_package_is_typed() -> None:
     from importlib.resources import files
 
     assert files("satsuma").joinpath("py.typed").is_file()
+
+
+def test_version_is_the_installed_metadata_and_written_once() -> None:
+    """The version lives in pyproject.toml alone: ``satsuma.__version__`` reads it back
+    from the installed package's metadata, so a release cannot bump one copy only."""
+    import importlib.metadata
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    assert satsuma.__version__ == importlib.metadata.version("satsuma") == declared
+    copies = [
+        path
+        for path in (root / "src").rglob("*.py")
+        if f'"{declared}"' in path.read_text() or f"'{declared}'" in path.read_text()
+    ]
+    assert copies == []

@@ -63,6 +63,7 @@ from .tools import has_errors as has_errors
 from .tools import tool as tool
 
 if _typing.TYPE_CHECKING:
+    __version__: str  # read from the package's metadata on first use (__getattr__)
     from .agents import MODEL_ALIASES as MODEL_ALIASES
     from .agents import Agent as Agent
     from .agents import AgentEvent as AgentEvent
@@ -143,6 +144,17 @@ def __getattr__(name: str) -> _typing.Any:
         # ``satsuma.cluster.Node`` after a bare ``import satsuma``: the subpackage loads on
         # first use, never with satsuma itself (it needs the agents and the supervisor).
         return _importlib.import_module("satsuma.cluster")
+    if name == "__version__":
+        # One place holds the version: pyproject.toml, read back from the installed
+        # package's metadata (loaded on first use: importlib.metadata costs an import).
+        from importlib import metadata
+
+        try:
+            version = metadata.version("satsuma")
+        except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
     if name in _AGENT_NAMES:
         module = "satsuma.agents"
     elif name in _SUPERVISOR_NAMES:
@@ -153,8 +165,6 @@ def __getattr__(name: str) -> _typing.Any:
     globals()[name] = value
     return value
 
-
-__version__ = "0.1.0.dev0"
 
 __all__ = [
     "Backoff",
