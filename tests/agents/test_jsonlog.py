@@ -5,12 +5,18 @@ still gets a line."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import logging
+import os
+import select
+import struct
 import subprocess
 import sys
+import termios
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -394,3 +400,63 @@ def test_an_event_that_cannot_be_serialised_gets_a_line_saying_so(
     assert first["unserialisable"].startswith("this event could not be written as JSON: ")
     assert problem in first["unserialisable"]
     assert second["tool_use_id"] == "t2"
+
+
+def test_close_returns_within_its_bound_when_the_file_is_a_fifo_nobody_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real FIFO whose reader never reads: once the pipe is full the writer thread is
+    stuck in write(2), where nothing can interrupt it. close() still returns, drops and
+    counts what was queued behind the stuck write, and the thread ends by itself (closing
+    the file) once the write goes through."""
+    fifo = tmp_path / "events.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open, and never read (yet)
+    try:
+        before = set(threading.enumerate())
+        log = JsonLinesLog(fifo)
+        [thread] = new_threads(before)
+        total = 0
+        while not _pipe_full(reader):  # fill the pipe: the writer blocks in write(2)
+            for _ in range(100):
+                log(start(total))
+                total += 1
+            time.sleep(0.01)
+            assert total < 100_000, "the pipe never filled"
+        for _ in range(10):  # queued behind the write that is stuck
+            log(start(total))
+            total += 1
+        closer = threading.Thread(target=log.close, kwargs={"timeout": 0.5}, daemon=True)
+        with caplog.at_level(logging.WARNING, logger="satsuma.agents"):
+            closer.start()
+            closer.join(60)  # a bound that cannot flake; close itself waits 0.5 s
+            returned = not closer.is_alive()
+        assert thread.is_alive()  # still in write(2): close did not wait for it
+    finally:
+        # Read the FIFO to its end: the stuck write goes through, the thread closes its
+        # end of the pipe (EOF here) and ends. A log that was never stopped gives no EOF:
+        # reading also ends after 10 s without a byte, so that a failure cannot hang.
+        chunks = []
+        while select.select([reader], [], [], 10)[0]:
+            chunk = os.read(reader, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(reader)
+    assert returned, "close() hung on a FIFO nobody reads"
+    thread.join(60)
+    assert not thread.is_alive()
+    written = ids(b"".join(chunks).decode())
+    assert written == [f"t{n}" for n in range(len(written))]  # whole lines, in order
+    assert log.dropped >= 10
+    assert len(written) + log.dropped == total
+    [message] = [r.getMessage() for r in caplog.records if r.name == "satsuma.agents"]
+    assert "close gave up" in message and f"{log.dropped} queued lines are dropped" in message
+
+
+def _pipe_full(fd: int) -> bool:
+    """Whether the pipe holds all it can, give or take the unused tail of a page (the
+    kernel fills pipe buffers page by page)."""
+    waiting = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    return bool(waiting > capacity - os.sysconf("SC_PAGESIZE"))

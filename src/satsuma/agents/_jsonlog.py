@@ -5,7 +5,8 @@ which is cheap; the line then goes to a writer thread that each log has for itse
 writer takes whatever has queued up, writes it in one go and flushes once per batch, so
 a slow disk slows the log, never the agents. The queue is bounded by
 ``MAX_PENDING_LINES``: a writer that far behind is stuck or hopelessly slow, and holding
-more would only trade the disk's problem for a memory problem.
+more would only trade the disk's problem for a memory problem. For the same reason
+``close`` waits for the writer for a bounded time (``CLOSE_TIMEOUT``), not for ever.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import threading
 import time
 import weakref
@@ -30,6 +32,10 @@ logger = logging.getLogger("satsuma.agents")
 
 MAX_PENDING_LINES = 10_000
 """Lines a log holds for its writer thread; past it, newer events are dropped and counted."""
+
+CLOSE_TIMEOUT = 5.0
+"""Seconds ``JsonLinesLog.close`` waits, by default, for its writer to write what is
+queued; past it the queued lines are dropped and ``close`` returns (see its docstring)."""
 
 _EXIT_WAIT = 5.0
 """Seconds the interpreter's exit waits, for all logs together, for lines still queued in
@@ -53,7 +59,9 @@ class JsonLinesLog:
     what has queued up in one go and flushes after each batch: a reader tailing the file
     (or a log shipper) sees each event moments after it happened. ``flush`` waits until
     every line so far is written; ``close`` (or leaving the ``with`` block) writes what is
-    queued, stops the thread and waits for it. A log that is never closed still writes
+    queued, stops the thread and waits for it, for at most ``CLOSE_TIMEOUT`` (5 seconds)
+    unless told otherwise: a file that blocks (a pipe nobody reads, a hung network
+    mount) never hangs the close. A log that is never closed still writes
     its queued lines when it is garbage-collected, and at interpreter exit (for up to 5
     seconds, so a stuck file cannot hang the exit).
 
@@ -107,7 +115,7 @@ class JsonLinesLog:
     @property
     def dropped(self) -> int:
         """How many events were dropped because the writer was ``MAX_PENDING_LINES``
-        behind."""
+        behind, or still queued when ``close`` gave up on a stuck file."""
         return self._writer.dropped
 
     def __call__(self, event: object) -> None:
@@ -129,16 +137,33 @@ class JsonLinesLog:
         may wait, for instance before handing the file to someone else."""
         self._writer.wait_written()
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Write every queued line, then close the file if the log opened it, else flush
-        it; the writer thread has ended when this returns. Calling it again does
-        nothing."""
+        it, waiting at most ``timeout`` seconds; the writer thread has ended when this
+        returns in time. Calling it again does nothing.
+
+        This blocks the calling thread: in async code whose file may block, call it
+        through ``trio.to_thread.run_sync(log.close)``.
+
+        If the writer is still stuck in a write when ``timeout`` passes, ``close``
+        returns anyway: the lines still queued are dropped (``dropped`` counts them, and
+        a warning says so on the ``satsuma.agents`` logger), and the writer thread, a
+        daemon, ends by itself once the write it is in returns (closing the file then,
+        if the log opened it). No Python code can interrupt a write blocked in the
+        kernel, so that thread is the one thing left behind.
+
+        Args:
+            timeout: The most seconds to wait for the writer; ``math.inf`` waits as long
+                as the file takes.
+        """
         if self._closed:
             return
         self._closed = True
         self._finalizer.detach()
         self._writer.stop()
-        self._writer.join()
+        self._writer.join(None if math.isinf(timeout) else max(0.0, timeout))
+        if self._writer.alive:
+            self._writer.abandon(timeout)
 
     def __enter__(self) -> JsonLinesLog:
         return self
@@ -260,6 +285,26 @@ class _Writer:
     def join(self, timeout: float | None = None) -> None:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and threading.current_thread() is not self._thread
+
+    def abandon(self, waited: float) -> None:
+        """``close`` waited ``waited`` seconds in vain: drop what is still queued, so
+        that the thread, stuck in a write, ends as soon as that write returns."""
+        with self._lock:
+            lost = len(self._lines)
+            self._lines = []
+            self.dropped += lost
+        logger.warning(
+            "JsonLinesLog.close gave up on %s after %g s: a write to it is stuck; %d queued "
+            "lines are dropped (JsonLinesLog.dropped counts them), and the writer thread "
+            "ends when that write returns",
+            self._name,
+            waited,
+            lost,
+        )
 
     def _run(self) -> None:
         try:
