@@ -20,6 +20,7 @@ import trio
 
 from .. import _telemetry
 from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
+from .._frozen import freeze
 from .._messages import Message, Usage
 from ..store import Owner, PendingApproval, RunRecord, Store
 from ..tools import Approve, Approver, Deny
@@ -313,7 +314,7 @@ class Actor:
         if generations == self.source_generations:
             return
         self.runner = self.spec.make_runner()
-        self.tool_schemas = tuple(self.runner.schemas())
+        self.tool_schemas = tuple(map(freeze, self.runner.schemas()))
         self.source_generations = generations
 
     async def _serve_mailbox(self, task_status: trio.TaskStatus[None]) -> None:

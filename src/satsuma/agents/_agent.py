@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Final, Generic, TypeVar, get_args, get_origin
 import attrs
 
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
+from .._frozen import freeze
 from ..tools import ToolRunner
 from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
 from ..tools._strategies import as_strategy
@@ -56,11 +57,12 @@ class AgentSpec:
         return tuple(item for item in self.tools if is_tool_source(item))
 
     @functools.cached_property
-    def tool_schemas(self) -> tuple[dict[str, Any], ...]:
+    def tool_schemas(self) -> tuple[Mapping[str, Any], ...]:
         """The Anthropic definitions of the tools that are not from tool servers, made
         once per class: they depend on the declaration only, and every agent of the
-        class sends them with each request (read-only: nothing changes them)."""
-        return tuple(self.make_runner(with_sources=False).schemas())
+        class sends them with each request: frozen, so that no model can change them
+        for the others."""
+        return tuple(map(freeze, self.make_runner(with_sources=False).schemas()))
 
     def make_runner(self, *, with_sources: bool = True) -> ToolRunner:
         """A fresh runner, with fresh instances of tool classes, for one agent.

@@ -8,16 +8,25 @@ makes. ``AnthropicModel`` is the implementation for the Anthropic Messages API;
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 import attrs
 
+from .._frozen import FrozenDict, freeze
 from .._messages import Message, Usage
 from ..tools import ToolCall
 
 __all__ = ["Model", "ModelListener", "ModelRequest", "ModelResponse"]
+
+
+def _frozen_tools(tools: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    # Frozen once where they are made (AgentSpec.tool_schemas): then this only checks,
+    # and the class's one tuple goes on as it is.
+    if type(tools) is tuple and all(type(tool) is FrozenDict for tool in tools):
+        return tools
+    return tuple(map(freeze, tools))
 
 
 @attrs.frozen(kw_only=True)
@@ -28,7 +37,10 @@ class ModelRequest:
         model: The model id (aliases are resolved before this point).
         system: The system prompt, or None.
         messages: The conversation, after the agent's history processor.
-        tools: Tool definitions, as ``Tool.schema()`` gives them.
+        tools: Tool definitions, as ``Tool.schema()`` gives them (and equal to it), but
+            read-only all the way down: every agent of a class shares them, so their
+            dicts and lists raise TypeError when changed. ``copy.deepcopy`` gives a plain
+            copy to change.
         max_tokens: The most tokens the response may have.
         cache: Ask for prompt caching of the system prompt and tool definitions.
     """
@@ -36,7 +48,7 @@ class ModelRequest:
     model: str
     system: str | None
     messages: tuple[Message, ...]
-    tools: tuple[Mapping[str, Any], ...] = ()
+    tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_frozen_tools)
     max_tokens: int = 4096
     cache: bool = True
 

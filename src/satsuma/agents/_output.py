@@ -20,6 +20,7 @@ from typing import Any, Final
 import attrs
 
 from .._exceptions import ToolDefinitionError
+from .._frozen import freeze
 from ..tools._hints import compile_hint, structure, unstructure
 from ..tools._spec import ObjectNode, Property, check_arguments
 from ..tools._tool import _structure_errors
@@ -186,7 +187,7 @@ def _compile(hint: Any) -> OutputSpec:
         root=root,
         wrapped=wrapped,
         needs_structure=compiled.needs_structure,
-        tool={"name": OUTPUT_TOOL, "description": text, "input_schema": schema},
+        tool=freeze({"name": OUTPUT_TOOL, "description": text, "input_schema": schema}),
     )
 
 
