@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from os import PathLike, fspath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
@@ -61,6 +61,9 @@ class Job:
     result: RunResult[Any] | None = None
     error: BaseException | None = None
     on_done: Callable[[], None] | None = None
+    # Awaited by the run before each model call: a stream's reader that is far behind
+    # holds the run there (agent.stream's backpressure); None: nothing to wait for.
+    wait_for_reader: Callable[[], Awaitable[None]] | None = None
     resume: RunRecord | None = None  # set when the job resumes an interrupted run
     # Set when the job goes on with a run paused awaiting approval: the decisions given,
     # and (once the run is claimed) the calls the run waited on.

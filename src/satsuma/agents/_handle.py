@@ -4,11 +4,9 @@ starts one inside the caller's structured concurrency. The actor itself is in
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import itertools
 import logging
-import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, Generic, Protocol, TypeVar, final, overload
@@ -29,6 +27,7 @@ from ._model import Model
 from ._output import compile_output
 from ._persist import own_answer, stored_result
 from ._result import OutputT, RunResult
+from ._stream import EventBuffer
 
 __all__ = ["AgentHandle", "Target", "open_agent", "resume_with_id", "run_with_id"]
 
@@ -325,30 +324,39 @@ class AgentHandle(Generic[OutputT]):
         is ``RunEnd``. Leaving the loop early cancels the run. ``output_type`` and
         ``output_retries`` as for ``run``.
 
+        The events wait for the reader in a bounded buffer: a reader more than
+        ``STREAM_BUFFER`` (256) events behind makes the run wait before its next model
+        call, and while it is that far behind, text deltas are merged and a tool's
+        progress and partial results keep their latest only (docs/agents.md, "Streaming
+        events").
+
         Raises:
             TypeError, ValueError: as for ``run``.
             AgentUnavailable: the agent has stopped.
             AgentCrashed: the agent crashed before the run ended.
         """
         _check_prompt(prompt)
-        # Unbounded: a run's events are bounded by its own output, and the agent must
-        # never wait on a slow reader.
-        send, receive = trio.open_memory_channel[AgentEvent](math.inf)
-
-        def deliver(event: AgentEvent) -> None:
-            # The reader may have left (and closed its end): the run is being cancelled.
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                send.send_nowait(event)
-
-        job = Job(prompt=prompt, run_id=new_run_id(), sink=deliver, on_done=send.close)
+        # Bounded, with backpressure on the run: see _stream and docs/agents.md.
+        buffer = EventBuffer()
+        job = Job(
+            prompt=prompt,
+            run_id=new_run_id(),
+            sink=buffer.put,
+            on_done=buffer.end,
+            wait_for_reader=buffer.wait_for_room,
+        )
         actor = await self._target.acquire()
         job.output = check_output_options(actor.spec, output_type, output_retries)
         await actor.submit(job)
         try:
-            async with receive:
-                async for event in receive:
-                    yield event
+            while True:
+                try:
+                    event = await buffer.get()
+                except trio.EndOfChannel:
+                    break
+                yield event
         finally:
+            buffer.leave()
             await _abandon(job)
         if job.error is not None:
             raise job.error

@@ -595,6 +595,9 @@ class _Run:
             self.commit_user([{"type": "text", "text": verification_text(reason)}])
 
     async def _gather(self) -> ModelResponse:
+        if self.job.wait_for_reader is not None:
+            # Before the call, not inside it: the events of a turn come synchronously.
+            await self.job.wait_for_reader()
         actor = self.actor
         spec = actor.spec
         messages = actor.spec.history.process(tuple(actor.history), actor.last_usage)
