@@ -639,3 +639,72 @@ def test_a_cluster_stream_reads_the_wait_events_back() -> None:
         ModelWaitEnd(**run, seconds=1.5),
     ]
     assert [decode_event(encode_event(event)) for event in events] == events
+
+
+# --- limits raised while calls wait ---------------------------------------------------
+
+RAISES = {
+    "requests_per_minute": (
+        ModelLimits(requests_per_minute=1),
+        ModelLimits(requests_per_minute=600),
+    ),
+    "tokens_per_minute": (
+        ModelLimits(tokens_per_minute=100),
+        ModelLimits(tokens_per_minute=60_000),
+    ),
+    "max_concurrency": (ModelLimits(max_concurrency=1), ModelLimits(max_concurrency=8)),
+}
+
+
+@pytest.mark.parametrize(("old", "new"), RAISES.values(), ids=RAISES.keys())
+async def test_raised_limits_wake_the_calls_waiting_at_the_old_ones(
+    autojump_clock: Any, old: ModelLimits, new: ModelLimits
+) -> None:
+    limiter = ModelLimiter(old)
+    held = await _admit(limiter, cost=100)  # uses up the minute (or the one slot)
+    admitted: list[float] = []
+
+    async def call() -> None:
+        permit = await _admit(limiter, cost=100)
+        admitted.append(trio.current_time())
+        permit.release()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(call)
+        await trio.sleep(5)
+        assert admitted == []  # they wait at the old limits
+        raised = trio.current_time()
+        limiter.reconfigure(new)
+    held.release()
+    assert len(admitted) == 4
+    assert max(admitted) - raised <= 1.0  # within a second of the raise, not of the old pace
+
+
+async def test_set_model_limits_raises_them_for_agents_already_waiting(
+    autojump_clock: Any,
+) -> None:
+    set_model_limits("sonnet", ModelLimits(requests_per_minute=1))
+    calls: list[float] = []
+
+    def answer(request: ModelRequest) -> str:
+        calls.append(trio.current_time())
+        return "done"
+
+    model = FunctionModel(answer)
+    async with (
+        open_agent(Sonnet, model=model) as first,
+        open_agent(SonnetById, model=model) as second,
+    ):
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for agent in (first, second, first, second):
+                nursery.start_soon(agent.run, "Hi")
+            await trio.sleep(5)
+            assert len(calls) == 1  # the minute's one request went; three wait
+            raised = trio.current_time()
+            set_model_limits("sonnet", ModelLimits(requests_per_minute=600))
+        limiter = _limiter(first)
+        assert limiter is not None and limiter.limits == ModelLimits(requests_per_minute=600)
+    assert len(calls) == 4 and calls[0] == start
+    assert max(calls) - raised <= 1.0

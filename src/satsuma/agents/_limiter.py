@@ -13,6 +13,8 @@ How a call goes through (the loop does it, around ``Model.respond``; see ``_loop
 - Nothing is taken before the last check, and nothing awaited after it, so a waiter
   cancelled anywhere in the queue holds nothing; the permit is released in a
   ``finally`` by its holder.
+- New limits (``reconfigure``) wake the first waiter whatever it waits for, a slot or
+  a bucket's refill: raised limits let it go at once, lowered ones send it back to wait.
 - Rates are token buckets that hold a minute's allowance and refill continuously (the
   way Anthropic's API counts its own limits): after a quiet minute a burst of up to a
   minute's allowance goes at once, then calls go at the limit's pace. A retry is one
@@ -115,7 +117,8 @@ class ModelLimiter:
         self._turnstile = trio.Lock()  # held by the first waiter of the queue
         self._waiting = 0
         self._in_use = 0
-        self._freed: trio.Event | None = None  # set when a slot frees, if the first waits
+        # Set when a slot frees or the limits change, if the first of the queue waits.
+        self._freed: trio.Event | None = None
         self._paused_until = -math.inf
         self._requests: _Bucket | None = None
         self._tokens: _Bucket | None = None
@@ -134,7 +137,8 @@ class ModelLimiter:
         )
 
     def reconfigure(self, limits: ModelLimits) -> None:
-        """Take new limits; calls in progress keep their slots."""
+        """Take new limits; calls in progress keep their slots, and the call waiting
+        first in the queue looks again at once (under raised limits it may go now)."""
         now = trio.current_time()
         self._make_buckets(now)
         self.limits = limits
@@ -210,12 +214,12 @@ class ModelLimiter:
                     until = self._ready_at(now, cost)
                     if until is None:
                         break
-                    if until == math.inf:
-                        # Waits for a slot: woken by a release (or new limits).
-                        self._freed = trio.Event()
+                    # Until ``until`` (inf: a slot), or sooner when a slot frees or the
+                    # limits change: a rate raised while this call waits at the old rate
+                    # must let it go now, not when the old rate would have.
+                    self._freed = trio.Event()
+                    with trio.move_on_at(until):
                         await self._freed.wait()
-                    else:
-                        await trio.sleep_until(until)
                 # No checkpoint from the last check to the return: what was free still is.
                 return self._take(cost, trio.current_time() - started)
         finally:

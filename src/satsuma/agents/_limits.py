@@ -111,10 +111,12 @@ def set_model_limits(model: str, limits: ModelLimits | None) -> None:
     that runs that model through a model object without limits of its own, which is the
     case of every agent that names its model and is given none (they share one model).
 
-    Set them before the agents start: an agent takes its limiter when it starts. An
-    agent started later with new limits for the same model id changes them for every
-    agent already sharing that model's limiter (one configuration, one set of limits:
-    the last set wins); ``None`` removes the limits for agents started afterwards.
+    Limits set while agents of this model run (in the same trio run) hold for them at
+    once: one configuration, one set of limits, the last set wins, and calls waiting
+    under the old limits look again at once (raised limits let them go). An agent
+    started later with new limits for the model (its own, on its model object) changes
+    them the same way for every agent sharing its limiter. ``None`` removes the limits
+    for agents started afterwards; agents already running keep the limits they have.
 
     Args:
         model: A model string as agents declare it: an alias (``sonnet``), a model id
@@ -135,10 +137,20 @@ def set_model_limits(model: str, limits: ModelLimits | None) -> None:
         raise TypeError(
             f"set_model_limits: limits must be a satsuma.ModelLimits or None, got: {limits!r}"
         )
+    key = _model_key(model)
     if limits is None:
-        _BY_NAME.pop(_model_key(model), None)
-    else:
-        _BY_NAME[_model_key(model)] = limits
+        _BY_NAME.pop(key, None)
+        return
+    _BY_NAME[key] = limits
+    # Agents already running under this model's limits in this trio run take the new
+    # ones now, and a call waiting at the old rate looks again at once.
+    try:
+        run_limiters = _RUN_LIMITERS.get()
+    except (LookupError, RuntimeError):  # no limiter yet, or called outside a trio run
+        return
+    for limiter in run_limiters.named(key):
+        if limiter.limits != limits:
+            limiter.reconfigure(limits)
 
 
 def model_limits(model: str) -> ModelLimits | None:
@@ -182,6 +194,11 @@ class _RunLimiters:
         # Models that take no weak reference (or no hash), kept by id with the model, so
         # that its id cannot be reused in this run.
         self.strong: dict[int, tuple[object, dict[_Name | None, ModelLimiter]]] = {}
+
+    def named(self, name: _Name) -> list[ModelLimiter]:
+        """Every limiter of this run for limits set by ``name`` (one per model object)."""
+        tables = [*self.weak.values(), *(table for _, table in self.strong.values())]
+        return [table[name] for table in tables if name in table]
 
     def of(self, model: object) -> dict[_Name | None, ModelLimiter]:
         try:
