@@ -324,11 +324,10 @@ class AgentHandle(Generic[OutputT]):
         is ``RunEnd``. Leaving the loop early cancels the run. ``output_type`` and
         ``output_retries`` as for ``run``.
 
-        The events wait for the reader in a bounded buffer: a reader more than
-        ``STREAM_BUFFER`` (256) events behind makes the run wait before its next model
-        call, and while it is that far behind, text deltas are merged and a tool's
-        progress and partial results keep their latest only (docs/agents.md, "Streaming
-        events").
+        The events wait for the reader in a bounded buffer: a reader 256 events behind
+        makes the run wait before its next model call, and while it is that far behind,
+        text deltas are merged and a tool's progress and partial results keep their
+        latest only (docs/agents.md, "A slow reader").
 
         Raises:
             TypeError, ValueError: as for ``run``.
