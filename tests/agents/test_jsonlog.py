@@ -423,7 +423,9 @@ def test_close_returns_within_its_bound_when_the_file_is_a_fifo_nobody_reads(
                 total += 1
             time.sleep(0.01)
             assert total < 100_000, "the pipe never filled"
-        for _ in range(10):  # queued behind the write that is stuck
+        # Less than a page is free now: some 14 KB more cannot all fit, so the writer is
+        # certain to be stuck in write(2) with lines unwritten when close gives up.
+        for _ in range(200):
             log(start(total))
             total += 1
         closer = threading.Thread(target=log.close, kwargs={"timeout": 0.5}, daemon=True)
@@ -448,8 +450,7 @@ def test_close_returns_within_its_bound_when_the_file_is_a_fifo_nobody_reads(
     assert not thread.is_alive()
     written = ids(b"".join(chunks).decode())
     assert written == [f"t{n}" for n in range(len(written))]  # whole lines, in order
-    assert log.dropped >= 10
-    assert len(written) + log.dropped == total
+    assert len(written) + log.dropped == total  # every line written whole, or counted
     [message] = [r.getMessage() for r in caplog.records if r.name == "satsuma.agents"]
     assert "close gave up" in message and f"{log.dropped} queued lines are dropped" in message
 
