@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -61,3 +62,41 @@ def test_depth_and_non_finite_numbers_are_found_at_any_place() -> None:
     deep_nan = nested(MAX_DEPTH, math.nan)
     assert json_problem(deep_nan, "content") == full_problem(deep_nan) is not None
     assert json_problem({"n": 1, "m": [1.5, "x", None, True]}, "") is None
+
+
+def test_an_int_python_cannot_write_is_refused_and_one_it_can_passes() -> None:
+    assert json_problem({"n": 10**5000}, "") == "expected n to be a number of at most 4300 digits"
+    assert json_problem({"n": -(10**4299)}, "") is None
+    assert json_problem({"n": 10**4300 - 1}, "") is None
+    assert json_problem({"n": 10**4300}, "") is not None
+
+
+def test_the_copy_holds_only_exact_built_ins() -> None:
+    class S(str):
+        pass
+
+    class I(int):  # noqa: E742  # the name says what it is, as S does
+        pass
+
+    class L(list[Any]):
+        def __iter__(self) -> Any:
+            raise RuntimeError("never called")
+
+    copied = plain_json({S("k"): L([S("v"), I(3), (1.5,)])}, "value")
+    assert copied == {"k": ["v", 3, [1.5]]}
+    assert type(next(iter(copied))) is str
+    assert [type(item) for item in copied["k"]] == [str, int, list]
+
+
+def test_a_mapping_whose_items_raise_is_a_problem_not_an_exception() -> None:
+    class Hostile(Mapping[str, Any]):
+        def __getitem__(self, key: str) -> Any:
+            raise KeyError(key)
+
+        def __iter__(self) -> Any:
+            raise RuntimeError("no")
+
+        def __len__(self) -> int:
+            return 1
+
+    assert json_problem({"m": Hostile()}, "") == "m could not be read: RuntimeError"

@@ -13,11 +13,13 @@ Imports nothing of satsuma, so that the codec, the tools and the agents may all 
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-__all__ = ["MAX_DEPTH", "JsonProblem", "json_problem", "plain_json"]
+__all__ = ["MAX_DEPTH", "MAX_MEMBERS", "JsonProblem", "json_problem", "plain_json"]
 
 # Deep enough for any real tool input or result (JSON Schemas of real tools rarely go past
 # ten); shallow enough that every recursive step after this gate (validation, copies, the
@@ -48,20 +50,88 @@ def _non_finite_name(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-def _leaf_problem(value: object, path: str) -> JsonProblem | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return JsonProblem(
-            path, f"expected {path} to be a finite number, got: {_non_finite_name(value)}"
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    if type(text) is not str:
+        text = str.__str__(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Each entry: (the value, where its copy goes, the key there, its path, its depth).
+_Task = tuple[object, Any, Any, str, int]
+
+# At most this many members are read from a mapping that is not a dict (whose ``items``
+# is the user's code, and may never end); a dict, list or tuple is read from its own
+# storage, whatever its class says its length is.
+MAX_MEMBERS: Final = 1_000_000
+
+
+def _plain_scalar(value: Any, kind: type, path: str) -> object:
+    """``value`` as the exact built-in scalar it is an instance of, read from its own
+    storage (never through a method its class may override); ``_NOT_SCALAR`` otherwise."""
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int or (issubclass(kind, int) and kind is not bool):
+        whole: int = value if kind is int else int.__int__(value)
+        _check_digits(whole, path)
+        return whole
+    if kind is float or issubclass(kind, float):
+        number: float = value if kind is float else float.__float__(value)
+        if not math.isfinite(number):
+            raise JsonProblem(
+                path, f"expected {path} to be a finite number, got: {_non_finite_name(number)}"
+            )
+        return number
+    if issubclass(kind, str):
+        return str.__str__(value)
+    return _NOT_SCALAR
+
+
+_NOT_SCALAR: Final = object()
+
+
+def _check_digits(number: int, path: str) -> None:
+    # Python refuses to write (and to read) an int of more decimal digits than
+    # sys.get_int_max_str_digits(); json.dumps of one raises ValueError far from here.
+    if not _short_enough(number) and abs(number) >= _big_power(sys.get_int_max_str_digits()):
+        raise JsonProblem(
+            path,
+            f"expected {_short_path(path)} to be a number of at most "
+            f"{sys.get_int_max_str_digits()} digits",
         )
-    return None
 
 
-_SCALARS: Final = (str, int, float, bool, type(None))
+_BITS_PER_DIGIT: Final = 3.3219280948873626  # log2(10)
+
+
+def _short_enough(number: int) -> bool:
+    """Surely within the digit limit, judged by its bits (no division)."""
+    limit = sys.get_int_max_str_digits()
+    return not limit or number.bit_length() <= _BITS_PER_DIGIT * (limit - 1)
+
+
+def _big_power(digits: int) -> int:
+    cached = _powers.get(digits)
+    if cached is None:
+        cached = _powers[digits] = 10**digits
+    return cached
+
+
+_powers: dict[int, int] = {}
 
 
 def plain_json(value: object, root: str) -> Any:
-    """A copy of ``value`` made of dicts, lists and JSON scalars only (tuples become
-    lists, mappings dicts), after checking every part of it.
+    """A copy of ``value`` made of exact dicts, lists, strs, ints, floats, bools and None
+    (tuples become lists, mappings dicts, subclasses their built-in base), after checking
+    every part of it.
+
+    This is the gate for anything that came from outside (a tool's result, a model's
+    input, a typed answer): its copy holds no object of the caller's, so nothing later
+    (events, the journal, the codec, a person's screen) runs the caller's code. A part is
+    read from a built-in's own storage, never through a method its class may override
+    (``__len__``, ``__iter__``, ``__str__``, ``keys``, ``__getitem__``...); only a
+    mapping that is not a dict is read through its ``items``, at most ``MAX_MEMBERS``
+    of them, and whatever that raises is a JsonProblem.
 
     Args:
         value: The value to check and copy.
@@ -71,56 +141,76 @@ def plain_json(value: object, root: str) -> Any:
 
     Raises:
         JsonProblem: the first part that is not a finite JSON value, or a nesting deeper
-            than ``MAX_DEPTH``.
+            than ``MAX_DEPTH``, or a part that could not be read.
     """
-    if isinstance(value, _SCALARS):
-        problem = _leaf_problem(value, root or "value")
-        if problem is not None:
-            raise problem
-        return value
     holder: list[Any] = [None]
-    # Each entry: (the value, where its copy goes, the key there, its path, its depth).
-    stack: list[tuple[object, Any, Any, str, int]] = [(value, holder, 0, root, 0)]
-    while stack:
-        item, parent, slot, path, depth = stack.pop()
+    stack: list[_Task] = [(value, holder, 0, root, 0)]
+    path = root
+    try:
+        while stack:
+            item, parent, slot, path, depth = stack.pop()
+            _copy_one(item, parent, slot, path, depth, stack)
+    except JsonProblem:
+        raise
+    except Exception as exc:  # the caller's own code (a Mapping's items, an isinstance)
         shown = path or "value"
-        if isinstance(item, _SCALARS):
-            problem = _leaf_problem(item, shown)
-            if problem is not None:
-                raise problem
-            parent[slot] = item
-            continue
-        if depth >= MAX_DEPTH:
-            raise JsonProblem(
-                shown,
-                f"{_short_path(shown)} is nested more than {MAX_DEPTH} levels deep",
-            )
-        if isinstance(item, Mapping):
-            copy: dict[str, Any] = {}
-            parent[slot] = copy
-            members = []
-            for key, member in item.items():
-                if not isinstance(key, str):
-                    raise JsonProblem(
-                        shown, f"{_short_path(shown)} has a key that is not a string: {key!r}"
-                    )
-                copy[key] = None  # keeps the key order; filled in when its turn comes
-                members.append((member, copy, key, _join_key(path, key), depth + 1))
-            # Reversed, so that parts are checked in order and the first problem is named.
-            stack.extend(reversed(members))
-        elif isinstance(item, (list, tuple)):
-            array: list[Any] = [None] * len(item)
-            parent[slot] = array
-            stack.extend(
-                (array_item, array, index, f"{path}[{index}]", depth + 1)
-                for index, array_item in reversed(list(enumerate(item)))
-            )
-        else:
-            raise JsonProblem(
-                shown,
-                f"{_short_path(shown)} is {_type_name(item)}, which JSON cannot hold",
-            )
+        raise JsonProblem(
+            shown, f"{_short_path(shown)} could not be read: {type(exc).__name__}"
+        ) from None
     return holder[0]
+
+
+def _copy_one(item: Any, parent: Any, slot: Any, path: str, depth: int, stack: list[_Task]) -> None:
+    shown = path or "value"
+    kind = type(item)  # type() cannot be lied to; isinstance can (a __class__ property)
+    scalar = _plain_scalar(item, kind, shown)
+    if scalar is not _NOT_SCALAR:
+        parent[slot] = scalar
+        return
+    if depth >= MAX_DEPTH:
+        raise JsonProblem(
+            shown,
+            f"{_short_path(shown)} is nested more than {MAX_DEPTH} levels deep",
+        )
+    if issubclass(kind, dict):
+        members: Iterable[Any] = dict.items(item)  # its storage, not its own items()
+    elif issubclass(kind, (list, tuple)):
+        elements: list[Any] = (
+            list.copy(item) if issubclass(kind, list) else list(tuple.__iter__(item))
+        )
+        array: list[Any] = [None] * len(elements)
+        parent[slot] = array
+        stack.extend(
+            (element, array, index, f"{path}[{index}]", depth + 1)
+            for index, element in reversed(list(enumerate(elements)))
+        )
+        return
+    elif isinstance(item, Mapping):
+        members = list(itertools.islice(item.items(), MAX_MEMBERS + 1))
+        if len(members) > MAX_MEMBERS:
+            raise JsonProblem(shown, f"{_short_path(shown)} has more than {MAX_MEMBERS} members")
+    else:
+        raise JsonProblem(
+            shown,
+            f"{_short_path(shown)} is {_type_name(item)}, which JSON cannot hold",
+        )
+    copy: dict[str, Any] = {}
+    parent[slot] = copy
+    found = []
+    for pair in members:
+        key, member = pair
+        key_kind = type(key)
+        if key_kind is not str:
+            if not issubclass(key_kind, str):
+                raise JsonProblem(
+                    shown,
+                    f"{_short_path(shown)} has a key that is not a string: {_short_repr(key)}",
+                )
+            key = str.__str__(key)
+        copy[key] = None  # keeps the key order; filled in when its turn comes
+        found.append((member, copy, key, _join_key(path, key), depth + 1))
+    # Reversed, so that parts are checked in order and the first problem is named.
+    stack.extend(reversed(found))
 
 
 def _plainly_sendable(value: object, depth: int) -> bool:
@@ -128,8 +218,10 @@ def _plainly_sendable(value: object, depth: int) -> bool:
     finite JSON scalars, at most ``MAX_DEPTH`` levels deep: the common case, checked
     without the copy and the paths that ``plain_json`` makes to name a problem."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return True
+    if kind is int:
+        return _short_enough(value)  # type: ignore[arg-type]
     if kind is float:
         return math.isfinite(value)  # type: ignore[arg-type]
     if depth >= MAX_DEPTH:

@@ -9,6 +9,7 @@ valid and sendable, later requests still serialise, and the agent goes on servin
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -487,3 +488,110 @@ async def test_a_tool_result_or_crash_that_cannot_travel_is_answered_and_the_run
     assert paid["content"].startswith("Error: Denied: pay ran, but its result was withheld")
     check_conversation(history)
     json.dumps([m.content for m in history], allow_nan=False)
+
+
+class _LenRaises(str):
+    def __len__(self) -> int:
+        raise ZeroDivisionError
+
+
+class _EndlessList(list[Any]):
+    def __iter__(self) -> Any:
+        return itertools.count()
+
+    def __len__(self) -> int:
+        return 2**62
+
+
+class _TupleGetitemRaises(tuple[Any, ...]):
+    def __getitem__(self, index: Any) -> Any:
+        raise RuntimeError("no")
+
+
+class _DictItemsRaise(dict[str, Any]):
+    def items(self) -> Any:
+        raise RuntimeError("no")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        raise RuntimeError("no")
+
+
+class _ClassRaises:
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        raise RuntimeError("no __class__")
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (_LenRaises("done"), "done"),
+        (
+            ("ok", _EndlessList([{"type": "text", "text": "listed"}])),
+            [{"type": "text", "text": "listed"}],
+        ),
+        (_TupleGetitemRaises(("ok", "tupled")), "tupled"),
+        (
+            ("ok", [_DictItemsRaise(type="text", text="blocked")]),
+            [{"type": "text", "text": "blocked"}],
+        ),
+        (
+            ("ok", [{"type": "text", "text": "x", "odd": _ClassRaises()}]),
+            "Error: Invalid tool result",
+        ),
+        ((_LenRaises("error"), _LenRaises("refused")), "Error: refused"),
+    ],
+    ids=[
+        "str-len-raises",
+        "endless-list",
+        "tuple-getitem",
+        "dict-items",
+        "class-raises",
+        "error-tuple",
+    ],
+)
+async def test_a_hostile_result_in_an_agent_spares_its_sibling_and_the_agent_serves_on(
+    tmp_path: Path, result: Any, expected: Any
+) -> None:
+    """Issue 29, item 4: the agent used to crash (AgentCrashed: RuntimeError) and lose
+    the sibling's outcome."""
+
+    @satsuma.tool
+    async def odd() -> Any:
+        """Return something hostile."""
+        return result
+
+    class OddAgent(satsuma.Agent):
+        name = "odd_agent"
+        tools = [odd, pay]
+
+    events: list[Any] = []
+    script: list[Reply | str] = [
+        Reply(tool_calls=[("odd", {}), ("pay", {"amount": 5})]),
+        "Noted.",
+        "Still here.",
+    ]
+    async with (
+        MessagesServer(script) as server,
+        SQLiteStore(tmp_path / "o.db") as store,
+        satsuma.open_agent(OddAgent, model=wire(server), store=store, agent_id="o") as agent,
+    ):
+        async for event in agent.stream("go"):
+            events.append(event)
+        second = await agent.run("and now?")
+        history = agent.history
+        journal = await store.calls(second.run_id) + await store.calls(
+            next(e.run_id for e in events if hasattr(e, "run_id"))
+        )
+    assert second.status == "completed"
+    outcome, paid = history[2].tool_results
+    if isinstance(expected, str) and expected.startswith("Error"):
+        assert outcome["is_error"] and outcome["content"].startswith(expected)
+    else:
+        assert outcome["content"] == expected and not outcome["is_error"]
+    assert type(outcome["content"]) in (str, list)
+    assert paid["content"] == "paid 5" or paid["content"] == "paid 5.0"
+    check_conversation(history)
+    json.dumps([m.content for m in history], allow_nan=False)
+    assert [entry.tool_name for entry in journal] == ["odd", "pay"]
+    json.dumps([entry.content for entry in journal], allow_nan=False)

@@ -67,6 +67,7 @@ from ._results import (
     failed_text,
     invalid_args_text,
     normalise,
+    plain_outcome,
     timeout_text,
     truncate,
     unknown_tool_text,
@@ -717,7 +718,7 @@ class ToolRunner:
                 )
             if replaced is None:
                 continue
-            if not isinstance(replaced, ToolOutcome):
+            if not issubclass(type(replaced), ToolOutcome):
                 return self._hook_failed(
                     call,
                     hook,
@@ -725,7 +726,12 @@ class ToolRunner:
                     TypeError(f"returned {type(replaced).__name__}, not None or a ToolOutcome"),
                     duration=outcome.duration,
                 )
-            outcome = replaced
+            # Through the results gate too: what a hook puts in place of the result
+            # reaches the same events, journal and model.
+            try:
+                outcome = plain_outcome(replaced)  # type: ignore[arg-type]
+            except ValueError as exc:
+                return self._hook_failed(call, hook, "after_call", exc, duration=outcome.duration)
         return outcome
 
     def _hook_failed(
