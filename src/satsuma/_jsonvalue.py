@@ -19,7 +19,15 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-__all__ = ["MAX_DEPTH", "MAX_MEMBERS", "JsonProblem", "json_problem", "plain_json"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_MEMBERS",
+    "JsonProblem",
+    "json_problem",
+    "plain_json",
+    "plain_members",
+    "plain_or_problem",
+]
 
 # Deep enough for any real tool input or result (JSON Schemas of real tools rarely go past
 # ten); shallow enough that every recursive step after this gate (validation, copies, the
@@ -234,6 +242,55 @@ def _plainly_sendable(value: object, depth: int) -> bool:
     if kind is list or kind is tuple:
         return all(_plainly_sendable(member, depth + 1) for member in value)  # type: ignore[attr-defined]
     return False  # anything else: plain_json says what, or copies it (a Mapping)
+
+
+def plain_members(value: object, root: str) -> dict[str, Any] | None:
+    """The members of a mapping as an exact dict with exact str keys, its values as they
+    are (read from a dict's own storage, a Mapping's through ``items``); None for a value
+    that is not a mapping. For what must be looked at before its parts are judged (a
+    content block's type, with its tool input apart).
+
+    Raises:
+        JsonProblem: a key that is not a string, or reading the mapping raised.
+    """
+    try:
+        kind = type(value)
+        pairs: Iterable[Any]
+        if issubclass(kind, dict):
+            pairs = dict.items(value)  # type: ignore[arg-type]
+        elif isinstance(value, Mapping):
+            pairs = itertools.islice(value.items(), MAX_MEMBERS)
+        else:
+            return None
+        members: dict[str, Any] = {}
+        for key, member in pairs:
+            if not issubclass(type(key), str):
+                raise JsonProblem(
+                    root or "value",
+                    f"{_short_path(root or 'value')} has a key that is not a string: "
+                    f"{_short_repr(key)}",
+                )
+            members[key if type(key) is str else str.__str__(key)] = member
+    except JsonProblem:
+        raise
+    except Exception as exc:
+        shown = root or "value"
+        raise JsonProblem(
+            shown, f"{_short_path(shown)} could not be read: {type(exc).__name__}"
+        ) from None
+    return members
+
+
+def plain_or_problem(value: object, root: str) -> tuple[Any, str | None]:
+    """``(value, None)`` when it is already made of built-in JSON values only (the common
+    case, not copied), ``(its plain copy, None)`` when it holds subclasses of them, or
+    ``(None, the problem's text)`` (see ``plain_json``)."""
+    if _plainly_sendable(value, 0):
+        return value, None
+    try:
+        return plain_json(value, root), None
+    except JsonProblem as problem:
+        return None, str(problem)
 
 
 def json_problem(value: object, root: str) -> str | None:

@@ -702,7 +702,11 @@ class _Run:
             for call in calls
             if call.name == OUTPUT_TOOL and call is not first
         }
-        value, errors = self.output_spec.parse(first.input)
+        value, errors = (
+            (None, [first.refused])
+            if first.refused is not None
+            else self.output_spec.parse(first.input)
+        )
         ended: tuple[RunStatus, str | None] | None = None
         if errors:
             failed = self._reject(

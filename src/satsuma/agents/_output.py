@@ -21,6 +21,7 @@ import attrs
 
 from .._exceptions import ToolDefinitionError
 from .._frozen import freeze
+from .._jsonvalue import plain_or_problem
 from ..tools._hints import compile_hint, structure, unstructure
 from ..tools._spec import ObjectNode, Property, check_arguments
 from ..tools._tool import _structure_errors
@@ -89,8 +90,15 @@ class OutputSpec:
 
     def parse(self, arguments: object) -> tuple[Any, list[str]]:
         """The typed answer in a final-answer call's input, or the errors (path-precise,
-        as for tool arguments) that make it invalid."""
-        cleaned, errors = check_arguments(self.root, arguments)
+        as for tool arguments) that make it invalid.
+
+        The input passes the JSON gate first, as tool arguments do: an answer nested past
+        64 levels, holding NaN or what JSON cannot hold is invalid (and retried), so a
+        caller's ``repr`` or ``json.dumps`` of the output never meets it."""
+        plain, problem = plain_or_problem(arguments, "")
+        if problem is not None:
+            return None, [problem]
+        cleaned, errors = check_arguments(self.root, plain)
         if errors:
             return None, errors
         value = cleaned.get("value") if self.wrapped else cleaned

@@ -4,9 +4,10 @@ The history is sent back with every later request and stored, so a response is c
 before it is committed, whichever Model produced it:
 
 - a ``tool_use`` input that the API could not take back (NaN, an infinity, nesting past
-  ``MAX_DEPTH``, not an object) is kept as ``{}`` in the history while its ToolCall keeps
-  what the model sent, so that the runner refuses that one call with ``Invalid
-  arguments`` and the conversation stays sendable;
+  ``MAX_DEPTH``, not an object) is kept as ``{}`` in the history, and its ToolCall too,
+  with the reason in ``ToolCall.refused`` (the JSON gate, ``tools.gated``), so that the
+  runner refuses that one call with ``Invalid arguments``, a final answer is retried,
+  and nothing before them (the journal, events, the loop guard) ever serialises it;
 - empty text blocks, which the API refuses in a request, are left out;
 - anything in the content that JSON cannot carry makes the response malformed: a
   ``ModelError`` (retried by models that retry, as the API's own errors are).
@@ -23,7 +24,8 @@ from typing import Any
 import attrs
 
 from .._exceptions import ModelError
-from .._jsonvalue import json_problem
+from .._jsonvalue import JsonProblem, plain_members, plain_or_problem
+from ..tools._calls import gated
 from ._model import ModelResponse
 
 __all__ = ["checked_response"]
@@ -46,27 +48,54 @@ def checked_response(response: ModelResponse, *, fresh: bool = False) -> ModelRe
     """
     if _passed.get(id(response)) is response:
         return response
+    # Ids, names and inputs as plain values first: nothing below (nor the journal, the
+    # events, the loop guard) reads a model's own objects. Ids are made unique later,
+    # against the whole conversation (_ids).
+    calls = tuple(gated(call) for call in response.calls)
     content: list[Mapping[str, Any]] = []
-    changed = False
     for block in response.content:
-        kind = block.get("type")
-        if kind == "text" and not block.get("text"):
-            changed = True
-            continue
-        checked: Mapping[str, Any] = block
-        if kind == "tool_use":
-            given = block.get("input", {})
-            if not isinstance(given, Mapping) or json_problem(given, "") is not None:
-                block = {**block, "input": {}}
-                changed = True
-            # Its input is checked (or replaced) now: the rest of the block is left.
-            checked = {key: value for key, value in block.items() if key != "input"}
-        problem = json_problem(checked, f"content[{len(content)}]")
+        try:
+            checked = _checked_block(block, f"content[{len(content)}]")
+        except JsonProblem as problem:
+            raise ModelError(f"malformed response: {problem}", retryable=True) from None
+        if checked is not None:
+            content.append(checked)
+    return _record(attrs.evolve(response, content=tuple(content), calls=calls), fresh=fresh)
+
+
+_NO_INPUT: Any = object()
+
+
+def _checked_block(block: object, where: str) -> dict[str, Any] | None:
+    """The block as plain JSON values (a tool_use's refused input as ``{}``), or None
+    for an empty text block.
+
+    Raises:
+        JsonProblem: the block is not an object, or holds what JSON cannot carry.
+    """
+    members = plain_members(block, where)
+    if members is None:
+        raise JsonProblem(where, f"{where} is not an object")
+    given = members.pop("input", _NO_INPUT)
+    plain, problem = plain_or_problem(members, where)
+    if problem is not None:
+        raise JsonProblem(where, problem)
+    kind = plain.get("type")
+    if kind == "text" and not plain.get("text"):
+        return None
+    if kind == "tool_use":
+        # Refused input stays out of the history: its ToolCall says why (gated()).
+        checked, refused = plain_or_problem({} if given is _NO_INPUT else given, "")
+        plain["input"] = checked if refused is None and type(checked) is dict else {}
+    elif given is not _NO_INPUT:
+        checked, problem = plain_or_problem(given, f"{where}.input")
         if problem is not None:
-            raise ModelError(f"malformed response: {problem}", retryable=True)
-        content.append(block)
-    if changed:
-        response = attrs.evolve(response, content=tuple(content))
+            raise JsonProblem(where, problem)
+        plain["input"] = checked
+    return plain  # type: ignore[no-any-return]
+
+
+def _record(response: ModelResponse, *, fresh: bool) -> ModelResponse:
     if fresh:
         _passed[id(response)] = response
     return response

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from .._codec import parse_tool_use
+from .._jsonvalue import plain_or_problem
+from ._spec import expected_text
 
-__all__ = ["ToolCall", "as_call"]
+__all__ = ["ToolCall", "as_call", "gated"]
 
 
 @attrs.frozen
@@ -20,11 +23,16 @@ class ToolCall:
         name: The name of the tool asked for.
         input: The arguments: normally a dict; a ``str`` is taken as JSON text (as some
             models and providers send it) and decoded before validation.
+        refused: Why the JSON gate refused the input the model sent (NaN, nesting past
+            64 levels, an object JSON cannot hold...), or None. A refused call's
+            ``input`` is ``{}``, so that nothing records or shows what could not be
+            serialised; the runner answers it ``Error: Invalid arguments: REFUSED``.
     """
 
     id: str
     name: str
     input: Any = attrs.field(factory=dict)
+    refused: str | None = attrs.field(default=None, kw_only=True)
 
 
 def as_call(value: object, index: int) -> ToolCall:
@@ -46,3 +54,39 @@ def as_call(value: object, index: int) -> ToolCall:
     if not isinstance(call_id, str) or not call_id:
         raise TypeError(f"calls[{index}] has no tool_use id (a non-empty string), got: {call_id!r}")
     return ToolCall(call_id, name if isinstance(name, str) else repr(name), arguments)
+
+
+def gated(call: ToolCall) -> ToolCall:
+    """``call`` with its input through the JSON gate, before anything records, shows or
+    serialises it (the journal, events, approvals, the loop guard).
+
+    An input of built-in JSON values comes back as it is; one holding subclasses of
+    them (a custom Model's) as a copy of plain values; one the gate refuses (see
+    ``satsuma._jsonvalue``) as ``{}`` with the reason in ``refused``. JSON text (a
+    ``str`` or ``bytes``) is left to the runner, which decodes it and gates what it
+    decodes to.
+    """
+    if type(call.id) is not str or type(call.name) is not str:
+        # A custom Model's str subclasses: plain strs, read from their storage.
+        call = attrs.evolve(call, id=_plain_str(call.id), name=_plain_str(call.name))
+    given = call.input
+    if call.refused is not None or type(given) in (str, bytes, bytearray):
+        return call
+    plain, problem = plain_or_problem(given, "")
+    if problem is not None:
+        if not issubclass(type(given), (dict, list, tuple)) and not _is_mapping(given):
+            # Not an object at all: said as validation says it of any other non-object.
+            problem = expected_text("arguments", "object", given)
+        return attrs.evolve(call, input={}, refused=problem)
+    return call if plain is given else attrs.evolve(call, input=plain)
+
+
+def _is_mapping(value: object) -> bool:
+    try:
+        return isinstance(value, Mapping)
+    except Exception:  # a __class__ property that raises: not a mapping we can read
+        return False
+
+
+def _plain_str(value: Any) -> Any:
+    return str.__str__(value) if issubclass(type(value), str) else value

@@ -31,7 +31,7 @@ from opentelemetry.trace import Tracer
 
 from .. import _telemetry
 from .._exceptions import ToolDefinitionError, ToolError
-from .._jsonvalue import MAX_DEPTH, json_problem
+from .._jsonvalue import MAX_DEPTH
 from ._approval import (
     DEFAULT_APPROVAL_TIMEOUT,
     Approver,
@@ -42,7 +42,7 @@ from ._approval import (
     ask,
     report_decision,
 )
-from ._calls import ToolCall, as_call
+from ._calls import ToolCall, as_call, gated
 from ._context import ToolContext
 from ._events import (
     ChannelEmitter,
@@ -329,7 +329,9 @@ class ToolRunner:
         Raises:
             TypeError: a call, the context or the event sink has the wrong shape.
         """
-        call_list = [as_call(call, index) for index, call in enumerate(calls)]
+        # Through the JSON gate first: the ToolCallStart event, the approver and
+        # on_outcome see only plain values (or a refused call's {}).
+        call_list = [gated(as_call(call, index)) for index, call in enumerate(calls)]
         working_dir, capabilities, extra = _parse_context(context)
         emitter = make_emitter(events if events is not None else self._events)
         env = _Environment(
@@ -508,6 +510,10 @@ class ToolRunner:
             return error_outcome(
                 call.id, call.name, "unknown_tool", unknown_tool_text(call.name)
             ), call
+        if call.refused is not None:
+            return error_outcome(
+                call.id, call.name, "invalid_args", invalid_args_text([call.refused])
+            ), call
         if isinstance(call.input, (str, bytes, bytearray)):
             try:
                 call = attrs.evolve(call, input=json.loads(call.input))
@@ -519,7 +525,6 @@ class ToolRunner:
                 return error_outcome(
                     call.id, call.name, "invalid_args", invalid_args_text([problem])
                 ), call
-        arguments = call.input
         definition = entry.definition
         # Fails closed before anything else looks at the call: hooks and validation
         # included, a tool the context does not allow never gets further.
@@ -530,9 +535,10 @@ class ToolRunner:
             ), call
         # Before hooks see it: input that cannot go back to the API as JSON (NaN, too
         # deep, an object) would poison the history and every later request.
-        refused = _input_problem(call)
+        call, refused = _gate(call)
         if refused is not None:
             return refused, call
+        arguments = call.input
         ctx = ToolContext(
             tool_use_id=call.id,
             tool_name=call.name,
@@ -558,7 +564,7 @@ class ToolRunner:
             if isinstance(decided, ToolOutcome):
                 return decided, call
             if decided is not call:
-                refused = _input_problem(decided)
+                decided, refused = _gate(decided)
                 if refused is not None:
                     return refused, decided
             call = decided
@@ -592,7 +598,7 @@ class ToolRunner:
                 call = attrs.evolve(call, input=dict(decision.input))
             report_decision(env.emitter, call, decision, traced=env.tracer is not None)
             if decision.input is not None:
-                refused = _input_problem(call)
+                call, refused = _gate(call)
                 if refused is not None:
                     return refused, call
                 args, errors = definition.check(call.input)
@@ -773,10 +779,13 @@ async def _report(on_outcome: OutcomeCallback, call: ToolCall, outcome: ToolOutc
         logger.exception("on_outcome callback failed for call %s; the outcome stands", call.id)
 
 
-def _input_problem(call: ToolCall) -> ToolOutcome | None:
-    if not isinstance(call.input, Mapping):
-        return None  # validation names what it is instead of an object
-    problem = json_problem(call.input, "")
-    if problem is None:
-        return None
-    return error_outcome(call.id, call.name, "invalid_args", invalid_args_text([problem]))
+def _gate(call: ToolCall) -> tuple[ToolCall, ToolOutcome | None]:
+    """The call with its input as plain JSON values, or its refusal: for input that did
+    not pass through ``execute``'s gate (decoded JSON text, a hook's Rewrite, an
+    approver's edit)."""
+    call = gated(call)
+    if call.refused is None:
+        return call, None
+    return call, error_outcome(
+        call.id, call.name, "invalid_args", invalid_args_text([call.refused])
+    )
