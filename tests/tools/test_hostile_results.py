@@ -329,3 +329,35 @@ def test_an_after_call_hook_outcome_passes_the_same_gate() -> None:
     forged = trio.run(main, Forges())
     assert all(o.error_kind == "denied" for o in forged)
     assert "content[0].n is an object" in forged[0].text
+
+
+def test_progress_and_updates_reach_events_as_plain_values() -> None:
+    class S(str):
+        def __len__(self) -> int:
+            raise ZeroDivisionError
+
+        def __format__(self, spec: str) -> str:
+            raise ZeroDivisionError
+
+    class Reports(satsuma.Tool):
+        name = "reports"
+        description = "Report progress and a partial result"
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            ctx.progress(S("halfway"))
+            ctx.update(hostile(list, "__iter__", "endless", [_block(S("part"))]))
+            return "done"
+
+    seen: list[Any] = []
+    runner = ToolRunner([Reports], events=seen.append)
+
+    async def main() -> list[ToolOutcome]:
+        return await runner.execute([tool_call("reports", {})])
+
+    (outcome,) = trio.run(main)
+    assert outcome.content == "done"
+    (progress,) = [e for e in seen if isinstance(e, satsuma.ToolProgress)]
+    (update,) = [e for e in seen if isinstance(e, satsuma.ToolUpdate)]
+    assert type(progress.text) is str and progress.text == "halfway"
+    assert update.content == [_block("part")]
+    assert_plain(update.content)

@@ -68,9 +68,12 @@ class ToolContext:
     def progress(self, text: str) -> None:
         """Report a status line for humans (a ``ToolProgress`` event); never sent to the
         model. Safe to call from the worker thread of a sync tool."""
-        if not isinstance(text, str):
+        if not issubclass(type(text), str):
             raise TypeError(f"progress text must be a str, got: {type(text).__name__}")
-        self._emit(ToolProgress(tool_use_id=self.tool_use_id, tool_name=self.tool_name, text=text))
+        # An exact str, read from its storage: the event's readers (the live view, a
+        # log) never run a str subclass's own methods.
+        plain = text if type(text) is str else str.__str__(text)
+        self._emit(ToolProgress(tool_use_id=self.tool_use_id, tool_name=self.tool_name, text=plain))
 
     def update(self, content: Content, details: Any = None) -> None:
         """Report a partial result for UIs (a ``ToolUpdate`` event); never sent to the
