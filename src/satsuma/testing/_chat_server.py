@@ -51,7 +51,9 @@ class ChatCompletionsServer(ScriptedServer):
     Args: as for MessagesServer.
 
     Attributes:
-        requests: The JSON body of every request to ``/v1/chat/completions``, in order.
+        requests: The JSON bodies of the requests to ``/v1/chat/completions``, in
+            order: the last ``keep_requests`` (100 by default) of them.
+        request_count: How many such requests came in all.
         received: Those requests in full (path and headers too), as ReceivedRequest.
         host: The loopback address it listens on.
     """

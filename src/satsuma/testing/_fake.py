@@ -192,7 +192,8 @@ class FakeModel:
     """The fake model as a ``Model``: ``open_agent(MyAgent, model=FakeModel())``.
 
     Attributes:
-        requests: Every request it was sent.
+        requests: The requests it was sent: the last 100 (as FunctionModel keeps).
+        request_count: How many requests it was sent in all.
     """
 
     def __init__(self) -> None:
@@ -201,6 +202,10 @@ class FakeModel:
     @property
     def requests(self) -> list[ModelRequest]:
         return self._model.requests
+
+    @property
+    def request_count(self) -> int:
+        return self._model.request_count
 
     @staticmethod
     def _reply(request: ModelRequest) -> Reply:

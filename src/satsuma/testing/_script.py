@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import attrs
 
+from .._jsonvalue import plain_or_problem
 from .._messages import Usage
 from ..tools import ToolCall
 from ._tools import tool_call
 
 __all__ = ["Failure", "Reply", "script_item_calls"]
+
+T = TypeVar("T")
 
 
 def _calls(value: Iterable[ToolCall | tuple[str, Any]]) -> tuple[ToolCall, ...]:
@@ -113,6 +116,32 @@ class Failure:
         return cls(kind="slow", delay=delay, then=reply)
 
 
+# How many past requests a scripted model or a loopback server keeps by default: enough
+# for any test to read back what it sent, and a bound for a long one (each request holds
+# the whole conversation so far, so keeping all of them grows as its square).
+DEFAULT_KEPT_REQUESTS: Final = 100
+
+
+def checked_keep(keep_requests: object) -> int | None:
+    """``keep_requests`` checked: an int >= 0, or None (keep every request).
+
+    Raises:
+        ValueError: it is neither.
+    """
+    if keep_requests is not None and (
+        not isinstance(keep_requests, int) or isinstance(keep_requests, bool) or keep_requests < 0
+    ):
+        raise ValueError(f"keep_requests must be an integer >= 0 or None, got: {keep_requests!r}")
+    return keep_requests
+
+
+def remember(kept: list[T], item: T, keep: int | None) -> None:
+    """Append ``item`` to ``kept``, dropping the oldest past the last ``keep``."""
+    kept.append(item)
+    if keep is not None and len(kept) > keep:
+        del kept[: len(kept) - keep]
+
+
 def as_reply(item: Reply | str) -> Reply:
     return Reply(text=item) if isinstance(item, str) else item
 
@@ -121,12 +150,39 @@ def script_item_calls(item: Reply | str) -> tuple[ToolCall, ...]:
     return as_reply(item).tool_calls
 
 
+def input_text(value: Any) -> str:
+    """A scripted call's input as the JSON text a model streams: a ``str`` as it is (raw
+    JSON, perhaps not valid); ``{}`` for an input JSON cannot carry (nested past 64
+    levels, NaN, an int past 4,300 digits, an object), which the agent's JSON gate then
+    refuses from the call itself, as it would a real model's."""
+    if isinstance(value, str):
+        return value
+    plain, problem = plain_or_problem(value, "")
+    return "{}" if problem is not None else json.dumps(plain)
+
+
+def unsendable(reply: Reply) -> str | None:
+    """What makes a reply's call input impossible to send over the wire as JSON (a
+    loopback server's reply), or None. Raw JSON text (a ``str``) is always sendable."""
+    for call in reply.tool_calls:
+        if not isinstance(call.input, str):
+            _, problem = plain_or_problem(call.input, "")
+            if problem is not None:
+                return (
+                    f"the input of call {call.id} ({call.name}) cannot be sent as JSON: "
+                    f"{problem}; script it as raw JSON text (a str) to send it as it is"
+                )
+    return None
+
+
 def estimate_usage(reply: Reply, prompt_chars: int) -> Usage:
     """The default usage of a scripted reply: a token per 4 characters, at least 1."""
     if reply.usage is not None:
         return reply.usage
     out_chars = len(reply.text or "") + len(reply.thinking or "")
-    out_chars += sum(len(str(call.input)) + len(call.name) for call in reply.tool_calls)
+    # Measured on the JSON text, never on str(input): a deep input's str() recurses, and
+    # an int's past Python's digit limit raises.
+    out_chars += sum(len(input_text(call.input)) + len(call.name) for call in reply.tool_calls)
     return Usage(input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, out_chars // 4))
 
 
@@ -150,6 +206,8 @@ def reply_blocks(reply: Reply) -> tuple[list[Mapping[str, Any]], tuple[ToolCall,
                 block_input = {}
         if not isinstance(block_input, Mapping):
             block_input = {}
+        # As the model sent it: the agent's JSON gate judges it (a loopback server
+        # refuses, when scripted, an input it could not write).
         blocks.append(
             {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(block_input)}
         )

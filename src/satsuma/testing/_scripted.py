@@ -4,7 +4,6 @@ reply from the request. No network, no key."""
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -15,7 +14,17 @@ import trio
 from .._exceptions import ModelError
 from .._messages import Message, message_size
 from ..agents._model import ModelListener, ModelRequest, ModelResponse
-from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
+from ._script import (
+    DEFAULT_KEPT_REQUESTS,
+    Failure,
+    Reply,
+    as_reply,
+    checked_keep,
+    estimate_usage,
+    input_text,
+    remember,
+    reply_blocks,
+)
 
 __all__ = ["FunctionModel", "ScriptedModel", "check_conversation"]
 
@@ -37,7 +46,7 @@ async def _play(item: Reply | str, request: ModelRequest, listener: ModelListene
     tool_input = getattr(listener, "tool_input", None)
     if tool_input is not None:
         for call in reply.tool_calls:
-            text = call.input if isinstance(call.input, str) else json.dumps(call.input)
+            text = input_text(call.input)
             # In pieces, as a real model streams a tool's input.
             for start in range(0, max(len(text), 1), 16):
                 tool_input(call.name, text[start : start + 16])
@@ -63,11 +72,25 @@ class ScriptedModel:
     error would). A call after the last item raises ModelError("ScriptedModel script
     exhausted ...").
 
+    Args:
+        script: The replies, in order.
+        delay: Seconds each reply waits before it is given.
+        keep_requests: Keep only the last this many requests in ``requests`` (100 by
+            default; None keeps all: each holds the whole conversation so far, so a
+            long test keeping all of them grows as its square).
+
     Attributes:
-        requests: Every ModelRequest received, in order (to assert what was sent).
+        requests: The ModelRequests received, in order: the last ``keep_requests``.
+        request_count: How many requests were received in all.
     """
 
-    def __init__(self, script: Iterable[ScriptItem], *, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        script: Iterable[ScriptItem],
+        *,
+        delay: float = 0.0,
+        keep_requests: int | None = DEFAULT_KEPT_REQUESTS,
+    ) -> None:
         items = list(script)
         for item in items:
             if isinstance(item, Failure):
@@ -78,7 +101,9 @@ class ScriptedModel:
                 )
         self._script: deque[ScriptItem] = deque(items)
         self._delay = delay
+        self._keep = checked_keep(keep_requests)
         self.requests: list[ModelRequest] = []
+        self.request_count = 0
 
     @property
     def remaining(self) -> int:
@@ -86,10 +111,11 @@ class ScriptedModel:
         return len(self._script)
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
-        self.requests.append(request)
+        remember(self.requests, request, self._keep)
+        self.request_count += 1
         if not self._script:
             raise ModelError(
-                f"ScriptedModel script exhausted after {len(self.requests) - 1} replies"
+                f"ScriptedModel script exhausted after {self.request_count - 1} replies"
             )
         # Taken before the delay: a call cancelled in flight has used its reply, as a
         # request to a real API would have.
@@ -106,14 +132,28 @@ ReplyFunction: TypeAlias = Callable[[ModelRequest], "Reply | str | Awaitable[Rep
 @final
 class FunctionModel:
     """A model whose every reply is computed by ``fn(request)`` (sync or async), from the
-    conversation so far. ``fn`` may raise ModelError to fail the run."""
+    conversation so far. ``fn`` may raise ModelError to fail the run.
 
-    def __init__(self, fn: ReplyFunction) -> None:
+    Args:
+        fn: The function of the request.
+        keep_requests: As for ScriptedModel (100 by default; None keeps all).
+
+    Attributes:
+        requests: The ModelRequests received, in order: the last ``keep_requests``.
+        request_count: How many requests were received in all.
+    """
+
+    def __init__(
+        self, fn: ReplyFunction, *, keep_requests: int | None = DEFAULT_KEPT_REQUESTS
+    ) -> None:
         self._fn = fn
+        self._keep = checked_keep(keep_requests)
         self.requests: list[ModelRequest] = []
+        self.request_count = 0
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
-        self.requests.append(request)
+        remember(self.requests, request, self._keep)
+        self.request_count += 1
         item = self._fn(request)
         if inspect.isawaitable(item):
             item = await item

@@ -31,7 +31,17 @@ import trio
 from .. import _codec
 from .._exceptions import ModelError
 from ._bedrock_stream import EVENT_STREAM, bedrock_stream
-from ._script import Failure, Reply, as_reply, estimate_usage, reply_blocks
+from ._script import (
+    DEFAULT_KEPT_REQUESTS,
+    Failure,
+    Reply,
+    as_reply,
+    checked_keep,
+    estimate_usage,
+    remember,
+    reply_blocks,
+    unsendable,
+)
 
 if TYPE_CHECKING:
     import anthropic
@@ -140,6 +150,13 @@ class _State(enum.Enum):
 
 
 def _check_item(item: object, where: str, *, function_allowed: bool = True) -> None:
+    reply = item.then if isinstance(item, Failure) else item
+    if isinstance(reply, Reply):
+        # Refused here rather than when it is sent: a server cannot write such an input
+        # in a body (ScriptedModel can hand it over, for the agent's gate to refuse).
+        problem = unsendable(reply)
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
     if isinstance(item, Failure):
         if item.kind not in _FAILURE_KINDS:
             raise ValueError(f"{where}: unknown Failure kind {item.kind!r}")
@@ -169,26 +186,19 @@ class ScriptedServer:
         host: str = "127.0.0.1",
         port: int = 0,
         then: Callable[[dict[str, Any]], ServerAnswer | Awaitable[ServerAnswer]] | None = None,
-        keep_requests: int | None = None,
+        keep_requests: int | None = DEFAULT_KEPT_REQUESTS,
     ) -> None:
         items = list(script)
         for index, item in enumerate(items):
             _check_item(item, f"script[{index}]")
         if then is not None and not callable(then):
             raise TypeError(f"then must be a function of the request body, got: {then!r}")
-        if keep_requests is not None and (
-            not isinstance(keep_requests, int)
-            or isinstance(keep_requests, bool)
-            or keep_requests < 0
-        ):
-            raise ValueError(
-                f"keep_requests must be an integer >= 0 or None, got: {keep_requests!r}"
-            )
         self.host = host
         self.port = port
         self._then = then
-        self._keep = keep_requests
+        self._keep = checked_keep(keep_requests)
         self.requests: list[dict[str, Any]] = []
+        self.request_count = 0
         self.received: list[ReceivedRequest] = []
         self.token_requests: list[ReceivedRequest] = []
         self.access_tokens: list[str] = []
@@ -368,13 +378,13 @@ class ScriptedServer:
             name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in request.headers
         }
-        self.received.append(
-            ReceivedRequest(method=method, path=path, headers=headers, body=payload)
+        remember(
+            self.received,
+            ReceivedRequest(method=method, path=path, headers=headers, body=payload),
+            self._keep,
         )
-        self.requests.append(payload)
-        if self._keep is not None and len(self.requests) > self._keep:
-            del self.requests[: len(self.requests) - self._keep]
-            del self.received[: len(self.received) - self._keep]
+        remember(self.requests, payload, self._keep)
+        self.request_count += 1
         # What the path says (a Bedrock request's model and stream) is the script's too.
         payload = {**payload, **route.implied}
         if self._script:
@@ -529,11 +539,15 @@ class MessagesServer(ScriptedServer):
         host: The loopback address to listen on.
         port: The port (0, the default: any free one).
         then: Answers every request after the script, if given.
-        keep_requests: Keep only the last this many request bodies (None: all of them;
-            a server that runs for long should set it).
+        keep_requests: Keep only the last this many requests in ``requests`` and
+            ``received`` (100 by default; None keeps all: each body holds the whole
+            conversation so far, so a long test keeping all of them grows as its
+            square; 0 keeps none).
 
     Attributes:
-        requests: The JSON body of every request answered from the script, in order.
+        requests: The JSON bodies of the requests answered from the script, in order:
+            the last ``keep_requests`` of them.
+        request_count: How many such requests came in all.
         received: Those requests in full (path and headers too), as ReceivedRequest.
         token_requests: The requests to ``token_uri``, as ReceivedRequest whose body is
             the form's fields (a service account's are ``grant_type`` and its signed

@@ -4,6 +4,8 @@ record events."""
 from __future__ import annotations
 
 import itertools
+import os
+import secrets
 from collections.abc import Mapping
 from typing import Any, TypeVar, final
 
@@ -13,29 +15,51 @@ from ..tools import ToolCall, ToolEvent, ToolOutcome, ToolRunner
 
 __all__ = ["EventRecorder", "run_tool", "tool_call"]
 
+
+def _process_prefix() -> str:
+    # A part of its own for each process: a conversation continued in another process
+    # (a store written by one `satsuma run --model fake`, resumed by the next) never
+    # gets an id its history already holds.
+    return f"toolu_test_{secrets.token_hex(6)}_"
+
+
+_prefix = _process_prefix()
 _ids = itertools.count(1)
+
+
+def _after_fork() -> None:
+    # A forked child counts on from its parent's count: its own part keeps the two apart.
+    global _prefix
+    _prefix = _process_prefix()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 E = TypeVar("E")
 
 
 def tool_call(name: str, input: Any = None, id: str | None = None) -> ToolCall:
-    """A ToolCall, with a fresh id (``toolu_test_1``, ``toolu_test_2``, ...) unless given.
+    """A ToolCall, with a fresh id unless given.
 
-    Under pytest (satsuma's plugin) the ids start again at ``toolu_test_1`` in each
-    test, so a test's expected ids do not depend on the tests run before it; elsewhere
-    they count up for the life of the process. ``input`` defaults to no arguments
-    (``{}``).
+    Fresh ids are unique across processes: ``toolu_test_<process>_1``,
+    ``toolu_test_<process>_2``, ..., where ``<process>`` is 12 hex digits drawn when the
+    process starts (and again in a forked child). Under pytest (satsuma's plugin) the
+    ids are ``toolu_test_1``, ``toolu_test_2``, ... instead, starting again in each
+    test, so that a test's expected ids do not depend on the tests run before it; a
+    conversation a test stores and another process continues still gets unique ids
+    there. ``input`` defaults to no arguments (``{}``).
     """
     return ToolCall(
-        id if id is not None else f"toolu_test_{next(_ids)}", name, {} if input is None else input
+        id if id is not None else f"{_prefix}{next(_ids)}", name, {} if input is None else input
     )
 
 
 def restart_ids() -> None:
-    """Number tool_call's next ids from ``toolu_test_1`` again (satsuma's pytest plugin
-    calls it before each test)."""
-    global _ids
+    """Number tool_call's next ids from ``toolu_test_1`` again, with no process part
+    (satsuma's pytest plugin calls it before each test)."""
+    global _ids, _prefix
     _ids = itertools.count(1)
+    _prefix = "toolu_test_"
 
 
 @final
