@@ -40,6 +40,7 @@ from ..agents._handle import resume_with_id, run_with_id
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
+from ..tools._results import describe_exception
 from ._listen import Listener
 from ._recording import EventLog, RunRecorder, expire_ended
 from ._results import encode_result, failed_result, result_from_record
@@ -416,11 +417,10 @@ class Node:
                     exc.cause,
                 )
                 result, store_error = None, exc.cause
-            elif result is None:
-                result = failed_result(run.run_id, f"the agent crashed: {exc}")
+            else:
+                result = self._crashed(run, exc, result)
         except Exception as exc:
-            if result is None:
-                result = failed_result(run.run_id, f"the agent crashed: {exc}")
+            result = self._crashed(run, exc, result)
         finally:
             if result is not None and isinstance(store_error, StoreUnavailable) and not entry.lost:
                 # The database went away under the run (a write failed): not the run's
@@ -446,6 +446,31 @@ class Node:
                 )
         if result is not None:
             await self._finish(run, node_id, result)
+
+    def _crashed(self, run: QueuedRun, exc: Exception, result: RunResult | None) -> RunResult:
+        """Log the agent's crash with its traceback, and give the run's result: the one
+        it had (the crash came as the agent closed), or a failed one naming the crash."""
+        crash = _crash_of(exc)
+        described = describe_exception(crash)
+        # Logged with its traceback: the result's error is all the client sees, and
+        # without this line nothing anywhere said where the crash came from. A store
+        # that went away under the agent is not a bug to trace: the lines that follow
+        # (and the store's own) say what happens to the run.
+        away = isinstance(crash, StoreError)
+        logger.log(
+            logging.WARNING if away else logging.ERROR,
+            "node %s: the agent of run %s (%s %r) crashed%s: %s",
+            self.name,
+            run.run_id,
+            run.agent_name,
+            run.agent_id,
+            " after the run ended" if result is not None else "",
+            described,
+            exc_info=None if away else crash,
+        )
+        if result is not None:
+            return result
+        return failed_result(run.run_id, f"the agent crashed: {described}")
 
     async def _run(
         self, handle: AgentHandle, run: QueuedRun, events: RunRecorder | None
@@ -544,3 +569,11 @@ class Node:
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     first = group.exceptions[0]
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _crash_of(exc: Exception) -> BaseException:
+    """What crashed the agent: an AgentCrashed names its agent and run, which the node's
+    own line says already, and carries the exception (with its traceback) as ``cause``."""
+    if isinstance(exc, AgentCrashed):
+        return exc.cause
+    return exc
