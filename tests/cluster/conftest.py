@@ -19,3 +19,4 @@ _spec.loader.exec_module(_store_conftest)
 
 postgres_server = _store_conftest.postgres_server
 postgres_dsn = _store_conftest.postgres_dsn
+partition = _store_conftest.partition

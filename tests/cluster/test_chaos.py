@@ -126,7 +126,7 @@ async def test_runs_survive_a_killed_and_a_paused_node_each_once_and_in_order(
     async with PostgresStore(postgres_dsn) as store, trio.open_nursery() as nursery:
         await store.open()  # the schema, before the node processes race for it
         cluster = Cluster(store, poll_interval=0.5)
-        listener = Listener(postgres_dsn, [queue.DONE_CHANNEL])
+        listener = Listener(store, [queue.DONE_CHANNEL])
         await listener.open()
 
         async def count_ends() -> None:

@@ -1,5 +1,6 @@
 """Stores for the store tests: ``store`` is each kind in turn (memory, SQLite, PostgreSQL),
-opened; ``postgres_dsn`` is a fresh PostgreSQL database per test.
+opened; ``postgres_dsn`` is a fresh PostgreSQL database per test; ``partition`` a loopback
+proxy in front of it that can cut the network.
 
 PostgreSQL is a real server: the one ``SATSUMA_TEST_POSTGRES_DSN`` names (its role must
 be allowed to create databases), else a throwaway one that the suite starts from the
@@ -29,7 +30,8 @@ from typing import Any
 import attrs
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
+import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from satsuma.store import MemoryStore, PostgresStore, SQLiteStore, Store
 
@@ -223,3 +225,82 @@ async def store(unopened_store: Store) -> AsyncIterator[Store]:
     made: Any = unopened_store
     async with made:
         yield made
+
+
+@attrs.define(eq=False)
+class Partition:
+    """A TCP proxy on 127.0.0.1 in front of the test server, whose network can stop
+    answering: in black-hole mode (``black_hole = True``) it still accepts connections
+    and reads what comes on them, but forwards nothing and answers nothing, as a
+    partition or a hung server does (the kernel acknowledges, so TCP sees nothing
+    wrong: no reset, no timeout). ``dsn`` goes through it; ``accepted`` counts the
+    connections it took; ``cut()`` closes every connection it carries."""
+
+    upstream: str  # the server's Unix socket, or HOST:PORT
+    port: int = 0
+    black_hole: bool = False
+    accepted: int = 0
+    server_dsn: str = ""
+    _carried: set[trio.CancelScope] = attrs.Factory(set)
+
+    @property
+    def dsn(self) -> str:
+        return make_conninfo(self.server_dsn, host="127.0.0.1", port=str(self.port))
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        await trio.serve_listeners(self._proxy, listeners, task_status=task_status)
+
+    async def _open_upstream(self) -> trio.SocketStream:
+        if self.upstream.startswith("/"):
+            return await trio.open_unix_socket(self.upstream)
+        host, _, port = self.upstream.rpartition(":")
+        return await trio.open_tcp_stream(host, int(port))
+
+    def cut(self) -> None:
+        """Close every connection it carries now (the peers see them end)."""
+        for scope in self._carried:
+            scope.cancel()
+
+    async def _proxy(self, client: trio.SocketStream) -> None:
+        self.accepted += 1
+        with trio.CancelScope() as scope:
+            self._carried.add(scope)
+            try:
+                await self._carry(client)
+            finally:
+                self._carried.discard(scope)
+
+    async def _carry(self, client: trio.SocketStream) -> None:
+        async with client:
+            if self.black_hole:
+                # A connection made during the partition never reaches the server.
+                await self._pump(client, None)
+                return
+            async with await self._open_upstream() as server, trio.open_nursery() as nursery:
+
+                async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+                    await self._pump(source, sink)
+                    nursery.cancel_scope.cancel()  # one side hung up: close both
+
+                nursery.start_soon(pump, client, server)
+                nursery.start_soon(pump, server, client)
+
+    async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream | None) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            async for chunk in source:
+                if sink is not None and not self.black_hole:
+                    await sink.send_all(chunk)
+
+
+@pytest.fixture
+async def partition(postgres_dsn: str, nursery: trio.Nursery) -> Partition:
+    """A proxy in front of ``postgres_dsn``'s database, serving until the test ends."""
+    params = conninfo_to_dict(postgres_dsn)
+    host = str(params.get("host") or "localhost")
+    port = str(params.get("port") or 5432)
+    upstream = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else f"{host}:{port}"
+    proxy = Partition(upstream=upstream, server_dsn=postgres_dsn)
+    await nursery.start(proxy.serve)
+    return proxy

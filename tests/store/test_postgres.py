@@ -193,8 +193,8 @@ async def test_idle_connections_broken_under_the_store_are_replaced(postgres_dsn
 
 def _prepared(store: PostgresStore) -> int:
     """Statements prepared on the server by the store's (one) idle pooled connection."""
-    [connection] = store._idle
-    row = connection.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    [link] = store._idle
+    row = link.connection.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -215,38 +215,66 @@ async def test_prepare_threshold_none_prepares_nothing_on_the_server(
 # --- cancellation -------------------------------------------------------------------------
 
 
-async def test_a_cancelled_call_finishes_its_transaction_and_leaves_the_pool_usable(
+def _waiting_on_locks(dsn: str) -> int:
+    """Backends of this database waiting for a lock now."""
+    with raw(dsn) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_cancelled_call_returns_at_once_and_its_query_is_cancelled_on_the_server(
     postgres_dsn: str,
 ) -> None:
     async with PostgresStore(postgres_dsn, pool_size=1) as store:
         lease = await store.acquire_lease("a", Owner.new(), seconds=30)
+        [first] = store._idle
         with raw(postgres_dsn) as blocker:
-            # Another transaction holds the lease row: the store's write waits for it.
+            # Another transaction holds the lease row: the store's write waits for it,
+            # and goes on waiting for as long as the blocker holds it.
             blocker.execute("BEGIN")
             blocker.execute("SELECT * FROM leases WHERE agent_id = 'a' FOR UPDATE")
+            released = trio.Event()
             async with trio.open_nursery() as nursery:
 
-                async def release_later() -> None:
-                    await trio.sleep(0.5)
+                async def watchdog() -> None:
+                    # Should the call wait for its thread (as it did), end the wait,
+                    # so that the test fails rather than hangs.
+                    await trio.sleep(10)
                     await trio.to_thread.run_sync(blocker.execute, "ROLLBACK")
+                    released.set()
 
-                nursery.start_soon(release_later)
-                started = trio.current_time()
+                nursery.start_soon(watchdog)
                 with trio.move_on_after(0.2) as scope:
                     await store.write_tail("a", 0, [Message.user("in flight")], lease=lease)
-                # The timeout could not cut the call short: it returned with its thread.
-                assert scope.cancel_called
-                assert trio.current_time() - started >= 0.5
-        # The call was not abandoned: its thread finished, its transaction committed
-        # whole, and its one connection is back in the pool, clean.
-        assert [m.text for m in await store.load_messages("a")] == ["in flight"]
+                nursery.cancel_scope.cancel()
+            # Returned while the lock is still held: the call did not wait for its thread.
+            assert scope.cancelled_caught
+            assert not released.is_set()
+            # The server was asked to cancel the query: nothing waits on the lock any
+            # more, although the blocker still holds it.
+            with trio.fail_after(10):
+                while await trio.to_thread.run_sync(_waiting_on_locks, postgres_dsn):  # noqa: ASYNC110  (the server's state)
+                    await trio.sleep(0.02)
+            blocker.execute("ROLLBACK")
+        # Cancelled before COMMIT: nothing of it was written.
+        assert await store.load_messages("a") == []
         # Cancelled while waiting for a connection: nothing runs at all.
         with trio.move_on_after(0):
-            await store.write_tail("a", 1, [Message.user("never")], lease=lease)
-        await store.write_tail("a", 1, [Message.user("next")], lease=lease)
-        assert [m.text for m in await store.load_messages("a")] == ["in flight", "next"]
-        assert len(store._idle) == 1
-        assert store._idle[0].info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            await store.write_tail("a", 0, [Message.user("never")], lease=lease)
+        # Its connection was dropped (never reused: its state was unknown), and the pool's
+        # one slot serves the next call on a new one.
+        await store.write_tail("a", 0, [Message.user("next")], lease=lease)
+        assert [m.text for m in await store.load_messages("a")] == ["next"]
+        [second] = store._idle
+        assert second is not first
+        with trio.fail_after(10):  # closed once its cancel is done with it
+            while not first.connection.closed:  # noqa: ASYNC110  (a thread closes it)
+                await trio.sleep(0.02)
+        assert second.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 # --- schema -------------------------------------------------------------------------------

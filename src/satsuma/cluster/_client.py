@@ -21,7 +21,7 @@ from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
 from ._events import EventStream
 from ._results import encode_result, queued_result, result_from_record
-from ._shared_listen import Subscription, subscribe
+from ._shared_listen import subscribe
 
 __all__ = ["Cluster"]
 
@@ -94,43 +94,52 @@ class Cluster:
         ``poll_interval`` seconds, each failure logged, until the database answers or
         ``timeout`` passes.
 
+        ``timeout`` counts from the call, whatever the wait is doing when it passes:
+        connecting the process's shared listener, reading the queue, or waiting; a
+        database that stops answering (a network partition) cannot hold the caller
+        longer (the store call in flight is abandoned, see ``PostgresStore``).
+
         Raises:
             ValueError: no run has this id (in the queue, or as a run record).
-            TimeoutError: the run had not ended after ``timeout`` seconds (it goes on).
+            TimeoutError: the run had not ended after ``timeout`` seconds (it goes on),
+                or the database did not answer in that time to say whether it had.
             StoreError: the queue could not be read at the start; or, later, any store
                 error but StoreUnavailable (the store was closed: StoreClosed; the run's
                 row does not decode: StoreUnreadable).
         """
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        # Listening before the first read: an end committed after it is heard. The
-        # listener is shared by every wait of this process (one connection, see
-        # _shared_listen); a server that is away makes it ready at once, and the loop
-        # below polls.
-        subscription = await subscribe(
-            self.store.dsn, {queue.DONE_CHANNEL: run_id}, keep=[queue.DONE_CHANNEL]
-        )
-        try:
-            known = False
-            while True:
-                try:
-                    found = await queue.outcome(self.store, run_id)
-                except StoreError as exc:
-                    # Only a database that is away is waited for: a closed store, or a
-                    # row that does not decode, stays so however long one waits.
-                    if not known or not isinstance(exc, StoreUnavailable):
-                        raise
-                    logger.warning("waiting for run %s, the database is away: %s", run_id, exc)
-                    await self._wait_for(run_id, subscription, deadline, timeout)
-                    continue
-                known = True
-                if found is None:
-                    return await self._from_record(run_id)
-                run, text = found
-                if run.status in queue.ENDED:
-                    return queued_result(run, text)
-                await self._wait_for(run_id, subscription, deadline, timeout)
-        finally:
-            subscription.close()
+        known = False
+        with trio.CancelScope(deadline=deadline):
+            # Listening before the first read: an end committed after it is heard. The
+            # listener is shared by every wait of this process (one connection, see
+            # _shared_listen); a server that is away makes it ready at once, and the
+            # loop below polls.
+            subscription = await subscribe(
+                self.store, {queue.DONE_CHANNEL: run_id}, keep=[queue.DONE_CHANNEL]
+            )
+            try:
+                while True:
+                    try:
+                        found = await queue.outcome(self.store, run_id)
+                    except StoreError as exc:
+                        # Only a database that is away is waited for: a closed store, or
+                        # a row that does not decode, stays so however long one waits.
+                        if not known or not isinstance(exc, StoreUnavailable):
+                            raise
+                        logger.warning("waiting for run %s, the database is away: %s", run_id, exc)
+                        await subscription.wait(self.poll_interval)
+                        continue
+                    known = True
+                    if found is None:
+                        return await self._from_record(run_id)
+                    run, text = found
+                    if run.status in queue.ENDED:
+                        return queued_result(run, text)
+                    await subscription.wait(self.poll_interval)
+            finally:
+                subscription.close()
+        unknown = "" if known else " (or the database did not answer in that time to say so)"
+        raise TimeoutError(f"run {run_id} had not ended after {timeout:g}s{unknown}")
 
     async def _from_record(self, run_id: str) -> RunResult[Any]:
         """The result of a run the queue no longer keeps (it ended more than the nodes'
@@ -144,16 +153,6 @@ class Cluster:
         if record is None:
             raise ValueError(f"no run {run_id!r} in the cluster's queue")
         return result_from_record(record, await self.store.load_messages(record.agent_id))
-
-    async def _wait_for(
-        self, run_id: str, subscription: Subscription, deadline: float, limit: float | None
-    ) -> None:
-        """Until a notification names the run (or listening resumed after an outage),
-        the poll interval passed, or the deadline (then TimeoutError)."""
-        left = deadline - trio.current_time()
-        if left <= 0:
-            raise TimeoutError(f"run {run_id} had not ended after {limit:g}s")
-        await subscription.wait(min(left, self.poll_interval))
 
     async def run(
         self, agent: type[Agent[OutputT]], agent_id: str, prompt: str

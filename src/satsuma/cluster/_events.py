@@ -243,8 +243,9 @@ class EventStream:
         return self
 
     async def _start(self) -> None:
-        # Taken before the await: a submission cancelled midway has still committed
-        # (a store call runs to its end), and must not be made twice.
+        # Taken before the await: a submission cancelled midway may have committed (a
+        # store call cut short is abandoned, its outcome unknown), and must not be made
+        # twice.
         before, self._before = self._before, None
         if before is not None:
             await before()
@@ -271,7 +272,7 @@ class EventStream:
             # listener is the process's shared one (a server that is away makes it
             # ready at once: the stream polls, and the read below says so).
             self._listener = await subscribe(
-                self._store.dsn,
+                self._store,
                 {channel_for(self.run_id): None, queue.DONE_CHANNEL: self.run_id},
                 keep=[queue.DONE_CHANNEL],
             )

@@ -3,20 +3,22 @@
 psycopg's sync connection in autocommit mode, LISTENing on a few channels: trio waits for
 its socket to be readable (``trio.lowlevel.wait_readable``) and psycopg then reads what
 arrived without blocking (``notifies(timeout=0)``). Connecting, and LISTEN itself, run in
-a worker thread. A connection that breaks (the server restarted) is dropped and made
-again on the next wait; meanwhile callers fall back on polling, which they bound.
+a worker thread, which a wait's deadline abandons (a server that stopped answering
+cannot hold the wait; the thread is woken and its connection closed, see the store's
+``_link``). A connection that breaks (the server restarted) is dropped and made again
+on the next wait; meanwhile callers fall back on polling, which they bound.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, final
+from typing import final
 
 import trio
 
-if TYPE_CHECKING:
-    import psycopg
+from ..store import PostgresStore, StoreError
+from ..store._link import Link, Ticket, run_abandonable
 
 __all__ = ["Listener"]
 
@@ -28,31 +30,34 @@ class Listener:
     """Notifications on ``channels``, as ``(channel, payload)`` pairs. One task at a time
     may wait on it."""
 
-    def __init__(self, dsn: str, channels: Sequence[str]) -> None:
-        self._dsn = dsn
+    def __init__(self, store: PostgresStore, channels: Sequence[str]) -> None:
+        self._store = store
         self._channels = tuple(channels)
-        self._connection: psycopg.Connection[Any] | None = None
+        self._connection: Link | None = None
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        import psycopg
-
-        connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
+    def _connect(self, ticket: Ticket) -> Link:
+        link = self._store.connect()
+        if not ticket.hold(link):
+            raise trio.TooSlowError  # its caller left already; no one reads this
         try:
             for channel in self._channels:
-                connection.execute(f'LISTEN "{channel}"')
+                link.connection.execute(f'LISTEN "{channel}"')
         except BaseException:
-            connection.close()
+            ticket.release(link)
+            link.close()
             raise
-        return connection
+        return link  # still held: closed by the ticket if no one takes it
 
     async def open(self) -> None:
         """Connect and LISTEN now: notifications sent from here on are kept for ``wait``.
 
         Raises:
-            psycopg.Error: the server cannot be reached.
+            psycopg.Error, StoreError: the server cannot be reached.
         """
         if self._connection is None:
-            self._connection = await trio.to_thread.run_sync(self._connect)
+            self._connection = await run_abandonable(
+                self._connect, cancel_timeout=self._store.cancel_timeout
+            )
 
     def _drop(self) -> None:
         import psycopg
@@ -61,7 +66,7 @@ class Listener:
         if connection is None:
             return
         try:
-            fd = connection.fileno()
+            fd = connection.connection.fileno()
         except psycopg.OperationalError:
             # The connection broke (the server went away) and its socket is gone: no
             # wait can be on it, and fileno() raised, which crashed the node that
@@ -73,7 +78,7 @@ class Listener:
 
     def _read(self) -> list[tuple[str, str]]:
         assert self._connection is not None
-        return [(n.channel, n.payload) for n in self._connection.notifies(timeout=0)]
+        return [(n.channel, n.payload) for n in self._connection.connection.notifies(timeout=0)]
 
     async def wait(self, seconds: float) -> list[tuple[str, str]]:
         """The notifications that arrived, waiting up to ``seconds`` for one;
@@ -88,8 +93,8 @@ class Listener:
                     if got:
                         return got
                     assert self._connection is not None
-                    await trio.lowlevel.wait_readable(self._connection.fileno())
-            except (psycopg.Error, OSError) as exc:
+                    await trio.lowlevel.wait_readable(self._connection.connection.fileno())
+            except (psycopg.Error, OSError, StoreError) as exc:
                 logger.warning("lost the connection that listens for runs (%s); polling", exc)
                 self._drop()
                 await trio.sleep_forever()  # until the timeout: the caller polls

@@ -197,7 +197,7 @@ class Node:
                 it does can be written any more.
         """
         await self.store.open()
-        listener = Listener(self.store.dsn, [queue.QUEUED_CHANNEL, queue.CANCEL_CHANNEL])
+        listener = Listener(self.store, [queue.QUEUED_CHANNEL, queue.CANCEL_CHANNEL])
         try:
             await listener.open()
             await self._register()

@@ -26,7 +26,7 @@ from typing import Final, final
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._exceptions import StoreError, StoreUnavailable
 from ..agents import AgentEvent, OutputDelta, RunEnd, TextDelta, ThinkingDelta
 from ..store import PostgresStore
 from ..store._postgres_retention import expire_queue
@@ -226,14 +226,25 @@ class RunRecorder:
         self._queued, self._boundary = trio.Event(), trio.Event()
         try:
             async with _writers(self._store):
-                held = await append_events(
-                    self._store,
-                    self._run.run_id,
-                    self._node_id,
-                    batch,
-                    max_events=self._log.max_events,
-                    max_bytes=self._log.max_bytes,
-                )
+                # Shielded, bounded: a batch that went out is never cut short by the
+                # run's end (a store call cancelled is abandoned, and whether it was
+                # written is unknown; written again, its events would be twice in the
+                # stream). Only a database that stops answering leaves it unknown.
+                with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True) as bound:
+                    held = await append_events(
+                        self._store,
+                        self._run.run_id,
+                        self._node_id,
+                        batch,
+                        max_events=self._log.max_events,
+                        max_bytes=self._log.max_bytes,
+                    )
+                if bound.cancelled_caught:
+                    raise StoreUnavailable(
+                        self._store.location,
+                        f"no answer in {_LAST_WRITE_SECONDS:g}s; the batch may or may not "
+                        "have been written",
+                    )
         # Any Exception: the run must not fail because its events could not be written
         # (a StoreError, or a bug of this module); the run's own writes are what count.
         except Exception as exc:
@@ -248,9 +259,8 @@ class RunRecorder:
             self._put_back(batch)
             return False
         except BaseException:
-            # Cancelled before the batch went out (once a store call's thread started,
-            # it runs to its end and returns, cancelled or not): the last flush, when
-            # the run ends, writes it.
+            # Cancelled before the batch went out (waiting for a writer's slot; the
+            # write itself is shielded): the last flush, when the run ends, writes it.
             self._put_back(batch)
             raise
         if not held:

@@ -5,7 +5,10 @@ A waiter subscribes to what it waits for (a channel, and the payload it cares ab
 any); the listener's system task LISTENs to the channels some waiter wants and UNLISTENs
 the others as waiters come and go, waits for the connection's socket under trio
 (``trio.lowlevel.wait_readable``, then ``notifies(timeout=0)``), and wakes the waiters a
-notification concerns. Connecting, LISTEN and UNLISTEN run in a worker thread.
+notification concerns. Connecting, LISTEN and UNLISTEN run in a worker thread, each
+bounded (``_ANSWER_SECONDS``): a server that stops answering (a network partition) is a
+lost connection, whose thread is abandoned, woken and its connection closed (see the
+store's ``_link``), so the task never hangs, nor the end of the trio run with it.
 
 Its guarantees, which the waiters build on:
 
@@ -26,16 +29,15 @@ while it waits on runs and none after, and nothing outlives ``trio.run``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final, TypeVar, final
 
 import trio
 
-if TYPE_CHECKING:
-    import psycopg
+from ..store import PostgresStore
+from ..store._link import Link, Ticket, run_abandonable
 
 __all__ = ["APPLICATION_NAME", "Subscription", "subscribe"]
 
@@ -46,6 +48,11 @@ logger = logging.getLogger("satsuma.cluster")
 _IDLE_SECONDS: Final = 30.0
 # How often the task tries to connect again while the server is away.
 _RETRY_SECONDS: Final = 1.0
+# How long LISTEN or UNLISTEN may take before the connection counts as lost (a server
+# that stopped answering); connecting is bounded by the store's connect_timeout.
+_ANSWER_SECONDS: Final = 10.0
+
+T = TypeVar("T")
 
 # What pg_stat_activity shows for the shared connection.
 APPLICATION_NAME: Final = "satsuma cluster listener"
@@ -91,13 +98,16 @@ class Subscription:
 
 
 async def subscribe(
-    dsn: str, wants: Mapping[str, str | None], *, keep: Iterable[str] = ()
+    store: PostgresStore, wants: Mapping[str, str | None], *, keep: Iterable[str] = ()
 ) -> Subscription:
-    """A subscription of this trio run's shared listener on ``dsn``, returned once its
-    channels are LISTENed (or connecting failed: the caller then polls). Never raises
-    for a server that is away. ``keep``: channels that stay LISTENed while the
-    connection lasts, even with no one waiting on them (the results channel, which
-    every wait wants)."""
+    """A subscription of this trio run's shared listener on the store's database,
+    returned once its channels are LISTENed (or connecting failed: the caller then
+    polls). Never raises for a server that is away; a caller with a deadline bounds
+    the wait for a server that does not answer. ``keep``: channels that stay LISTENed
+    while the connection lasts, even with no one waiting on them (the results channel,
+    which every wait wants). The first store of a database in the trio run lends the
+    listener its network settings."""
+    dsn = store.dsn
     try:
         hubs = _HUBS.get()
     except LookupError:
@@ -105,7 +115,7 @@ async def subscribe(
         _HUBS.set(hubs)
     hub = hubs.get(dsn)
     if hub is None:
-        hub = hubs[dsn] = _Hub(dsn, hubs)
+        hub = hubs[dsn] = _Hub(store, hubs)
     hub._keep.update(keep)
     subscription = Subscription(hub, wants)
     hub.add(subscription)
@@ -121,8 +131,9 @@ async def subscribe(
 class _Hub:
     """The shared listener of one database in one trio run, and its system task."""
 
-    def __init__(self, dsn: str, hubs: dict[str, _Hub]) -> None:
-        self._dsn = dsn
+    def __init__(self, store: PostgresStore, hubs: dict[str, _Hub]) -> None:
+        self._store = store
+        self._dsn = store.dsn
         self._hubs = hubs
         self._index: dict[_Key, set[Subscription]] = {}
         self._keep: set[str] = set()  # channels LISTENed as long as the connection lasts
@@ -176,8 +187,14 @@ class _Hub:
                 self._pause = None
         return not scope.cancelled_caught or self._changed
 
+    async def _in_thread(self, fn: Callable[[Ticket], T], seconds: float) -> T:
+        """``fn`` in a worker thread, abandoned (its connection closed) when it has not
+        answered within ``seconds``, and then trio.TooSlowError."""
+        with trio.fail_after(seconds):
+            return await run_abandonable(fn, cancel_timeout=self._store.cancel_timeout)
+
     async def _serve(self) -> None:
-        connection: psycopg.Connection[Any] | None = None
+        connection: Link | None = None
         away = False  # the last connection broke, or connecting failed
         fresh = False  # a new connection: every waiter already waiting reads again
         retry_at = -math.inf  # no connecting before (the server was away)
@@ -193,7 +210,9 @@ class _Hub:
                     drop = self._listened - self._keep
                     if connection is not None and drop:
                         try:
-                            await trio.to_thread.run_sync(_unlisten, connection, drop)
+                            await self._in_thread(
+                                _statements(connection, frozenset(), drop), _ANSWER_SECONDS
+                            )
                             self._listened -= drop
                         except Exception as exc:
                             connection = self._lost(connection, exc)
@@ -201,7 +220,7 @@ class _Hub:
                     if connection is not None:
                         connection = self._drain(connection)  # notifications no one wants
                         away = away or connection is None
-                    fd = None if connection is None else connection.fileno()
+                    fd = None if connection is None else connection.connection.fileno()
                     left = idle_until - trio.current_time()
                     if not await self._wait(fd, left) and not self._index:
                         return  # idle: the finally closes the connection
@@ -213,7 +232,11 @@ class _Hub:
                         await self._wait(None, left)
                         continue
                     try:
-                        connection = await trio.to_thread.run_sync(_connect, self._dsn)
+                        # Bounded by connect_timeout; the margin covers the thread's
+                        # start on a busy machine.
+                        connection = await self._in_thread(
+                            self._connect, self._store.connect_seconds + _ANSWER_SECONDS
+                        )
                     except Exception as exc:
                         if not self._away:
                             logger.warning(
@@ -233,8 +256,11 @@ class _Hub:
                     fresh = True
                 if wanted != self._listened:
                     try:
-                        await trio.to_thread.run_sync(
-                            _relisten, connection, wanted - self._listened, self._listened - wanted
+                        await self._in_thread(
+                            _statements(
+                                connection, wanted - self._listened, self._listened - wanted
+                            ),
+                            _ANSWER_SECONDS,
                         )
                     except Exception as exc:
                         connection = self._lost(connection, exc)
@@ -257,20 +283,25 @@ class _Hub:
                 if connection is None:
                     away = True
                     continue
-                await self._wait(connection.fileno(), _IDLE_SECONDS)
+                await self._wait(connection.connection.fileno(), _IDLE_SECONDS)
         finally:
             self._connected = self._away = False
             self._listened = frozenset()
             if self._hubs.get(self._dsn) is self:
                 del self._hubs[self._dsn]
             if connection is not None:
-                with contextlib.suppress(Exception):
-                    connection.close()
+                connection.close()
 
-    def _drain(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
+    def _connect(self, ticket: Ticket) -> Link:
+        link = self._store.connect(application_name=APPLICATION_NAME)
+        if not ticket.hold(link):
+            raise trio.TooSlowError  # its caller left already; no one reads this
+        return link
+
+    def _drain(self, connection: Link) -> Link | None:
         """Read what arrived and wake whom it concerns; None when the connection broke."""
         try:
-            heard = [(n.channel, n.payload) for n in connection.notifies(timeout=0)]
+            heard = [(n.channel, n.payload) for n in connection.connection.notifies(timeout=0)]
         except Exception as exc:
             return self._lost(connection, exc)
         for channel, payload in heard:
@@ -279,36 +310,33 @@ class _Hub:
                     subscription._wake()
         return connection
 
-    def _lost(
-        self, connection: psycopg.Connection[Any], exc: Exception
-    ) -> psycopg.Connection[Any] | None:
+    def _lost(self, connection: Link, exc: Exception) -> Link | None:
+        if isinstance(exc, trio.TooSlowError):
+            exc = TimeoutError(f"the server did not answer in {_ANSWER_SECONDS:g}s")
         logger.warning("lost the connection that listens for runs (%s); waiters poll", exc)
         self._connected = False
         self._listened = frozenset()
-        with contextlib.suppress(Exception):
-            connection.close()
+        connection.close()
         return None
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
-    import psycopg
+def _statements(
+    link: Link, listen: frozenset[str], unlisten: frozenset[str]
+) -> Callable[[Ticket], None]:
+    """LISTEN and UNLISTEN on the connection, for a worker thread."""
 
-    return psycopg.connect(
-        dsn, autocommit=True, connect_timeout=10, application_name=APPLICATION_NAME
-    )
+    def run(ticket: Ticket) -> None:
+        if not ticket.hold(link):
+            return
+        try:
+            for channel in unlisten:
+                link.connection.execute(f'UNLISTEN "{channel}"')
+            for channel in listen:
+                link.connection.execute(f'LISTEN "{channel}"')
+        finally:
+            ticket.release(link)
 
-
-def _relisten(
-    connection: psycopg.Connection[Any], listen: frozenset[str], unlisten: frozenset[str]
-) -> None:
-    for channel in unlisten:
-        connection.execute(f'UNLISTEN "{channel}"')
-    for channel in listen:
-        connection.execute(f'LISTEN "{channel}"')
-
-
-def _unlisten(connection: psycopg.Connection[Any], channels: frozenset[str]) -> None:
-    _relisten(connection, frozenset(), channels)
+    return run
 
 
 _HUBS: trio.lowlevel.RunVar[dict[str, _Hub]] = trio.lowlevel.RunVar("satsuma_cluster_listeners")

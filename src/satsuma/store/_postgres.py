@@ -15,14 +15,17 @@ threads that a caller waits for (up to its timeout) while the server is down, wh
 store call must fail at once with a StoreError that says so.
 
 Each Store call is one transaction (a plain read is one statement, which PostgreSQL
-runs as one). A call is never abandoned when its caller is cancelled: its thread runs the
-transaction to its end, commit or rollback, and gives back a clean connection.
+runs as one). A caller that is cancelled (its deadline passed) returns at once, without
+waiting for its thread: the connection is dropped from the pool, what runs on it is
+cancelled server-side, and the thread woken (see ``_link``). Whether an abandoned write
+was committed is unknown; the store logs that it may have been.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import select
 import threading
@@ -36,6 +39,7 @@ import trio
 from .._exceptions import LeaseLost, StoreClosed, StoreError, StoreUnavailable, StoreUnreadable
 from .._messages import Message, Usage
 from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
+from ._link import Link, Network, Ticket, run_abandonable
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -62,6 +66,8 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["PostgresStore"]
+
+logger = logging.getLogger("satsuma.store")
 
 T = TypeVar("T")
 
@@ -289,14 +295,36 @@ class PostgresStore:
             in transaction mode needs unless it tracks them itself (PgBouncer before
             1.21 or without ``max_prepared_statements``, Supavisor): see
             docs/deployment.md.
+        keepalives_idle: Seconds a connection may be idle before TCP sends a
+            keepalive probe (default 10), so that a connection whose peer is gone
+            (a partition, a server that vanished) is found dead while idle.
+        keepalives_interval: Seconds between unanswered probes (default 3).
+        keepalives_count: Unanswered probes after which the connection is dead
+            (default 3).
+        tcp_user_timeout: Seconds that data sent may stay unacknowledged before the
+            connection is dead (default 20; libpq's ``tcp_user_timeout``): bounds a
+            call on a network that stopped answering, with or without a deadline of
+            the caller's. A value the DSN sets for any of these four (or for
+            ``connect_timeout``) wins; libpq ignores them on a Unix socket.
+        cancel_timeout: Seconds that cancelling a call abandoned by its caller may
+            take (default 2): the server is asked to stop its query, and the
+            connection's thread is woken once it answered or this passed.
+
+    A caller cancelled while a call runs (``trio.move_on_after``, a deadline, its
+    scope's cancel) returns at once, with ``trio.Cancelled`` as ever: the call's
+    connection is dropped from the pool and closed once its thread comes back, and
+    what it was running is cancelled on the server when the server can be reached.
+    A write abandoned that way may or may not have been committed (the store logs a
+    warning saying so, on the logger ``satsuma.store``).
 
     Raises:
         ImportError: psycopg is not installed (the message says what to install).
-        ValueError: ``dsn`` is not a connection string, ``pool_size`` is below 1, or
-            ``prepare_threshold`` is negative.
-        StoreError: (when first used) the server cannot be reached, the database does
-            not exist or may not be written, or its schema is newer than this satsuma
-            knows.
+        ValueError: ``dsn`` is not a connection string, ``pool_size`` is below 1,
+            ``prepare_threshold`` is negative, or a timeout or count is not positive.
+        StoreError: (when first used) the database does not exist or may not be
+            written, or its schema is newer than this satsuma knows;
+            StoreUnavailable, its subclass, when the server cannot be reached (it
+            refused the connection, or did not answer within ``connect_timeout``).
     """
 
     def __init__(
@@ -307,6 +335,11 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         transaction_timeout: float = 10.0,
         prepare_threshold: int | None = 5,
+        keepalives_idle: float = 10.0,
+        keepalives_interval: float = 3.0,
+        keepalives_count: int = 3,
+        tcp_user_timeout: float = 20.0,
+        cancel_timeout: float = 2.0,
     ) -> None:
         _check_driver()
         if pool_size < 1:
@@ -317,15 +350,32 @@ class PostgresStore:
             raise ValueError(
                 f"prepare_threshold must be None or 0 or more, got: {prepare_threshold!r}"
             )
-        if not transaction_timeout > 0:
-            raise ValueError(f"transaction_timeout must be positive, got: {transaction_timeout!r}")
+        for label, seconds in (
+            ("transaction_timeout", transaction_timeout),
+            ("keepalives_idle", keepalives_idle),
+            ("keepalives_interval", keepalives_interval),
+            ("keepalives_count", keepalives_count),
+            ("tcp_user_timeout", tcp_user_timeout),
+            ("cancel_timeout", cancel_timeout),
+        ):
+            if not seconds > 0:
+                raise ValueError(f"{label} must be positive, got: {seconds!r}")
         self.dsn = dsn
         self.location = _location(dsn)
-        self._connect_timeout = max(2, math.ceil(connect_timeout))
+        self._network = Network(
+            connect_timeout=max(2, math.ceil(connect_timeout)),
+            # libpq counts these in whole seconds (and milliseconds), 0 meaning the
+            # system's default: never round a short setting down to that.
+            keepalives_idle=max(1, math.ceil(keepalives_idle)),
+            keepalives_interval=max(1, math.ceil(keepalives_interval)),
+            keepalives_count=max(1, math.ceil(keepalives_count)),
+            tcp_user_timeout_ms=max(1, math.ceil(tcp_user_timeout * 1000)),
+            cancel_timeout=cancel_timeout,
+        )
         self._transaction_timeout_ms = max(1, round(transaction_timeout * 1000))
         self._prepare_threshold = prepare_threshold
         self._limiter = trio.CapacityLimiter(pool_size)
-        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle: list[Link] = []
         self._idle_lock = threading.Lock()  # worker threads take and give connections
         self._opening = trio.Lock()
         self._opened = False
@@ -333,6 +383,16 @@ class PostgresStore:
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
+
+    @property
+    def connect_seconds(self) -> int:
+        """How long connecting may take (``connect_timeout`` as libpq counts it)."""
+        return self._network.connect_timeout
+
+    @property
+    def cancel_timeout(self) -> float:
+        """How long cancelling an abandoned call may take (see the class)."""
+        return self._network.cancel_timeout
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -344,7 +404,11 @@ class PostgresStore:
                 raise StoreClosed(self.location, "the store is closed")
             if self._opened:
                 return
-            await trio.to_thread.run_sync(self._prepare, limiter=self._limiter)
+            await run_abandonable(
+                self._prepare,
+                cancel_timeout=self._network.cancel_timeout,
+                limiter=self._limiter,
+            )
             self._opened = True
 
     async def aclose(self) -> None:
@@ -366,49 +430,75 @@ class PostgresStore:
 
     # --- connections (these run in worker threads) ---------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def connect(self, *, application_name: str | None = None) -> Link:
+        """A new connection to the store's database, with its network settings (for
+        ``satsuma.cluster``'s listeners too, which keep theirs apart from the pool).
+        Blocks: call it in a worker thread.
+
+        Raises:
+            StoreUnavailable: the server refused, or did not answer in
+                ``connect_timeout``.
+        """
         import psycopg
 
+        parameters = self._network.parameters(self.dsn)
+        if application_name is not None:
+            parameters["application_name"] = application_name
         try:
             connection = psycopg.connect(
                 self.dsn,
                 autocommit=True,  # transactions are explicit: a read is one statement
-                connect_timeout=self._connect_timeout,
+                **parameters,
             )
-            connection.prepare_threshold = self._prepare_threshold
         except psycopg.Error as exc:
             raise _refused_connection(self.location, exc) from exc
+        return Link(connection)
+
+    def _connect(self) -> Link:
+        import psycopg
+
+        link = self.connect()
+        link.connection.prepare_threshold = self._prepare_threshold
         try:
-            _limit_transactions(connection, self._transaction_timeout_ms)
+            _limit_transactions(link.connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
-            connection.close()
+            link.close()
             raise StoreUnavailable(
                 self.location, f"cannot reach the database ({_first_line(exc)})"
             ) from exc
-        return connection
+        return link
 
-    def _checkout(self, *, fresh: bool) -> tuple[psycopg.Connection[Any], bool]:
-        """A connection, and whether it was idle in the pool (and so may have gone
-        stale in a way not seen yet)."""
+    def _checkout(self, ticket: Ticket, *, fresh: bool) -> tuple[Link, bool]:
+        """A connection, held by ``ticket``, and whether it was idle in the pool (and so
+        may have gone stale in a way not seen yet)."""
+        link, reused = self._take(fresh=fresh)
+        if not ticket.hold(link):
+            raise _Abandoned
+        return link, reused
+
+    def _take(self, *, fresh: bool) -> tuple[Link, bool]:
         while not fresh:
             with self._idle_lock:
                 if self._closed:
                     raise StoreClosed(self.location, "the store is closed")
                 if not self._idle:
                     break
-                connection = self._idle.pop()
-            if not _said_goodbye(connection):
-                return connection, True
-            connection.close()
+                link = self._idle.pop()
+            if not _said_goodbye(link.connection):
+                return link, True
+            link.close()
         if self._closed:
             raise StoreClosed(self.location, "the store is closed")
         return self._connect(), False
 
-    def _checkin(self, connection: psycopg.Connection[Any]) -> None:
+    def _checkin(self, ticket: Ticket, link: Link) -> None:
         """Give a connection back: to the pool when it is clean (idle, outside any
-        transaction), else closed."""
+        transaction) and its caller still waits, else closed."""
         from psycopg.pq import TransactionStatus
 
+        if not ticket.release(link):
+            return  # abandoned: closed (see _link)
+        connection = link.connection
         clean = (
             not connection.closed
             and not connection.broken
@@ -417,19 +507,20 @@ class PostgresStore:
         if clean:
             with self._idle_lock:
                 if not self._closed:
-                    self._idle.append(connection)
+                    self._idle.append(link)
                     return
-        connection.close()
+        link.close()
 
     def _drop_idle(self) -> None:
         with self._idle_lock:
             idle, self._idle = self._idle, []
         _close_all(idle)
 
-    def _prepare(self) -> None:
+    def _prepare(self, ticket: Ticket) -> None:
         import psycopg
 
-        connection, _ = self._checkout(fresh=True)
+        link, _ = self._checkout(ticket, fresh=True)
+        connection = link.connection
         try:
             # A migration may take long (an index on a big table): it has no time limit.
             _limit_transactions(connection, 0)
@@ -465,24 +556,28 @@ class PostgresStore:
                     )
             _limit_transactions(connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
-            error = _error(self.location, exc, lost=connection.broken, committing=False)
-            connection.close()  # a store that did not open keeps nothing open
-            raise error from exc
+            lost = connection.broken
+            ticket.release(link)
+            link.close()  # a store that did not open keeps nothing open
+            raise _error(self.location, exc, lost=lost, committing=False) from exc
         except BaseException:
-            connection.close()
+            ticket.release(link)
+            link.close()
             raise
-        self._checkin(connection)
+        self._checkin(ticket, link)
 
     def _run(
         self,
         work: Callable[[psycopg.Connection[Any]], T],
         lease: Lease | None,
         transaction: bool,
+        ticket: Ticket,
     ) -> T:
         import psycopg
 
         for attempt in (1, 2):
-            connection, reused = self._checkout(fresh=attempt > 1)
+            link, reused = self._checkout(ticket, fresh=attempt > 1)
+            connection = link.connection
             committing = False
             try:
                 if transaction:
@@ -501,8 +596,14 @@ class PostgresStore:
                 else:
                     result = work(connection)
             except psycopg.Error as exc:
-                self._checkin(connection)
-                if reused and connection.broken and not committing and attempt == 1:
+                self._checkin(ticket, link)
+                if (
+                    reused
+                    and connection.broken
+                    and not committing
+                    and attempt == 1
+                    and not ticket.abandoned
+                ):
                     # A connection that broke while it was idle (the server restarted,
                     # or dropped it): nothing of this call was committed, so it is run
                     # again, once, on a new connection; the other idle ones are stale too.
@@ -512,14 +613,14 @@ class PostgresStore:
                     self.location, exc, lost=connection.broken, committing=committing
                 ) from exc
             except Damaged as exc:
-                self._checkin(connection)
+                self._checkin(ticket, link)
                 raise StoreUnreadable(
                     self.location, f"{exc}; nothing was guessed in its place"
                 ) from None
             except BaseException:
-                self._checkin(connection)
+                self._checkin(ticket, link)
                 raise
-            self._checkin(connection)
+            self._checkin(ticket, link)
             return result
         raise AssertionError("unreachable: the second attempt returns or raises")
 
@@ -532,10 +633,23 @@ class PostgresStore:
     ) -> T:
         if not self._opened:
             await self.open()
-        # Not abandoned on cancel (trio's default): a transaction is short and commits
-        # whole or not at all; waiting for its thread keeps the connection in one piece.
-        return await trio.to_thread.run_sync(
-            functools.partial(self._run, work, lease, transaction), limiter=self._limiter
+
+        def abandoned() -> None:
+            # The caller gets trio.Cancelled, which cannot say this: its write may have
+            # reached COMMIT before the cancel did.
+            logger.log(
+                logging.WARNING if transaction else logging.DEBUG,
+                "%s: a call was abandoned by its caller (cancelled, or past its deadline) "
+                "while the database had it; its change may or may not have been "
+                "written. Its connection is dropped",
+                self.location,
+            )
+
+        return await run_abandonable(
+            functools.partial(self._run, work, lease, transaction),
+            cancel_timeout=self._network.cancel_timeout,
+            limiter=self._limiter,
+            on_abandon=abandoned,
         )
 
     # --- ownership ----------------------------------------------------------------------
@@ -995,9 +1109,14 @@ def _said_goodbye(connection: psycopg.Connection[Any]) -> bool:
     return bool(readable)
 
 
-def _close_all(connections: Sequence[psycopg.Connection[Any]]) -> None:
-    for connection in connections:
-        connection.close()
+def _close_all(links: Sequence[Link]) -> None:
+    for link in links:
+        link.close()
+
+
+class _Abandoned(Exception):
+    """Raised in a worker thread whose caller left before it took a connection: its
+    answer goes nowhere (trio drops an abandoned thread's result)."""
 
 
 def _first_line(exc: BaseException) -> str:
