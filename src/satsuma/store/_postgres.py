@@ -281,7 +281,7 @@ class PostgresStore:
         pool_size: How many connections the store opens at most, and so how many of
             its calls run at once; the others wait their turn (default 8).
         connect_timeout: Seconds to wait for a new connection before giving up with a
-            StoreError (default 10; libpq counts whole seconds, at least 2).
+            StoreUnavailable (default 10; libpq counts whole seconds, at least 2).
         transaction_timeout: Seconds after which the server ends a transaction of this
             store that has not finished (default 10; PostgreSQL 17 and later, where
             older servers end only one idle between statements). The store's
