@@ -20,7 +20,7 @@ import pytest
 import trio
 
 import satsuma
-from satsuma.cluster import Cluster
+from satsuma.cluster import Cluster, Node
 from satsuma.store import PostgresStore
 
 WATCHDOG_SECONDS = 10.0
@@ -33,11 +33,12 @@ class Echo(satsuma.Agent):
 @attrs.define
 class Watchdog:
     partition: Any
+    seconds: float = WATCHDOG_SECONDS
     fired: bool = False
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        await trio.sleep(WATCHDOG_SECONDS)
+        await trio.sleep(self.seconds)
         self.fired = True
         self.partition.black_hole = False
         self.partition.cut()
@@ -105,3 +106,27 @@ async def test_an_event_stream_whose_database_stops_answering_gives_up_at_its_de
             assert partition.black_hole
 
         await guarded(partition, wait)
+
+
+async def test_a_node_cut_off_by_a_black_hole_still_stops(partition: Any) -> None:
+    # Its listener, heartbeat and claims all wait on the black hole; stopping it cancels
+    # them, and leaving the node table is given its own 5 s (its connecting, 2 s here):
+    # it stops in 2 to 5 s, where the old code waited for TCP. The watchdog gives 20 s.
+    async with PostgresStore(partition.dsn, connect_timeout=2) as store:
+        node = Node(store, agents=[Echo], name="n1", poll_interval=0.2, lease_seconds=1.5)
+        watchdog = Watchdog(partition, seconds=20)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.serve)
+            await trio.sleep(0.5)  # listening, beating, claiming
+            partition.black_hole = True
+            await trio.sleep(1.0)  # each of them now stuck in the black hole
+            async with trio.open_nursery() as guard:
+                await guard.start(watchdog.watch)
+                started = trio.current_time()
+                nursery.cancel_scope.cancel()
+                with trio.CancelScope(shield=True):
+                    while nursery.child_tasks:  # noqa: ASYNC110  (the node's own tasks)
+                        await trio.sleep(0.05)
+                took = trio.current_time() - started
+                guard.cancel_scope.cancel()
+        assert not watchdog.fired, f"the node took {took:.1f}s to stop"

@@ -17,7 +17,7 @@ from typing import final
 
 import trio
 
-from ..store import PostgresStore, StoreError
+from ..store import PostgresStore, StoreError, StoreUnavailable
 from ..store._link import Link, Ticket, run_abandonable
 
 __all__ = ["Listener"]
@@ -85,20 +85,33 @@ class Listener:
         empty when none came (or the connection broke: the caller polls instead)."""
         import psycopg
 
+        try:
+            # Connecting has a bound of its own, not the wait's: a poll interval shorter
+            # than a slow connect (a loaded server) would abandon every attempt.
+            with trio.move_on_after(self._store.connect_seconds + 1):
+                await self.open()
+            if self._connection is None:
+                raise StoreUnavailable(self._store.location, "no answer to connect and LISTEN")
+        except (psycopg.Error, OSError, StoreError) as exc:
+            self._lost(exc)
+            await trio.sleep(seconds)  # the caller polls meanwhile
+            return []
         with trio.move_on_after(seconds):
             try:
-                await self.open()
                 while True:
                     got = self._read()
                     if got:
                         return got
                     assert self._connection is not None
                     await trio.lowlevel.wait_readable(self._connection.connection.fileno())
-            except (psycopg.Error, OSError, StoreError) as exc:
-                logger.warning("lost the connection that listens for runs (%s); polling", exc)
-                self._drop()
+            except (psycopg.Error, OSError) as exc:
+                self._lost(exc)
                 await trio.sleep_forever()  # until the timeout: the caller polls
         return []
+
+    def _lost(self, exc: Exception) -> None:
+        logger.warning("lost the connection that listens for runs (%s); polling", exc)
+        self._drop()
 
     def close(self) -> None:
         self._drop()
