@@ -94,6 +94,37 @@ async def test_runs_awaiting_approval_are_listed_across_agents(store: Store) -> 
     assert [r.run_id for r in await store.runs_awaiting_approval()] == ["r2"]
 
 
+async def test_runs_awaiting_approval_of_one_agent(store: Store) -> None:
+    """The per-agent form, what an agent reads whenever it decides about its paused runs:
+    that agent's only, oldest first; an agent id that is SQL or LIKE text matches
+    nothing else."""
+    for run_id, agent_id, started_at in [
+        ("r3", "a", 3.0),
+        ("r1", "a", 1.0),
+        ("r2", "b", 2.0),
+        ("r4", "a%", 4.0),
+        ("r5", "a' OR '1'='1", 5.0),
+    ]:
+        await store.start_run(
+            RunRecord(
+                run_id=run_id,
+                agent_id=agent_id,
+                status="running",
+                prompt="p",
+                started_at=started_at,
+            )
+        )
+        await store.pause_run(run_id, [pending(f"t{run_id}", 1)], usage=Usage())
+    assert [r.run_id for r in await store.runs_awaiting_approval("a")] == ["r1", "r3"]
+    assert [r.run_id for r in await store.runs_awaiting_approval("b")] == ["r2"]
+    assert [r.run_id for r in await store.runs_awaiting_approval("a%")] == ["r4"]
+    assert [r.run_id for r in await store.runs_awaiting_approval("a' OR '1'='1")] == ["r5"]
+    assert await store.runs_awaiting_approval("nobody") == []
+    assert len(await store.runs_awaiting_approval()) == 5
+    assert await store.claim_paused_run("r1")
+    assert [r.run_id for r in await store.runs_awaiting_approval("a")] == ["r3"]
+
+
 async def test_a_paused_run_is_not_marked_interrupted(store: Store) -> None:
     await started(store)
     await store.pause_run("r1", [pending("t1", 1)], usage=Usage())

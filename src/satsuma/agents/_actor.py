@@ -33,7 +33,7 @@ from ._limits import limiter_for
 from ._loop import execute_run
 from ._model import Model
 from ._output import OutputSpec
-from ._persist import Persistence
+from ._persist import Persistence, dangling_tool_uses, gone_past
 from ._result import NO_ANSWER, RunResult
 from ._verifiers import as_check
 
@@ -190,7 +190,8 @@ class Actor:
             else None
         )
         self.interrupted: list[RunRecord] = []
-        self.awaiting: list[str] = []  # ids of runs paused awaiting approval, oldest first
+        # Which runs await approval is not kept here: the store is the truth, read each
+        # time the agent decides about them (Persistence.runs_left, claim_paused).
         # Tool servers list their tools once running: until serve() has started them,
         # the runner holds the other tools only.
         self.tool_sources = spec.tool_sources
@@ -276,7 +277,7 @@ class Actor:
         if persistence is not None:
             # Before the agent counts as started: a bad store, a history that cannot be
             # read, or an agent that another owner holds fails the start.
-            messages, self.interrupted, self.awaiting = await persistence.load()
+            messages, self.interrupted = await persistence.load()
             # An older satsuma stored ids as providers sent them, reused ones too: each
             # call gets its own before anything reads the journal by id.
             renamed = distinct_ids(messages)
@@ -350,15 +351,17 @@ class Actor:
         is cleared: a store failing in between never leaves a paused run waiting on
         calls that are gone."""
         if self.persistence is not None:
-            for run_id in self.awaiting:
-                record = await self.persistence.store.get_run(run_id)
-                if record is not None and record.status == "awaiting_approval":
-                    await self.persistence.end_run(
-                        run_id,
-                        "cancelled",
-                        record.usage,
-                        "awaiting approval, and not decided before the conversation was reset",
-                    )
+            # Read from the store now (the truth), as a new run reads them.
+            left = await self.persistence.runs_left(
+                None, claimed=bool(dangling_tool_uses(self.history))
+            )
+            for record in left:
+                await self.persistence.end_run(
+                    record.run_id,
+                    "cancelled",
+                    record.usage,
+                    gone_past(record, "before the conversation was reset"),
+                )
             for record in self.interrupted:
                 await self.persistence.end_run(
                     record.run_id,
@@ -366,7 +369,6 @@ class Actor:
                     record.usage,
                     "interrupted, and not resumed before the conversation was reset",
                 )
-        self.awaiting = []
         self.interrupted = []
         self.history.clear()
         self.changed_from(0)

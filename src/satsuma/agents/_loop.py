@@ -21,7 +21,7 @@ import trio
 from .. import _telemetry
 from .._exceptions import LeaseLost, ModelError, StoreClosed, StoreError
 from .._messages import Message, Usage
-from ..store import PendingApproval
+from ..store import ApprovalDecision, PendingApproval
 from ..tools import PendingCall, ToolCall, ToolOutcome, format_results
 from ..tools._approval import Approver, Deferral
 from ..tools._events import ToolEvent
@@ -57,6 +57,8 @@ from ._output import (
 )
 from ._persist import (
     dangling_tool_uses,
+    decided_outcome,
+    gone_past,
     interrupted_outcome,
     journaled_outcome,
     own_answer,
@@ -324,7 +326,6 @@ class _Run:
         if self.job.decisions is not None:
             # Going on with a run paused awaiting approval (claimed by the actor).
             assert self.job.resume is not None
-            actor.awaiting = [r for r in actor.awaiting if r != self.run_id]
             self.usage = self.job.resume.usage
             problem = await self._run_decided()
             if problem is not None:
@@ -361,28 +362,35 @@ class _Run:
                 self.output = last.text  # its calls were all answered by the journal
                 return "completed", None
         else:
-            if dangling_tool_uses(history) and actor.awaiting:
-                # The calls a paused run waits on: no one decided them before this run.
+            dangling = bool(dangling_tool_uses(history))
+            # Which runs wait is read from the store now, not remembered: a decision
+            # taken elsewhere, a restart or a prune cannot leave a stale list.
+            left = (
+                await actor.persistence.runs_left(self.run_id, claimed=dangling)
+                if actor.persistence is not None
+                else []
+            )
+            if dangling and left:
+                # The calls a paused run waits on: no one decided them before this run
+                # (or someone did through the store, and nothing ran them).
                 await self._repair(
-                    actor.awaiting[-1],
+                    left[-1].run_id,
                     rerun=False,
                     undecided=f"no decision was made before run {self.run_id} started",
+                    taken=left[-1].status == "running",
                 )
-            elif dangling_tool_uses(history):
+            elif dangling:
                 previous = actor.interrupted[-1].run_id if actor.interrupted else ""
                 await self._repair(previous, rerun=False)
-            if actor.persistence is not None and actor.awaiting:
+            if actor.persistence is not None:
                 # A new run goes past the paused ones: they can no longer be resumed.
-                for run_id in actor.awaiting:
-                    record = await actor.persistence.store.get_run(run_id)
-                    if record is not None and record.status == "awaiting_approval":
-                        await actor.persistence.end_run(
-                            run_id,
-                            "cancelled",
-                            record.usage,
-                            f"awaiting approval, and not decided before run {self.run_id} started",
-                        )
-                actor.awaiting = []
+                for record in left:
+                    await actor.persistence.end_run(
+                        record.run_id,
+                        "cancelled",
+                        record.usage,
+                        gone_past(record, f"before run {self.run_id} started"),
+                    )
             if actor.persistence is not None and actor.interrupted:
                 # A new run goes past the interrupted ones: they can no longer be resumed.
                 for record in actor.interrupted:
@@ -429,23 +437,36 @@ class _Run:
             history.pop()
             self.actor.changed_from(len(history))
 
-    async def _repair(self, run_id: str, *, rerun: bool, undecided: str | None = None) -> None:
+    async def _repair(
+        self, run_id: str, *, rerun: bool, undecided: str | None = None, taken: bool = False
+    ) -> None:
         """Answer the calls a crash or a kill left without a result: a finished call with
         its journaled outcome; an unfinished one by running it again if ``rerun`` and its
-        tool is idempotent, else with the fixed Interrupted text. With ``undecided``, the
-        run paused awaiting approval: its pending calls never ran, and are denied with
-        that reason."""
+        tool is idempotent, else with the fixed Interrupted text (saying the decision, for
+        a call decided in the store). With ``undecided``, the run paused awaiting
+        approval: its pending calls never ran, and are denied with that reason. With
+        ``taken``, the run was taken up through the store without the agent's lease: its
+        decided calls never ran, and say so."""
         actor = self.actor
         tool_uses = dangling_tool_uses(actor.history)
         if not tool_uses:
             return
         journal = {}
         waiting: set[str] = set()
+        decided: dict[str, ApprovalDecision] = {}
         if actor.persistence is not None and run_id:
-            journal = {e.tool_use_id: e for e in await actor.persistence.store.calls(run_id)}
+            store = actor.persistence.store
+            journal = {e.tool_use_id: e for e in await store.calls(run_id)}
             if undecided is not None:
-                pending = await actor.persistence.store.pending_calls(run_id)
+                pending = await store.pending_calls(run_id)
                 waiting = {call.tool_use_id for call in pending}
+            # Calls decided in the store whose run was then never run on: taken up
+            # without the agent's lease, or stopped between its claim and its calls.
+            decided = {
+                a.tool_use_id: a.decision
+                for a in await store.approvals(run_id)
+                if a.decision is not None
+            }
         idempotent = {d.name for d in actor.runner.definitions if d.idempotent}
         answers: dict[str, ToolOutcome] = {}
         again: list[ToolCall] = []
@@ -457,8 +478,12 @@ class _Run:
                 )
             elif entry is not None and entry.finished:
                 answers[block["id"]] = journaled_outcome(entry)
+            elif block["id"] in decided and (taken or decided[block["id"]].verdict == "denied"):
+                answers[block["id"]] = decided_outcome(block, decided[block["id"]], never_run=taken)
             elif rerun and block.get("name") in idempotent:
                 again.append(ToolCall(block["id"], block["name"], block.get("input", {})))
+            elif block["id"] in decided:
+                answers[block["id"]] = decided_outcome(block, decided[block["id"]], never_run=False)
             else:
                 answers[block["id"]] = interrupted_outcome(block)
         if again:
@@ -874,7 +899,6 @@ class _Run:
         self.pending = []
         self.finished = {}
         self.awaiting = tuple(pending)
-        actor.awaiting.append(self.run_id)
 
     def _keep(self, call: ToolCall, outcome: ToolOutcome) -> None:
         """A call's final outcome, kept for the history whatever happens to the turn now."""

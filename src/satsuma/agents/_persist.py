@@ -26,7 +26,7 @@ from ..store import (
 )
 from ..store._lease import DEFAULT_LEASE_SECONDS
 from ..tools import PendingCall, ToolCall, ToolOutcome
-from ..tools._results import INTERRUPTED_TEXT, error_outcome
+from ..tools._results import INTERRUPTED_TEXT, denied_text, error_outcome
 from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_json
 from ._result import NO_ANSWER, RunResult, RunStatus
 
@@ -192,6 +192,47 @@ def interrupted_outcome(tool_use: dict[str, Any]) -> ToolOutcome:
     return error_outcome(tool_use["id"], tool_use.get("name", ""), "interrupted", INTERRUPTED_TEXT)
 
 
+def decided_outcome(
+    tool_use: dict[str, Any], decision: ApprovalDecision, *, never_run: bool
+) -> ToolOutcome:
+    """A call decided in the store whose run stopped before its outcome was journaled.
+    A denial is what the person said (a denied call never runs). An approval: with
+    ``never_run``, the run was taken up without the agent's lease, so the tool did not
+    run; else (the run was interrupted: the agent took it up and stopped, or it was
+    taken up while no process served the agent, which the store cannot tell apart) the
+    tool may or may not have started, and is said so."""
+    call_id, name = tool_use["id"], tool_use.get("name", "")
+    if decision.verdict == "denied":
+        return error_outcome(call_id, name, "denied", denied_text(decision.reason or "denied"))
+    by = f" by {decision.decided_by}" if decision.decided_by else ""
+    if never_run:
+        return error_outcome(
+            call_id,
+            name,
+            "cancelled",
+            f"Error: Not run: this call was {decision.verdict}{by}, but the agent never "
+            "went on with its run after the decision, so the tool did not run.",
+        )
+    return error_outcome(
+        call_id,
+        name,
+        "interrupted",
+        f"Error: Interrupted: this call was {decision.verdict}{by}, and the process stopped "
+        "before it finished (it may not have started); not re-run because the tool is not "
+        "idempotent.",
+    )
+
+
+def gone_past(record: RunRecord, when: str) -> str:
+    """Why a run a new run or a reset goes past ends ``cancelled`` (see runs_left)."""
+    if record.status == "awaiting_approval":
+        return f"awaiting approval, and not decided {when}"
+    return (
+        "decided through the store without the agent's lease (Store.claim_paused_run), "
+        f"so nothing ran its calls; closed {when}"
+    )
+
+
 @attrs.frozen
 class _End:
     """A run's end that could not be written yet."""
@@ -239,9 +280,10 @@ class Persistence:
         if self.dirty_from is None or index < self.dirty_from:
             self.dirty_from = max(index, 0)
 
-    async def load(self) -> tuple[list[Message], list[RunRecord], list[str]]:
-        """Take the agent's lease and load its conversation, its interrupted runs and
-        the ids of its runs awaiting approval (untouched: a restart decides nothing).
+    async def load(self) -> tuple[list[Message], list[RunRecord]]:
+        """Take the agent's lease and load its conversation and its interrupted runs.
+        Its runs awaiting approval stay as they are (a restart decides nothing), and are
+        read from the store whenever the agent decides about them (``runs_left``).
 
         Raises:
             StoreError: another owner holds the agent, or its history cannot be read.
@@ -258,11 +300,31 @@ class Persistence:
         except BaseException:
             await self.release()
             raise
-        return (
-            messages,
-            [record for record in runs if record.status == "interrupted"],
-            [record.run_id for record in runs if record.status == "awaiting_approval"],
-        )
+        return messages, [record for record in runs if record.status == "interrupted"]
+
+    async def runs_left(self, running: str | None, *, claimed: bool) -> list[RunRecord]:
+        """The agent's runs that a new run or a reset goes past, as the store has them
+        now, oldest first: those ``awaiting_approval``, and with ``claimed`` (only worth
+        a query when the conversation ends with unanswered calls) those the store shows
+        ``running`` that this agent is not running (``running`` is the one it is): taken
+        up through the store by someone without the agent's lease
+        (``Store.claim_paused_run(lease=None)``), so that nothing runs their calls.
+
+        Raises:
+            StoreError: the store could not be read.
+        """
+        paused = await self.store.runs_awaiting_approval(self.agent_id)
+        if not claimed:
+            return paused
+        orphans = [
+            record
+            for record in await self.store.runs(self.agent_id)
+            # A run whose end this agent could not write yet is its own, not taken.
+            if record.status == "running"
+            and record.run_id != running
+            and record.run_id not in self.unwritten_ends
+        ]
+        return sorted([*paused, *orphans], key=lambda record: record.started_at)
 
     async def keep_lease(self) -> None:
         """Renew the lease every third of its time, until cancelled.

@@ -141,9 +141,11 @@ class Store(Protocol):
         while it is ``awaiting_approval``, none once it is resumed or gone past."""
         ...
 
-    async def runs_awaiting_approval(self) -> list[RunRecord]:
-        """Every run ``awaiting_approval``, whatever its agent, oldest first: what waits
-        on a person (an approval inbox, a service listing them after a restart)."""
+    async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
+        """Every run ``awaiting_approval``, oldest first: what waits on a person (an
+        approval inbox, a service listing them after a restart). With ``agent_id``, that
+        agent's only: what the agent reads each time it decides about its paused runs
+        (the store is the truth; the agent keeps no list of its own)."""
         ...
 
     async def claim_paused_run(

@@ -215,9 +215,13 @@ class MemoryStore:
             if a.decision is None
         ]
 
-    async def runs_awaiting_approval(self) -> list[RunRecord]:
+    async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
-        paused = [r for r in self._runs.values() if r.status == "awaiting_approval"]
+        paused = [
+            r
+            for r in self._runs.values()
+            if r.status == "awaiting_approval" and agent_id in (None, r.agent_id)
+        ]
         return sorted(paused, key=lambda r: r.started_at)
 
     async def claim_paused_run(

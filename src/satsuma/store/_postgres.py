@@ -954,11 +954,12 @@ class PostgresStore:
 
         return await self._call(work, transaction=False)
 
-    async def runs_awaiting_approval(self) -> list[RunRecord]:
+    async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
         def work(db: psycopg.Connection[Any]) -> list[RunRecord]:
             rows = db.execute(
                 f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
-                "ORDER BY started_at, seq"
+                "AND (%s::text IS NULL OR agent_id = %s) ORDER BY started_at, seq",
+                (agent_id, agent_id),
             ).fetchall()
             return [run_record(row) for row in rows]
 

@@ -595,11 +595,12 @@ class SQLiteStore:
 
         return await self._call(work)
 
-    async def runs_awaiting_approval(self) -> list[RunRecord]:
+    async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
         def work(db: sqlite3.Connection) -> list[RunRecord]:
             rows = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
-                "ORDER BY started_at, rowid"
+                "AND (? IS NULL OR agent_id = ?) ORDER BY started_at, rowid",
+                (agent_id, agent_id),
             ).fetchall()
             return [_run(row) for row in rows]
 

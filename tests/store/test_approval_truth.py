@@ -1,0 +1,200 @@
+"""The store is the truth about which runs of an agent await approval and what they
+wait on: the agent keeps no list of its own that a decision taken elsewhere, a restart,
+a prune or a reset could leave stale (the store tests' ``store`` fixture: memory, a
+SQLite file, PostgreSQL)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import trio
+
+import satsuma
+from satsuma import Approve
+from satsuma.store import ApprovalDecision, Store
+from satsuma.testing import Reply, ScriptedModel, check_conversation
+from satsuma.tools._results import INTERRUPTED_TEXT
+
+done: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    done.clear()
+
+
+@satsuma.tool(requires_approval=True)
+async def transfer(to: str, amount: int) -> str:
+    """Move money.
+
+    Args:
+        to: Who gets it.
+        amount: How much.
+    """
+    done.append(f"transfer {amount} to {to}")
+    return f"sent {amount} to {to}"
+
+
+class Banker(satsuma.Agent):
+    name = "banker"
+    tools = [transfer]
+
+
+def model(*answers: str) -> ScriptedModel:
+    return ScriptedModel([Reply(tool_calls=[("transfer", {"to": "bob", "amount": 10})]), *answers])
+
+
+def read_results(model: ScriptedModel) -> list[Any]:
+    """The tool_result contents of the first message of the last request's run."""
+    return [
+        block["content"]
+        for message in model.requests[-1].messages
+        if message.role == "user"
+        for block in message.content
+        if block.get("type") == "tool_result"
+    ]
+
+
+APPROVED = ApprovalDecision(verdict="approved", decided_by="ops", decided_at=time.time())
+DENIED = ApprovalDecision(
+    verdict="denied", reason="not this month", decided_by="ops", decided_at=time.time()
+)
+
+
+@pytest.mark.parametrize(
+    ("decision", "text"),
+    [
+        (APPROVED, "Error: Not run: this call was approved by ops, but the agent never"),
+        (DENIED, "Error: Denied: not this month"),
+    ],
+)
+async def test_a_run_decided_through_the_store_without_the_lease_is_closed_truthfully(
+    store: Store, decision: ApprovalDecision, text: str
+) -> None:
+    """claim_paused_run is public: called without the agent's lease it records the
+    decision and marks the run running, but nothing runs it. The agent, which reads the
+    store when the next run goes past, closes that run instead of leaving it running for
+    ever, and the model reads what happened to the call, not that a process stopped
+    while it ran."""
+    scripted = model("Paid?", "Next.")
+    async with satsuma.open_agent(Banker, model=scripted, store=store, agent_id="a1") as agent:
+        first = await agent.run("Pay Bob 10")
+        assert first.status == "awaiting_approval"
+        (call,) = first.pending
+        assert await store.claim_paused_run(first.run_id, decisions={call.id: decision})
+        assert (await store.get_run(first.run_id)).status == "running"  # type: ignore[union-attr]
+
+        second = await agent.run("Next thing")
+        assert second.status == "completed", second.error
+        check_conversation(agent.history)
+        (answer,) = read_results(scripted)
+        assert answer.startswith(text), answer
+        assert answer != INTERRUPTED_TEXT
+    assert done == []  # the transfer never ran
+    record = await store.get_run(first.run_id)
+    assert record is not None and record.status == "cancelled"
+    assert record.error is not None and "claim_paused_run" in record.error
+    assert [r.status for r in await store.runs("a1")] == ["cancelled", "completed"]
+    (asked,) = await store.approvals(first.run_id)
+    assert asked.decision == decision  # what was decided stays on record
+
+
+async def test_a_reset_closes_a_run_decided_through_the_store(store: Store) -> None:
+    async with satsuma.open_agent(Banker, model=model(), store=store, agent_id="a2") as agent:
+        first = await agent.run("Pay Bob 10")
+        (call,) = first.pending
+        assert await store.claim_paused_run(first.run_id, decisions={call.id: APPROVED})
+        await agent.reset()
+        assert not agent.history
+    record = await store.get_run(first.run_id)
+    assert record is not None and record.status == "cancelled"
+    assert record.error is not None and "before the conversation was reset" in record.error
+    assert done == []
+
+
+async def test_a_run_decided_through_the_store_while_the_agent_is_stopped(store: Store) -> None:
+    """Decided while no process serves the agent: the next start finds the run running
+    and marks it interrupted, which the store cannot tell apart from a run the agent
+    took up and was killed in; the run that goes past it answers its call with the
+    decision and that it may not have started, not the plain "the process stopped
+    while this tool was running"."""
+    async with satsuma.open_agent(Banker, model=model(), store=store, agent_id="a3") as agent:
+        first = await agent.run("Pay Bob 10")
+        (call,) = first.pending
+    assert await store.claim_paused_run(first.run_id, decisions={call.id: APPROVED})
+    scripted = ScriptedModel(["Next."])
+    async with satsuma.open_agent(Banker, model=scripted, store=store, agent_id="a3") as agent:
+        assert (await agent.run("Next thing")).status == "completed"
+        check_conversation(agent.history)
+    (answer,) = read_results(scripted)
+    assert answer.startswith("Error: Interrupted: this call was approved by ops"), answer
+    assert "(it may not have started)" in answer and answer != INTERRUPTED_TEXT
+    assert done == []
+    assert [r.status for r in await store.runs("a3")] == ["cancelled", "completed"]
+
+
+async def test_a_run_ended_through_the_store_is_not_ended_again(store: Store) -> None:
+    """An operator ends a paused run through the store: the agent, reading the store,
+    neither resumes it nor overwrites the operator's reason when a new run goes past."""
+    async with satsuma.open_agent(
+        Banker, model=model("Next."), store=store, agent_id="a4"
+    ) as agent:
+        first = await agent.run("Pay Bob 10")
+        await store.end_run(
+            first.run_id,
+            status="cancelled",
+            ended_at=time.time(),
+            usage=first.usage,
+            error="cancelled by ops",
+        )
+        assert await store.runs_awaiting_approval("a4") == []
+        with pytest.raises(satsuma.RunNotAwaitingApproval):
+            await agent.resume(first.run_id, decisions={first.pending[0].id: Approve()})
+        assert (await agent.run("Next thing")).status == "completed"
+        check_conversation(agent.history)
+    record = await store.get_run(first.run_id)
+    assert record is not None and (record.status, record.error) == ("cancelled", "cancelled by ops")
+    assert done == []
+
+
+async def test_what_waits_is_read_from_the_store_across_agents_and_restarts(store: Store) -> None:
+    """The per-agent query is what the agent reads: two agents on one store each see
+    their own paused run, before and after a restart, and a prune of every ended run
+    leaves both waiting and resumable."""
+    runs = {}
+    for agent_id in ("a5", "a6"):
+        async with satsuma.open_agent(
+            Banker, model=model("Paid."), store=store, agent_id=agent_id
+        ) as agent:
+            runs[agent_id] = await agent.run("Pay Bob 10")
+    for agent_id, paused in runs.items():
+        assert [r.run_id for r in await store.runs_awaiting_approval(agent_id)] == [paused.run_id]
+    await store.prune(older_than=0, conversations=True)
+    for agent_id, paused in runs.items():
+        (pending,) = await store.pending_calls(paused.run_id)
+        assert pending.tool_use_id == paused.pending[0].id
+        async with satsuma.open_agent(
+            Banker, model=ScriptedModel(["Paid."]), store=store, agent_id=agent_id
+        ) as agent:
+            result = await agent.resume(paused.run_id, decisions={pending.tool_use_id: Approve()})
+            assert (result.status, result.output) == ("completed", "Paid."), result.error
+            check_conversation(agent.history)
+        assert await store.runs_awaiting_approval(agent_id) == []
+    assert done == ["transfer 10 to bob", "transfer 10 to bob"]
+
+
+async def test_a_second_owner_cannot_decide_while_the_agent_is_served(store: Store) -> None:
+    """A decision through another handle (another process, a CLI) needs the agent's
+    lease: it is refused while the agent is served, and the run still waits."""
+    async with satsuma.open_agent(Banker, model=model(), store=store, agent_id="a7") as agent:
+        first = await agent.run("Pay Bob 10")
+        with pytest.raises(satsuma.StoreError, match="already open"):
+            async with satsuma.open_agent(
+                Banker, model=ScriptedModel(["x"]), store=store, agent_id="a7"
+            ):
+                pass  # pragma: no cover
+        await trio.lowlevel.checkpoint()
+        assert [r.run_id for r in await store.runs_awaiting_approval("a7")] == [first.run_id]
+    assert done == []
