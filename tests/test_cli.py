@@ -1077,3 +1077,36 @@ async def test_chat_by_names_who_decides(tmp_path: Path) -> None:
     out, err = result.stdout.decode(), result.stderr.decode()
     assert (result.returncode, err) == (0, ""), err
     assert "approved by erin" in out and "dana" not in out
+
+
+async def test_a_resume_from_another_process_waits_for_the_agent_s_lease(
+    tmp_path: Path,
+) -> None:
+    """While a process serves the agent, `satsuma resume` in another process against the
+    same SQLite file cannot decide its paused run: deciding takes the agent's lease,
+    which the serving process holds, so the CLI says so and nothing changes (no call
+    runs, the run still waits). Once that process lets the agent go, the same command
+    decides it."""
+    run_id, call_id = await paused_run(tmp_path)
+    offline = ("--model", "fake", "--store", "s.db")
+
+    class Bank(satsuma.Agent):
+        name = "bank"
+
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with satsuma.open_agent(
+            Bank, model=satsuma.testing.ScriptedModel([]), store=store, agent_id="bank"
+        ):
+            status, out, err = await satsuma_command(
+                "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
+            )
+            assert status != 0 and out == "", err
+            assert "agent 'bank' is already open in process" in err, err
+            assert not (tmp_path / "transfers.log").exists()
+            assert [r.run_id for r in await store.runs_awaiting_approval("bank")] == [run_id]
+            assert (await store.approvals(run_id))[0].decision is None
+    status, out, err = await satsuma_command(
+        "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
+    )
+    assert status == 0, err
+    assert (tmp_path / "transfers.log").read_text() == "5 to bob\n"
