@@ -13,7 +13,7 @@ import trio
 
 import satsuma
 from satsuma import Approve
-from satsuma.store import ApprovalDecision, Store
+from satsuma.store import ApprovalDecision, Store, StoreUnavailable
 from satsuma.testing import Reply, ScriptedModel, check_conversation
 from satsuma.tools._results import INTERRUPTED_TEXT
 
@@ -197,4 +197,63 @@ async def test_a_second_owner_cannot_decide_while_the_agent_is_served(store: Sto
                 pass  # pragma: no cover
         await trio.lowlevel.checkpoint()
         assert [r.run_id for r in await store.runs_awaiting_approval("a7")] == [first.run_id]
+    assert done == []
+
+
+async def test_resuming_a_run_taken_up_through_the_store_says_what_it_is(store: Store) -> None:
+    async with satsuma.open_agent(Banker, model=model(), store=store, agent_id="a8") as agent:
+        first = await agent.run("Pay Bob 10")
+        (call,) = first.pending
+        assert await store.claim_paused_run(first.run_id, decisions={call.id: APPROVED})
+        with pytest.raises(ValueError, match="this agent is not running it") as caught:
+            await agent.resume(first.run_id)
+        assert "Store.claim_paused_run" in str(caught.value)
+        with pytest.raises(satsuma.RunNotAwaitingApproval):
+            await agent.resume(first.run_id, decisions={call.id: Approve()})
+    assert done == []
+
+
+class PauseCommitsThenFails:
+    """A store whose write of a pause commits and then reports a failure (a connection
+    lost after the commit), and that cannot record the failed run's end at first: the
+    store says awaiting_approval while the agent knows the run failed."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.ends_refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def pause_run(self, run_id: str, pending: Any, **kwargs: Any) -> None:
+        await self.inner.pause_run(run_id, pending, **kwargs)
+        raise StoreUnavailable("test", "the connection was lost; the commit may have landed")
+
+    async def end_run(self, run_id: str, **kwargs: Any) -> None:
+        if kwargs["status"] == "failed" and self.ends_refused == 0:
+            self.ends_refused += 1
+            raise StoreUnavailable("test", "the connection was lost")
+        await self.inner.end_run(run_id, **kwargs)
+
+
+async def test_a_run_whose_end_is_not_written_yet_is_not_taken_for_a_paused_one(
+    store: Store,
+) -> None:
+    """The store can be behind the agent: a pause that committed but reported a failure
+    fails the run, and if its end cannot be written at once the store still says
+    awaiting_approval. The next run does not take it for a paused run to go past: the
+    run's own end (failed, with the store's reason) is what gets written."""
+    faulty: Any = PauseCommitsThenFails(store)
+    async with satsuma.open_agent(
+        Banker, model=model("Next."), store=faulty, agent_id="a9"
+    ) as agent:
+        first = await agent.run("Pay Bob 10")
+        assert first.status == "failed" and "connection was lost" in (first.error or "")
+        assert (await store.get_run(first.run_id)).status == "awaiting_approval"  # type: ignore[union-attr]
+        assert (await agent.run("Next thing")).status == "completed"
+        check_conversation(agent.history)
+    assert faulty.ends_refused == 1
+    record = await store.get_run(first.run_id)
+    assert record is not None and record.status == "failed", record
+    assert "connection was lost" in (record.error or "")
     assert done == []

@@ -232,6 +232,16 @@ class AgentHandle(Generic[OutputT]):
                 f"run {run_id} is awaiting approval: resume it with decisions={{...}} for "
                 "its pending calls"
             )
+        if record.status == "running":
+            current = actor.current.run_id if actor.current is not None else None
+            if run_id == current:
+                raise ValueError(f"run {run_id} is running; only an interrupted run can be resumed")
+            # The agent runs one run at a time: the store says running, nothing runs it.
+            raise ValueError(
+                f"run {run_id} is running in the store, but this agent is not running it: it "
+                "was taken up without the agent's lease (Store.claim_paused_run), and nothing "
+                "runs its calls; the next run or a reset closes it"
+            )
         if record.status != "interrupted":
             raise ValueError(
                 f"run {run_id} ended {record.status}; only an interrupted run can be resumed"

@@ -313,13 +313,18 @@ class Persistence:
         Raises:
             StoreError: the store could not be read.
         """
-        paused = await self.store.runs_awaiting_approval(self.agent_id)
+        # A run whose end this agent could not write yet has ended: the store is only
+        # behind (the end is written with the next flush), and the end stands.
+        paused = [
+            record
+            for record in await self.store.runs_awaiting_approval(self.agent_id)
+            if record.run_id not in self.unwritten_ends
+        ]
         if not claimed:
             return paused
         orphans = [
             record
             for record in await self.store.runs(self.agent_id)
-            # A run whose end this agent could not write yet is its own, not taken.
             if record.status == "running"
             and record.run_id != running
             and record.run_id not in self.unwritten_ends
