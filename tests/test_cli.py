@@ -1093,18 +1093,20 @@ async def test_a_resume_from_another_process_waits_for_the_agent_s_lease(
     class Bank(satsuma.Agent):
         name = "bank"
 
-    async with SQLiteStore(tmp_path / "s.db") as store:
-        async with satsuma.open_agent(
+    async with (
+        SQLiteStore(tmp_path / "s.db") as store,
+        satsuma.open_agent(
             Bank, model=satsuma.testing.ScriptedModel([]), store=store, agent_id="bank"
-        ):
-            status, out, err = await satsuma_command(
-                "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
-            )
-            assert status != 0 and out == "", err
-            assert "agent 'bank' is already open in process" in err, err
-            assert not (tmp_path / "transfers.log").exists()
-            assert [r.run_id for r in await store.runs_awaiting_approval("bank")] == [run_id]
-            assert (await store.approvals(run_id))[0].decision is None
+        ),
+    ):
+        status, out, err = await satsuma_command(
+            "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
+        )
+        assert status != 0 and out == "", err
+        assert "agent 'bank' is already open in process" in err, err
+        assert not (tmp_path / "transfers.log").exists()
+        assert [r.run_id for r in await store.runs_awaiting_approval("bank")] == [run_id]
+        assert (await store.approvals(run_id))[0].decision is None
     status, out, err = await satsuma_command(
         "resume", "bank.py:Bank", run_id, *offline, "--approve", call_id, cwd=tmp_path
     )
