@@ -956,11 +956,18 @@ class PostgresStore:
 
     async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
         def work(db: psycopg.Connection[Any]) -> list[RunRecord]:
-            rows = db.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
-                "AND (%s::text IS NULL OR agent_id = %s) ORDER BY started_at, seq",
-                (agent_id, agent_id),
-            ).fetchall()
+            # Two statements, so that one agent's are found through its index.
+            if agent_id is None:
+                rows = db.execute(
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
+                    "ORDER BY started_at, seq"
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE agent_id = %s "
+                    "AND status = 'awaiting_approval' ORDER BY started_at, seq",
+                    (agent_id,),
+                ).fetchall()
             return [run_record(row) for row in rows]
 
         return await self._call(work, transaction=False)

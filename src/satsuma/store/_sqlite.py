@@ -597,11 +597,18 @@ class SQLiteStore:
 
     async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
         def work(db: sqlite3.Connection) -> list[RunRecord]:
-            rows = db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
-                "AND (? IS NULL OR agent_id = ?) ORDER BY started_at, rowid",
-                (agent_id, agent_id),
-            ).fetchall()
+            # Two statements, so that one agent's are found through its index.
+            if agent_id is None:
+                rows = db.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'awaiting_approval' "
+                    "ORDER BY started_at, rowid"
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE agent_id = ? "
+                    "AND status = 'awaiting_approval' ORDER BY started_at, rowid",
+                    (agent_id,),
+                ).fetchall()
             return [_run(row) for row in rows]
 
         return await self._call(work)
