@@ -167,7 +167,8 @@ def _check_run(result: Any, turns: int) -> None:
 
 async def _run_loop(replies: Sequence[Reply], turns: int) -> tuple[float, list[ModelRequest]]:
     """Time one run of ``turns`` turns; return the time and the requests the model got."""
-    model = ScriptedModel(replies)
+    # Every request kept (not only the last 100): the model floor replays them all.
+    model = ScriptedModel(replies, keep_requests=None)
     async with open_agent(LoopAgent, model=model) as agent:
         gc.collect()
         start = time.perf_counter()

@@ -41,7 +41,7 @@ from ._events import (
     ThinkingDelta,
     TurnEnd,
 )
-from ._ids import taken_ids, unique_ids
+from ._ids import TakenIds, unique_ids
 from ._limiter import ModelLimiter, Permit
 from ._limits import estimate_input_tokens
 from ._model import ModelRequest, ModelResponse
@@ -202,6 +202,7 @@ class _Run:
         self.usage = Usage()
         self.messages: list[Message] = []
         self.pending: list[str] = []  # tool_use ids in the history still without a result
+        self.taken_ids = TakenIds()  # the conversation's tool_use ids, read as it grows
         self.output = ""
         self.streak_request: _TurnRequest | None = None
         self.streak = 0
@@ -647,7 +648,7 @@ class _Run:
                 response = checked_response(await actor.model.respond(request, _Listener(self)))
                 # The one point every response passes, whichever Model made it: from
                 # here on (runner, events, journal, history) its calls have their own ids.
-                response = unique_ids(response, taken_ids(actor.history))
+                response = unique_ids(response, self.taken_ids.of(actor.history))
                 _tracing.end_chat(chat, response)
         finally:
             if permit is not None:
