@@ -340,3 +340,33 @@ def test_run_as_root_is_a_definition_error() -> None:
 
         class RootBash(Bash):
             run_as = (0, 0)
+
+
+# --------------------------------------------------------------- workspaces
+
+
+@needs_root
+async def test_a_workspace_the_command_may_not_write_keeps_every_protection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A root-owned 0555 directory: root may write it (it overrides permissions), no
+    # command can. Taken for an isolation that broke the workspace, it failed every
+    # candidate, so its commands ran as root with no protection, and so did those of
+    # every later workspace on its file system (the probe was kept per file system).
+    from satsuma.tools.builtin import _isolation
+
+    monkeypatch.setattr(_isolation, "_probed", {})  # nothing probed yet in this process
+    read_only, other = tmp_path / "read-only", tmp_path / "other"
+    read_only.mkdir()
+    other.mkdir()
+    read_only.chmod(0o555)
+    try:
+        for workspace in (read_only, other):
+            outcome = await bash(f"id -u; {WRITE_CORE_PATTERN}", workspace)
+            assert str(Bash.run_as[0]) in outcome.content.splitlines(), outcome.content
+            assert "WROTE_OK" not in outcome.content
+        outcome = await bash("touch made-here", read_only)
+        assert outcome.is_error and "Permission denied" in outcome.content
+        assert not (read_only / "made-here").exists()
+    finally:
+        read_only.chmod(0o755)

@@ -510,3 +510,33 @@ def test_an_unknown_mode_is_a_definition_error() -> None:
 
         class Typo(Bash):
             isolation = "on"  # type: ignore[assignment]  # the mistake under test
+
+
+@pytest.mark.skipif(
+    sys.platform == "linux" and os.geteuid() != 0,
+    reason="only a root service switches the command's uid; as any other user it is not root",
+)
+async def test_a_weaker_isolation_of_one_workspace_is_not_the_others(
+    tmp_path: Path, fake_jail: Callable[[str], None]
+) -> None:
+    # An idmapped mount refused on one directory (the helper here refuses it in any
+    # workspace named no-idmap) gives that workspace less; the probe was kept per file
+    # system, so every later workspace on it ran as root too, and with "required"
+    # every one was refused, naming the first.
+    fake_jail(
+        "import os, sys\n"
+        "if '--uid' in sys.argv and os.path.basename(os.getcwd()) == 'no-idmap':\n"
+        "    sys.stderr.write('bash isolation: mount_setattr workspace: Invalid argument\\n')\n"
+        "    sys.exit(126)\n"
+        f"os.execv(sys.executable, [sys.executable, '-I', '-S', {str(_isolation._JAIL)!r}, "
+        "*sys.argv[1:]])\n"
+    )
+    refused, plain = tmp_path / "no-idmap", tmp_path / "plain"
+    refused.mkdir()
+    plain.mkdir()
+    weaker = await Bash.check_isolation(refused)
+    assert weaker.protections == {"processes", "system"}
+    assert "mount_setattr workspace" in weaker.reason
+    full = await Bash.check_isolation(plain)
+    assert (full.isolated, full.protections) == (True, _isolation.ALL_PROTECTIONS)
+    assert await Bash.check_isolation(refused) == weaker  # its own, kept

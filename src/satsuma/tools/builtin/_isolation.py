@@ -32,11 +32,12 @@ The candidates, strongest first:
 - as any other user, inside a new user namespace (no privilege needed); the command keeps
   the service's uid, which is not root: all three.
 
-"Works" is probed once per process, workspace file system and ``run_as``: a shell run
+"Works" is probed once per process, workspace file system and ``run_as`` when every
+protection applies (once per workspace when one does not): a shell run
 under the wrapper says its pid in the /proc it sees (``1`` only in a PID namespace of its
 own with its own /proc), its uid, whether it may write ``core_pattern`` and
 ``sysrq-trigger``, and whether it may write in the workspace (it must, where the
-service may).
+workspace's owner may: ``_owner_may_write``).
 
 Inside, PID 1 is a small bash (``_INIT``) that runs ``bash -c <command>`` as its child and
 exits with its status. The command's shell is not PID 1 on purpose: the kernel gives
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -162,8 +164,12 @@ class _Candidate:
     label: str
 
 
-# Probed once per (effective uid, workspace file system, run_as): each changes what works.
-_probed: dict[tuple[int, int, tuple[int, int]], ShellIsolation] = {}
+# Probed once per (effective uid, workspace file system, run_as) where every protection
+# applied: each changes what works, the workspace itself does not. A result with less is
+# kept for its own workspace (its real path in place of the file system): it may come of
+# that directory alone (an idmapped mount refused on it), and one workspace must never
+# weaken the isolation of the others on its file system.
+_probed: dict[tuple[int, int | str, tuple[int, int]], ShellIsolation] = {}
 _probe_lock = threading.Lock()
 _warned = False
 
@@ -182,12 +188,13 @@ async def check_isolation(workspace: Path, run_as: tuple[int, int]) -> ShellIsol
         device = os.stat(workspace).st_dev
     except OSError as exc:
         return not_isolated(f"cannot look at the workspace {workspace}: {exc.strerror}")
-    key = (os.geteuid(), device, run_as)
-    found = _probed.get(key)
+    euid = os.geteuid()
+    shared, own = (euid, device, run_as), (euid, str(workspace), run_as)
+    found = _probed.get(own) or _probed.get(shared)
     if found is None:
         # Not abandoned on cancel: the probe is bounded (_PROBE_SECONDS a wrapper), and
         # no thread may outlive the call that started it.
-        found = await trio.to_thread.run_sync(_probe_once, key, workspace)
+        found = await trio.to_thread.run_sync(_probe_once, shared, own, workspace)
     return found
 
 
@@ -212,13 +219,16 @@ def warn_once(isolation: ShellIsolation) -> None:
     )
 
 
-def _probe_once(key: tuple[int, int, tuple[int, int]], workspace: Path) -> ShellIsolation:
+def _probe_once(
+    shared: tuple[int, int, tuple[int, int]], own: tuple[int, str, tuple[int, int]], workspace: Path
+) -> ShellIsolation:
     # Two first calls at once: the second waits for the first's answer.
     with _probe_lock:
-        found = _probed.get(key)
+        found = _probed.get(own) or _probed.get(shared)
         if found is None:
-            euid, _, run_as = key
-            found = _probed[key] = _probe(euid, workspace, run_as)
+            euid, _, run_as = shared
+            found = _probe(euid, workspace, run_as)
+            _probed[shared if found.isolated else own] = found
         return found
 
 
@@ -258,7 +268,7 @@ def _candidates(euid: int, run_as: tuple[int, int]) -> list[_Candidate]:
 def _probe(euid: int, workspace: Path, run_as: tuple[int, int]) -> ShellIsolation:
     if not _python():
         return not_isolated("the Python running satsuma does not know its own executable")
-    writable = os.access(workspace, os.W_OK)
+    writable = _owner_may_write(workspace)
     failures: list[str] = []
     for candidate in _candidates(euid, run_as):
         failure = _try(candidate, workspace, writable, run_as)
@@ -273,6 +283,26 @@ def _probe(euid: int, workspace: Path, run_as: tuple[int, int]) -> ShellIsolatio
             )
         failures.append(f"{candidate.label}: {failure}" if candidate.label else failure)
     return not_isolated("; ".join(failures))
+
+
+def _owner_may_write(workspace: Path) -> bool:
+    """Whether a command should be able to write in ``workspace``: the probe checks that
+    it can, which is how an idmapped mount that did not take is seen.
+
+    As root, ``os.access`` says yes to every directory (root overrides permissions), but
+    the command has no capabilities: it works there as the workspace's owner would (the
+    idmapped mount), so only the owner's write bit counts. A root-owned 0555 workspace
+    is not writable for any candidate, and must not be taken for one that isolation
+    broke, which made every candidate fail and the command run with no protection.
+    """
+    if os.geteuid() != 0:
+        return os.access(workspace, os.W_OK)
+    try:
+        mode = os.stat(workspace).st_mode
+        read_only = bool(os.statvfs(workspace).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+    return bool(mode & stat.S_IWUSR) and not read_only
 
 
 def _try(
