@@ -8,7 +8,12 @@ for good, so such values are refused where they arrive, with the path of the fir
 offending part. The walk is iterative: a value nested a million levels deep is measured,
 never recursed into.
 
-Imports nothing of satsuma, so that the codec, the tools and the agents may all use it.
+Text is made valid here too: a lone surrogate in any string or key (a tool's result, a
+model's input, a typed answer) is replaced by U+FFFD in the copy (``satsuma._text``), as
+no UTF-8 request nor PostgreSQL could take it.
+
+Imports nothing of satsuma but ``_text``, so that the codec, the tools and the agents may
+all use it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import math
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
+
+from ._text import is_valid_text, valid_text
 
 __all__ = [
     "MAX_DEPTH",
@@ -77,7 +84,9 @@ MAX_MEMBERS: Final = 1_000_000
 def _plain_scalar(value: Any, kind: type, path: str) -> object:
     """``value`` as the exact built-in scalar it is an instance of, read from its own
     storage (never through a method its class may override); ``_NOT_SCALAR`` otherwise."""
-    if kind is str or kind is bool or value is None:
+    if kind is str:
+        return valid_text(value)
+    if kind is bool or value is None:
         return value
     if kind is int or (issubclass(kind, int) and kind is not bool):
         whole: int = value if kind is int else int.__int__(value)
@@ -91,7 +100,7 @@ def _plain_scalar(value: Any, kind: type, path: str) -> object:
             )
         return number
     if issubclass(kind, str):
-        return str.__str__(value)
+        return valid_text(str.__str__(value))
     return _NOT_SCALAR
 
 
@@ -215,6 +224,7 @@ def _copy_one(item: Any, parent: Any, slot: Any, path: str, depth: int, stack: l
                     f"{_short_path(shown)} has a key that is not a string: {_short_repr(key)}",
                 )
             key = str.__str__(key)
+        key = valid_text(key)
         copy[key] = None  # keeps the key order; filled in when its turn comes
         found.append((member, copy, key, _join_key(path, key), depth + 1))
     # Reversed, so that parts are checked in order and the first problem is named.
@@ -223,10 +233,12 @@ def _copy_one(item: Any, parent: Any, slot: Any, path: str, depth: int, stack: l
 
 def _plainly_sendable(value: object, depth: int) -> bool:
     """Whether ``value`` is made only of dicts with string keys, lists, tuples and
-    finite JSON scalars, at most ``MAX_DEPTH`` levels deep: the common case, checked
+    finite JSON scalars (strings and keys valid text), at most ``MAX_DEPTH`` levels deep: the common case, checked
     without the copy and the paths that ``plain_json`` makes to name a problem."""
     kind = type(value)
-    if kind is str or kind is bool or value is None:
+    if kind is str:
+        return is_valid_text(value)  # type: ignore[arg-type]
+    if kind is bool or value is None:
         return True
     if kind is int:
         return _short_enough(value)  # type: ignore[arg-type]
@@ -236,7 +248,7 @@ def _plainly_sendable(value: object, depth: int) -> bool:
         return False
     if kind is dict:
         return all(
-            type(key) is str and _plainly_sendable(member, depth + 1)
+            type(key) is str and is_valid_text(key) and _plainly_sendable(member, depth + 1)
             for key, member in value.items()  # type: ignore[attr-defined]
         )
     if kind is list or kind is tuple:
@@ -270,7 +282,7 @@ def plain_members(value: object, root: str) -> dict[str, Any] | None:
                     f"{_short_path(root or 'value')} has a key that is not a string: "
                     f"{_short_repr(key)}",
                 )
-            members[key if type(key) is str else str.__str__(key)] = member
+            members[valid_text(key if type(key) is str else str.__str__(key))] = member
     except JsonProblem:
         raise
     except Exception as exc:

@@ -16,6 +16,7 @@ import trio
 
 from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
 from .._messages import Message
+from .._text import valid_text
 from ..store import PendingApproval, RunRecord, Store
 from ..tools import Approve, Approver, Deny, PendingCall
 from ._actor import Actor, Job, ResetRequest, new_run_id
@@ -178,7 +179,7 @@ class AgentHandle(Generic[OutputT]):
                 from a restart in time).
             AgentCrashed: the agent crashed before answering; ``cause`` says why.
         """
-        _check_prompt(prompt)
+        prompt = _checked_prompt(prompt)
         job = Job(prompt=prompt, run_id=new_run_id(), sink=_callback_sink(events))
         return await self._serve(job, output_type, output_retries)
 
@@ -344,7 +345,7 @@ class AgentHandle(Generic[OutputT]):
             AgentUnavailable: the agent has stopped.
             AgentCrashed: the agent crashed before the run ended.
         """
-        _check_prompt(prompt)
+        prompt = _checked_prompt(prompt)
         # Bounded, with backpressure on the run: see _stream and docs/agents.md.
         buffer = EventBuffer()
         job = Job(
@@ -380,7 +381,7 @@ class AgentHandle(Generic[OutputT]):
         Raises:
             AgentUnavailable: the agent is not running.
         """
-        _check_prompt(text)
+        text = _checked_prompt(text)
         actor = self._target.current_actor()
         if actor is None:
             raise AgentUnavailable(self.name, "it is not running")
@@ -447,7 +448,7 @@ async def run_with_id(
     Returns the result, and the store's error that failed the run (None if the run did
     not fail on the store): a node decides by its type whether the failure stands.
     """
-    _check_prompt(prompt)
+    prompt = _checked_prompt(prompt)
     job = Job(prompt=prompt, run_id=run_id, sink=_callback_sink(events))
     return await handle._serve(job), job.store_error
 
@@ -477,9 +478,20 @@ class _ClassDefault(enum.Enum):
 CLASS_DEFAULT: Final = _ClassDefault.TOKEN
 
 
-def _check_prompt(text: object) -> None:
-    if not isinstance(text, str) or not text.strip():
+def _checked_prompt(text: object) -> str:
+    """The prompt as an exact str of valid Unicode.
+
+    A lone surrogate (what a JSON body's ``"\\ud800"`` escape decodes to) is replaced by
+    U+FFFD rather than refused: the text goes on to the model as a browser would show
+    it, where refusing would fail a request for one unreadable character, and keeping
+    it would fail every later request of the conversation (docs/failure-semantics.md).
+    """
+    if not isinstance(text, str):
         raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
+    plain = valid_text(text if type(text) is str else str.__str__(text))
+    if not plain.strip():
+        raise ValueError(f"a prompt must be a non-empty str, got: {plain!r}")
+    return plain
 
 
 def _callback_sink(

@@ -10,6 +10,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from .._messages import Message
+from .._text import type_name, valid_text
 from ..tools._results import describe_exception
 
 __all__ = ["Verdict", "Verifier", "VerifyContext"]
@@ -99,4 +100,13 @@ async def run_verifier(check: Callable[[VerifyContext], Any], ctx: VerifyContext
         return f"Verifier crashed: {describe_exception(exc)}"
     if not isinstance(verdict, Verdict):
         return f"Verifier crashed: returned {type(verdict).__name__}, not a Verdict"
-    return None if verdict.passed else (verdict.reason or "no reason given")
+    if verdict.passed:
+        return None
+    reason = verdict.reason
+    if reason is None:
+        return "no reason given"
+    if not issubclass(type(reason), str):
+        return f"Verifier crashed: its reason is a {type_name(reason)}, not a str"
+    # The model reads it and the history keeps it: an exact str (read from its storage,
+    # never through a subclass's methods) of valid Unicode.
+    return valid_text(reason if type(reason) is str else str.__str__(reason)) or "no reason given"

@@ -9,6 +9,7 @@ import attrs
 
 from .._codec import parse_tool_use
 from .._jsonvalue import plain_or_problem
+from .._text import is_valid_text, valid_text
 from ._spec import expected_text
 
 __all__ = ["ToolCall", "as_call", "gated"]
@@ -66,8 +67,9 @@ def gated(call: ToolCall) -> ToolCall:
     ``str`` or ``bytes``) is left to the runner, which decodes it and gates what it
     decodes to.
     """
-    if type(call.id) is not str or type(call.name) is not str:
-        # A custom Model's str subclasses: plain strs, read from their storage.
+    if not _plain_valid(call.id) or not _plain_valid(call.name):
+        # A custom Model's str subclasses: plain strs, read from their storage, and valid
+        # Unicode (a lone surrogate as U+FFFD), as the request that sends them back needs.
         call = attrs.evolve(call, id=_plain_str(call.id), name=_plain_str(call.name))
     given = call.input
     if call.refused is not None or type(given) in (str, bytes, bytearray):
@@ -89,4 +91,8 @@ def _is_mapping(value: object) -> bool:
 
 
 def _plain_str(value: Any) -> Any:
-    return str.__str__(value) if issubclass(type(value), str) else value
+    return valid_text(str.__str__(value)) if issubclass(type(value), str) else value
+
+
+def _plain_valid(value: object) -> bool:
+    return type(value) is str and is_valid_text(value)

@@ -11,6 +11,7 @@ from typing import Any, final
 import attrs
 import trio
 
+from .._text import valid_text
 from ._events import Emitter, NestedEvent, ToolProgress, ToolUpdate
 from ._results import Content, _check_content
 
@@ -72,7 +73,8 @@ class ToolContext:
             raise TypeError(f"progress text must be a str, got: {type(text).__name__}")
         # An exact str, read from its storage: the event's readers (the live view, a
         # log) never run a str subclass's own methods.
-        plain = text if type(text) is str else str.__str__(text)
+        # Valid Unicode too (a lone surrogate as U+FFFD), as every text an event carries.
+        plain = valid_text(text if type(text) is str else str.__str__(text))
         self._emit(ToolProgress(tool_use_id=self.tool_use_id, tool_name=self.tool_name, text=plain))
 
     def update(self, content: Content, details: Any = None) -> None:

@@ -14,6 +14,7 @@ import attrs
 
 from .._codec import tool_result_block
 from .._jsonvalue import MAX_MEMBERS, JsonProblem, plain_json
+from .._text import describe_exception_text, type_name, valid_text
 
 __all__ = [
     "ErrorKind",
@@ -158,7 +159,7 @@ def timeout_text(seconds: float) -> str:
 
 
 def denied_text(reason: str) -> str:
-    return f"Error: Denied: {reason}"
+    return f"Error: Denied: {_safe_str(reason)}"
 
 
 def withheld_text(tool_name: str, problem: str) -> str:
@@ -180,9 +181,14 @@ def invalid_result_text(problem: str) -> str:
 
 
 def leaf_exceptions(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
+    if issubclass(type(exc), BaseExceptionGroup):
+        # The group's own storage: a subclass's exceptions property is the thrower's code.
+        inner: tuple[BaseException, ...] = _GROUP_MEMBERS.__get__(exc)
+        return [leaf for member in inner for leaf in leaf_exceptions(member)]
     return [exc]
+
+
+_GROUP_MEMBERS: Final = BaseExceptionGroup.__dict__["exceptions"]
 
 
 def _safe_str(value: object) -> str:
@@ -191,31 +197,23 @@ def _safe_str(value: object) -> str:
     try:
         return _plain_text(str(value))
     except Exception as exc:
-        return f"<{type(value).__name__} whose str() failed: {type(exc).__name__}>"
+        return f"<{type_name(value)} whose str() failed: {type_name(exc)}>"
 
 
 def describe_exception(exc: BaseException) -> str:
     """``ExcType: message``; an exception group by its leaves, joined with ``; ``.
 
-    Never raises: an exception whose ``__str__`` fails is named by its type alone."""
-    parts = []
-    for leaf in leaf_exceptions(exc):
-        name = type(leaf).__name__
-        try:
-            message = _plain_text(str(leaf))
-        except Exception:
-            parts.append(f"{name} (its message could not be read)")
-            continue
-        parts.append(f"{name}: {message}" if message else name)
-    return "; ".join(parts)
+    Never raises: an exception whose ``__str__`` raises or returns no str is named by
+    its type, ``ExcType (its message could not be read)``; the text is valid Unicode."""
+    return "; ".join(describe_exception_text(leaf) for leaf in leaf_exceptions(exc))
 
 
 def crash_details(exc: BaseException) -> dict[str, Any]:
     try:
         text = "".join(traceback.format_exception(exc))
     except Exception as failure:  # traceback's own guards cover __str__, not every hostile object
-        text = f"<the traceback could not be formatted: {type(failure).__name__}>"
-    return {"exception": type(exc).__name__, "traceback": text}
+        text = f"<the traceback could not be formatted: {type_name(failure)}>"
+    return {"exception": type_name(exc), "traceback": valid_text(text)}
 
 
 # --- Normalisation of whatever run returned. ---------------------------------------------
@@ -227,16 +225,17 @@ _EXPECTED: Final = (
 
 
 def _plain_text(text: str) -> str:
-    """``text`` as an exact str, read from its storage: a str subclass's own ``__len__``,
-    ``__format__`` or ``__str__`` is never called."""
-    return text if type(text) is str else str.__str__(text)
+    """``text`` as an exact str, read from its storage (a str subclass's own ``__len__``,
+    ``__format__`` or ``__str__`` is never called), and valid Unicode: a lone surrogate
+    is replaced by U+FFFD (``satsuma._text``)."""
+    return valid_text(text if type(text) is str else str.__str__(text))
 
 
 def _short_repr(value: object, limit: int = 120) -> str:
     try:
         text = _plain_text(repr(value))
     except Exception:  # a user object whose __repr__ raises must not crash the runner
-        text = f"<{type(value).__name__} object>"
+        text = f"<{type_name(value)} object>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

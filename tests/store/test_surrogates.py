@@ -1,0 +1,120 @@
+"""Lone surrogates from every source of text (issue 29, item 4's class).
+
+A Python str may hold U+D800..U+DFFF unpaired, which no UTF-8 encoder, HTTP request nor
+PostgreSQL jsonb accepts. One in a tool's result used to crash the agent when the next
+request was encoded. Here every source sends one at once, over the wire (the real
+AsyncAnthropic client against MessagesServer, whose JSON carries ``\\ud800`` escapes as
+a hostile provider's would), on every store: the runs complete, the agent serves the
+next run, and what the history and the store hold is valid Unicode with U+FFFD where
+each lone surrogate was (a surrogate pair, as two code points, is joined).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import satsuma
+from satsuma import ToolContext, ToolError, ToolResult
+from satsuma.store import Store
+from satsuma.testing import MessagesServer, Reply, check_conversation, tool_call
+
+BAD = "\ud800"
+PAIR = "\ud83d\ude00"  # two code points that stand for one character, 😀
+
+
+@satsuma.tool
+async def echo(text: str) -> str:
+    """Say text back, with a lone surrogate of its own.
+
+    Args:
+        text: What to say.
+    """
+    return f"{text}|{BAD}|{PAIR}"
+
+
+class Blocks(satsuma.Tool):
+    name = "blocks"
+    description = "Text blocks and details with lone surrogates."
+    parameters: dict[str, Any] = {}
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        ctx.progress(f"progress {BAD}")
+        ctx.update(f"partial {BAD}", details={f"k{BAD}": f"v{BAD}"})
+        return ToolResult([{"type": "text", "text": f"block {BAD}"}], details={f"d{BAD}": 1})
+
+
+@satsuma.tool
+async def refuse() -> str:
+    """Raise a ToolError whose reason holds a lone surrogate."""
+    raise ToolError(f"no {BAD}")
+
+
+@satsuma.tool
+async def crash() -> str:
+    """Raise an exception whose message holds a lone surrogate."""
+    raise RuntimeError(f"boom {BAD}")
+
+
+class Surrogates(satsuma.Agent):
+    name = "surrogates"
+    tools = [echo, Blocks, refuse, crash]
+
+
+def _valid(value: Any) -> None:
+    """Encodes as UTF-8 JSON, as a request or a jsonb column needs."""
+    json.dumps(value, ensure_ascii=False, default=repr).encode("utf-8")
+
+
+async def test_every_source_of_a_lone_surrogate_is_replaced_and_the_agent_serves_on(
+    store: Store,
+) -> None:
+    script = [
+        Reply(
+            text=f"thinking {BAD}",
+            tool_calls=[
+                # Raw JSON text: the escapes go over the wire as a hostile provider's would.
+                tool_call("echo", '{"text": "in \\ud800", "extra\\udc00": 1}'),
+                tool_call("blocks", {}),
+                tool_call("refuse", {}),
+                tool_call("crash", {}),
+            ],
+        ),
+        Reply(text=f"done {BAD}"),
+        Reply(text="second run done"),
+    ]
+    events: list[Any] = []
+    async with MessagesServer(script) as server:
+        model = satsuma.AnthropicModel(server.client(), backoff_base=0.001, jitter=False)
+        async with satsuma.open_agent(Surrogates, model=model, store=store, agent_id="s") as agent:
+            first = await agent.run(f"go {BAD}", events=events.append)
+            second = await agent.run(f"again {PAIR}")
+            history = agent.history
+    assert first.status == "completed", first.error
+    assert first.output == "done \ufffd"
+    assert second.status == "completed", second.error
+    assert second.output == "second run done"
+    stored = await store.load_messages("s")
+    assert list(stored) == list(history)
+    check_conversation(stored)
+    text = json.dumps([message.content for message in stored], ensure_ascii=False)
+    text.encode("utf-8")  # nothing unencodable is left
+    for expected in (
+        "go \ufffd",
+        "thinking \ufffd",
+        "in \ufffd|\ufffd|\U0001f600",
+        "block \ufffd",
+        "Error: no \ufffd",
+        "Error: Tool crashed: RuntimeError: boom \ufffd",
+        "again \U0001f600",
+    ):
+        assert expected in text, expected
+    for event in events:
+        _valid(repr(event))
+    records = await store.runs("s")
+    assert [record.status for record in records] == ["completed", "completed"]
+    assert records[0].prompt == "go \ufffd"
+    journal = await store.calls(records[0].run_id)
+    assert len(journal) == 4
+    for entry in journal:
+        _valid(repr(entry))
