@@ -381,6 +381,34 @@ async def test_an_agent_crash_is_recorded_and_still_raised(spans: InMemorySpanEx
     assert attributes(chat)["error.type"] == "ZeroDivisionError"
 
 
+class _Unreadable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+async def test_an_exception_whose_str_raises_is_recorded_and_the_crash_still_raised(
+    spans: InMemorySpanExporter,
+) -> None:
+    """record_exit read str(exc): an exception whose __str__ raised replaced the crash
+    leaving the span with that RuntimeError (issue 29, item 4's class)."""
+
+    class Buggy:
+        async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
+            raise _Unreadable
+
+    with pytest.raises(satsuma.AgentCrashed) as info:
+        async with satsuma.open_agent(Calculator, model=Buggy()) as agent:
+            await agent.run("go")
+    assert type(info.value.cause) is _Unreadable
+    assert "_Unreadable (its message could not be read)" in str(info.value)
+    finished = spans.get_finished_spans()
+    run = only(finished, "invoke_agent calculator")
+    assert run.status.status_code is StatusCode.ERROR
+    assert attributes(run)["error.type"].endswith("_Unreadable")
+    chat = only(finished, "chat claude-sonnet-5-5")
+    assert attributes(chat)["error.type"].endswith("_Unreadable")
+
+
 async def test_a_sub_agent_run_nests_under_the_tool_call_that_asked_for_it(
     spans: InMemorySpanExporter,
 ) -> None:

@@ -26,6 +26,8 @@ text lives in exactly one place.
 
 from __future__ import annotations
 
+from ._text import MESSAGE_LIMIT, describe_exception_text
+
 __all__ = [
     "AgentDefinitionError",
     "ConfigurationError",
@@ -174,8 +176,9 @@ class AgentUnavailable(SatsumaError):
 
 
 def _describe(exc: BaseException) -> str:
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    # The cause may be any exception of user code: its __str__ may raise, return no str
+    # or be enormous, and the crash must still be said.
+    return describe_exception_text(exc, limit=MESSAGE_LIMIT)
 
 
 class AgentCrashed(SatsumaError):

@@ -32,6 +32,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
+from ._text import MESSAGE_LIMIT, exception_message, type_name, valid_text
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.util.types import AttributeValue
@@ -107,8 +109,13 @@ def current_context() -> Context | None:
 def error_type(exc: BaseException) -> str:
     """``error.type`` for an exception: its class's qualified name."""
     cls = type(exc)
-    module = cls.__module__
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+    try:
+        module, name = cls.__module__, cls.__qualname__
+        if type(module) is not str or type(name) is not str:
+            raise TypeError(module, name)
+    except Exception:  # a class whose metaclass answers for these: its name from type's slot
+        return type_name(exc)
+    return valid_text(name if module == "builtins" else f"{module}.{name}")
 
 
 def _is_cancellation(exc: BaseException) -> bool:
@@ -184,7 +191,9 @@ class SpanScope:
             self.set({"satsuma.cancelled": True})
             return
         self.record_exception(exc)
-        self.fail(error_type(exc), str(exc) or None)
+        # Not str(exc): the exception may be a tool's or a hook's, whose __str__ may raise
+        # (which would replace the exception leaving the block) or be enormous.
+        self.fail(error_type(exc), exception_message(exc, limit=MESSAGE_LIMIT) or None)
 
     def end(self) -> None:
         """Detach the span from the context and end it; later calls do nothing."""

@@ -19,14 +19,20 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "MESSAGE_LIMIT",
     "describe_exception_text",
     "exception_message",
     "is_valid_text",
+    "reportable",
     "type_name",
     "valid_text",
 ]
 
 REPLACEMENT: Final = "\ufffd"
+
+# What of an exception's message goes into a line that is not the model's (a log line, a
+# span's status, another exception's message): enough to read, never a megabyte.
+MESSAGE_LIMIT: Final = 2_000
 
 
 def is_valid_text(text: str) -> bool:
@@ -75,6 +81,23 @@ def exception_message(exc: BaseException, *, limit: int | None = None) -> str | 
     if limit is not None and len(plain) > limit:
         plain = plain[: max(limit - 3, 0)] + "..."
     return valid_text(plain)
+
+
+def reportable(exc: Exception) -> Exception:
+    """``exc`` itself when ``repr()`` can print it, else a RuntimeError that says what it
+    was (to be raised ``from exc``, which keeps it as ``__cause__``).
+
+    trio prints ``repr()`` of an exception that leaves a task of a nursery (the reason
+    it cancels the siblings with): one whose ``__repr__`` raises or returns no str turns
+    into a TrioInternalError there, so user code's exception is checked before it
+    crosses a task's edge."""
+    try:
+        shown = repr(exc)
+        if type(shown) is str:
+            return exc
+    except Exception:  # the exception's own __repr__
+        pass
+    return RuntimeError(f"{describe_exception_text(exc, limit=MESSAGE_LIMIT)} (its repr() failed)")
 
 
 def type_name(value: object) -> str:

@@ -21,6 +21,7 @@ import trio
 from .. import _telemetry
 from .._exceptions import LeaseLost, ModelError, StoreClosed, StoreError
 from .._messages import Message, Usage
+from .._text import MESSAGE_LIMIT, describe_exception_text, exception_message, reportable
 from ..store import ApprovalDecision, PendingApproval
 from ..tools import PendingCall, ToolCall, ToolOutcome, format_results
 from ..tools._approval import Approver, Deferral
@@ -310,7 +311,7 @@ class _Run:
                     # run: the newer one serves on.)
                     raise
                 # What was committed stays; the run ends here with the store's reason.
-                status, error = "failed", str(exc)
+                status, error = "failed", _said(exc)
                 self.job.store_error = exc
                 self._answer_pending("the run failed on a store error")
         if self.job.scope.cancelled_caught:
@@ -343,12 +344,12 @@ class _Run:
                     try:
                         self.answer = self.output_spec.from_input(found[0])
                     except ValueError as exc:
-                        return "failed", str(exc)
+                        return "failed", _said(exc)
                     return "completed", None
             try:
                 answer = own_answer(self.job.resume, runs, history)
             except ValueError as exc:
-                return "failed", str(exc)
+                return "failed", _said(exc)
             if answer is not None:
                 # The run had its answer; only its end was not recorded.
                 self.output = answer
@@ -563,7 +564,7 @@ class _Run:
             except ModelError as exc:
                 # What retries could not cure fails the run; anything else raised by the
                 # model is a bug, and crashes the agent (a supervisor restarts it).
-                return "failed", str(exc)
+                return "failed", _said(exc)
             if response.content:
                 self.commit_assistant(response.content)
                 self.pending = [
@@ -1034,13 +1035,25 @@ async def execute_run(actor: Actor, job: Job) -> RunResult[Any]:
                 _tracing.end_run(span, run.result)
 
 
+def _said(exc: BaseException) -> str:
+    """An exception's message for a run's error; a custom Model's or store's exception
+    whose ``__str__`` raises is named by its type (``satsuma._text``)."""
+    message = exception_message(exc)
+    return message if message is not None else describe_exception_text(exc)
+
+
 async def _execute(actor: Actor, run: _Run) -> RunResult[Any]:
     try:
         return await run.execute()
     except Exception as exc:
         if run.result is None:
             run._answer_pending("the agent crashed")
-            run.finish("failed", f"the agent crashed: {describe_exception(exc)}")
+            run.finish(
+                "failed", f"the agent crashed: {describe_exception(exc, limit=MESSAGE_LIMIT)}"
+            )
+        printable = reportable(exc)
+        if printable is not exc:
+            raise printable from exc
         raise
     finally:
         if run.result is None:

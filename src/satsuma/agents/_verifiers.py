@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from .._messages import Message
-from .._text import type_name, valid_text
+from .._text import MESSAGE_LIMIT, type_name, valid_text
 from ..tools._results import describe_exception
 
 __all__ = ["Verdict", "Verifier", "VerifyContext"]
@@ -97,7 +97,7 @@ async def run_verifier(check: Callable[[VerifyContext], Any], ctx: VerifyContext
         if inspect.isawaitable(verdict):
             verdict = await verdict
     except Exception as exc:
-        return f"Verifier crashed: {describe_exception(exc)}"
+        return f"Verifier crashed: {describe_exception(exc, limit=MESSAGE_LIMIT)}"
     if not isinstance(verdict, Verdict):
         return f"Verifier crashed: returned {type(verdict).__name__}, not a Verdict"
     if verdict.passed:

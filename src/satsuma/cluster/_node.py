@@ -34,6 +34,7 @@ from .._exceptions import (
     StoreUnavailable,
     StoreUnreadable,
 )
+from .._text import MESSAGE_LIMIT
 from ..agents import Agent, AgentHandle, Model, RunResult, open_agent
 from ..agents._agent import spec_of
 from ..agents._handle import resume_with_id, run_with_id
@@ -451,7 +452,7 @@ class Node:
         """Log the agent's crash with its traceback, and give the run's result: the one
         it had (the crash came as the agent closed), or a failed one naming the crash."""
         crash = _crash_of(exc)
-        described = describe_exception(crash)
+        described = describe_exception(crash, limit=MESSAGE_LIMIT)
         # Logged with its traceback: the result's error is all the client sees, and
         # without this line nothing anywhere said where the crash came from. A store
         # that went away under the agent is not a bug to trace: the lines that follow

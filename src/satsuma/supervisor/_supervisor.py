@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from .._exceptions import AgentUnavailable, SupervisorFailed
+from .._text import MESSAGE_LIMIT, describe_exception_text
 from ..agents._agent import Agent, seconds_or_none, spec_of
 from ..agents._handle import AgentHandle
 from ..agents._result import OutputT
@@ -148,8 +149,9 @@ def kind_of(spec: ChildSpec) -> _Kind:
 
 
 def _describe(exc: BaseException) -> str:
-    leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc]
-    return "; ".join(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__ for e in leaves)
+    # The child's exception is user code: its __str__ may raise or be enormous.
+    leaves = exc.exceptions if issubclass(type(exc), BaseExceptionGroup) else [exc]  # type: ignore[attr-defined]
+    return "; ".join(describe_exception_text(e, limit=MESSAGE_LIMIT) for e in leaves)
 
 
 def _signal_name(signum: int) -> str:

@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from .. import _telemetry
+from .._text import MESSAGE_LIMIT
 from ._calls import ToolCall
 from ._events import ApprovalDecided, ApprovalRequested, Emitter
 from ._hooks import Deny
@@ -151,7 +152,7 @@ async def ask(
         logger.warning(
             "tool %s (call %s): the approver failed", pending.tool_name, pending.id, exc_info=exc
         )
-        return Deny(f"the approver failed: {describe_exception(exc)}")
+        return Deny(f"the approver failed: {describe_exception(exc, limit=MESSAGE_LIMIT)}")
     # An approver that caught the Cancelled of an outer cancellation and answered anyway
     # must not let the call start: the caller is being cancelled, and an async tool
     # would run up to its first checkpoint (its side effect, say) before noticing.

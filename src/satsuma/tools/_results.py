@@ -195,17 +195,20 @@ def _safe_str(value: object) -> str:
     # A user object whose __str__ raises (or returns a str subclass of its own) must not
     # take the runner down with it: the text then says so, and what it is.
     try:
+        if issubclass(type(value), str):  # read from its storage, not its own __str__
+            return _plain_text(value)  # type: ignore[arg-type]
         return _plain_text(str(value))
     except Exception as exc:
         return f"<{type_name(value)} whose str() failed: {type_name(exc)}>"
 
 
-def describe_exception(exc: BaseException) -> str:
-    """``ExcType: message``; an exception group by its leaves, joined with ``; ``.
+def describe_exception(exc: BaseException, *, limit: int | None = None) -> str:
+    """``ExcType: message``; an exception group by its leaves, joined with ``; ``;
+    each message cut at ``limit`` characters when given.
 
     Never raises: an exception whose ``__str__`` raises or returns no str is named by
     its type, ``ExcType (its message could not be read)``; the text is valid Unicode."""
-    return "; ".join(describe_exception_text(leaf) for leaf in leaf_exceptions(exc))
+    return "; ".join(describe_exception_text(leaf, limit=limit) for leaf in leaf_exceptions(exc))
 
 
 def crash_details(exc: BaseException) -> dict[str, Any]:

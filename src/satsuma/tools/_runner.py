@@ -32,6 +32,7 @@ from opentelemetry.trace import Tracer
 from .. import _telemetry
 from .._exceptions import ToolDefinitionError, ToolError
 from .._jsonvalue import MAX_DEPTH
+from .._text import MESSAGE_LIMIT
 from ._approval import (
     DEFAULT_APPROVAL_TIMEOUT,
     Approver,
@@ -57,6 +58,7 @@ from ._propagation import propagating_part as _propagating_part
 from ._results import (
     SKIPPED_TEXT,
     ToolOutcome,
+    _short_repr,
     cancelled_text,
     capability_denied_text,
     crash_details,
@@ -753,7 +755,8 @@ class ToolRunner:
         if isinstance(exc, trio.TooSlowError):
             problem = f"{stage} hook timed out after {self._hook_timeout:g}s"
         else:
-            problem = f"{stage} hook failed: {describe_exception(exc)}"
+            # Not the tool's output, which truncation bounds: said within MESSAGE_LIMIT.
+            problem = f"{stage} hook failed: {describe_exception(exc, limit=MESSAGE_LIMIT)}"
         logger.warning("tool %s (call %s): %s", call.name, call.id, problem, exc_info=exc)
         text = denied_text(problem) if stage == "before_call" else withheld_text(call.name, problem)
         return error_outcome(
@@ -762,7 +765,7 @@ class ToolRunner:
             "denied",
             text,
             duration=duration,
-            details={"hook": repr(hook.owner), **crash_details(exc)},
+            details={"hook": _short_repr(hook.owner), **crash_details(exc)},
         )
 
 

@@ -19,6 +19,7 @@ import cattrs
 
 from .._codec import anthropic_tool, openai_function
 from .._exceptions import ToolDefinitionError
+from .._text import describe_exception_text, exception_message, type_name
 from ._context import ToolContext
 from ._hints import function_parameters, node_for_attrs_class, parse_docstring, structure
 from ._params import compile_parameters
@@ -158,7 +159,11 @@ def _structuring_checker(tool: str, root: ObjectNode, cls: type) -> Checker:
 
 def _describe_leaf(exc: BaseException, type_: Any = None) -> str:
     # An attrs validator's own message names the field and the bound: keep it.
-    return str(exc) or type(exc).__name__
+    # A validator's exception is user code: its __str__ may raise or return no str.
+    message = exception_message(exc)
+    if message is None:
+        return describe_exception_text(exc)
+    return message or type_name(exc)
 
 
 def _structure_errors(exc: Exception) -> list[str]:
