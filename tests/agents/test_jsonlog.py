@@ -24,7 +24,7 @@ import pytest
 import trio
 
 import satsuma
-from satsuma import JsonLinesLog, event_to_json
+from satsuma import JsonLinesLog, TextDelta, event_to_json
 from satsuma.agents._jsonlog import MAX_PENDING_LINES
 from satsuma.testing import Reply, ScriptedModel
 
@@ -461,3 +461,15 @@ def _pipe_full(fd: int) -> bool:
     waiting = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
     capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
     return bool(waiting > capacity - os.sysconf("SC_PAGESIZE"))
+
+
+def test_a_lone_surrogate_is_written_as_u_fffd_and_later_lines_are_kept(tmp_path: Path) -> None:
+    """A model's streamed text or a tool's details may hold a lone surrogate, which the
+    file's UTF-8 cannot encode: the writer failed on it and every later line was lost
+    (issue 29, item 4's class)."""
+    path = tmp_path / "log.jsonl"
+    with satsuma.JsonLinesLog(path) as log:
+        log(TextDelta(agent="a", run_id="r", iteration=1, text="x\ud800y"))
+        log(TextDelta(agent="a", run_id="r", iteration=1, text="after"))
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [line["text"] for line in lines] == ["x\ufffdy", "after"]

@@ -24,6 +24,7 @@ from typing import IO, cast, final
 
 import attrs
 
+from .._text import MESSAGE_LIMIT, describe_exception_text, valid_text
 from ._events import any_event_to_json
 
 __all__ = ["JsonLinesLog"]
@@ -183,7 +184,10 @@ class JsonLinesLog:
 
 def _line(event: object) -> str:
     try:
-        return json.dumps(any_event_to_json(event), ensure_ascii=False, default=repr) + "\n"
+        # Valid Unicode: a lone surrogate (a model's streamed text, a tool's details)
+        # cannot be encoded, and the writer that failed on it lost every later line.
+        line = json.dumps(any_event_to_json(event), ensure_ascii=False, default=repr)
+        return valid_text(line) + "\n"
     except Exception as exc:
         if not attrs.has(type(event)):
             raise  # not an event: any_event_to_json's TypeError, the caller's mistake
@@ -199,12 +203,9 @@ def _unserialisable_line(event: object, exc: Exception) -> str:
         # Exact types only: a subclass could carry the very problem being reported.
         if value is None or type(value) in (str, int, bool):
             data[field.name] = value
-    try:
-        problem = f"{type(exc).__name__}: {exc}"
-    except Exception:  # an exception whose __str__ raises still has a type
-        problem = type(exc).__name__
+    problem = describe_exception_text(exc, limit=MESSAGE_LIMIT)
     data["unserialisable"] = f"this event could not be written as JSON: {problem}"
-    return json.dumps(data, ensure_ascii=False) + "\n"
+    return valid_text(json.dumps(data, ensure_ascii=False)) + "\n"
 
 
 @final
