@@ -16,7 +16,7 @@ Imports nothing of satsuma: every room uses it.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -25,6 +25,7 @@ __all__ = [
     "is_valid_text",
     "reportable",
     "type_name",
+    "valid_str",
     "valid_text",
 ]
 
@@ -81,6 +82,15 @@ def exception_message(exc: BaseException, *, limit: int | None = None) -> str | 
     if limit is not None and len(plain) > limit:
         plain = plain[: max(limit - 3, 0)] + "..."
     return valid_text(plain)
+
+
+def valid_str(value: Any) -> Any:
+    """A str (or str subclass) as an exact str of valid Unicode (see ``valid_text``),
+    read from its storage; anything else as it is, for a validator to judge. An attrs
+    converter for the texts a person or a hook gives (a reason, who decided)."""
+    if issubclass(type(value), str):
+        return valid_text(value if type(value) is str else str.__str__(value))
+    return value
 
 
 def reportable(exc: Exception) -> Exception:

@@ -15,7 +15,19 @@ import json
 from typing import Any
 
 import satsuma
-from satsuma import ToolContext, ToolError, ToolResult
+from satsuma import (
+    ApprovalDecided,
+    Approve,
+    Deny,
+    ModelListener,
+    ModelRequest,
+    ModelResponse,
+    PendingCall,
+    ToolCall,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
 from satsuma.store import Store
 from satsuma.testing import MessagesServer, Reply, check_conversation, tool_call
 
@@ -118,3 +130,89 @@ async def test_every_source_of_a_lone_surrogate_is_replaced_and_the_agent_serves
     assert len(journal) == 4
     for entry in journal:
         _valid(repr(entry))
+
+
+@satsuma.tool(requires_approval=True)
+async def send(to: str) -> str:
+    """Send something; a person approves it.
+
+    Args:
+        to: Whom to.
+    """
+    return f"sent to {to}"
+
+
+class DenyBlocks(satsuma.ToolHook):
+    def before_call(self, call: ToolCall, ctx: ToolContext) -> Deny | None:
+        return Deny(f"not now {BAD}") if call.name == "blocks" else None
+
+
+class Custom(satsuma.Agent):
+    name = "custom"
+    tools = [echo, Blocks, send]
+    hooks = [DenyBlocks()]
+
+
+class SurrogateModel:
+    """A Model of the user's own that returns lone surrogates everywhere it can: text, a
+    tool_use's id, its input's keys and values (no wire: no JSON decoder in between)."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
+        # What the SDK would send: every request must encode as UTF-8 JSON.
+        json.dumps([m.content for m in request.messages], ensure_ascii=False).encode("utf-8")
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            calls = (
+                ToolCall(f"id{BAD}", "echo", {f"text{BAD}": 1, "text": f"v{BAD}"}),
+                ToolCall("b", "blocks", {}),
+                ToolCall("c", "send", {"to": "bob"}),
+            )
+            content = (
+                {"type": "text", "text": f"text {BAD}"},
+                *(
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
+                    for c in calls
+                ),
+            )
+            return ModelResponse(content=content, calls=calls, stop_reason="tool_use")
+        return ModelResponse(
+            content=({"type": "text", "text": f"ok {BAD}"},), stop_reason="end_turn"
+        )
+
+
+async def edit_with_a_surrogate(call: PendingCall) -> Approve:
+    return Approve(input={"to": f"eve{BAD}"}, by=f"ann{BAD}")
+
+
+async def test_a_custom_model_hooks_approvers_and_steering_with_lone_surrogates(
+    store: Store,
+) -> None:
+    model = SurrogateModel()
+    events: list[Any] = []
+    async with satsuma.open_agent(
+        Custom, model=model, store=store, agent_id="c", approver=edit_with_a_surrogate
+    ) as agent:
+        await agent.steer(f"steered {BAD}")
+        first = await agent.run(f"go {BAD}", events=events.append)
+        second = await agent.run("again")
+    assert first.status == "completed", first.error
+    assert first.output == "ok \ufffd"
+    assert second.status == "completed", second.error
+    stored = await store.load_messages("c")
+    check_conversation(stored)
+    text = json.dumps([message.content for message in stored], ensure_ascii=False)
+    text.encode("utf-8")
+    for expected in (
+        "steered \ufffd",
+        "go \ufffd",
+        "text \ufffd",
+        "v\ufffd|\ufffd|\U0001f600",
+        "Error: Denied: not now \ufffd",
+        "sent to eve\ufffd",
+    ):
+        assert expected in text, expected
+    decided = [event for event in events if isinstance(event, ApprovalDecided)]
+    assert [event.decided_by for event in decided] == ["ann\ufffd"]

@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from .. import _telemetry
-from .._text import MESSAGE_LIMIT
+from .._text import MESSAGE_LIMIT, valid_str
 from ._calls import ToolCall
 from ._events import ApprovalDecided, ApprovalRequested, Emitter
 from ._hooks import Deny
@@ -78,6 +78,7 @@ class Approve:
     by: str | None = attrs.field(
         default=None,
         kw_only=True,
+        converter=valid_str,  # recorded in the store and on spans: valid Unicode
         validator=attrs.validators.optional(attrs.validators.instance_of(str)),
     )
 

@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from .._text import valid_str
 from ._calls import ToolCall
 from ._context import ToolContext
 from ._results import ToolOutcome
@@ -36,10 +37,12 @@ class Deny:
         TypeError: ``by`` is not a str or None.
     """
 
-    reason: str
+    # Valid Unicode (a lone surrogate as U+FFFD): the model reads it and the store keeps it.
+    reason: str = attrs.field(converter=valid_str)
     by: str | None = attrs.field(
         default=None,
         kw_only=True,
+        converter=valid_str,
         validator=attrs.validators.optional(attrs.validators.instance_of(str)),
     )
 
@@ -57,7 +60,7 @@ class Ask:
     ``requires_approval = True``): the approver is asked, or the agent's run pauses
     ``awaiting_approval``. ``reason`` tells the person why."""
 
-    reason: str
+    reason: str = attrs.field(converter=valid_str)
 
 
 HookDecision: TypeAlias = Deny | Rewrite | Ask | None
