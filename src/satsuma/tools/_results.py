@@ -275,7 +275,7 @@ def _shallow(value: object) -> object:
     to read plain values, before the deep copy."""
     kind = type(value)
     if issubclass(kind, str):
-        return _plain_text(value)  # type: ignore[arg-type]
+        return _exact(value)  # type: ignore[arg-type]
     if issubclass(kind, dict):
         pairs: Iterable[tuple[Any, Any]] = dict.items(value)  # type: ignore[arg-type]
     elif isinstance(value, Mapping):
@@ -283,11 +283,16 @@ def _shallow(value: object) -> object:
     else:
         return value
     return {
-        (_plain_text(key) if issubclass(type(key), str) else key): (
-            _plain_text(member) if issubclass(type(member), str) else member
+        (_exact(key) if issubclass(type(key), str) else key): (
+            _exact(member) if issubclass(type(member), str) else member
         )
         for key, member in pairs
     }
+
+
+def _exact(text: str) -> str:
+    # Exact, not yet made valid: plain_json does that once, after the block checks.
+    return text if type(text) is str else str.__str__(text)
 
 
 def _check_content(content: object) -> tuple[Content | None, str | None]:
