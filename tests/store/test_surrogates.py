@@ -22,6 +22,7 @@ from satsuma import (
     ModelListener,
     ModelRequest,
     ModelResponse,
+    ModelRetry,
     PendingCall,
     ToolCall,
     ToolContext,
@@ -29,7 +30,7 @@ from satsuma import (
     ToolResult,
 )
 from satsuma.store import Store
-from satsuma.testing import MessagesServer, Reply, check_conversation, tool_call
+from satsuma.testing import Failure, MessagesServer, Reply, check_conversation, tool_call
 
 BAD = "\ud800"
 PAIR = "\ud83d\ude00"  # two code points that stand for one character, 😀
@@ -216,3 +217,32 @@ async def test_a_custom_model_hooks_approvers_and_steering_with_lone_surrogates(
         assert expected in text, expected
     decided = [event for event in events if isinstance(event, ApprovalDecided)]
     assert [event.decided_by for event in decided] == ["ann\ufffd"]
+
+
+async def test_a_provider_error_with_a_lone_surrogate_is_a_retry_or_a_failed_run(
+    store: Store,
+) -> None:
+    """The API's error body is JSON: its message can decode to a lone surrogate, which
+    reaches a retry's reason, the run's error and the store's run record."""
+    script: list[Any] = [
+        Failure(kind="status", status=529, message=f"overloaded {BAD}"),
+        Reply(text="after the retry"),
+        Failure.bad_request(f"refused {BAD}"),
+        Reply(text="the next run"),
+    ]
+    events: list[Any] = []
+    async with MessagesServer(script) as server:
+        model = satsuma.AnthropicModel(server.client(), backoff_base=0.001, jitter=False)
+        async with satsuma.open_agent(Surrogates, model=model, store=store, agent_id="p") as agent:
+            retried = await agent.run("go", events=events.append)
+            refused = await agent.run("again")
+            served = await agent.run("once more")
+    assert retried.status == "completed", retried.error
+    (retry,) = [event for event in events if isinstance(event, ModelRetry)]
+    assert "overloaded \ufffd" in retry.reason
+    assert refused.status == "failed"
+    assert refused.error is not None and "refused \ufffd" in refused.error
+    assert served.status == "completed", served.error
+    records = await store.runs("p")
+    assert [record.status for record in records] == ["completed", "failed", "completed"]
+    assert records[1].error == refused.error

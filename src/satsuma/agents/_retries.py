@@ -22,6 +22,7 @@ from typing import Protocol, TypeVar
 import trio
 
 from .._exceptions import ModelError
+from .._text import MESSAGE_LIMIT, describe_exception_text, exception_message
 from ._model import ModelListener
 
 __all__ = [
@@ -83,7 +84,7 @@ async def retrying(
                 raise
             retries += 1
             delay = backoff_delay(settings, retries, error.retry_after)
-            listener.retry(retries, delay, str(error))
+            listener.retry(retries, delay, _said(error))
         # Outside the except block, so that a cancel during the wait is not chained to the
         # failure it was waiting after.
         await trio.sleep(delay)
@@ -129,3 +130,10 @@ def _seconds_until(http_date: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return moment.timestamp() - time.time()
+
+
+def _said(error: ModelError) -> str:
+    # A retry event's reason: the provider's text may hold a lone surrogate (a JSON
+    # error body's escape), and a Model's own ModelError subclass a hostile __str__.
+    message = exception_message(error, limit=MESSAGE_LIMIT)
+    return message if message is not None else describe_exception_text(error)

@@ -26,6 +26,7 @@ import trio
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from ..._exceptions import MCPServerError, ToolDefinitionError
+from ..._text import MESSAGE_LIMIT, describe_exception_text, exception_message, valid_text
 from .._context import ToolContext
 from .._results import ToolResult
 from .._tool import Tool
@@ -509,8 +510,12 @@ def _describe(exc: BaseException | None, stderr_tail: str) -> str:
     elif isinstance(exc, OSError):
         text = f"{type(exc).__name__}: {exc.strerror or exc}"
     else:
-        text = str(exc)
+        # The SDK's exception may carry the server's own text: read it guarded.
+        message = exception_message(exc, limit=MESSAGE_LIMIT)
+        text = message if message is not None else describe_exception_text(exc)
     last = [line for line in stderr_tail.strip().splitlines() if line.strip()][-1:]
     if last:
         text += f" (its last words on stderr: {last[0].strip()[:300]})"
-    return text
+    # The model reads it: valid Unicode (a file name or a server's words may hold a lone
+    # surrogate).
+    return valid_text(text)
