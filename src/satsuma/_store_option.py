@@ -82,6 +82,7 @@ def store_option(text: str) -> StoreOption:
     """
     if not text:
         raise CommandError("--store is empty: give a SQLite file or a postgresql:// URL")
+    _refuse_near_miss(text)
     scheme = url_scheme(text)
     if scheme is None:
         return StoreOption(text, postgres=False)
@@ -95,6 +96,30 @@ def store_option(text: str) -> StoreOption:
     raise CommandError(
         f"--store must be a SQLite file or a postgresql:// URL, got a {scheme}:// URL"
     )
+
+
+def _refuse_near_miss(text: str) -> None:
+    """Refuse a path that is a PostgreSQL URL gone slightly wrong: taken as a path it
+    would quietly become a SQLite file, the very mistake this module exists to stop.
+    Only the scheme is shown: the rest may hold a password.
+
+    Raises:
+        CommandError: ``text`` is a URL with blanks around it (a quoted variable), or
+            starts with ``postgresql:`` / ``postgres:`` without the ``//``.
+    """
+    stripped = text.strip()
+    scheme = url_scheme(stripped)
+    if scheme is not None and stripped != text:
+        raise CommandError(
+            f"--store has blanks around its {scheme}:// URL: remove them (a SQLite "
+            "file's path would be written ./ in front)"
+        )
+    head = stripped.partition(":")[0].lower()
+    if scheme is None and ":" in stripped and head in POSTGRES_SCHEMES:
+        raise CommandError(
+            f"--store {head}:... is not a URL: a PostgreSQL URL starts with {head}:// "
+            f"(a SQLite file of that name is written ./{head}:...)"
+        )
 
 
 def url_scheme(text: str) -> str | None:
@@ -131,9 +156,13 @@ def _postgres(url: str) -> PostgresStore:
     except ImportError as error:  # the extra is not installed: the message names it
         raise CommandError(str(error)) from None
     except ValueError as error:
-        # libpq's complaint may quote the URL, password and all.
+        # PostgresStore shows no password in it (libpq's complaint quotes the URL);
+        # should one be left, the URL's own, where Python can read one, goes too.
         message = str(error).splitlines()[0]
-        password = urlsplit(url).password
+        try:
+            password = urlsplit(url).password
+        except ValueError:  # a URL urllib cannot read either ("[::1", a bad port)
+            password = None
         if password:
             message = message.replace(password, "***")
         raise CommandError(f"--store: {message}") from None

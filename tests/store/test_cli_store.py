@@ -217,6 +217,42 @@ def test_a_url_of_another_scheme_is_refused(
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+def test_a_url_gone_slightly_wrong_is_refused_not_made_a_file(
+    command: str, capsys: pytest.CaptureFixture[str], in_process: Path
+) -> None:
+    # Taken as paths, these made SQLite files named " postgresql:/..." and
+    # "postgresql:agents" and exited 0: the mistake --store's parser exists to stop.
+    for url in (" postgresql://app:s3cret@db/agents", "postgres://app:s3cret@db/agents\n"):
+        line = error_of(capsys, arguments(command, url))
+        scheme = url.strip().partition(":")[0]
+        assert line == (
+            f"--store has blanks around its {scheme}:// URL: remove them (a SQLite "
+            "file's path would be written ./ in front)"
+        )
+    for url in ("postgresql:agents", "Postgres:app:s3cret@db"):
+        line = error_of(capsys, arguments(command, url))
+        head = url.partition(":")[0].lower()
+        assert line == (
+            f"--store {head}:... is not a URL: a PostgreSQL URL starts with {head}:// "
+            f"(a SQLite file of that name is written ./{head}:...)"
+        )
+    assert "s3cret" not in capsys.readouterr().err
+    assert files_in(in_process) == set()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_url_libpq_cannot_read_is_one_line_without_its_password(
+    command: str, capsys: pytest.CaptureFixture[str], in_process: Path
+) -> None:
+    # urllib and libpq both refuse "[::1": the command printed a traceback quoting the
+    # URL with its password, and exited 1.
+    line = error_of(capsys, arguments(command, "postgresql://u:s3cret@[::1/agents"))
+    assert line.startswith("--store: not a PostgreSQL connection string: "), line
+    assert "s3cret" not in line and "u:***@[::1/agents" in line
+    assert files_in(in_process) == set()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_without_psycopg_the_extra_to_install_is_named(
     command: str,
     capsys: pytest.CaptureFixture[str],
@@ -238,4 +274,7 @@ def test_a_plain_path_is_still_a_sqlite_file(
     assert main(["run", "hi", "--model", "fake", "--store", "s.db"]) == 0
     assert main(["runs", "--store", "s.db"]) == 0
     assert "runs of agent assistant in s.db:" in capsys.readouterr().out
+    # The way out for a file whose name looks like a URL: a path that says it is one.
+    assert main(["run", "hi", "--model", "fake", "--store", "./postgresql:agents"]) == 0
+    assert (in_process / "postgresql:agents").is_file()
     assert (in_process / "s.db").is_file()

@@ -27,6 +27,7 @@ import functools
 import json
 import logging
 import math
+import re
 import select
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -243,6 +244,18 @@ def _check_driver() -> None:
         raise ImportError(_INSTALL_HINT) from exc
 
 
+# A URL's "user:password@" (up to the last @ before the path, as libpq reads it) and a
+# keyword string's password=..., quoted or not.
+_URL_PASSWORD: Final = re.compile(r"(://[^/@\s\"]*?:)[^/\s\"]*@")
+_KEYWORD_PASSWORD: Final = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s\"]+)", re.I)
+
+
+def _without_password(text: str) -> str:
+    """``text`` with every password of a connection string in it shown as ``***``."""
+    text = _URL_PASSWORD.sub(r"\1***@", text)
+    return _KEYWORD_PASSWORD.sub(r"\1***", text)
+
+
 def _location(dsn: str) -> str:
     """The database as a person reads it, without the password."""
     import psycopg
@@ -251,7 +264,10 @@ def _location(dsn: str) -> str:
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise ValueError(f"not a PostgreSQL connection string: {exc}") from None
+        # libpq quotes the string it could not read, password and all.
+        raise ValueError(
+            f"not a PostgreSQL connection string: {_without_password(str(exc))}"
+        ) from None
     user = f"{params['user']}@" if params.get("user") else ""
     host = str(params.get("host") or "")
     port = f":{params['port']}" if params.get("port") else ""
