@@ -237,4 +237,6 @@ async def test_a_refused_answer_with_no_retries_left_fails_the_run_cleanly(
     assert result.status == "failed"
     assert "no valid answer after 1 retries" in (result.error or "")
     assert "nested more than 64 levels deep" in (result.error or "")
+    # The answer JSON could not carry is not shown as the {} it became.
+    assert "the last answer is invalid: " in (result.error or ""), result.error
     repr(result)  # the caller's own repr of the result never meets the deep value

@@ -739,7 +739,11 @@ class _Run:
             failed = self._reject(
                 errors,
                 lambda: (
-                    f"the last answer, {answer_json(first.input)}, is invalid: " + "; ".join(errors)
+                    # A refused answer is {} here: what JSON could not carry is not shown.
+                    "the last answer"
+                    + ("" if first.refused is not None else f", {answer_json(first.input)},")
+                    + " is invalid: "
+                    + "; ".join(errors)
                 ),
             )
             answered[first.id] = error_outcome(
