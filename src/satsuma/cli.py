@@ -320,6 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # defaults, so --log-level debug shows what satsuma does, not every HTTP header.
     log = logging.getLogger("satsuma")
     log.setLevel(args.log_level.upper())
+    if log.level > logging.WARNING:
+        # A bash command that runs less isolated than it could is a security matter: its
+        # one warning is shown at the default level too (docs/builtin-tools.md).
+        logging.getLogger("satsuma.tools.isolation").setLevel(logging.WARNING)
     # Records carry agent ids, tool output and error messages: shown through visible().
     log.addHandler(TerminalLogHandler(console=errors, show_path=False, show_time=False))
     console = Console()

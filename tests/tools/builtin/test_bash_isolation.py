@@ -327,7 +327,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         record.getMessage()
         for record in caplog.records
-        if record.name == "satsuma.tools" and record.levelno == logging.WARNING
+        if record.name.startswith("satsuma.tools") and record.levelno == logging.WARNING
     ]
 
 
@@ -540,3 +540,32 @@ async def test_a_weaker_isolation_of_one_workspace_is_not_the_others(
     full = await Bash.check_isolation(plain)
     assert (full.isolated, full.protections) == (True, _isolation.ALL_PROTECTIONS)
     assert await Bash.check_isolation(refused) == weaker  # its own, kept
+
+
+@pytest.mark.skipif(
+    sys.platform == "linux" and os.geteuid() != 0,
+    reason="only a root service switches the command's uid; as any other user it is not root",
+)
+def test_the_command_line_shows_the_isolation_warning_at_its_default_level(
+    fake_jail: Callable[[str], None],
+    tool_workspace: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # satsuma run shows errors only by default, and the one warning that a root
+    # service's commands run as root (no idmapped mount here) was never seen.
+    from satsuma.cli import main
+
+    fake_jail(NO_IDMAP)
+    monkeypatch.chdir(tool_workspace)
+    log = logging.getLogger("satsuma")
+    level, handlers = log.level, list(log.handlers)
+    try:
+        command = ["run", 'bash {"command": "true"}', "--model", "fake", "--tools", "bash"]
+        status = main([*command, "--allow", "shell", "--workdir", str(tool_workspace)])
+    finally:
+        log.setLevel(level)
+        log.handlers[:] = handlers
+    assert status == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "bash: commands are not fully isolated: running as uid" in err, err

@@ -71,7 +71,9 @@ __all__ = [
     "warn_once",
 ]
 
-logger = logging.getLogger("satsuma.tools")
+# Its own logger, under satsuma.tools: the satsuma command shows its one warning even at
+# its default level (errors only), since running less isolated is a security matter.
+logger = logging.getLogger("satsuma.tools.isolation")
 
 IsolationMode: TypeAlias = Literal["auto", "required", "off"]
 """``"auto"``: apply what the system allows, else warn once and run anyway;
