@@ -8,7 +8,9 @@ a StoreError (exit status 1); the batches deleted before it stay deleted.
 
 from __future__ import annotations
 
+import re
 import time
+from typing import Final
 
 import trio
 from rich.console import Console
@@ -19,7 +21,10 @@ from ._store_option import store_option
 from ._terminal import say
 from .store import SQLiteStore, Store
 
-__all__ = ["prune_store"]
+__all__ = ["parse_duration", "prune_store"]
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 def _named(where: str) -> tuple[Store, str]:
@@ -64,3 +69,23 @@ async def prune_store(
     for line in lines:
         say(console, line)
     return 0
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration as a person writes it: ``30d``, ``12h``, ``90m``, ``45s``,
+    ``2w``, or combined (``1d12h``).
+
+    Raises:
+        ValueError: it is not one.
+    """
+    cleaned = text.strip().lower()
+    position = 0
+    total = 0.0
+    for match in _DURATION.finditer(cleaned):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        position = match.end()
+    if not cleaned or position != len(cleaned):
+        raise ValueError(f"not a duration: {text!r} (a number and a unit: 30d, 12h, 90m, 45s, 2w)")
+    return total

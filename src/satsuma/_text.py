@@ -20,9 +20,11 @@ from typing import Any, Final
 
 __all__ = [
     "MESSAGE_LIMIT",
+    "describe_exception",
     "describe_exception_text",
     "exception_message",
     "is_valid_text",
+    "leaf_exceptions",
     "reportable",
     "type_name",
     "valid_str",
@@ -128,3 +130,23 @@ def describe_exception_text(exc: BaseException, *, limit: int | None = None) -> 
     if message is None:
         return f"{name} (its message could not be read)"
     return f"{name}: {message}" if message else name
+
+
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    if issubclass(type(exc), BaseExceptionGroup):
+        # The group's own storage: a subclass's exceptions property is the thrower's code.
+        inner: tuple[BaseException, ...] = _GROUP_MEMBERS.__get__(exc)
+        return [leaf for member in inner for leaf in leaf_exceptions(member)]
+    return [exc]
+
+
+_GROUP_MEMBERS: Final = BaseExceptionGroup.__dict__["exceptions"]
+
+
+def describe_exception(exc: BaseException, *, limit: int | None = None) -> str:
+    """``ExcType: message``; an exception group by its leaves, joined with ``; ``;
+    each message cut at ``limit`` characters when given.
+
+    Never raises: an exception whose ``__str__`` raises or returns no str is named by
+    its type, ``ExcType (its message could not be read)``; the text is valid Unicode."""
+    return "; ".join(describe_exception_text(leaf, limit=limit) for leaf in leaf_exceptions(exc))

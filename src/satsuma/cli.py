@@ -273,7 +273,7 @@ def _positive(text: str) -> int:
 
 
 def _duration(text: str) -> float:
-    from .store._retention import parse_duration
+    from ._store_commands import parse_duration
 
     try:
         return parse_duration(text)

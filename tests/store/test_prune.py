@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from satsuma import Message, Usage
+from satsuma._store_commands import parse_duration
 from satsuma.store import (
     ApprovalDecision,
     MemoryStore,
@@ -25,7 +26,6 @@ from satsuma.store import (
 )
 from satsuma.store import _postgres_retention as postgres_retention
 from satsuma.store import _sqlite as sqlite_module
-from satsuma.store._retention import parse_duration
 
 DAY = 86400.0
 AGENTS = 30

@@ -21,12 +21,18 @@ import trio
 from .. import _telemetry
 from .._exceptions import LeaseLost, ModelError, StoreClosed, StoreError
 from .._messages import Message, Usage
-from .._text import MESSAGE_LIMIT, describe_exception_text, exception_message, reportable
+from .._text import (
+    MESSAGE_LIMIT,
+    describe_exception,
+    describe_exception_text,
+    exception_message,
+    reportable,
+)
 from ..store import ApprovalDecision, PendingApproval
 from ..tools import PendingCall, ToolCall, ToolOutcome, format_results
 from ..tools._approval import Approver, Deferral
 from ..tools._events import ToolEvent
-from ..tools._results import cancelled_text, denied_text, describe_exception, error_outcome
+from ..tools._results import cancelled_text, denied_text, error_outcome
 from . import _tracing
 from ._events import (
     AgentEvent,

@@ -10,8 +10,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from .._messages import Message
-from .._text import MESSAGE_LIMIT, type_name, valid_text
-from ..tools._results import describe_exception
+from .._text import MESSAGE_LIMIT, describe_exception, type_name, valid_text
 
 __all__ = ["Verdict", "Verifier", "VerifyContext"]
 

@@ -10,7 +10,6 @@ and ``EventLog.retention``). docs/persistence.md states the policy.
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import timedelta
 from typing import Final
@@ -22,7 +21,6 @@ __all__ = [
     "PRUNE_BATCH",
     "PruneReport",
     "cut_before",
-    "parse_duration",
     "seconds_of",
 ]
 
@@ -34,9 +32,6 @@ LIVE_STATUSES: Final = ("running", "interrupted", "awaiting_approval")
 # milliseconds (benchmarks/retention.py), so agents and nodes writing meanwhile wait at
 # most that long, never for the whole prune.
 PRUNE_BATCH: Final = 500
-
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 @attrs.frozen(kw_only=True)
@@ -101,23 +96,3 @@ def seconds_of(older_than: float | timedelta) -> float:
 def cut_before(older_than: float | timedelta, now: float | None = None) -> float:
     """The cut: ``older_than`` before ``now`` (this machine's clock by default)."""
     return (time.time() if now is None else now) - seconds_of(older_than)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a duration as a person writes it: ``30d``, ``12h``, ``90m``, ``45s``,
-    ``2w``, or combined (``1d12h``).
-
-    Raises:
-        ValueError: it is not one.
-    """
-    cleaned = text.strip().lower()
-    position = 0
-    total = 0.0
-    for match in _DURATION.finditer(cleaned):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        position = match.end()
-    if not cleaned or position != len(cleaned):
-        raise ValueError(f"not a duration: {text!r} (a number and a unit: 30d, 12h, 90m, 45s, 2w)")
-    return total

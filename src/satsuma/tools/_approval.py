@@ -22,12 +22,11 @@ import attrs
 import trio
 
 from .. import _telemetry
-from .._text import MESSAGE_LIMIT, valid_str
+from .._text import MESSAGE_LIMIT, describe_exception, valid_str
 from ._calls import ToolCall
 from ._events import ApprovalDecided, ApprovalRequested, Emitter
 from ._hooks import Deny
 from ._propagation import propagating_part
-from ._results import describe_exception
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",

@@ -9,7 +9,7 @@ import math
 
 import trio
 
-from ._results import describe_exception
+from .._text import describe_exception
 
 __all__ = ["propagating_part"]
 

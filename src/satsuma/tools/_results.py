@@ -14,7 +14,7 @@ import attrs
 
 from .._codec import tool_result_block
 from .._jsonvalue import MAX_MEMBERS, JsonProblem, plain_json
-from .._text import describe_exception_text, type_name, valid_text
+from .._text import describe_exception, type_name, valid_text
 
 __all__ = [
     "ErrorKind",
@@ -180,17 +180,6 @@ def invalid_result_text(problem: str) -> str:
     return f"Error: Invalid tool result: {problem}"
 
 
-def leaf_exceptions(exc: BaseException) -> list[BaseException]:
-    if issubclass(type(exc), BaseExceptionGroup):
-        # The group's own storage: a subclass's exceptions property is the thrower's code.
-        inner: tuple[BaseException, ...] = _GROUP_MEMBERS.__get__(exc)
-        return [leaf for member in inner for leaf in leaf_exceptions(member)]
-    return [exc]
-
-
-_GROUP_MEMBERS: Final = BaseExceptionGroup.__dict__["exceptions"]
-
-
 def _safe_str(value: object) -> str:
     # A user object whose __str__ raises (or returns a str subclass of its own) must not
     # take the runner down with it: the text then says so, and what it is.
@@ -200,15 +189,6 @@ def _safe_str(value: object) -> str:
         return _plain_text(str(value))
     except Exception as exc:
         return f"<{type_name(value)} whose str() failed: {type_name(exc)}>"
-
-
-def describe_exception(exc: BaseException, *, limit: int | None = None) -> str:
-    """``ExcType: message``; an exception group by its leaves, joined with ``; ``;
-    each message cut at ``limit`` characters when given.
-
-    Never raises: an exception whose ``__str__`` raises or returns no str is named by
-    its type, ``ExcType (its message could not be read)``; the text is valid Unicode."""
-    return "; ".join(describe_exception_text(leaf, limit=limit) for leaf in leaf_exceptions(exc))
 
 
 def crash_details(exc: BaseException) -> dict[str, Any]:

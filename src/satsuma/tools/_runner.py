@@ -32,7 +32,7 @@ from opentelemetry.trace import Tracer
 from .. import _telemetry
 from .._exceptions import ToolDefinitionError, ToolError
 from .._jsonvalue import MAX_DEPTH
-from .._text import MESSAGE_LIMIT
+from .._text import MESSAGE_LIMIT, describe_exception
 from ._approval import (
     DEFAULT_APPROVAL_TIMEOUT,
     Approver,
@@ -64,7 +64,6 @@ from ._results import (
     crash_details,
     crashed_text,
     denied_text,
-    describe_exception,
     error_outcome,
     failed_text,
     invalid_args_text,
