@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,6 +66,18 @@ class ToolContext:
         if scope is None or threading.get_ident() != self._trio_thread:
             return False
         return scope.cancel_called
+
+    @property
+    def deadline(self) -> float:
+        """When this call's deadline passes, on trio's clock (``trio.current_time()``);
+        ``math.inf`` when it has none (no timeout, or a context made outside a runner).
+
+        A tool that runs something it must stop itself (a subprocess, as ``Bash`` does)
+        reads it to stop in time and still return what it has: past it, the runner
+        cancels the call.
+        """
+        scope = self._scope
+        return scope.deadline if scope is not None else math.inf
 
     def progress(self, text: str) -> None:
         """Report a status line for humans (a ``ToolProgress`` event); never sent to the

@@ -12,10 +12,7 @@ from typing import Any, ClassVar, Final, get_args
 
 import trio
 
-from ..._exceptions import ToolDefinitionError, ToolError
-from .._context import ToolContext
-from .._results import ToolResult
-from .._tool import Tool
+from .. import Tool, ToolContext, ToolDefinitionError, ToolError, ToolResult
 from ._isolation import (
     IsolationMode,
     ShellIsolation,
@@ -204,9 +201,7 @@ class Bash(Tool):
         # stopped early enough that the group can be killed and the output returned
         # before it. A deadline of whoever called execute() is not the tool's business:
         # when it passes, the call is cancelled (and the group killed) like any other.
-        scope = ctx._scope
-        deadline = scope.deadline if scope is not None else math.inf
-        remaining = deadline - trio.current_time()
+        remaining = ctx.deadline - trio.current_time()
         if math.isinf(remaining):
             return requested
         room = remaining - min(self.kill_grace, 5.0) - 0.1

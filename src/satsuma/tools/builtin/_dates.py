@@ -13,8 +13,7 @@ import datetime
 import re
 from typing import Any, Final
 
-from .._context import ToolContext
-from .._tool import Tool
+from .. import Tool, ToolContext
 
 __all__ = ["DateResolver", "parse_today", "resolve_date"]
 

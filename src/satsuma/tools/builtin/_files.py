@@ -16,10 +16,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any, BinaryIO, ClassVar, Final
 
-from ..._exceptions import ToolError
-from .._context import ToolContext
-from .._results import ToolResult
-from .._tool import Tool
+from .. import Tool, ToolContext, ToolError, ToolResult
 from ._pathlocks import PATH_LOCKS
 from ._sandbox import Resolved, Workspace
 

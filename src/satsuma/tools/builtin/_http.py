@@ -11,9 +11,7 @@ from urllib.parse import urljoin, urlsplit
 
 import trio
 
-from .._context import ToolContext
-from .._results import ToolResult
-from .._tool import Tool
+from .. import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     import httpx2

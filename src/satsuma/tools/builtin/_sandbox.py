@@ -30,8 +30,7 @@ from typing import Final
 
 import attrs
 
-from ..._exceptions import ToolError
-from .._context import ToolContext
+from .. import ToolContext, ToolError
 
 __all__ = ["PathEscapes", "Resolved", "Workspace"]
 

@@ -14,10 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from ..._exceptions import ToolError
-from .._context import ToolContext
-from .._results import ToolResult
-from .._tool import Tool
+from .. import Tool, ToolContext, ToolError, ToolResult
 from ._process import HeadTail, run_in_group
 from ._sandbox import Workspace
 from ._search_worker import MAX_DEPTH

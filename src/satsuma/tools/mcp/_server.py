@@ -25,11 +25,9 @@ import mcp.types as mcp_types
 import trio
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
-from ..._exceptions import MCPServerError, ToolDefinitionError
+from ..._exceptions import MCPServerError
 from ..._text import MESSAGE_LIMIT, describe_exception_text, exception_message, valid_text
-from .._context import ToolContext
-from .._results import ToolResult
-from .._tool import Tool
+from .. import Tool, ToolContext, ToolDefinitionError, ToolResult
 from ._content import convert_result
 
 __all__ = ["MCPServer", "MCPTool"]
