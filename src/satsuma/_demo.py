@@ -41,8 +41,7 @@ from .agents import (
 from .store import SQLiteStore
 from .supervisor import ChildSpec, Supervisor, SupervisorEvent
 from .testing import MessagesServer, Reply
-from .tools import ToolContext, tool
-from .tools._results import content_text
+from .tools import ToolContext, content_text, tool
 
 __all__ = ["DemoFailed", "run_demo", "scripted_answer"]
 

@@ -29,10 +29,18 @@ from .._text import (
     reportable,
 )
 from ..store import ApprovalDecision, PendingApproval
-from ..tools import PendingCall, ToolCall, ToolOutcome, format_results
-from ..tools._approval import Approver, Deferral
-from ..tools._events import ToolEvent
-from ..tools._results import cancelled_text, denied_text, error_outcome
+from ..tools import (
+    Approver,
+    Deferral,
+    PendingCall,
+    ToolCall,
+    ToolEvent,
+    ToolOutcome,
+    cancelled_text,
+    denied_text,
+    error_outcome,
+    format_results,
+)
 from . import _tracing
 from ._events import (
     AgentEvent,

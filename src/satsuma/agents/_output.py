@@ -22,9 +22,15 @@ import attrs
 from .._exceptions import ToolDefinitionError
 from .._frozen import freeze
 from .._jsonvalue import plain_or_problem
-from ..tools._hints import compile_hint, structure, unstructure
-from ..tools._spec import ObjectNode, Property, check_arguments
-from ..tools._tool import _structure_errors
+from ..tools import (
+    ObjectNode,
+    Property,
+    check_arguments,
+    compile_hint,
+    structure,
+    unstructure,
+)
+from ..tools import structure_errors as _structure_errors
 
 __all__ = [
     "OUTPUT_TOOL",

@@ -25,8 +25,14 @@ from ..store import (
     Store,
 )
 from ..store._lease import DEFAULT_LEASE_SECONDS
-from ..tools import PendingCall, ToolCall, ToolOutcome
-from ..tools._results import INTERRUPTED_TEXT, denied_text, error_outcome
+from ..tools import (
+    INTERRUPTED_TEXT,
+    PendingCall,
+    ToolCall,
+    ToolOutcome,
+    denied_text,
+    error_outcome,
+)
 from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_json
 from ._result import NO_ANSWER, RunResult, RunStatus
 

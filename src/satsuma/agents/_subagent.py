@@ -12,9 +12,17 @@ import json
 from typing import Any, Final
 
 from .._exceptions import ToolDefinitionError
-from ..tools import Tool, ToolContext, ToolResult
-from ..tools._spec import ObjectNode, Property, StringNode, check_arguments
-from ..tools._tool import ToolDefinition, _validate_common
+from ..tools import (
+    ObjectNode,
+    Property,
+    StringNode,
+    Tool,
+    ToolContext,
+    ToolDefinition,
+    ToolResult,
+    check_arguments,
+)
+from ..tools import validate_common as _validate_common
 from ._agent import Agent, spec_of
 from ._handle import AgentHandle, open_agent
 from ._model import Model

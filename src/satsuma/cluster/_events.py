@@ -45,13 +45,13 @@ from ..store._run_events import channel_for, read_events
 from ..tools import (
     ApprovalDecided,
     ApprovalRequested,
+    Content,
     NestedEvent,
     ToolCallEnd,
     ToolCallStart,
     ToolProgress,
     ToolUpdate,
 )
-from ..tools._results import Content
 from ._results import queued_result
 from ._shared_listen import Subscription, subscribe
 

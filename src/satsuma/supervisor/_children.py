@@ -18,7 +18,7 @@ from ..agents._clients import shared_model
 from ..agents._handle import AgentHandle
 from ..agents._model import Model
 from ..store import Owner, Store
-from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
+from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver
 
 __all__ = ["ChildSpec", "RestartType"]
 

@@ -40,6 +40,34 @@ from ._tool import ToolDefinition as ToolDefinition
 from ._tool import Toolset as Toolset
 from ._tool import tool as tool
 
+# isort: split
+# For satsuma's other rooms, not for users (none of these is in DESIGN.md): the agent
+# answers calls it does not run (a cancelled run, a denied or interrupted call) with the
+# runner's own fixed texts and outcomes, checks the model's calls through the same JSON
+# gate, defers approvals, and declares typed output and AgentTool with the machinery of
+# tool parameters (schema nodes, type hints, cattrs structuring, the declaration checks);
+# the supervisor and the agent share the approval timeout's default; the cluster's
+# events and the demo read tool content.
+from ._approval import DEFAULT_APPROVAL_TIMEOUT as DEFAULT_APPROVAL_TIMEOUT
+from ._approval import Deferral as Deferral
+from ._calls import gated as gated
+from ._hints import compile_hint as compile_hint
+from ._hints import structure as structure
+from ._hints import unstructure as unstructure
+from ._results import INTERRUPTED_TEXT as INTERRUPTED_TEXT
+from ._results import Content as Content
+from ._results import cancelled_text as cancelled_text
+from ._results import content_text as content_text
+from ._results import denied_text as denied_text
+from ._results import error_outcome as error_outcome
+from ._spec import ObjectNode as ObjectNode
+from ._spec import Property as Property
+from ._spec import StringNode as StringNode
+from ._spec import check_arguments as check_arguments
+from ._strategies import as_strategy as as_strategy
+from ._tool import structure_errors as structure_errors
+from ._tool import validate_common as validate_common
+
 __all__ = [
     "ApprovalDecided",
     "ApprovalRequested",

@@ -99,9 +99,15 @@ def definition_of(target: object) -> ToolDefinition:
     return definition
 
 
-def _validate_common(
+def validate_common(
     tool: str, name: object, description: object, label: object, timeout: object, idempotent: object
 ) -> tuple[str, str, str, float | None, bool]:
+    """The checked name, description, label, timeout and idempotence of a declaration
+    (a Tool class, a ``@tool`` function, an AgentTool): what every kind of tool declares.
+
+    Raises:
+        ToolDefinitionError: one of them is wrong; the message names ``tool``.
+    """
     if not isinstance(name, str) or not name:
         raise ToolDefinitionError(tool, 'has an empty name; set name = "..."')
     if not NAME_PATTERN.fullmatch(name):
@@ -152,7 +158,7 @@ def _structuring_checker(tool: str, root: ObjectNode, cls: type) -> Checker:
         try:
             return structure(cleaned, cls), []
         except Exception as exc:  # an attrs validator refused a value
-            return cleaned, _structure_errors(exc)
+            return cleaned, structure_errors(exc)
 
     return check
 
@@ -166,7 +172,9 @@ def _describe_leaf(exc: BaseException, type_: Any = None) -> str:
     return message or type_name(exc)
 
 
-def _structure_errors(exc: Exception) -> list[str]:
+def structure_errors(exc: Exception) -> list[str]:
+    """The error texts of a failed cattrs structuring (an attrs validator's refusal),
+    with paths under ``arguments``, as argument validation words them."""
     if isinstance(exc, cattrs.BaseValidationError):
         texts = cattrs.transform_error(exc, path="arguments", format_exception=_describe_leaf)
         return [text.removesuffix(" @ arguments") for text in texts]
@@ -220,7 +228,7 @@ class Tool:
 
 
 def _define_class(cls: type[Tool]) -> ToolDefinition:
-    name, description, label, timeout, idempotent = _validate_common(
+    name, description, label, timeout, idempotent = validate_common(
         cls.__name__,
         getattr(cls, "name", None),
         getattr(cls, "description", None),
@@ -356,7 +364,7 @@ def _function_checker(root: ObjectNode, to_structure: dict[str, Any]) -> Checker
                 try:
                     cleaned[name] = structure(cleaned[name], hint)
                 except Exception as exc:  # an attrs validator refused a value
-                    errors.extend(f"{name}: {text}" for text in _structure_errors(exc))
+                    errors.extend(f"{name}: {text}" for text in structure_errors(exc))
         return cleaned, errors
 
     return check
@@ -380,7 +388,7 @@ def _make_function_tool(
             getattr(fn, "__name__", None), "a tool must return a result, not be a generator"
         )
     docstring = parse_docstring(fn.__doc__)
-    tool_name, tool_description, tool_label, tool_timeout, tool_idempotent = _validate_common(
+    tool_name, tool_description, tool_label, tool_timeout, tool_idempotent = validate_common(
         getattr(fn, "__name__", repr(fn)),
         name if name is not None else getattr(fn, "__name__", None),
         description if description is not None else docstring.description,
