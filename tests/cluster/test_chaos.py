@@ -28,7 +28,7 @@ from satsuma.cluster._listen import Listener
 from satsuma.store import PostgresStore
 from satsuma.store import _queue as queue
 from satsuma.testing import check_conversation
-from satsuma.tools._results import INTERRUPTED_TEXT
+from satsuma.tools import INTERRUPTED_TEXT
 
 WORKER = Path(__file__).with_name("node_worker.py")
 

@@ -22,7 +22,7 @@ from satsuma.cluster import Cluster, Node
 from satsuma.store import PostgresStore
 from satsuma.store import _queue as queue
 from satsuma.testing import FunctionModel, check_conversation
-from satsuma.tools._results import INTERRUPTED_TEXT
+from satsuma.tools import INTERRUPTED_TEXT
 
 WORKER = Path(__file__).with_name("node_worker.py")
 

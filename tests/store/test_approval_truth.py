@@ -15,7 +15,7 @@ import satsuma
 from satsuma import Approve
 from satsuma.store import ApprovalDecision, Store, StoreUnavailable
 from satsuma.testing import Reply, ScriptedModel, check_conversation
-from satsuma.tools._results import INTERRUPTED_TEXT
+from satsuma.tools import INTERRUPTED_TEXT
 
 done: list[str] = []
 

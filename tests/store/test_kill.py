@@ -33,7 +33,7 @@ import trio
 from satsuma import Message
 from satsuma.store import JournalEntry, RunRecord, SQLiteStore
 from satsuma.testing import check_conversation
-from satsuma.tools._results import INTERRUPTED_TEXT
+from satsuma.tools import INTERRUPTED_TEXT
 
 WORKER = Path(__file__).with_name("kill_worker.py")
 AGENT_ID = "kill-agent"  # as in kill_worker.py

@@ -7,6 +7,7 @@ from ._approval import Approver as Approver
 from ._approval import PendingCall as PendingCall
 from ._calls import ToolCall as ToolCall
 from ._context import ToolContext as ToolContext
+from ._environment import Interrupt as Interrupt
 from ._events import ApprovalDecided as ApprovalDecided
 from ._events import ApprovalRequested as ApprovalRequested
 from ._events import EventSink as EventSink
@@ -28,7 +29,6 @@ from ._results import ToolReturn as ToolReturn
 from ._results import format_results as format_results
 from ._results import get_errors as get_errors
 from ._results import has_errors as has_errors
-from ._runner import Interrupt as Interrupt
 from ._runner import ToolRunner as ToolRunner
 from ._strategies import Batched as Batched
 from ._strategies import Parallel as Parallel
@@ -54,17 +54,17 @@ from ._calls import gated as gated
 from ._hints import compile_hint as compile_hint
 from ._hints import structure as structure
 from ._hints import unstructure as unstructure
-from ._results import INTERRUPTED_TEXT as INTERRUPTED_TEXT
 from ._results import Content as Content
-from ._results import cancelled_text as cancelled_text
 from ._results import content_text as content_text
-from ._results import denied_text as denied_text
 from ._results import error_outcome as error_outcome
 from ._spec import ObjectNode as ObjectNode
 from ._spec import Property as Property
 from ._spec import StringNode as StringNode
 from ._spec import check_arguments as check_arguments
 from ._strategies import as_strategy as as_strategy
+from ._texts import INTERRUPTED_TEXT as INTERRUPTED_TEXT
+from ._texts import cancelled_text as cancelled_text
+from ._texts import denied_text as denied_text
 from ._tool import structure_errors as structure_errors
 from ._tool import validate_common as validate_common
 

@@ -26,7 +26,9 @@ from .._text import MESSAGE_LIMIT, describe_exception, valid_str
 from ._calls import ToolCall
 from ._events import ApprovalDecided, ApprovalRequested, Emitter
 from ._hooks import Deny
-from ._propagation import propagating_part
+from ._propagation import raise_propagating
+from ._results import ToolOutcome, error_outcome
+from ._texts import denied_text
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
@@ -37,6 +39,7 @@ __all__ = [
     "PendingCall",
     "approval_reason",
     "ask",
+    "consult",
     "report_decision",
 ]
 
@@ -98,6 +101,10 @@ class Deferral:
 
     pending: list[PendingCall] = attrs.Factory(list)
 
+    def holds(self, call_id: str) -> bool:
+        """Whether the call of this id was collected, to wait for a decision."""
+        return any(pending.id == call_id for pending in self.pending)
+
 
 def approval_reason(tool_name: str) -> str:
     """The reason given for a call whose tool declares ``requires_approval``."""
@@ -144,11 +151,7 @@ async def ask(
         with trio.CancelScope(deadline=deadline) as scope:
             answer = await approver(pending)
     except BaseException as exc:
-        going_on = propagating_part(exc)
-        if going_on is exc:
-            raise
-        if going_on is not None:
-            raise going_on from None
+        raise_propagating(exc)
         logger.warning(
             "tool %s (call %s): the approver failed", pending.tool_name, pending.id, exc_info=exc
         )
@@ -168,6 +171,37 @@ async def ask(
     if isinstance(answer, Approve) and (answer.input is None or isinstance(answer.input, Mapping)):
         return answer
     return Deny(f"the approver answered {answer!r}, not Approve or Deny")
+
+
+async def consult(
+    call: ToolCall,
+    reason: str | None,
+    preset: Decision | None,
+    approver: Approver | Deferral | None,
+    # A deadline for the person, as ``ask``'s.
+    timeout: float | None,  # noqa: ASYNC109
+    emitter: Emitter | None,
+    *,
+    traced: bool = False,
+) -> ToolCall | ToolOutcome | None:
+    """Settle a call that needs a decision: ``preset`` (one already made), else the
+    approver's (``ask``, with ``reason``). Returns the call as approved (a new ToolCall
+    when the approver edited its input), the denied call's outcome, or None when a
+    Deferral took it. The decision is reported (``report_decision``) either way."""
+    decision = preset
+    if decision is None:
+        assert reason is not None
+        pending = PendingCall(id=call.id, tool_name=call.name, input=call.input, reason=reason)
+        decision = await ask(pending, approver, timeout, emitter, traced=traced)
+        if decision is None:
+            return None
+    if isinstance(decision, Deny):
+        report_decision(emitter, call, decision, traced=traced)
+        return error_outcome(call.id, call.name, "denied", denied_text(decision.reason))
+    if decision.input is not None:
+        call = attrs.evolve(call, input=dict(decision.input))
+    report_decision(emitter, call, decision, traced=traced)
+    return call
 
 
 def report_decision(

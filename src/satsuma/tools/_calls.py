@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from .._codec import parse_tool_use
-from .._jsonvalue import plain_or_problem
+from .._jsonvalue import MAX_DEPTH, plain_or_problem
 from .._text import is_valid_text, valid_text
 from ._spec import expected_text
 
-__all__ = ["ToolCall", "as_call", "gated"]
+__all__ = ["ToolCall", "as_call", "decoded", "gated"]
 
 
 @attrs.frozen
@@ -81,6 +82,17 @@ def gated(call: ToolCall) -> ToolCall:
             problem = expected_text("arguments", "object", given)
         return attrs.evolve(call, input={}, refused=problem)
     return call if plain is given else attrs.evolve(call, input=plain)
+
+
+def decoded(call: ToolCall) -> tuple[ToolCall, str | None]:
+    """``call`` with its JSON text input (as some models and providers send it) decoded,
+    or the call as it is and why its text is not arguments."""
+    try:
+        return attrs.evolve(call, input=json.loads(call.input)), None
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, RecursionError):
+            return call, f"arguments are nested more than {MAX_DEPTH} levels deep"
+        return call, f"expected arguments to be an object, got: invalid JSON ({exc})"
 
 
 def _is_mapping(value: object) -> bool:

@@ -14,7 +14,8 @@ import trio
 
 from .._text import valid_text
 from ._events import Emitter, NestedEvent, ToolProgress, ToolUpdate
-from ._results import Content, _check_content
+from ._gate import check_content
+from ._results import Content
 
 __all__ = ["ToolContext"]
 
@@ -93,7 +94,7 @@ class ToolContext:
     def update(self, content: Content, details: Any = None) -> None:
         """Report a partial result for UIs (a ``ToolUpdate`` event); never sent to the
         model. ``content`` is a str or a list of content blocks."""
-        checked, problem = _check_content(content)
+        checked, problem = check_content(content)
         if checked is None:
             raise TypeError(f"update {problem}")
         self._emit(

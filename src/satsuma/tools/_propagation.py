@@ -11,7 +11,7 @@ import trio
 
 from .._text import describe_exception
 
-__all__ = ["propagating_part"]
+__all__ = ["propagating_part", "raise_propagating"]
 
 logger = logging.getLogger("satsuma.tools")
 
@@ -46,3 +46,15 @@ def propagating_part(exc: BaseException) -> BaseException | None:
             logger.warning("a tool failed while being cancelled: %s", describe_exception(rest))
         return cancelled
     return None
+
+
+def raise_propagating(exc: BaseException) -> None:
+    """Raise what of ``exc`` (caught from user code) must go on past the runner: ``exc``
+    itself, or the part of its group that must, without the group as its context.
+    Returns when none of it must: the caller captures ``exc`` as the call's failure.
+    """
+    going_on = propagating_part(exc)
+    if going_on is exc:
+        raise exc
+    if going_on is not None:
+        raise going_on from None

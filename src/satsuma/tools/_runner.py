@@ -16,196 +16,63 @@ With an OpenTelemetry TracerProvider configured, each call is an ``execute_tool`
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from os import PathLike, fspath
-from pathlib import Path
-from typing import Any, Protocol, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, final
 
-import attrs
 import trio
-from opentelemetry.trace import Tracer
 
 from .. import _telemetry
-from .._exceptions import ToolDefinitionError, ToolError
-from .._jsonvalue import MAX_DEPTH
-from .._text import MESSAGE_LIMIT, describe_exception
+from .._exceptions import ToolError
 from ._approval import (
     DEFAULT_APPROVAL_TIMEOUT,
     Approver,
     Decision,
     Deferral,
-    PendingCall,
     approval_reason,
-    ask,
-    report_decision,
+    consult,
 )
-from ._calls import ToolCall, as_call, gated
-from ._context import ToolContext
-from ._events import (
-    ChannelEmitter,
-    Emitter,
-    EventSink,
-    ToolCallEnd,
-    ToolCallStart,
-    make_emitter,
+from ._calls import ToolCall, as_call, decoded, gated
+from ._environment import (
+    Environment,
+    Interrupt,
+    OutcomeCallback,
+    count_or_none,
+    parse_context,
+    positive_or_none,
+    report_outcome,
 )
-from ._hooks import Ask, CompiledHook, Deny, Rewrite, compile_hooks
-from ._propagation import propagating_part as _propagating_part
-from ._results import (
-    SKIPPED_TEXT,
-    ToolOutcome,
-    _short_repr,
-    cancelled_text,
-    capability_denied_text,
-    crash_details,
-    crashed_text,
-    denied_text,
-    error_outcome,
-    failed_text,
-    invalid_args_text,
-    normalise,
-    plain_outcome,
-    timeout_text,
-    truncate,
-    unknown_tool_text,
-    withheld_text,
-)
+from ._events import ChannelEmitter, EventSink, ToolCallEnd, ToolCallStart, make_emitter
+from ._gate import gate_call, normalise
+from ._hookchain import HookChain
+from ._propagation import raise_propagating
+from ._registry import tool_entries
+from ._results import ToolOutcome, crash_details, error_outcome
 from ._spec import expected_text
 from ._strategies import Strategy, StrategyName, as_strategy
-from ._tool import FunctionTool, Tool, ToolDefinition, definition_of
+from ._texts import (
+    SKIPPED_TEXT,
+    cancelled_text,
+    capability_denied_text,
+    crashed_text,
+    denied_text,
+    failed_text,
+    invalid_args_text,
+    timeout_text,
+    unknown_tool_text,
+)
+from ._tool import ToolDefinition
+from ._truncation import truncate
 
-__all__ = ["Interrupt", "OutcomeCallback", "ToolRunner"]
+__all__ = ["ToolRunner"]
 
 logger = logging.getLogger("satsuma.tools")
-
-# A plain function, or an async one (awaited shielded, see ``execute``).
-OutcomeCallback = Callable[["ToolCall", ToolOutcome], Awaitable[None] | None]
 
 # What the ToolCallEnd of a call cancelled in flight says; an agent answers the model with
 # its own words for why (the run was cancelled, passed its max_duration...).
 _CANCELLED_IN_FLIGHT = cancelled_text("the call was cancelled")
-# How long the finishing steps of a call that already ran (its after_call hooks, the
-# on_outcome callback) may hold off a cancellation, each.
-_FINISH_SECONDS = 10.0
-
-
-class Interrupt(Protocol):
-    """Anything with ``is_set()``: a ``trio.Event``, a ``threading.Event``."""
-
-    def is_set(self) -> bool: ...
-
-
-@attrs.frozen
-class _Entry:
-    definition: ToolDefinition
-    instance: Tool
-
-
-def _instantiate(item: type[Tool]) -> Tool:
-    definition = definition_of(item)
-    try:
-        return item()
-    except TypeError as exc:
-        raise ToolDefinitionError(
-            definition.name,
-            f"cannot be created without arguments ({exc}); pass an instance instead of the class",
-        ) from exc
-
-
-def _expand(tools: Iterable[object]) -> list[Tool]:
-    found: list[Tool] = []
-    for item in tools:
-        if isinstance(item, type) and issubclass(item, Tool):
-            found.append(_instantiate(item))
-        elif isinstance(item, Tool):
-            if isinstance(item, FunctionTool) and item.is_unbound_method:
-                raise ToolDefinitionError(
-                    item.definition.name,
-                    "is a toolset method; pass an instance of its Toolset instead",
-                )
-            definition_of(item)  # an abstract base instance fails here
-            found.append(item)
-        elif isinstance(item, type) and callable(getattr(item, "tools", None)):
-            raise ToolDefinitionError(
-                None,
-                f"{item.__name__} is a toolset class; pass an instance of it (its tools share its state)",
-            )
-        elif callable(getattr(item, "tools", None)):
-            found.extend(_expand(item.tools()))  # type: ignore[attr-defined]
-        else:
-            raise ToolDefinitionError(
-                None,
-                "ToolRunner takes Tool classes, Tool instances, @tool functions and Toolsets, "
-                f"got: {item!r}",
-            )
-    return found
-
-
-def _positive_or_none(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{name} must be a positive number or None, got: {value!r}")
-    return float(value)
-
-
-def _count_or_none(name: str, value: object, minimum: int = 1) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum} or None, got: {value!r}")
-    return value
-
-
-@attrs.frozen
-class _Environment:
-    """What every call of one ``execute`` shares."""
-
-    working_dir: Path
-    capabilities: frozenset[str]
-    extra: Mapping[str, Any]
-    agent: Any
-    emitter: Emitter | None
-    interrupt: Interrupt | None
-    trio_thread: int
-    trio_token: trio.lowlevel.TrioToken
-    tracer: Tracer | None  # None: no TracerProvider configured, no spans
-    on_outcome: OutcomeCallback | None
-    approver: Approver | Deferral | None
-    approval_timeout: float | None
-    decisions: Mapping[str, Decision]
-
-
-def _parse_context(
-    context: Mapping[str, Any] | None,
-) -> tuple[Path, frozenset[str], dict[str, Any]]:
-    if context is None:
-        return Path.cwd(), frozenset(), {}
-    if not isinstance(context, Mapping):
-        raise TypeError(f"context must be a mapping, got: {type(context).__name__}")
-    extra = dict(context)
-    working_dir = extra.pop("working_dir", None)
-    capabilities = extra.pop("capabilities", ())
-    if working_dir is None:
-        path = Path.cwd()
-    elif isinstance(working_dir, str | PathLike):
-        path = Path(fspath(working_dir))
-    else:
-        raise TypeError(f"context['working_dir'] must be a path, got: {type(working_dir).__name__}")
-    if isinstance(capabilities, str) or not isinstance(capabilities, Iterable):
-        raise TypeError(
-            f"context['capabilities'] must be a set or list of names, got: {capabilities!r}"
-        )
-    names = frozenset(capabilities)
-    if not all(isinstance(name, str) for name in names):
-        raise TypeError(
-            f"context['capabilities'] must hold strings, got: {sorted(map(repr, names))}"
-        )
-    return path, names, extra
 
 
 @final
@@ -246,26 +113,17 @@ class ToolRunner:
         max_threads: int = 40,
         events: EventSink | None = None,
     ) -> None:
-        entries: dict[str, _Entry] = {}
-        for instance in _expand(tools):
-            definition = definition_of(instance)
-            if definition.name in entries:
-                raise ToolDefinitionError(
-                    definition.name, "is declared twice in one runner; tool names must be unique"
-                )
-            entries[definition.name] = _Entry(definition, instance)
-        self._entries = entries
-        self._timeout = _positive_or_none("timeout", timeout)
-        concurrency = _count_or_none("max_concurrency", max_concurrency)
+        self._entries = tool_entries(tools)
+        self._timeout = positive_or_none("timeout", timeout)
+        concurrency = count_or_none("max_concurrency", max_concurrency)
         self._limiter = trio.CapacityLimiter(concurrency) if concurrency is not None else None
         self._strategy = as_strategy(strategy)
-        self._before, self._after = compile_hooks(hooks)
-        hook_deadline = _positive_or_none("hook_timeout", hook_timeout)
+        hook_deadline = positive_or_none("hook_timeout", hook_timeout)
         if hook_deadline is None:
             raise ValueError("hook_timeout must be a positive number")
-        self._hook_timeout = hook_deadline
-        self._max_result_chars = _count_or_none("max_result_chars", max_result_chars, 100)
-        threads = _count_or_none("max_threads", max_threads)
+        self._hooks = HookChain.of(hooks, hook_deadline)
+        self._max_result_chars = count_or_none("max_result_chars", max_result_chars, 100)
+        threads = count_or_none("max_threads", max_threads)
         self._thread_limiter = trio.CapacityLimiter(threads or 40)
         make_emitter(events)  # check the type now rather than at the first execute
         self._events = events
@@ -333,9 +191,9 @@ class ToolRunner:
         # Through the JSON gate first: the ToolCallStart event, the approver and
         # on_outcome see only plain values (or a refused call's {}).
         call_list = [gated(as_call(call, index)) for index, call in enumerate(calls)]
-        working_dir, capabilities, extra = _parse_context(context)
+        working_dir, capabilities, extra = parse_context(context)
         emitter = make_emitter(events if events is not None else self._events)
-        env = _Environment(
+        env = Environment(
             working_dir=working_dir,
             capabilities=capabilities,
             extra=extra,
@@ -347,7 +205,7 @@ class ToolRunner:
             tracer=_telemetry.tracer(),
             on_outcome=on_outcome,
             approver=approver,
-            approval_timeout=_positive_or_none("approval_timeout", approval_timeout),
+            approval_timeout=positive_or_none("approval_timeout", approval_timeout),
             decisions=decisions if decisions is not None else {},
         )
         outcomes: list[ToolOutcome | None] = [None] * len(call_list)
@@ -368,7 +226,7 @@ class ToolRunner:
         return outcomes  # type: ignore[return-value]  # every slot is filled by now
 
     async def _run_units(
-        self, calls: Sequence[ToolCall], env: _Environment, outcomes: list[ToolOutcome | None]
+        self, calls: Sequence[ToolCall], env: Environment, outcomes: list[ToolOutcome | None]
     ) -> None:
         limiter = self._limiter
         for unit in self._strategy.units(len(calls)):
@@ -395,7 +253,7 @@ class ToolRunner:
         self,
         index: int,
         call: ToolCall,
-        env: _Environment,
+        env: Environment,
         outcomes: list[ToolOutcome | None],
         slot: object | None,
     ) -> None:
@@ -406,7 +264,7 @@ class ToolRunner:
                 assert self._limiter is not None
                 self._limiter.release_on_behalf_of(slot)
 
-    async def _run_started(self, call: ToolCall, env: _Environment) -> ToolOutcome:
+    async def _run_started(self, call: ToolCall, env: Environment) -> ToolOutcome:
         if env.tracer is None:
             return await self._run_supervised(call, env)
         # Started in the call's own task, so the span is current for the hooks and the
@@ -423,8 +281,7 @@ class ToolRunner:
         )
         with scope:
             outcome = await self._run_supervised(call, env)
-            approver = env.approver
-            if isinstance(approver, Deferral) and any(p.id == call.id for p in approver.pending):
+            if isinstance(env.approver, Deferral) and env.approver.holds(call.id):
                 # Not an outcome: the call waits for a person, and the run pauses on it.
                 scope.set({"satsuma.tool.outcome": "awaiting_approval"})
                 return outcome
@@ -438,7 +295,7 @@ class ToolRunner:
                 scope.fail(outcome.error_kind)
             return outcome
 
-    async def _run_supervised(self, call: ToolCall, env: _Environment) -> ToolOutcome:
+    async def _run_supervised(self, call: ToolCall, env: Environment) -> ToolOutcome:
         emitter = env.emitter
         if emitter is not None:
             emitter.emit(ToolCallStart(tool_use_id=call.id, tool_name=call.name, input=call.input))
@@ -462,7 +319,7 @@ class ToolRunner:
         return decided
 
     async def _outcome(
-        self, call: ToolCall, env: _Environment
+        self, call: ToolCall, env: Environment
     ) -> tuple[ToolOutcome | None, ToolCall]:
         """The call's final outcome (after truncation and the after_call hooks), given to
         ``on_outcome``, or None when a Deferral took it; and the call as it was finally
@@ -494,15 +351,15 @@ class ToolRunner:
             outcome = truncate(outcome, limit)
         # The tool has ended: what it did stays true even if the call is cancelled now,
         # so the finishing steps are shielded (each one bounded).
-        if self._after:
+        if self._hooks.after:
             with trio.CancelScope(shield=True):
-                outcome = await self._run_after(call, outcome)
+                outcome = await self._hooks.run_after(call, outcome)
         if env.on_outcome is not None:
-            await _report(env.on_outcome, call, outcome)
+            await report_outcome(env.on_outcome, call, outcome)
         return outcome, call
 
     async def _attempt(
-        self, call: ToolCall, env: _Environment, start: float
+        self, call: ToolCall, env: Environment, start: float
     ) -> tuple[ToolOutcome | None, ToolCall]:
         """The call's outcome (None: deferred), and the call as it was finally made
         (decoded, rewritten, edited by its approver)."""
@@ -516,13 +373,8 @@ class ToolRunner:
                 call.id, call.name, "invalid_args", invalid_args_text([call.refused])
             ), call
         if isinstance(call.input, (str, bytes, bytearray)):
-            try:
-                call = attrs.evolve(call, input=json.loads(call.input))
-            except (ValueError, RecursionError) as exc:
-                if isinstance(exc, RecursionError):
-                    problem = f"arguments are nested more than {MAX_DEPTH} levels deep"
-                else:
-                    problem = f"expected arguments to be an object, got: invalid JSON ({exc})"
+            call, problem = decoded(call)
+            if problem is not None:
                 return error_outcome(
                     call.id, call.name, "invalid_args", invalid_args_text([problem])
                 ), call
@@ -536,36 +388,26 @@ class ToolRunner:
             ), call
         # Before hooks see it: input that cannot go back to the API as JSON (NaN, too
         # deep, an object) would poison the history and every later request.
-        call, refused = _gate(call)
+        call, refused = gate_call(call)
         if refused is not None:
             return refused, call
         arguments = call.input
-        ctx = ToolContext(
-            tool_use_id=call.id,
-            tool_name=call.name,
-            working_dir=env.working_dir,
-            capabilities=env.capabilities,
-            extra=env.extra,
-            agent=env.agent,
-            emitter=env.emitter,
-            trio_thread=env.trio_thread,
-            trio_token=env.trio_token,
-        )
+        ctx = env.context_for(call)
         preset = env.decisions.get(call.id)
         asked = approval_reason(call.name) if definition.requires_approval else None
         # A call decided after a pause had its hooks run when it was first made: run again,
         # an Ask would only ask again, and a Rewrite rewrite what was already rewritten.
-        if self._before and preset is None:
+        if self._hooks.before and preset is None:
             if not isinstance(arguments, Mapping):
                 errors = [expected_text("arguments", "object", arguments)]
                 return error_outcome(
                     call.id, call.name, "invalid_args", invalid_args_text(errors)
                 ), call
-            decided, hook_asked = await self._run_before(call, ctx)
+            decided, hook_asked = await self._hooks.run_before(call, ctx)
             if isinstance(decided, ToolOutcome):
                 return decided, call
             if decided is not call:
-                decided, refused = _gate(decided)
+                decided, refused = gate_call(decided)
                 if refused is not None:
                     return refused, decided
             call = decided
@@ -578,28 +420,19 @@ class ToolRunner:
                 call.id, call.name, "invalid_args", invalid_args_text(errors)
             ), call
         if preset is not None or asked is not None:
-            decision = preset
-            if decision is None:
-                assert asked is not None
-                decision = await ask(
-                    PendingCall(id=call.id, tool_name=call.name, input=call.input, reason=asked),
-                    env.approver,
-                    env.approval_timeout,
-                    env.emitter,
-                    traced=env.tracer is not None,
-                )
-                if decision is None:
-                    return None, call
-            if isinstance(decision, Deny):
-                report_decision(env.emitter, call, decision, traced=env.tracer is not None)
-                return error_outcome(
-                    call.id, call.name, "denied", denied_text(decision.reason)
-                ), call
-            if decision.input is not None:
-                call = attrs.evolve(call, input=dict(decision.input))
-            report_decision(env.emitter, call, decision, traced=env.tracer is not None)
-            if decision.input is not None:
-                call, refused = _gate(call)
+            approved = await consult(
+                call,
+                asked,
+                preset,
+                env.approver,
+                env.approval_timeout,
+                env.emitter,
+                traced=env.tracer is not None,
+            )
+            if not isinstance(approved, ToolCall):
+                return approved, call  # denied, or deferred (None)
+            if approved is not call:  # its input edited by the approver: checked again
+                call, refused = gate_call(approved)
                 if refused is not None:
                     return refused, call
                 args, errors = definition.check(call.input)
@@ -629,11 +462,7 @@ class ToolRunner:
                     )
             finished = True
         except BaseException as exc:
-            going_on = _propagating_part(exc)
-            if going_on is exc:
-                raise
-            if going_on is not None:
-                raise going_on from None
+            raise_propagating(exc)
             # The tool's own failure, whatever its class: an exception group from its
             # own nursery (what is left once our scope took its Cancelled out),
             # asyncio.CancelledError, GeneratorExit, a stale trio.Cancelled...
@@ -669,125 +498,3 @@ class ToolRunner:
                 details=crash_details(crash),
             ), call
         return normalise(raw, call.id, call.name, duration), call
-
-    async def _call_hook(
-        self, hook: CompiledHook, *args: Any
-    ) -> tuple[object, BaseException | None]:
-        """What the hook returned, or what it failed with (its own exceptions, whatever
-        their class, and overrunning ``hook_timeout``); only what must go on is raised."""
-        try:
-            with trio.fail_after(self._hook_timeout):
-                return await hook(*args), None
-        except BaseException as exc:  # TooSlowError included: the hook overran
-            going_on = _propagating_part(exc)
-            if going_on is exc:
-                raise
-            if going_on is not None:
-                raise going_on from None
-            return None, exc
-
-    async def _run_before(
-        self, call: ToolCall, ctx: ToolContext
-    ) -> tuple[ToolCall | ToolOutcome, str | None]:
-        """The call as the hooks leave it (rewritten or not), or the denial; and the
-        reasons of the hooks that asked for a person's decision, if any did."""
-        asked: list[str] = []
-        for hook in self._before:
-            decision, failure = await self._call_hook(hook, call, ctx)
-            if failure is not None:
-                return self._hook_failed(call, hook, "before_call", failure), None
-            if decision is None:
-                continue
-            if isinstance(decision, Deny):
-                return error_outcome(
-                    call.id, call.name, "denied", denied_text(decision.reason)
-                ), None
-            if isinstance(decision, Rewrite) and isinstance(decision.input, Mapping):
-                call = attrs.evolve(call, input=dict(decision.input))
-                continue
-            if isinstance(decision, Ask) and isinstance(decision.reason, str):
-                asked.append(decision.reason)
-                continue
-            return self._hook_failed(
-                call,
-                hook,
-                "before_call",
-                TypeError(f"returned {decision!r}, not None, Rewrite, Deny or Ask"),
-            ), None
-        return call, "; ".join(asked) if asked else None
-
-    async def _run_after(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
-        for hook in self._after:
-            replaced, failure = await self._call_hook(hook, call, outcome)
-            if failure is not None:
-                return self._hook_failed(
-                    call, hook, "after_call", failure, duration=outcome.duration
-                )
-            if replaced is None:
-                continue
-            if not issubclass(type(replaced), ToolOutcome):
-                return self._hook_failed(
-                    call,
-                    hook,
-                    "after_call",
-                    TypeError(f"returned {type(replaced).__name__}, not None or a ToolOutcome"),
-                    duration=outcome.duration,
-                )
-            # Through the results gate too: what a hook puts in place of the result
-            # reaches the same events, journal and model.
-            try:
-                outcome = plain_outcome(replaced)  # type: ignore[arg-type]
-            except ValueError as exc:
-                return self._hook_failed(call, hook, "after_call", exc, duration=outcome.duration)
-        return outcome
-
-    def _hook_failed(
-        self,
-        call: ToolCall,
-        hook: CompiledHook,
-        stage: str,
-        exc: BaseException,
-        duration: float = 0.0,
-    ) -> ToolOutcome:
-        # Fails closed: whatever the hook was guarding, the call does not go through. After
-        # the call, closed means withheld: the model reads that the tool did run.
-        if isinstance(exc, trio.TooSlowError):
-            problem = f"{stage} hook timed out after {self._hook_timeout:g}s"
-        else:
-            # Not the tool's output, which truncation bounds: said within MESSAGE_LIMIT.
-            problem = f"{stage} hook failed: {describe_exception(exc, limit=MESSAGE_LIMIT)}"
-        logger.warning("tool %s (call %s): %s", call.name, call.id, problem, exc_info=exc)
-        text = denied_text(problem) if stage == "before_call" else withheld_text(call.name, problem)
-        return error_outcome(
-            call.id,
-            call.name,
-            "denied",
-            text,
-            duration=duration,
-            details={"hook": _short_repr(hook.owner), **crash_details(exc)},
-        )
-
-
-async def _report(on_outcome: OutcomeCallback, call: ToolCall, outcome: ToolOutcome) -> None:
-    """Give ``on_outcome`` the call's final outcome; what it raises is logged. An async
-    callback is awaited shielded, for at most ``_FINISH_SECONDS``; a plain function
-    cannot be interrupted and costs no cancel scope."""
-    try:
-        pending = on_outcome(call, outcome)
-        if pending is not None:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + _FINISH_SECONDS):
-                await pending
-    except Exception:
-        logger.exception("on_outcome callback failed for call %s; the outcome stands", call.id)
-
-
-def _gate(call: ToolCall) -> tuple[ToolCall, ToolOutcome | None]:
-    """The call with its input as plain JSON values, or its refusal: for input that did
-    not pass through ``execute``'s gate (decoded JSON text, a hook's Rewrite, an
-    approver's edit)."""
-    call = gated(call)
-    if call.refused is None:
-        return call, None
-    return call, error_outcome(
-        call.id, call.name, "invalid_args", invalid_args_text([call.refused])
-    )
