@@ -15,7 +15,7 @@ import enum
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Final, final
@@ -26,9 +26,10 @@ import trio
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from ..._exceptions import MCPServerError
-from ..._text import MESSAGE_LIMIT, describe_exception_text, exception_message, valid_text
+from ..._text import leaf_exceptions
 from .. import Tool, ToolContext, ToolDefinitionError, ToolResult
 from ._content import convert_result
+from ._ending import EndWatcher, describe_end
 
 __all__ = ["MCPServer", "MCPTool"]
 
@@ -192,7 +193,7 @@ class MCPServer:
         return ToolResult(content, is_error=is_error, details=details)
 
     def _gone_text(self) -> str:
-        detail = self._exit_detail or _describe(None, self._stderr_tail)
+        detail = self._exit_detail or self._describe_exit()
         return f"MCP server {self.name} exited: {detail}"
 
     # --- running ------------------------------------------------------------------------
@@ -271,7 +272,7 @@ class MCPServer:
         try:
             async with trio.open_nursery() as nursery, self._transport(nursery) as (read, write):
                 self._tasks = nursery
-                watched = _EndWatcher(read, self._connection_lost)
+                watched = EndWatcher(read, self._connection_lost)
                 async with ClientSession(
                     watched,
                     write,
@@ -303,7 +304,7 @@ class MCPServer:
     def _explain(self, exc: BaseException) -> BaseException:
         """What to raise for what came out of the transport and the session: the SDK
         wraps everything in exception groups, several levels deep."""
-        leaves = _leaves(exc)
+        leaves = leaf_exceptions(exc)
         cancelled = next((leaf for leaf in leaves if isinstance(leaf, trio.Cancelled)), None)
         if cancelled is not None:
             # Stopped by whoever runs us: what the transport raised while it was torn
@@ -317,7 +318,7 @@ class MCPServer:
                 return leaf
         for leaf in leaves:
             if isinstance(leaf, (MCPError, OSError, httpx2.HTTPError)):
-                detail = _describe(leaf, self._stderr_tail)
+                detail = describe_end(leaf, self._stderr_tail)
                 if self._started:
                     self._exit_detail = detail
                     return MCPServerError(self.name, f"exited: {detail}")
@@ -449,71 +450,4 @@ class MCPServer:
             logger.warning("MCP server %s sent something unreadable: %s", self.name, message)
 
     def _describe_exit(self) -> str:
-        return _describe(None, self._stderr_tail)
-
-
-class _EndWatcher:
-    """The transport's read stream, with a signal when it ends: the only sign, for an
-    idle connection, that the server has gone."""
-
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_end = on_end
-
-    async def __aenter__(self) -> _EndWatcher:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> Any:
-        return await self._inner.__aexit__(*exc_info)
-
-    def __aiter__(self) -> _EndWatcher:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self._inner.__anext__()
-        except (StopAsyncIteration, trio.ClosedResourceError, trio.EndOfChannel):
-            self._on_end()
-            raise
-        except Exception as exc:
-            if type(exc).__name__ in ("ClosedResourceError", "EndOfStream"):  # anyio's
-                self._on_end()
-            raise
-
-    async def receive(self) -> Any:
-        return await self.__anext__()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
-def _describe(exc: BaseException | None, stderr_tail: str) -> str:
-    if exc is None or (isinstance(exc, MCPError) and exc.error.code == mcp_types.CONNECTION_CLOSED):
-        text = "the connection closed"
-    elif isinstance(exc, FileNotFoundError):
-        text = f"no such program: {exc.filename or exc}"
-    elif isinstance(exc, OSError):
-        text = f"{type(exc).__name__}: {exc.strerror or exc}"
-    else:
-        # The SDK's exception may carry the server's own text: read it guarded.
-        message = exception_message(exc, limit=MESSAGE_LIMIT)
-        text = message if message is not None else describe_exception_text(exc)
-    last = [line for line in stderr_tail.strip().splitlines() if line.strip()][-1:]
-    if last:
-        text += f" (its last words on stderr: {last[0].strip()[:300]})"
-    # The model reads it: valid Unicode (a file name or a server's words may hold a lone
-    # surrogate).
-    return valid_text(text)
+        return describe_end(None, self._stderr_tail)
