@@ -46,6 +46,11 @@ class Interrupt(Protocol):
 
 
 def positive_or_none(name: str, value: object) -> float | None:
+    """``value`` as a float, for an option in seconds (None passes).
+
+    Raises:
+        ValueError: it is not a positive number; the message names ``name``.
+    """
     if value is None:
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
@@ -54,6 +59,11 @@ def positive_or_none(name: str, value: object) -> float | None:
 
 
 def count_or_none(name: str, value: object, minimum: int = 1) -> int | None:
+    """``value``, for an option that counts (None passes).
+
+    Raises:
+        ValueError: it is not an integer of at least ``minimum``; the message names ``name``.
+    """
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -97,6 +107,13 @@ class Environment:
 def parse_context(
     context: Mapping[str, Any] | None,
 ) -> tuple[Path, frozenset[str], dict[str, Any]]:
+    """The working directory, the capabilities and the other keys of ``execute``'s
+    ``context`` mapping.
+
+    Raises:
+        TypeError: the mapping, its ``working_dir`` or its ``capabilities`` is of the
+            wrong type.
+    """
     if context is None:
         return Path.cwd(), frozenset(), {}
     if not isinstance(context, Mapping):

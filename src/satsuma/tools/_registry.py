@@ -15,6 +15,9 @@ __all__ = ["Entry", "tool_entries"]
 
 @attrs.frozen
 class Entry:
+    """One tool of a runner: its compiled definition, and the instance whose ``run`` is
+    called."""
+
     definition: ToolDefinition
     instance: Tool
 
