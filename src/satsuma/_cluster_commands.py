@@ -23,8 +23,7 @@ from ._exceptions import StoreError
 from ._store_option import POSTGRES_SCHEMES, store_option, url_scheme
 from ._terminal import say as say_on
 from ._terminal import visible
-from .agents import Agent, AnthropicModel, Model
-from .agents._agent import spec_of
+from .agents import Agent, AnthropicModel, Model, spec_of
 from .cluster import Node
 from .store import PostgresStore
 from .store._status import QUEUE_STATUSES, ClusterStatus, cluster_status

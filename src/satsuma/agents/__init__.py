@@ -39,6 +39,28 @@ from ._verifiers import Verdict as Verdict
 from ._verifiers import Verifier as Verifier
 from ._verifiers import VerifyContext as VerifyContext
 
+# isort: split
+# For satsuma's other rooms, not for users (none of these is in DESIGN.md): the
+# supervisor runs an agent's incarnations on an Actor and a Mailbox that outlives them;
+# a cluster's node runs queued runs under their own ids, and a cluster's client and
+# results read agent classes, typed answers and stored runs; the CLI reads agent classes
+# and typed answers.
+from ._actor import Actor as Actor
+from ._actor import Mailbox as Mailbox
+from ._actor import new_run_id as new_run_id
+from ._agent import seconds_or_none as seconds_or_none
+from ._agent import spec_of as spec_of
+from ._handle import resume_with_id as resume_with_id
+from ._handle import run_with_id as run_with_id
+from ._jsonlog import json_line as json_line
+from ._output import OutputSpec as OutputSpec
+from ._output import output_to_json as output_to_json
+from ._persist import run_part as run_part
+from ._persist import stored_answer as stored_answer
+from ._result import NO_ANSWER as NO_ANSWER
+from ._result import OutputT as OutputT
+from ._result import raw_output as raw_output
+
 __all__ = [
     "MODEL_ALIASES",
     "Agent",

@@ -27,7 +27,7 @@ import attrs
 from .._text import MESSAGE_LIMIT, describe_exception_text, valid_text
 from ._events import any_event_to_json
 
-__all__ = ["JsonLinesLog"]
+__all__ = ["JsonLinesLog", "json_line"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -126,7 +126,7 @@ class JsonLinesLog:
         Raises:
             TypeError: ``event`` is not an attrs event (a caller's mistake, not I/O).
         """
-        line = _line(event)
+        line = json_line(event)
         if self._closed:
             self._writer.failed(ValueError("the log is closed"))
             return
@@ -182,7 +182,12 @@ class JsonLinesLog:
         return f"<JsonLinesLog {getattr(self._file, 'name', self._file)!r}{state}>"
 
 
-def _line(event: object) -> str:
+def json_line(event: object) -> str:
+    """An event as JsonLinesLog writes it: one line of JSON, with its newline.
+
+    Raises:
+        TypeError: ``event`` is not an attrs event.
+    """
     try:
         # Valid Unicode: a lone surrogate (a model's streamed text, a tool's details)
         # cannot be encoded, and the writer that failed on it lost every later line.
@@ -197,7 +202,7 @@ def _line(event: object) -> str:
 
 def _unserialisable_line(event: object, exc: Exception) -> str:
     data: dict[str, object] = {"type": type(event).__name__}
-    # Only called for attrs events: _line re-raises for anything else.
+    # Only called for attrs events: json_line re-raises for anything else.
     for field in attrs.fields(cast("type[attrs.AttrsInstance]", type(event))):
         value = getattr(event, field.name, None)
         # Exact types only: a subclass could carry the very problem being reported.

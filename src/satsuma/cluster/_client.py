@@ -12,10 +12,7 @@ import attrs
 import trio
 
 from .._exceptions import StoreError, StoreUnavailable
-from ..agents import Agent, RunResult
-from ..agents._actor import new_run_id
-from ..agents._agent import spec_of
-from ..agents._result import NO_ANSWER, OutputT
+from ..agents import NO_ANSWER, Agent, OutputT, RunResult, new_run_id, spec_of
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus

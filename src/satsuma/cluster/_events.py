@@ -37,8 +37,8 @@ from ..agents import (
     TextDelta,
     ThinkingDelta,
     TurnEnd,
+    json_line,
 )
-from ..agents._jsonlog import _line
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._run_events import channel_for, read_events
@@ -140,7 +140,7 @@ _converter.register_structure_hook(Content, lambda value, _: value)
 
 def encode_event(event: object) -> str:
     """An event as the JSON-lines log writes it (one line, without its newline)."""
-    return _line(event).rstrip("\n")
+    return json_line(event).rstrip("\n")
 
 
 def decode_event(text: str) -> ClusterEvent:

@@ -8,10 +8,16 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from .._messages import Message, Usage
-from ..agents import RunResult, RunStatus
-from ..agents._output import OutputSpec, output_to_json
-from ..agents._persist import run_part, stored_answer
-from ..agents._result import NO_ANSWER, raw_output
+from ..agents import (
+    NO_ANSWER,
+    OutputSpec,
+    RunResult,
+    RunStatus,
+    output_to_json,
+    raw_output,
+    run_part,
+    stored_answer,
+)
 from ..store import RunRecord
 from ..store._queue import QueuedRun
 from ..tools import PendingCall

@@ -12,10 +12,8 @@ import trio
 
 from .._exceptions import AgentUnavailable
 from .._messages import Message
-from ..agents._actor import Actor, Mailbox
-from ..agents._agent import Agent, spec_of
+from ..agents import Actor, Agent, AgentHandle, Mailbox, spec_of
 from ..agents._clients import shared_model
-from ..agents._handle import AgentHandle
 from ..agents._model import Model
 from ..store import Owner, Store
 from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver

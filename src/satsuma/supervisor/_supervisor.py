@@ -24,9 +24,7 @@ import trio
 
 from .._exceptions import AgentUnavailable, SupervisorFailed
 from .._text import MESSAGE_LIMIT, describe_exception_text
-from ..agents._agent import Agent, seconds_or_none, spec_of
-from ..agents._handle import AgentHandle
-from ..agents._result import OutputT
+from ..agents import Agent, AgentHandle, OutputT, seconds_or_none, spec_of
 from ._children import (
     Child,
     ChildSpec,
