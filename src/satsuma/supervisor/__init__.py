@@ -8,10 +8,10 @@ from ._events import ChildRestarted as ChildRestarted
 from ._events import ChildStarted as ChildStarted
 from ._events import SupervisorEvent as SupervisorEvent
 from ._events import SupervisorGaveUp as SupervisorGaveUp
-from ._supervisor import Backoff as Backoff
+from ._restarts import Backoff as Backoff
+from ._restarts import SupervisorStrategy as SupervisorStrategy
 from ._supervisor import ChildInfo as ChildInfo
 from ._supervisor import Supervisor as Supervisor
-from ._supervisor import SupervisorStrategy as SupervisorStrategy
 
 __all__ = [
     "Backoff",

@@ -12,13 +12,13 @@ import trio
 
 from .._exceptions import AgentUnavailable
 from .._messages import Message
-from ..agents import Actor, Agent, AgentHandle, Mailbox, spec_of
+from ..agents import Actor, Agent, AgentHandle, Mailbox, seconds_or_none, spec_of
 from ..agents._clients import shared_model
 from ..agents._model import Model
 from ..store import Owner, Store
 from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver
 
-__all__ = ["ChildSpec", "RestartType"]
+__all__ = ["Child", "ChildSpec", "RestartType", "kind_of"]
 
 RestartType: TypeAlias = Literal["permanent", "transient", "temporary"]
 _RESTARTS = ("permanent", "transient", "temporary")
@@ -191,6 +191,54 @@ class _ServiceKind:
 
     async def serve(self, child: Child, status: _Started) -> None:
         await self.service.serve(task_status=status)
+
+
+def kind_of(spec: ChildSpec, supervisors: type[_Nested]) -> _Kind:
+    """The kind of child a spec names.
+
+    ``supervisors`` is the Supervisor class (it lives in ``_supervisor``, which imports
+    this module).
+
+    Raises:
+        TypeError: it is none of an Agent subclass, a Supervisor, a serve-object; or
+            options were given to a child that takes none.
+    """
+    child = spec.child
+    options = dict(spec.options)
+    if isinstance(child, type) and issubclass(child, Agent):
+        spec_of(child)  # a concrete, checked Agent
+        unknown = set(options) - {
+            "model", "context", "agent_id", "store", "approver", "approval_timeout",
+        }  # fmt: skip
+        if unknown:
+            raise TypeError(f"unknown agent options: {', '.join(sorted(unknown))}")
+        approver = options.get("approver")
+        if approver is not None and not callable(approver):
+            raise TypeError(f"approver must be an async function, got: {approver!r}")
+        timeout = options.get("approval_timeout", spec_of(child).approval_timeout)
+        if not seconds_or_none(timeout):
+            raise ValueError(
+                f"approval_timeout must be a positive number of seconds or None, got: {timeout!r}"
+            )
+        return _AgentKind(
+            child,
+            options.get("model"),
+            options.get("context"),
+            options.get("agent_id"),
+            options.get("store"),
+            approver=approver,
+            approval_timeout=None if timeout is None else float(timeout),
+        )
+    if options:
+        raise TypeError(f"options apply to agents only, got: {', '.join(sorted(options))}")
+    if isinstance(child, supervisors):
+        return _SupervisorKind(child)
+    if callable(getattr(child, "serve", None)) and not isinstance(child, type):
+        return _ServiceKind(child)
+    raise TypeError(
+        "a child must be an Agent subclass, a Supervisor, or an object with "
+        f"async def serve(self, *, task_status), got: {child!r}"
+    )
 
 
 @attrs.define(eq=False)
