@@ -23,7 +23,7 @@ from ._exceptions import StoreError
 from ._store_option import POSTGRES_SCHEMES, store_option, url_scheme
 from ._terminal import say as say_on
 from ._terminal import visible
-from .agents import Agent, AnthropicModel, Model, spec_of
+from .agents import Agent, AnthropicModel, Model, internal
 from .cluster import Node
 from .store import PostgresStore
 from .store._status import QUEUE_STATUSES, ClusterStatus, cluster_status
@@ -115,7 +115,7 @@ async def serve_node(
         except ValueError as error:
             raise CommandError(str(error)) from None
         served = ", ".join(
-            f"{visible(spec_of(agent).name)} ({visible(target)})"
+            f"{visible(internal.spec_of(agent).name)} ({visible(target)})"
             for agent, target in zip(agents, targets, strict=True)
         )
 

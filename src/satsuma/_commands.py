@@ -32,16 +32,7 @@ from ._exceptions import AgentDefinitionError
 from ._live import open_live_view
 from ._store_option import StoreOption, open_store
 from ._terminal import json_safe, say, visible
-from .agents import (
-    Agent,
-    AgentHandle,
-    AnthropicModel,
-    JsonLinesLog,
-    Model,
-    RunResult,
-    output_to_json,
-    spec_of,
-)
+from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, Model, RunResult, internal
 from .agents import open_agent as _open_agent
 from .store import RunRecord, Store
 from .testing import FakeModel
@@ -120,7 +111,7 @@ def capability_warnings(agent: type[Agent], options: RunOptions) -> list[str]:
     """A line for each tool of ``agent`` that needs a capability ``options`` do not grant:
     its calls will be denied (the model is told so)."""
     lines = []
-    for definition in spec_of(agent).make_runner(with_sources=False).definitions:
+    for definition in internal.spec_of(agent).make_runner(with_sources=False).definitions:
         missing = sorted(definition.capabilities - options.allow)
         if missing:
             flags = " ".join(f"--allow {name}" for name in missing)
@@ -519,7 +510,7 @@ def _print_answer(result: RunResult[Any], console: Console) -> None:
     showed the text only. With --json, the RunEnd line carries it already."""
     if result.status == "completed" and not isinstance(result.output, str):
         # Lossless and valid JSON: C1 and bidi controls in its strings become \u escapes.
-        answer = json.dumps(output_to_json(result.output), ensure_ascii=False, indent=2)
+        answer = json.dumps(internal.output_to_json(result.output), ensure_ascii=False, indent=2)
         say(console, json_safe(answer))
 
 

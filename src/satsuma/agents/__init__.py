@@ -2,6 +2,11 @@
 
 from .._messages import Message as Message
 from .._messages import Usage as Usage
+
+# satsuma's other rooms (the supervisor, the cluster, the CLI) reach the few internals
+# they need through this one namespace: satsuma.agents.internal, not for users (not in
+# DESIGN.md, nor in __all__).
+from . import _internal as internal  # noqa: F401  (for other rooms, see above)
 from ._agent import Agent as Agent
 from ._aliases import MODEL_ALIASES as MODEL_ALIASES
 from ._anthropic import AnthropicModel as AnthropicModel
@@ -38,28 +43,6 @@ from ._subagent import AgentTool as AgentTool
 from ._verifiers import Verdict as Verdict
 from ._verifiers import Verifier as Verifier
 from ._verifiers import VerifyContext as VerifyContext
-
-# isort: split
-# For satsuma's other rooms, not for users (none of these is in DESIGN.md): the
-# supervisor runs an agent's incarnations on an Actor and a Mailbox that outlives them;
-# a cluster's node runs queued runs under their own ids, and a cluster's client and
-# results read agent classes, typed answers and stored runs; the CLI reads agent classes
-# and typed answers.
-from ._actor import Actor as Actor
-from ._actor import Mailbox as Mailbox
-from ._actor import new_run_id as new_run_id
-from ._agent import seconds_or_none as seconds_or_none
-from ._agent import spec_of as spec_of
-from ._handle import resume_with_id as resume_with_id
-from ._handle import run_with_id as run_with_id
-from ._jsonlog import json_line as json_line
-from ._output import OutputSpec as OutputSpec
-from ._output import output_to_json as output_to_json
-from ._persist import run_part as run_part
-from ._persist import stored_answer as stored_answer
-from ._result import NO_ANSWER as NO_ANSWER
-from ._result import OutputT as OutputT
-from ._result import raw_output as raw_output
 
 __all__ = [
     "MODEL_ALIASES",

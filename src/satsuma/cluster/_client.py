@@ -12,7 +12,7 @@ import attrs
 import trio
 
 from .._exceptions import StoreError, StoreUnavailable
-from ..agents import NO_ANSWER, Agent, OutputT, RunResult, new_run_id, spec_of
+from ..agents import Agent, RunResult, internal
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
@@ -65,7 +65,7 @@ class Cluster:
             StoreError: the queue could not be written.
         """
         name = _checked(agent, agent_id, prompt)
-        run_id = new_run_id()
+        run_id = internal.new_run_id()
         await queue.enqueue(self.store, run_id, name, agent_id, prompt)
         return run_id
 
@@ -152,8 +152,8 @@ class Cluster:
         return result_from_record(record, await self.store.load_messages(record.agent_id))
 
     async def run(
-        self, agent: type[Agent[OutputT]], agent_id: str, prompt: str
-    ) -> RunResult[OutputT]:
+        self, agent: type[Agent[internal.OutputT]], agent_id: str, prompt: str
+    ) -> RunResult[internal.OutputT]:
         """Submit a run and wait for its result: ``submit`` then ``result``. An agent
         with an output_type gets its answer typed (``result`` alone, which does not
         know the class, gives the answer's JSON).
@@ -166,11 +166,11 @@ class Cluster:
                 too when the answer does not fit the class's output type.
         """
         result = await self.result(await self.submit(agent, agent_id, prompt))
-        output = spec_of(agent).output
+        output = internal.spec_of(agent).output
         if output is None:
             return result
         if result.status != "completed":
-            return attrs.evolve(result, output=NO_ANSWER)  # its output raises NoOutput
+            return attrs.evolve(result, output=internal.NO_ANSWER)  # its output raises NoOutput
         return attrs.evolve(result, output=output.from_json(result.output))
 
     def events(self, run_id: str, *, start: int = 0) -> EventStream:
@@ -212,7 +212,7 @@ class Cluster:
             StoreError: (when iterated) the queue could not be written or read.
         """
         name = _checked(agent, agent_id, prompt)
-        run_id = new_run_id()
+        run_id = internal.new_run_id()
 
         async def submit() -> None:
             await queue.enqueue(self.store, run_id, name, agent_id, prompt)
@@ -262,7 +262,7 @@ class Cluster:
 
 def _checked(agent: type[Agent[Any]], agent_id: str, prompt: str) -> str:
     """The class's name, once the submission is known to be sound."""
-    name = spec_of(agent).name
+    name = internal.spec_of(agent).name
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError(f"a prompt must be a non-empty str, got: {prompt!r}")
     if not isinstance(agent_id, str) or not agent_id:

@@ -37,7 +37,7 @@ from ..agents import (
     TextDelta,
     ThinkingDelta,
     TurnEnd,
-    json_line,
+    internal,
 )
 from ..store import PostgresStore
 from ..store import _queue as queue
@@ -140,7 +140,7 @@ _converter.register_structure_hook(Content, lambda value, _: value)
 
 def encode_event(event: object) -> str:
     """An event as the JSON-lines log writes it (one line, without its newline)."""
-    return json_line(event).rstrip("\n")
+    return internal.json_line(event).rstrip("\n")
 
 
 def decode_event(text: str) -> ClusterEvent:

@@ -35,16 +35,7 @@ from .._exceptions import (
     StoreUnreadable,
 )
 from .._text import MESSAGE_LIMIT, describe_exception
-from ..agents import (
-    Agent,
-    AgentHandle,
-    Model,
-    RunResult,
-    open_agent,
-    resume_with_id,
-    run_with_id,
-    spec_of,
-)
+from ..agents import Agent, AgentHandle, Model, RunResult, internal, open_agent
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus
@@ -151,7 +142,7 @@ class Node:
             raise TypeError(f"a node runs on a PostgresStore, got: {type(store).__name__}")
         classes: dict[str, type[Agent[Any]]] = {}
         for agent in agents:
-            agent_name = spec_of(agent).name
+            agent_name = internal.spec_of(agent).name
             if agent_name in classes and classes[agent_name] is not agent:
                 raise ValueError(f"two agent classes are named {agent_name!r}")
             classes[agent_name] = agent
@@ -486,17 +477,17 @@ class Node:
         the store's error that failed it, if one did."""
         record = await self.store.get_run(run.run_id)
         if record is None:
-            return await run_with_id(handle, run.prompt, run.run_id, events=events)
+            return await internal.run_with_id(handle, run.prompt, run.run_id, events=events)
         if record.status == "interrupted":
             # A node died (or handed it back) mid-run: finished calls keep their
             # journaled outcomes, in-doubt ones re-run only when idempotent.
             try:
-                return await resume_with_id(handle, run.run_id, events=events)
+                return await internal.resume_with_id(handle, run.run_id, events=events)
             except ValueError as exc:
                 return failed_result(run.run_id, str(exc)), None
         # Its agent recorded its end; the queue never heard of it. Its answer is read by
         # its class's output type, as the run's own end would have written it.
-        output = spec_of(self._classes[run.agent_name]).output
+        output = internal.spec_of(self._classes[run.agent_name]).output
         return result_from_record(record, handle.history, output), None
 
     async def _hand_back(

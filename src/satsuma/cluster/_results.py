@@ -8,16 +8,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from .._messages import Message, Usage
-from ..agents import (
-    NO_ANSWER,
-    OutputSpec,
-    RunResult,
-    RunStatus,
-    output_to_json,
-    raw_output,
-    run_part,
-    stored_answer,
-)
+from ..agents import RunResult, RunStatus, internal
 from ..store import RunRecord
 from ..store._queue import QueuedRun
 from ..tools import PendingCall
@@ -36,7 +27,7 @@ def encode_result(result: RunResult) -> str:
         {
             "run_id": result.run_id,
             # A typed answer as JSON; null for a typed run that has none.
-            "output": output_to_json(raw_output(result)),
+            "output": internal.output_to_json(internal.raw_output(result)),
             "status": result.status,
             "messages": [
                 {"role": message.role, "content": list(message.content)}
@@ -90,7 +81,7 @@ def queued_result(run: QueuedRun, text: str | None) -> RunResult:
 
 
 def result_from_record(
-    record: RunRecord, history: Sequence[Message], output_spec: OutputSpec | None = None
+    record: RunRecord, history: Sequence[Message], output_spec: internal.OutputSpec | None = None
 ) -> RunResult:
     """The result of a run whose agent recorded its end but whose node stopped before
     the queue heard of it: rebuilt from the record and the conversation (the messages
@@ -102,13 +93,13 @@ def result_from_record(
     Raises:
         ValueError: the stored answer does not fit ``output_spec``.
     """
-    part = run_part(record, history)
-    answer = stored_answer(part)  # a typed answer, as the JSON the model sent
+    part = internal.run_part(record, history)
+    answer = internal.stored_answer(part)  # a typed answer, as the JSON the model sent
     output: Any
     if answer is not None:
         output = answer[0] if output_spec is None else output_spec.from_input(answer[0])
     elif output_spec is not None:
-        output = NO_ANSWER  # a typed run that ended without its answer
+        output = internal.NO_ANSWER  # a typed run that ended without its answer
     else:
         output = next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
     status: RunStatus = "failed"

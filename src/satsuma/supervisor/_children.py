@@ -12,7 +12,7 @@ import trio
 
 from .._exceptions import AgentUnavailable
 from .._messages import Message
-from ..agents import Actor, Agent, AgentHandle, Mailbox, seconds_or_none, spec_of
+from ..agents import Agent, AgentHandle, internal
 from ..agents._clients import shared_model
 from ..agents._model import Model
 from ..store import Owner, Store
@@ -112,14 +112,14 @@ class _AgentKind:
     owner: Owner = attrs.Factory(Owner.new)
 
     def default_id(self) -> str:
-        return spec_of(self.agent).name
+        return internal.spec_of(self.agent).name
 
     def handle(self, child: Child) -> AgentHandle[Any]:
         assert isinstance(child.target, _AgentTarget)
         return AgentHandle(child.target)
 
     async def serve(self, child: Child, status: _Started) -> None:
-        spec = attrs.evolve(spec_of(self.agent), approval_timeout=self.approval_timeout)
+        spec = attrs.evolve(internal.spec_of(self.agent), approval_timeout=self.approval_timeout)
         # Without a model, the run's shared one for the environment (one client and
         # connection pool for every such agent, closed when the run ends).
         model = self.model if self.model is not None else await shared_model(spec.name, spec.model)
@@ -131,7 +131,7 @@ class _AgentKind:
         # its own back once, when it ends — only if no newer one has started since.
         previous = child.actor
         start_from = previous.history if previous is not None else child.conversation
-        actor = Actor(
+        actor = internal.Actor(
             spec,
             model,
             self.context,
@@ -206,7 +206,7 @@ def kind_of(spec: ChildSpec, supervisors: type[_Nested]) -> _Kind:
     child = spec.child
     options = dict(spec.options)
     if isinstance(child, type) and issubclass(child, Agent):
-        spec_of(child)  # a concrete, checked Agent
+        internal.spec_of(child)  # a concrete, checked Agent
         unknown = set(options) - {
             "model", "context", "agent_id", "store", "approver", "approval_timeout",
         }  # fmt: skip
@@ -215,8 +215,8 @@ def kind_of(spec: ChildSpec, supervisors: type[_Nested]) -> _Kind:
         approver = options.get("approver")
         if approver is not None and not callable(approver):
             raise TypeError(f"approver must be an async function, got: {approver!r}")
-        timeout = options.get("approval_timeout", spec_of(child).approval_timeout)
-        if not seconds_or_none(timeout):
+        timeout = options.get("approval_timeout", internal.spec_of(child).approval_timeout)
+        if not internal.seconds_or_none(timeout):
             raise ValueError(
                 f"approval_timeout must be a positive number of seconds or None, got: {timeout!r}"
             )
@@ -253,7 +253,7 @@ class Child:
     scope: trio.CancelScope | None = None
     finished: trio.Event = attrs.Factory(trio.Event)
     changed: trio.Event = attrs.Factory(trio.Event)
-    actor: Actor | None = None
+    actor: internal.Actor | None = None
     conversation: list[Message] = attrs.Factory(list)
     last_error: BaseException | None = None
     target: object = None
@@ -285,16 +285,16 @@ class _AgentTarget:
     call_timeout: float = 30.0
     # Outlives each incarnation: a run queued behind one that crashed is served by the
     # restarted agent.
-    mailbox: Mailbox = attrs.field(init=False)
+    mailbox: internal.Mailbox = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.mailbox = Mailbox(spec_of(self.child.spec.child).mailbox_size)
+        self.mailbox = internal.Mailbox(internal.spec_of(self.child.spec.child).mailbox_size)
 
     @property
     def name(self) -> str:
-        return spec_of(self.child.spec.child).name
+        return internal.spec_of(self.child.spec.child).name
 
-    async def acquire(self) -> Actor:
+    async def acquire(self) -> internal.Actor:
         child = self.child
         with trio.move_on_after(self.call_timeout):
             while True:
@@ -308,7 +308,7 @@ class _AgentTarget:
             self.name, f"it did not come back from a restart within {self.call_timeout:g}s"
         )
 
-    def current_actor(self) -> Actor | None:
+    def current_actor(self) -> internal.Actor | None:
         actor = self.child.actor
         return actor if actor is not None and actor.alive else None
 

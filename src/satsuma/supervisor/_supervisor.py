@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from .._exceptions import SupervisorFailed
-from ..agents import Agent, AgentHandle, OutputT
+from ..agents import Agent, AgentHandle, internal
 from ._children import Child, ChildSpec, RestartType, _AgentKind, _AgentTarget, _State, kind_of
 from ._control import ChildControl
 from ._events import SupervisorEvent, SupervisorGaveUp
@@ -132,7 +132,7 @@ class Supervisor(ChildControl):
     @overload
     async def start_child(
         self,
-        child: type[Agent[OutputT]],
+        child: type[Agent[internal.OutputT]],
         *,
         id: str | None = None,
         name: str | None = None,
@@ -140,7 +140,7 @@ class Supervisor(ChildControl):
         shutdown_timeout: float = 5.0,
         start_timeout: float = 60.0,
         **options: Any,
-    ) -> AgentHandle[OutputT]: ...
+    ) -> AgentHandle[internal.OutputT]: ...
 
     @overload
     async def start_child(

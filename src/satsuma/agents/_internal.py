@@ -1,0 +1,43 @@
+"""What satsuma's other rooms use of agents beyond its public names; not for users.
+
+``satsuma.agents`` exposes this module as ``internal``: the supervisor runs an agent's
+incarnations on an ``Actor`` and a ``Mailbox`` that outlives them; a cluster's node runs
+queued runs under their own ids (``run_with_id``, ``resume_with_id``), and its client
+and results read agent classes (``spec_of``), typed answers and stored runs; the CLI
+reads agent classes and typed answers; the cluster writes events as the JSON-lines log
+does (``json_line``).
+"""
+
+from ._actor import Actor as Actor
+from ._actor import Mailbox as Mailbox
+from ._actor import new_run_id as new_run_id
+from ._agent import seconds_or_none as seconds_or_none
+from ._agent import spec_of as spec_of
+from ._handle import resume_with_id as resume_with_id
+from ._handle import run_with_id as run_with_id
+from ._jsonlog import json_line as json_line
+from ._output import OutputSpec as OutputSpec
+from ._output import output_to_json as output_to_json
+from ._persist import run_part as run_part
+from ._persist import stored_answer as stored_answer
+from ._result import NO_ANSWER as NO_ANSWER
+from ._result import OutputT as OutputT
+from ._result import raw_output as raw_output
+
+__all__ = [
+    "Actor",
+    "Mailbox",
+    "NO_ANSWER",
+    "OutputSpec",
+    "OutputT",
+    "json_line",
+    "new_run_id",
+    "output_to_json",
+    "raw_output",
+    "resume_with_id",
+    "run_part",
+    "run_with_id",
+    "seconds_or_none",
+    "spec_of",
+    "stored_answer",
+]
