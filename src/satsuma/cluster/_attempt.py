@@ -1,0 +1,293 @@
+"""One claimed run on a node: its agent opened with the store (taking the agent's lease),
+the run run or resumed from its journal, and its end written to the queue, or the run
+handed back for another node; writes the database does not take are tried again while
+the node serves."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Literal
+
+import attrs
+import trio
+
+from .._exceptions import (
+    AgentCrashed,
+    LeaseLost,
+    StoreClosed,
+    StoreError,
+    StoreUnavailable,
+    StoreUnreadable,
+)
+from .._text import MESSAGE_LIMIT, describe_exception
+from ..agents import Agent, AgentHandle, Model, RunResult, internal, open_agent
+from ..store import PostgresStore
+from ..store import _queue as queue
+from ..store._queue import QueuedRun, QueuedRunStatus
+from ._recording import EventLog, RunRecorder
+from ._results import encode_result, failed_result, result_from_record
+
+__all__ = ["STOP_WRITE_SECONDS", "InFlight", "RunAttempts"]
+
+logger = logging.getLogger("satsuma.cluster")
+
+# A run whose agent another owner still holds (its node died on another host, and the
+# agent's lease has not expired yet) goes back to the queue for this long; after this
+# many claims it fails rather than circulate for ever.
+_HELD_ELSEWHERE_DELAY: Final = 1.0
+_MAX_ATTEMPTS: Final = 100
+# Store writes made while stopping (hand-backs, leaving the node table) are bounded.
+STOP_WRITE_SECONDS: Final = 5.0
+# A run's end or hand-back that the database did not take (it is away) is tried again
+# after this long, doubling up to the most, for as long as the node serves: the run
+# stays the node's meanwhile, and giving up would leave it so for good.
+_RETRY_FIRST: Final = 0.2
+_RETRY_MOST: Final = 5.0
+
+
+@attrs.define(eq=False)
+class InFlight:
+    """A run this node claimed and runs now."""
+
+    run: QueuedRun
+    # The node's id when it claimed the run: its queue writes are made under it, and
+    # refused once the node was counted dead and joined again under another.
+    node_id: str
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    handle: AgentHandle | None = None
+    cancel_requested: bool = False
+    lost: bool = False  # the node was counted dead: the run is another node's now
+
+    async def cancel(self) -> None:
+        self.cancel_requested = True
+        if self.handle is not None:
+            await self.handle.cancel()
+
+
+@attrs.frozen(kw_only=True)
+class RunAttempts:
+    """What a node's runs share: its store, its agent classes and the options it opens
+    their agents with; ``node`` is its name, in log lines."""
+
+    store: PostgresStore
+    node: str
+    classes: Mapping[str, type[Agent[Any]]]
+    model: Model | None
+    context: Mapping[str, Any]
+    event_log: EventLog | None
+
+    async def attempt(self, run: QueuedRun, entry: InFlight) -> None:
+        """Run (or resume) a claimed run and write how it ended, or hand it back."""
+        result: RunResult | None = None
+        # The store's error that failed the run, if one did: its type decides (below).
+        store_error: StoreError | None = None
+        handed_back = False
+        node_id = entry.node_id
+        try:
+            async with open_agent(
+                self.classes[run.agent_name],
+                model=self.model,
+                context=self.context,
+                agent_id=run.agent_id,
+                store=self.store,
+            ) as handle:
+                entry.handle = handle
+                if not await queue.mark_running(self.store, run.run_id, entry.node_id):
+                    handed_back = True  # no longer ours: the node was counted dead
+                    return
+                if entry.cancel_requested:
+                    result = RunResult(run_id=run.run_id, output="", status="cancelled")
+                elif self.event_log is None:
+                    result, store_error = await self._run(handle, run, None)
+                else:
+                    recorder = RunRecorder(self.store, run, node_id, self.node, self.event_log)
+                    # Its last events are written before its result (_finish, below).
+                    async with recorder.recording():
+                        result, store_error = await self._run(handle, run, recorder)
+        except StoreClosed:
+            raise  # the node stops (serve): nothing it does can be written any more
+        except StoreError as exc:
+            if result is not None:
+                # Closing the agent failed after its run ended: the result stands.
+                logger.warning(
+                    "node %s: closing the agent of run %s: %s", self.node, run.run_id, exc
+                )
+            elif isinstance(exc, StoreUnreadable) or run.attempts >= _MAX_ATTEMPTS:
+                # Its conversation or records cannot be read: no later attempt can either.
+                result = failed_result(run.run_id, f"its agent could not be opened: {exc}")
+            else:
+                # Its agent could not be opened: held by another owner (a node that died
+                # on another host, before its lease expired) or the store is away. Later.
+                logger.warning("node %s: run %s handed back: %s", self.node, run.run_id, exc)
+                handed_back = await self.hand_back(run, node_id, "keep", _HELD_ELSEWHERE_DELAY)
+        except AgentCrashed as exc:
+            if isinstance(exc.cause, StoreClosed):
+                raise exc.cause from exc
+            if isinstance(exc.cause, LeaseLost):
+                # Another owner took the agent mid-run (this node was counted dead, or
+                # the lease lapsed while the database was away): the run is not failed;
+                # it goes back to the queue, and whoever claims it resumes it.
+                logger.warning(
+                    "node %s: run %s stopped, its agent's lease was lost: %s",
+                    self.node,
+                    run.run_id,
+                    exc.cause,
+                )
+                result, store_error = None, exc.cause
+            else:
+                result = self._crashed(run, exc, result)
+        except Exception as exc:
+            result = self._crashed(run, exc, result)
+        finally:
+            if result is not None and isinstance(store_error, StoreUnavailable) and not entry.lost:
+                # The database went away under the run (a write failed): not the run's
+                # failure. It goes back to the queue, and is resumed from its journal by
+                # whichever node claims it once the database is back. Any other store
+                # error (a row that does not decode, a refused write) is the run's end.
+                logger.warning(
+                    "node %s: run %s stopped, the database is away (%s); it goes on when "
+                    "the database is back",
+                    self.node,
+                    run.run_id,
+                    result.error,
+                )
+                result = None
+            if entry.lost:
+                # Another node has the run (and its agent) now: nothing here is written.
+                result, handed_back = None, True
+            if result is None and not handed_back:
+                # Cancelled (the drain's deadline) before it ended, or stopped on the
+                # store: another node goes on.
+                await self.hand_back(
+                    run, node_id, "keep" if store_error is not None else "auto", 0.0
+                )
+        if result is not None:
+            await self._finish(run, node_id, result)
+
+    def _crashed(self, run: QueuedRun, exc: Exception, result: RunResult | None) -> RunResult:
+        """Log the agent's crash with its traceback, and give the run's result: the one
+        it had (the crash came as the agent closed), or a failed one naming the crash."""
+        crash = _crash_of(exc)
+        described = describe_exception(crash, limit=MESSAGE_LIMIT)
+        # Logged with its traceback: the result's error is all the client sees, and
+        # without this line nothing anywhere said where the crash came from. A store
+        # that went away under the agent is not a bug to trace: the lines that follow
+        # (and the store's own) say what happens to the run.
+        away = isinstance(crash, StoreError)
+        logger.log(
+            logging.WARNING if away else logging.ERROR,
+            "node %s: the agent of run %s (%s %r) crashed%s: %s",
+            self.node,
+            run.run_id,
+            run.agent_name,
+            run.agent_id,
+            " after the run ended" if result is not None else "",
+            described,
+            exc_info=None if away else crash,
+        )
+        if result is not None:
+            return result
+        return failed_result(run.run_id, f"the agent crashed: {described}")
+
+    async def _run(
+        self, handle: AgentHandle, run: QueuedRun, events: RunRecorder | None
+    ) -> tuple[RunResult, StoreError | None]:
+        """Run the queued run, or go on with it where an earlier attempt stopped; with
+        the store's error that failed it, if one did."""
+        record = await self.store.get_run(run.run_id)
+        if record is None:
+            return await internal.run_with_id(handle, run.prompt, run.run_id, events=events)
+        if record.status == "interrupted":
+            # A node died (or handed it back) mid-run: finished calls keep their
+            # journaled outcomes, in-doubt ones re-run only when idempotent.
+            try:
+                return await internal.resume_with_id(handle, run.run_id, events=events)
+            except ValueError as exc:
+                return failed_result(run.run_id, str(exc)), None
+        # Its agent recorded its end; the queue never heard of it. Its answer is read by
+        # its class's output type, as the run's own end would have written it.
+        output = internal.spec_of(self.classes[run.agent_name]).output
+        return result_from_record(record, handle.history, output), None
+
+    async def hand_back(
+        self, run: QueuedRun, node_id: str, agent_record: Literal["keep", "auto"], delay: float
+    ) -> bool:
+        try:
+            return await self._retrying(
+                f"hand run {run.run_id} back",
+                lambda: queue.hand_back(
+                    self.store, run, node_id, agent_record=agent_record, delay=delay
+                ),
+            )
+        except trio.Cancelled:
+            # Stopping, with the database away: the node's row goes (or expires) with
+            # the run, which another node then takes.
+            logger.warning(
+                "node %s: stopped before run %s could be handed back", self.node, run.run_id
+            )
+            raise
+
+    async def _retrying(self, what: str, write: Callable[[], Awaitable[bool]]) -> bool:
+        """Make a queue write until the database takes it (the run stays this node's
+        until then, so giving up would strand it). Each try is shielded (at most
+        STOP_WRITE_SECONDS: it runs while the node drains too); the waits between tries
+        are not, so a drain's deadline ends them."""
+        delay = _RETRY_FIRST
+        for attempt in itertools.count(1):
+            with trio.move_on_after(STOP_WRITE_SECONDS, shield=True):
+                try:
+                    return await write()
+                except StoreClosed:
+                    raise  # no later try can succeed
+                except StoreError as exc:
+                    logger.warning(
+                        "node %s: could not %s (try %d; again in %gs): %s",
+                        self.node,
+                        what,
+                        attempt,
+                        delay,
+                        exc,
+                    )
+            await trio.sleep(delay)
+            delay = min(delay * 2, _RETRY_MOST)
+        raise AssertionError("unreachable")
+
+    async def _finish(self, run: QueuedRun, node_id: str, result: RunResult) -> None:
+        status: QueuedRunStatus = (
+            "cancelled"
+            if result.status == "cancelled"
+            else "failed"
+            if result.status == "failed"
+            else "completed"
+        )
+        # Tried again while the store is away (the run stays this node's meanwhile); a
+        # drain's deadline ends the tries, and the run goes back to the queue with the
+        # node's row (its agent's record has its end, which the next node reads).
+        written = await self._retrying(
+            f"record the end of run {run.run_id}",
+            lambda: queue.finish(
+                self.store,
+                run,
+                node_id,
+                status=status,
+                result=encode_result(result),
+                error=result.error if status == "failed" else None,
+            ),
+        )
+        if not written:
+            logger.warning(
+                "node %s: run %s ended here after it went to another node; its result "
+                "here is dropped",
+                self.node,
+                run.run_id,
+            )
+
+
+def _crash_of(exc: Exception) -> BaseException:
+    """What crashed the agent: an AgentCrashed names its agent and run, which the node's
+    own line says already, and carries the exception (with its traceback) as ``cause``."""
+    if isinstance(exc, AgentCrashed):
+        return exc.cause
+    return exc
