@@ -136,6 +136,10 @@ def test_the_command_prints_only_through_the_terminal_module() -> None:
     modules = [
         "cli.py",
         "_commands.py",
+        "_run_command.py",
+        "_runs_command.py",
+        "_chat_command.py",
+        "_fake_server.py",
         "_cluster_commands.py",
         "_store_commands.py",
         "_live.py",

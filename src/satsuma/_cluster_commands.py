@@ -18,7 +18,7 @@ import trio
 from rich.console import Console
 
 from ._command_error import CommandError
-from ._commands import FAKE_MODEL, RunOptions, _check_key, _context
+from ._commands import FAKE_MODEL, RunOptions, check_key, tools_context
 from ._exceptions import StoreError
 from ._store_option import POSTGRES_SCHEMES, store_option, url_scheme
 from ._terminal import say as say_on
@@ -103,11 +103,11 @@ async def serve_node(
     """
     model: Model | None = None
     try:
-        context = _context(options)
+        context = tools_context(options)
         if options.model == FAKE_MODEL:
             model = FakeModel()
         else:
-            _check_key()
+            check_key()
             model = AnthropicModel()  # one client, one connection pool, for every agent
         await _open(store)
         try:

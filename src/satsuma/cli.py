@@ -298,20 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import trio
     from rich.console import Console
 
-    from ._commands import (
-        CommandError,
-        RunOptions,
-        capability_warnings,
-        chat,
-        decider,
-        decisions_from,
-        fake_server,
-        list_runs,
-        load_agent,
-        resume_run,
-        run_once,
-    )
+    from ._chat_command import chat
+    from ._commands import CommandError, RunOptions, capability_warnings, load_agent
     from ._exceptions import SatsumaError
+    from ._fake_server import fake_server
+    from ._run_command import run_once
+    from ._runs_command import decider, decisions_from, list_runs, resume_run
     from ._store_option import store_option
     from ._terminal import TerminalLogHandler, TerminalWriter, say, visible
 
