@@ -21,8 +21,9 @@ import pytest
 import trio
 
 import satsuma
+from satsuma._arguments import command_parser as _parser
 from satsuma._demo import scripted_answer
-from satsuma.cli import _parser, main
+from satsuma.cli import main
 from satsuma.store import SQLiteStore
 from satsuma.testing import Failure, MessagesServer, Reply
 

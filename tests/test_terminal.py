@@ -140,6 +140,7 @@ def test_the_command_prints_only_through_the_terminal_module() -> None:
         "_runs_command.py",
         "_chat_command.py",
         "_fake_server.py",
+        "_arguments.py",
         "_cluster_commands.py",
         "_store_commands.py",
         "_live.py",
