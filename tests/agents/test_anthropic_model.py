@@ -21,8 +21,9 @@ from satsuma._exceptions import ModelError
 from satsuma._messages import Message, Usage
 from satsuma.agents._anthropic import AnthropicModel
 from satsuma.agents._model import ModelRequest
+from satsuma.testing import MessagesServer
 from satsuma.testing._script import Failure, Reply
-from satsuma.testing._server import MessagesServer, ServerScriptItem
+from satsuma.testing._server import ServerScriptItem
 
 FAST = {"backoff_base": 0.001, "jitter": False}
 

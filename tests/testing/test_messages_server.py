@@ -18,8 +18,8 @@ from anthropic.types import RawMessageStreamEvent
 from satsuma import ToolCall
 from satsuma._exceptions import ModelError
 from satsuma._messages import Usage
+from satsuma.testing import MessagesServer
 from satsuma.testing._script import Failure, Reply
-from satsuma.testing._server import MessagesServer
 
 USER = [{"role": "user", "content": "Hello"}]
 

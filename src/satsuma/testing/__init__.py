@@ -7,12 +7,12 @@ registered automatically when satsuma is installed.
 from ._chat_server import ChatCompletionsServer as ChatCompletionsServer
 from ._fake import FakeModel as FakeModel
 from ._fake import fake_reply as fake_reply
+from ._messages_server import MessagesServer as MessagesServer
 from ._script import Failure as Failure
 from ._script import Reply as Reply
 from ._scripted import FunctionModel as FunctionModel
 from ._scripted import ScriptedModel as ScriptedModel
 from ._scripted import check_conversation as check_conversation
-from ._server import MessagesServer as MessagesServer
 from ._tools import EventRecorder as EventRecorder
 from ._tools import run_tool as run_tool
 from ._tools import tool_call as tool_call

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from .. import _chat_codec
+from ._http import JSONAnswer, StreamAnswer
 from ._script import Reply, estimate_usage, reply_blocks
-from ._server import ScriptedServer, _JSONAnswer, _Route, _StreamAnswer
+from ._server import Route, ScriptedServer
 
 if TYPE_CHECKING:
     import openai
@@ -75,30 +76,22 @@ class ChatCompletionsServer(ScriptedServer):
         """
         import openai
 
-        settings: dict[str, Any] = {
-            "api_key": "test-key",
-            "base_url": self.openai_base_url,
-            "max_retries": 0,
-            **options,
-        }
-        client = openai.AsyncOpenAI(**settings)
-        self._clients.append(client)
-        return client
+        return self._keep_client(openai.AsyncOpenAI, self.openai_base_url, options)
 
-    def _route(self, method: str, path: str) -> _Route | None:
+    def _route(self, method: str, path: str) -> Route | None:
         if method == "POST" and path in _COMPLETIONS_PATHS:
-            return _Route({}, ("model", "messages"))
+            return Route({}, ("model", "messages"))
         return None
 
-    def _error(self, status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
-        return _JSONAnswer(status, _chat_codec.error_body(status, message), headers)
+    def _error(self, status: int, message: str, *headers: tuple[str, str]) -> JSONAnswer:
+        return JSONAnswer(status, _chat_codec.error_body(status, message), headers)
 
     def _stream_error(self, message: str) -> bytes:
         return _data(_chat_codec.error_body(503, message))
 
     def _reply(
         self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _JSONAnswer | _StreamAnswer:
+    ) -> JSONAnswer | StreamAnswer:
         blocks, calls = reply_blocks(reply)
         usage = attrs.asdict(estimate_usage(reply, prompt_chars))
         completion_id = f"chatcmpl-test-{next(self._message_ids)}"
@@ -113,8 +106,8 @@ class ChatCompletionsServer(ScriptedServer):
             "raw_arguments": raw,
         }
         if not stream:
-            return _JSONAnswer(200, _chat_codec.completion_object(**shape))
+            return JSONAnswer(200, _chat_codec.completion_object(**shape))
         options = payload.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         chunks = _chat_codec.completion_chunks(**shape, include_usage=include_usage)
-        return _StreamAnswer([*map(_data, chunks), b"data: [DONE]\n\n"])
+        return StreamAnswer([*map(_data, chunks), b"data: [DONE]\n\n"])

@@ -1,12 +1,9 @@
-"""MessagesServer: a loopback HTTP server that speaks the Anthropic Messages API.
+"""ScriptedServer: a loopback model API played from a script, whatever the API's dialect.
 
-Tests point the real ``AsyncAnthropic`` client at it and get scripted replies, plain or
-streamed, and the faults a real API produces (429, 529, 5xx, a stream cut short, an
-``error`` event in a stream, a slow answer), with no network and no key.
-
-The HTTP side and the script (``ScriptedServer``) do not depend on the API's dialect:
-``ChatCompletionsServer`` plays the same scripts in OpenAI's. The wire shapes come from
-``satsuma._codec``; this module only speaks HTTP/1.1 (with h11) and Server-Sent Events.
+It takes each request's answer from the script (a reply, an exception, a ``Failure``
+played as the fault it stands for, or a function of the request body) and keeps the
+requests it received; a dialect (``MessagesServer``, ``ChatCompletionsServer``) gives
+the paths, the bodies and the stream's encoding. The HTTP is ``_http``'s.
 """
 
 from __future__ import annotations
@@ -15,14 +12,13 @@ import enum
 import inspect
 import itertools
 import json
-import re
 import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeAlias, final
+from typing import Any, ClassVar, Self, TypeAlias, TypeVar
 
 import attrs
 import h11
@@ -31,28 +27,26 @@ import trio
 from .. import _codec
 from .._exceptions import ModelError
 from ._bedrock_stream import EVENT_STREAM, bedrock_stream
+from ._http import Answer, Drop, JSONAnswer, StreamAnswer, serve_connection
 from ._script import (
     DEFAULT_KEPT_REQUESTS,
     Failure,
     Reply,
     as_reply,
     checked_keep,
-    estimate_usage,
     remember,
-    reply_blocks,
     unsendable,
 )
 
-if TYPE_CHECKING:
-    import anthropic
-
 __all__ = [
-    "MessagesServer",
     "ReceivedRequest",
+    "Route",
     "ScriptedServer",
     "ServerAnswer",
     "ServerScriptItem",
 ]
+
+_ClientT = TypeVar("_ClientT")
 
 ServerAnswer: TypeAlias = "Reply | str | Failure | Exception"
 """What the server answers one request with."""
@@ -62,20 +56,10 @@ ServerScriptItem: TypeAlias = (
 )
 """A script item: an answer, or a function of the request body that returns one."""
 
-_MESSAGES_PATH = "/v1/messages"
-# Claude on Bedrock: the model id and whether to stream are in the path; a stream is in
-# AWS's event-stream encoding.
-_BEDROCK_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<kind>invoke|invoke-with-response-stream)")
-# Claude on Vertex AI (the client's base URL ends with /v1).
-_VERTEX_PATH = re.compile(
-    r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/"
-    r"(?P<model>[^/:]+):(?P<kind>rawPredict|streamRawPredict)"
-)
 # An OAuth 2.0 token endpoint, for Google's credentials (a service account's file, say)
 # whose token_uri is this server's: what Claude on Vertex AI authenticates with.
 _TOKEN_PATH = "/token"
 _TOKEN_SECONDS = 3600
-_RECEIVE_SIZE = 65536
 
 
 @attrs.frozen(kw_only=True)
@@ -96,7 +80,7 @@ class ReceivedRequest:
 
 
 @attrs.frozen
-class _Route:
+class Route:
     """What the path says about a request: body fields it stands for, and the fields
     the body itself must have."""
 
@@ -106,41 +90,8 @@ class _Route:
     event_stream: bool = False
 
 
-# --- What to send ----------------------------------------------------------------------
-
-
-@attrs.frozen
-class _JSONAnswer:
-    status: int
-    body: Mapping[str, Any]
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-@attrs.frozen
-class _StreamAnswer:
-    # The body's pieces, each one Server-Sent Event already encoded.
-    frames: list[bytes]
-    # Frames after which the connection is dropped with no end to the body, or None.
-    cut_after: int | None = None
-    # An error event, sent after the frames (then the connection is closed).
-    error: bytes | None = None
-    content_type: str = "text/event-stream"
-
-
-@attrs.frozen
-class _Drop:
-    """Close the connection without answering."""
-
-
-_Answer: TypeAlias = "_JSONAnswer | _StreamAnswer | _Drop"
-
-
 def _header_seconds(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
-
-
-def _sse(event: str, data: Mapping[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 class _State(enum.Enum):
@@ -279,85 +230,48 @@ class ScriptedServer:
         # of the nursery.
         await self._nursery_manager.__aexit__(None, None, None)
 
+    def _keep_client(
+        self, make: Callable[..., _ClientT], base_url: str, options: Mapping[str, Any]
+    ) -> _ClientT:
+        """A client of the dialect's SDK for this server: a test key, no SDK retries,
+        ``options`` over those; closed when the server stops."""
+        settings: dict[str, Any] = {
+            "api_key": "test-key",
+            "base_url": base_url,
+            "max_retries": 0,
+            **options,
+        }
+        client = make(**settings)
+        self._clients.append(client)
+        return client
+
     # --- The dialect ---------------------------------------------------------------------
 
-    def _route(self, method: str, path: str) -> _Route | None:
+    def _route(self, method: str, path: str) -> Route | None:
         """How the script answers a request to this path, or None (a 404)."""
         raise NotImplementedError
 
     def _wants_stream(self, payload: dict[str, Any]) -> bool:
         return payload.get("stream") is True
 
-    def _error(self, status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
+    def _error(self, status: int, message: str, *headers: tuple[str, str]) -> JSONAnswer:
         raise NotImplementedError
 
     def _reply(
         self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _JSONAnswer | _StreamAnswer:
+    ) -> JSONAnswer | StreamAnswer:
         raise NotImplementedError
 
     def _stream_error(self, message: str) -> bytes:
         """An overloaded error sent inside a stream."""
         raise NotImplementedError
 
-    # --- HTTP ----------------------------------------------------------------------------
-
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        connection = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request = await _receive_request(stream, connection)
-                if request is None:
-                    return
-                answer = await self._answer(*request)
-                if not await self._send(stream, connection, answer):
-                    return
-                if connection.our_state is h11.MUST_CLOSE:
-                    return
-                connection.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
-            # The client went away (a timeout, a closed client) or spoke no HTTP: that
-            # connection is over, the server goes on. trio closes the stream.
-            return
-
-    async def _send(
-        self, stream: trio.SocketStream, connection: h11.Connection, answer: _Answer
-    ) -> bool:
-        """Send an answer; whether the connection may serve another request."""
-        request_id = ("request-id", f"req_test_{next(self._response_ids)}")
-        if isinstance(answer, _Drop):
-            return False
-        if isinstance(answer, _JSONAnswer):
-            data = json.dumps(answer.body).encode()
-            headers = [
-                ("content-type", "application/json"),
-                ("content-length", str(len(data))),
-                request_id,
-                *answer.headers,
-            ]
-            await _write(
-                stream, connection, h11.Response(status_code=answer.status, headers=headers)
-            )
-            await _write(stream, connection, h11.Data(data=data), h11.EndOfMessage())
-            return True
-        headers = [("content-type", answer.content_type), ("cache-control", "no-cache"), request_id]
-        # No content-length: h11 sends the body chunked, as the API does.
-        await _write(stream, connection, h11.Response(status_code=200, headers=headers))
-        frames = answer.frames if answer.cut_after is None else answer.frames[: answer.cut_after]
-        for frame in frames:
-            await _write(stream, connection, h11.Data(data=frame))
-        if answer.cut_after is not None:
-            # Closed with the chunked body unfinished: the client sees the peer hang up
-            # mid-message, as when a connection drops.
-            return False
-        if answer.error is not None:
-            await _write(stream, connection, h11.Data(data=answer.error))
-        await _write(stream, connection, h11.EndOfMessage())
-        return answer.error is None
+        await serve_connection(stream, self._answer, self._response_ids)
 
     # --- The script ----------------------------------------------------------------------
 
-    async def _answer(self, request: h11.Request, body: bytes) -> _Answer:
+    async def _answer(self, request: h11.Request, body: bytes) -> Answer:
         method = request.method.decode("ascii", "replace")
         path = request.target.decode("ascii", "replace").split("?", 1)[0]
         if method == "POST" and path == _TOKEN_PATH:
@@ -409,12 +323,12 @@ class ScriptedServer:
         _check_item(answer, where, function_allowed=False)
         return _encoded(await self._play(answer, payload, len(body)), route)
 
-    def _token(self, request: h11.Request, method: str, path: str, body: bytes) -> _Answer:
+    def _token(self, request: h11.Request, method: str, path: str, body: bytes) -> Answer:
         """Issue an access token for an OAuth 2.0 token request (a form, not JSON), as
         Google's token endpoint does; the script is not played."""
         form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace")))
         if "grant_type" not in form:
-            return _JSONAnswer(400, {"error": "invalid_request"})
+            return JSONAnswer(400, {"error": "invalid_request"})
         headers = {
             name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in request.headers
@@ -424,11 +338,11 @@ class ScriptedServer:
         )
         token = f"ya29.loopback-{len(self.access_tokens) + 1}"
         self.access_tokens.append(token)
-        return _JSONAnswer(
+        return JSONAnswer(
             200, {"access_token": token, "expires_in": _TOKEN_SECONDS, "token_type": "Bearer"}
         )
 
-    async def _play(self, item: object, payload: dict[str, Any], prompt_chars: int) -> _Answer:
+    async def _play(self, item: object, payload: dict[str, Any], prompt_chars: int) -> Answer:
         stream = self._wants_stream(payload)
         if isinstance(item, Failure):
             return await _FAILURES[item.kind](self, item, payload, prompt_chars, stream)
@@ -444,7 +358,7 @@ class ScriptedServer:
 
     async def _status(
         self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
+    ) -> Answer:
         headers = []
         if failure.retry_after is not None:
             headers.append(("retry-after", _header_seconds(failure.retry_after)))
@@ -453,43 +367,43 @@ class ScriptedServer:
 
     async def _cut(
         self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
+    ) -> Answer:
         if not stream:
-            return _Drop()
+            return Drop()
         answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
-        assert isinstance(answer, _StreamAnswer)
-        return _StreamAnswer(answer.frames, cut_after=failure.after_events)
+        assert isinstance(answer, StreamAnswer)
+        return StreamAnswer(answer.frames, cut_after=failure.after_events)
 
     async def _error_event(
         self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
+    ) -> Answer:
         message = failure.message or "Overloaded"
         if not stream:
             # Without a stream there is no event to send: the API answers with the status.
             return self._error(529, message)
         answer = self._reply(as_reply(failure.then or ""), payload, prompt_chars, stream=True)
-        assert isinstance(answer, _StreamAnswer)
-        return _StreamAnswer(
+        assert isinstance(answer, StreamAnswer)
+        return StreamAnswer(
             answer.frames[: failure.after_events], error=self._stream_error(message)
         )
 
     async def _slow(
         self, failure: Failure, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _Answer:
+    ) -> Answer:
         await trio.sleep(failure.delay)
         return await self._play(failure.then or "", payload, prompt_chars)
 
 
-def _encoded(answer: _Answer, route: _Route) -> _Answer:
+def _encoded(answer: Answer, route: Route) -> Answer:
     """The answer in the route's stream encoding (Bedrock's: see ``_bedrock_stream``)."""
-    if not route.event_stream or not isinstance(answer, _StreamAnswer):
+    if not route.event_stream or not isinstance(answer, StreamAnswer):
         return answer
     frames, error = bedrock_stream(answer.frames, answer.error)
     return attrs.evolve(answer, frames=frames, error=error, content_type=EVENT_STREAM)
 
 
 _FailureHandler: TypeAlias = Callable[
-    [ScriptedServer, Failure, dict[str, Any], int, bool], Awaitable[_Answer]
+    [ScriptedServer, Failure, dict[str, Any], int, bool], Awaitable[Answer]
 ]
 
 # Failure.kind -> how the server plays it.
@@ -500,174 +414,3 @@ _FAILURES: dict[str, _FailureHandler] = {
     "slow": ScriptedServer._slow,
 }
 _FAILURE_KINDS = frozenset(_FAILURES)
-
-
-@final
-class MessagesServer(ScriptedServer):
-    """A loopback Anthropic Messages API for tests, played from a script.
-
-    Each ``POST /v1/messages`` takes the next script item, as do the paths of Claude on
-    Vertex AI (``/v1/projects/P/locations/R/publishers/anthropic/models/M:rawPredict``
-    and ``:streamRawPredict``, for ``AsyncAnthropicVertex``) and on Bedrock
-    (``/model/M/invoke`` and ``/model/M/invoke-with-response-stream``, streamed in AWS's
-    event-stream encoding, for ``AsyncAnthropicBedrock``), where the model is the
-    path's. (``POST /token`` is an OAuth 2.0 token endpoint instead: see ``token_uri``.)
-
-    - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
-      request has ``"stream": true``, else one JSON message);
-    - an exception: a 500 ``api_error`` with the exception's text (a ``ModelError`` with
-      a ``status`` gives that status, and its ``retry_after`` a ``retry-after`` header);
-    - a ``Failure``: the injected fault (``Failure.rate_limited()``,
-      ``Failure.overloaded()``, ``Failure.cut_stream(reply)``, ...);
-    - a function of the request body (a dict), sync or async, returning one of the above.
-
-    A request after the last item gets a 500 saying that the script is exhausted, so a
-    test that asks for more than it scripted fails clearly; unless ``then`` is given: a
-    function of the request body (as a script function) that answers every request
-    after the script, for as long as the server runs. Other paths get a 404.
-
-    Use it as an async context manager; it serves from a task of its own until the block
-    ends::
-
-        async with MessagesServer(["Hello!"]) as server:
-            async with server.client() as client:
-                message = await client.messages.create(...)
-            assert server.requests[0]["model"] == ...
-
-    Args:
-        script: The answers, in order.
-        host: The loopback address to listen on.
-        port: The port (0, the default: any free one).
-        then: Answers every request after the script, if given.
-        keep_requests: Keep only the last this many requests in ``requests`` and
-            ``received`` (100 by default; None keeps all: each body holds the whole
-            conversation so far, so a long test keeping all of them grows as its
-            square; 0 keeps none).
-
-    Attributes:
-        requests: The JSON bodies of the requests answered from the script, in order:
-            the last ``keep_requests`` of them.
-        request_count: How many such requests came in all.
-        received: Those requests in full (path and headers too), as ReceivedRequest.
-        token_requests: The requests to ``token_uri``, as ReceivedRequest whose body is
-            the form's fields (a service account's are ``grant_type`` and its signed
-            JWT ``assertion``).
-        access_tokens: The access tokens issued there, in order (``ya29.loopback-1``,
-            ``-2``...), each valid for an hour; point Application Default Credentials at
-            the server (``GOOGLE_APPLICATION_CREDENTIALS``: a service account's file
-            whose ``token_uri`` is ``token_uri``) to run Claude on Vertex AI offline.
-        host: The loopback address it listens on.
-    """
-
-    _server_name = "MessagesServer"
-
-    def client(self, **options: Any) -> anthropic.AsyncAnthropic:
-        """An ``AsyncAnthropic`` client for this server: a test key, no SDK retries.
-
-        The server closes the clients it made when it stops, so a test need not.
-
-        Args:
-            **options: More ``AsyncAnthropic`` arguments (they override the defaults).
-        """
-        # Imported here: the SDK takes seconds to import, and this package is loaded by
-        # the pytest plugin in every session.
-        import anthropic
-
-        settings: dict[str, Any] = {
-            "api_key": "test-key",
-            "base_url": self.base_url,
-            "max_retries": 0,
-            **options,
-        }
-        client = anthropic.AsyncAnthropic(**settings)
-        self._clients.append(client)
-        return client
-
-    def _route(self, method: str, path: str) -> _Route | None:
-        if method != "POST":
-            return None
-        if path == _MESSAGES_PATH:
-            return _Route({}, ("model", "max_tokens", "messages"))
-        # Bedrock and Vertex AI take the model in the path, and anthropic_version in the
-        # body instead of a header.
-        if match := _BEDROCK_PATH.fullmatch(path):
-            stream = match["kind"] == "invoke-with-response-stream"
-            return _Route(
-                {"model": urllib.parse.unquote(match["model"]), "stream": stream},
-                ("anthropic_version", "max_tokens", "messages"),
-                event_stream=True,
-            )
-        if match := _VERTEX_PATH.fullmatch(path):
-            stream = match["kind"] == "streamRawPredict"
-            return _Route(
-                {"model": urllib.parse.unquote(match["model"]), "stream": stream},
-                ("anthropic_version", "max_tokens", "messages"),
-            )
-        return None
-
-    def _error(self, status: int, message: str, *headers: tuple[str, str]) -> _JSONAnswer:
-        return _JSONAnswer(status, _codec.error_object(_codec.error_type(status), message), headers)
-
-    def _stream_error(self, message: str) -> bytes:
-        return _sse("error", _codec.error_object("overloaded_error", message))
-
-    def _reply(
-        self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
-    ) -> _JSONAnswer | _StreamAnswer:
-        blocks, calls = reply_blocks(reply)
-        # Usage's fields are named as the API names them.
-        usage = attrs.asdict(estimate_usage(reply, prompt_chars))
-        message_id = f"msg_test_{next(self._message_ids)}"
-        model = str(payload.get("model", ""))
-        stop_reason = reply.final_stop_reason
-        if not stream:
-            return _JSONAnswer(
-                200,
-                _codec.message_object(
-                    id=message_id, model=model, content=blocks, stop_reason=stop_reason, usage=usage
-                ),
-            )
-        raw_inputs = {call.id: call.input for call in calls if isinstance(call.input, str)}
-        events = _codec.stream_events(
-            id=message_id,
-            model=model,
-            content=blocks,
-            stop_reason=stop_reason,
-            usage=usage,
-            tool_inputs=raw_inputs,
-        )
-        return _StreamAnswer([_sse(event["type"], event) for event in events])
-
-
-async def _write(stream: trio.SocketStream, connection: h11.Connection, *events: h11.Event) -> None:
-    for event in events:
-        data = connection.send(event)
-        if data:
-            await stream.send_all(data)
-
-
-async def _next_event(stream: trio.SocketStream, connection: h11.Connection) -> Any:
-    while True:
-        event = connection.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        # An empty read (the client closed) tells h11 about the end of the input.
-        connection.receive_data(await stream.receive_some(_RECEIVE_SIZE))
-
-
-async def _receive_request(
-    stream: trio.SocketStream, connection: h11.Connection
-) -> tuple[h11.Request, bytes] | None:
-    """The next request and its body, or None when the client closed the connection."""
-    request = await _next_event(stream, connection)
-    if not isinstance(request, h11.Request):
-        return None
-    body = bytearray()
-    while True:
-        event = await _next_event(stream, connection)
-        if isinstance(event, h11.Data):
-            body += event.data
-        elif isinstance(event, h11.EndOfMessage):
-            return request, bytes(body)
-        else:
-            return None

@@ -30,7 +30,7 @@ import trio
 import trio.testing
 
 # Reading h11 events off a stream is the same job as in satsuma's own loopback server.
-from satsuma.testing._server import _next_event
+from satsuma.testing._http import next_event as _next_event
 
 __all__ = ["BIG_SIZE", "HttpTestServer", "serve"]
 
