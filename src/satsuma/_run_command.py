@@ -120,28 +120,34 @@ async def run_lines(record: RunRecord, store: Store) -> list[str]:
     happened); for a run awaiting approval, its pending calls and why they wait.
     Each field from the store is one line, made ``visible``."""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
-    prompt = record.prompt if len(record.prompt) <= 60 else record.prompt[:57] + "..."
+    prompt = _shortened(record.prompt, 60)
     lines = [f"  {visible(record.run_id)}  {record.status:<17} {started}  {visible(repr(prompt))}"]
     if record.status in ("running", "interrupted"):
         for entry in await store.calls(record.run_id):
             state = "finished" if entry.finished else "in doubt"
-            arguments = json.dumps(entry.input, ensure_ascii=False, default=repr)
-            if len(arguments) > 80:
-                arguments = arguments[:77] + "..."
             lines.append(
-                f"      {state:<9} {visible(entry.tool_name)}({visible(arguments)})  "
+                f"      {state:<9} {_call_text(entry.tool_name, entry.input)}  "
                 f"{visible(entry.tool_use_id)}"
             )
     if record.status == "awaiting_approval":
         for pending in await store.pending_calls(record.run_id):
-            arguments = json.dumps(pending.input, ensure_ascii=False, default=repr)
-            if len(arguments) > 80:
-                arguments = arguments[:77] + "..."
             lines.append(
-                f"      pending   {visible(pending.tool_name)}({visible(arguments)})  "
+                f"      pending   {_call_text(pending.tool_name, pending.input)}  "
                 f"{visible(pending.tool_use_id)}  ({visible(pending.reason)})"
             )
     return lines
+
+
+def _shortened(text: str, most: int) -> str:
+    """``text``, cut to ``most`` characters (the last three ``...``) when it is longer."""
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _call_text(tool_name: str, input: Any) -> str:
+    """A call as a listed run shows it: ``name({...})``, its arguments at most 80
+    characters of JSON, each part made ``visible``."""
+    arguments = _shortened(json.dumps(input, ensure_ascii=False, default=repr), 80)
+    return f"{visible(tool_name)}({visible(arguments)})"
 
 
 async def run_once(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 import trio
@@ -66,17 +66,32 @@ class InFlight:
             await self.handle.cancel()
 
 
-@attrs.frozen(kw_only=True)
-class RunAttempts:
-    """What a node's runs share: its store, its agent classes and the options it opens
-    their agents with; ``node`` is its name, in log lines."""
+class NodeSettings(Protocol):
+    """What a node's runs read of their node, as it is when they read it."""
 
-    store: PostgresStore
-    node: str
+    @property
+    def store(self) -> PostgresStore: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> Model | None: ...
+
+    @property
+    def context(self) -> Mapping[str, Any]: ...
+
+    @property
+    def event_log(self) -> EventLog | None: ...
+
+
+@attrs.frozen(eq=False)
+class RunAttempts:
+    """Runs a node's claimed runs: ``node`` gives the store and the options their agents
+    are opened with, ``classes`` the agent classes it serves, by name."""
+
+    node: NodeSettings
     classes: Mapping[str, type[Agent[Any]]]
-    model: Model | None
-    context: Mapping[str, Any]
-    event_log: EventLog | None
 
     async def attempt(self, run: QueuedRun, entry: InFlight) -> None:
         """Run (or resume) a claimed run and write how it ended, or hand it back."""
@@ -88,21 +103,23 @@ class RunAttempts:
         try:
             async with open_agent(
                 self.classes[run.agent_name],
-                model=self.model,
-                context=self.context,
+                model=self.node.model,
+                context=self.node.context,
                 agent_id=run.agent_id,
-                store=self.store,
+                store=self.node.store,
             ) as handle:
                 entry.handle = handle
-                if not await queue.mark_running(self.store, run.run_id, entry.node_id):
+                if not await queue.mark_running(self.node.store, run.run_id, entry.node_id):
                     handed_back = True  # no longer ours: the node was counted dead
                     return
                 if entry.cancel_requested:
                     result = RunResult(run_id=run.run_id, output="", status="cancelled")
-                elif self.event_log is None:
+                elif self.node.event_log is None:
                     result, store_error = await self._run(handle, run, None)
                 else:
-                    recorder = RunRecorder(self.store, run, node_id, self.node, self.event_log)
+                    recorder = RunRecorder(
+                        self.node.store, run, node_id, self.node.name, self.node.event_log
+                    )
                     # Its last events are written before its result (_finish, below).
                     async with recorder.recording():
                         result, store_error = await self._run(handle, run, recorder)
@@ -112,7 +129,7 @@ class RunAttempts:
             if result is not None:
                 # Closing the agent failed after its run ended: the result stands.
                 logger.warning(
-                    "node %s: closing the agent of run %s: %s", self.node, run.run_id, exc
+                    "node %s: closing the agent of run %s: %s", self.node.name, run.run_id, exc
                 )
             elif isinstance(exc, StoreUnreadable) or run.attempts >= _MAX_ATTEMPTS:
                 # Its conversation or records cannot be read: no later attempt can either.
@@ -120,7 +137,7 @@ class RunAttempts:
             else:
                 # Its agent could not be opened: held by another owner (a node that died
                 # on another host, before its lease expired) or the store is away. Later.
-                logger.warning("node %s: run %s handed back: %s", self.node, run.run_id, exc)
+                logger.warning("node %s: run %s handed back: %s", self.node.name, run.run_id, exc)
                 handed_back = await self.hand_back(run, node_id, "keep", _HELD_ELSEWHERE_DELAY)
         except AgentCrashed as exc:
             if isinstance(exc.cause, StoreClosed):
@@ -131,7 +148,7 @@ class RunAttempts:
                 # it goes back to the queue, and whoever claims it resumes it.
                 logger.warning(
                     "node %s: run %s stopped, its agent's lease was lost: %s",
-                    self.node,
+                    self.node.name,
                     run.run_id,
                     exc.cause,
                 )
@@ -149,7 +166,7 @@ class RunAttempts:
                 logger.warning(
                     "node %s: run %s stopped, the database is away (%s); it goes on when "
                     "the database is back",
-                    self.node,
+                    self.node.name,
                     run.run_id,
                     result.error,
                 )
@@ -179,7 +196,7 @@ class RunAttempts:
         logger.log(
             logging.WARNING if away else logging.ERROR,
             "node %s: the agent of run %s (%s %r) crashed%s: %s",
-            self.node,
+            self.node.name,
             run.run_id,
             run.agent_name,
             run.agent_id,
@@ -196,7 +213,7 @@ class RunAttempts:
     ) -> tuple[RunResult, StoreError | None]:
         """Run the queued run, or go on with it where an earlier attempt stopped; with
         the store's error that failed it, if one did."""
-        record = await self.store.get_run(run.run_id)
+        record = await self.node.store.get_run(run.run_id)
         if record is None:
             return await internal.run_with_id(handle, run.prompt, run.run_id, events=events)
         if record.status == "interrupted":
@@ -218,14 +235,14 @@ class RunAttempts:
             return await self._retrying(
                 f"hand run {run.run_id} back",
                 lambda: queue.hand_back(
-                    self.store, run, node_id, agent_record=agent_record, delay=delay
+                    self.node.store, run, node_id, agent_record=agent_record, delay=delay
                 ),
             )
         except trio.Cancelled:
             # Stopping, with the database away: the node's row goes (or expires) with
             # the run, which another node then takes.
             logger.warning(
-                "node %s: stopped before run %s could be handed back", self.node, run.run_id
+                "node %s: stopped before run %s could be handed back", self.node.name, run.run_id
             )
             raise
 
@@ -244,7 +261,7 @@ class RunAttempts:
                 except StoreError as exc:
                     logger.warning(
                         "node %s: could not %s (try %d; again in %gs): %s",
-                        self.node,
+                        self.node.name,
                         what,
                         attempt,
                         delay,
@@ -268,7 +285,7 @@ class RunAttempts:
         written = await self._retrying(
             f"record the end of run {run.run_id}",
             lambda: queue.finish(
-                self.store,
+                self.node.store,
                 run,
                 node_id,
                 status=status,
@@ -280,7 +297,7 @@ class RunAttempts:
             logger.warning(
                 "node %s: run %s ended here after it went to another node; its result "
                 "here is dropped",
-                self.node,
+                self.node.name,
                 run.run_id,
             )
 

@@ -17,41 +17,18 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Final, TypeAlias, final
+from typing import Any, Final, TypeAlias, final, get_args
 
 import attrs
 import cattrs
 import trio
 
 from .._exceptions import StoreError, StoreUnavailable
-from ..agents import (
-    AgentEvent,
-    ModelRetry,
-    ModelWaitEnd,
-    ModelWaitStart,
-    OutputDelta,
-    OutputRejected,
-    OutputValidated,
-    RunEnd,
-    RunStart,
-    TextDelta,
-    ThinkingDelta,
-    TurnEnd,
-    internal,
-)
+from ..agents import AgentEvent, RunEnd, internal
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._run_events import channel_for, read_events
-from ..tools import (
-    ApprovalDecided,
-    ApprovalRequested,
-    Content,
-    NestedEvent,
-    ToolCallEnd,
-    ToolCallStart,
-    ToolProgress,
-    ToolUpdate,
-)
+from ..tools import Content
 from ._results import queued_result
 from ._shared_listen import Subscription, subscribe
 
@@ -106,30 +83,11 @@ class RunResumed:
 ClusterEvent: TypeAlias = AgentEvent | EventsDropped | RunResumed
 """What ``Cluster.events`` yields: the agent's events, and the cluster's own markers."""
 
-# Every class a node records (RunEnd is never recorded: the stream makes it from the
-# queue's result).
+# Every class a node records: each of an agent's events but RunEnd (never recorded: the
+# stream makes it from the queue's result), and RunResumed. OutputValidated's output
+# comes back as the JSON it was written as.
 _CLASSES: Final[dict[str, type[Any]]] = {
-    cls.__name__: cls
-    for cls in (
-        RunStart,
-        TextDelta,
-        ThinkingDelta,
-        ModelRetry,
-        ModelWaitStart,
-        ModelWaitEnd,
-        ToolCallStart,
-        ToolProgress,
-        ToolUpdate,
-        ToolCallEnd,
-        NestedEvent,
-        ApprovalRequested,
-        ApprovalDecided,
-        OutputDelta,
-        OutputValidated,  # its output as the JSON it was written as
-        OutputRejected,
-        TurnEnd,
-        RunResumed,
-    )
+    cls.__name__: cls for cls in (*get_args(AgentEvent), RunResumed) if cls is not RunEnd
 }
 
 # satsuma's own converter: never cattrs' global one.

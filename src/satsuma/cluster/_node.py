@@ -138,6 +138,7 @@ class Node:
         self._slots = trio.Semaphore(min(self.max_agents, self.max_runs))
         self._in_flight: dict[str, InFlight] = {}
         self._wake = trio.Event()
+        self._attempts = RunAttempts(self, classes)
 
     def __repr__(self) -> str:
         return f"<Node {self.name} serving {', '.join(self._classes)}>"
@@ -222,17 +223,6 @@ class Node:
                 # Every run ended or was handed back.
                 services.cancel_scope.cancel()
 
-    def _attempts(self) -> RunAttempts:
-        # Made for each run from the node's attributes as they are then.
-        return RunAttempts(
-            store=self.store,
-            node=self.name,
-            classes=self._classes,
-            model=self.model,
-            context=self.context,
-            event_log=self.event_log,
-        )
-
     # --- claiming -------------------------------------------------------------------------
 
     async def _claim_runs(self, runs: trio.Nursery) -> None:
@@ -250,7 +240,7 @@ class Node:
                 run = None
             if run is not None and node_id != self.node_id:
                 # Claimed under the id of an incarnation counted dead meanwhile.
-                await self._attempts().hand_back(run, node_id, "keep", 0.0)
+                await self._attempts.hand_back(run, node_id, "keep", 0.0)
                 run = None
             if run is None:
                 self._slots.release()
@@ -325,7 +315,7 @@ class Node:
         run = entry.run
         try:
             with entry.scope:
-                await self._attempts().attempt(run, entry)
+                await self._attempts.attempt(run, entry)
         finally:
             if self._in_flight.get(run.run_id) is entry:
                 del self._in_flight[run.run_id]
