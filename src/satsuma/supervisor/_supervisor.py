@@ -1,10 +1,11 @@
 """Supervisor: starts children in order, restarts them by OTP rules, stops them in reverse
 order, and gives up (failing to its own supervisor) past its restart intensity.
 
-Each child runs in its own task and cancel scope in the supervisor's nursery; a child's
-exception never reaches the nursery (it is reported to the supervisor's control loop,
-which decides). The control loop is the only place children are started and stopped
-after start-up, so decisions never race one another.
+This module is its public half: the public methods, which hand their requests to the
+control loop (``_inbox``), and ``serve``, which runs it. The control loop is the only
+place children are started and stopped after start-up, so decisions never race one
+another; what it does (start, stop, restart, give up) is ``_control``'s ``ChildControl``,
+the base class of Supervisor.
 """
 
 from __future__ import annotations
