@@ -32,10 +32,11 @@ from ._exceptions import AgentDefinitionError
 from ._live import open_live_view
 from ._store_option import StoreOption, open_store
 from ._terminal import json_safe, say, visible
-from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, Model, RunResult
+from .agents import Agent, AgentHandle, JsonLinesLog, RunResult
 from .agents import open_agent as _open_agent
 from .agents._agent import spec_of
 from .agents._output import output_to_json
+from .models import AnthropicModel, Model
 from .store import RunRecord, Store
 from .testing import FakeModel
 from .tools import Approve, Approver, Deny, PendingCall

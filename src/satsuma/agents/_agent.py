@@ -12,10 +12,10 @@ import attrs
 
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from .._frozen import freeze
+from ..models import model_problem
 from ..tools import ToolRunner
 from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
 from ..tools._strategies import as_strategy
-from ._aliases import model_problem
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
 from ._result import OutputT

@@ -12,12 +12,12 @@ import json
 from typing import Any, Final
 
 from .._exceptions import ToolDefinitionError
+from ..models import Model
 from ..tools import Tool, ToolContext, ToolResult
 from ..tools._spec import ObjectNode, Property, StringNode, check_arguments
 from ..tools._tool import ToolDefinition, _validate_common
 from ._agent import Agent, spec_of
 from ._handle import AgentHandle, open_agent
-from ._model import Model
 from ._output import output_to_json
 from ._result import SUBAGENT_USAGE, raw_output
 

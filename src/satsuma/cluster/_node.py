@@ -35,9 +35,10 @@ from .._exceptions import (
     StoreUnreadable,
 )
 from .._text import MESSAGE_LIMIT, describe_exception
-from ..agents import Agent, AgentHandle, Model, RunResult, open_agent
+from ..agents import Agent, AgentHandle, RunResult, open_agent
 from ..agents._agent import spec_of
 from ..agents._handle import resume_with_id, run_with_id
+from ..models import Model
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus

@@ -14,9 +14,8 @@ from .._exceptions import AgentUnavailable
 from .._messages import Message
 from ..agents._actor import Actor, Mailbox
 from ..agents._agent import Agent, spec_of
-from ..agents._clients import shared_model
 from ..agents._handle import AgentHandle
-from ..agents._model import Model
+from ..models import Model, shared_model
 from ..store import Owner, Store
 from ..tools._approval import DEFAULT_APPROVAL_TIMEOUT, Approver
 

@@ -6,7 +6,7 @@ streamed, and the faults a real API produces (429, 529, 5xx, a stream cut short,
 
 The HTTP side and the script (``ScriptedServer``) do not depend on the API's dialect:
 ``ChatCompletionsServer`` plays the same scripts in OpenAI's. The wire shapes come from
-``satsuma._codec``; this module only speaks HTTP/1.1 (with h11) and Server-Sent Events.
+``satsuma.models._codec``; this module only speaks HTTP/1.1 (with h11) and Server-Sent Events.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import attrs
 import h11
 import trio
 
-from .. import _codec
+from .. import models as _codec
 from .._exceptions import ModelError
 from ._bedrock_stream import EVENT_STREAM, bedrock_stream
 from ._script import (

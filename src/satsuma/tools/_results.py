@@ -12,8 +12,8 @@ from typing import Any, Final, Literal, TypeAlias, get_args
 
 import attrs
 
-from .._codec import tool_result_block
 from .._jsonvalue import MAX_MEMBERS, JsonProblem, plain_json
+from .._shapes import tool_result_block
 from .._text import describe_exception, type_name, valid_text
 
 __all__ = [

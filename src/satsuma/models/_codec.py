@@ -1,16 +1,15 @@
 """The Anthropic Messages API wire format: the one place that builds and parses its dicts.
 
 Everything else in satsuma works with its own attrs classes; only this module knows the
-shape of a tool definition, a ``tool_use`` block and a ``tool_result`` block on the wire,
-of a request's parameters, of an error body, and of a message and its stream events
-(read by AnthropicModel, written by the test server, so that the two agree).
-It imports nothing of satsuma so that every layer may use it, and not the SDK either,
-whose import takes seconds.
+shape of a request's parameters, of an error body, and of a message and its stream
+events (read by AnthropicModel, written by the test server, so that the two agree). The
+shapes satsuma's own conversation shares with tools (a tool definition, ``tool_use`` and
+``tool_result`` blocks) are the kernel's (``satsuma._shapes``). It imports nothing of
+satsuma, and not the SDK either, whose import takes seconds.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeAlias
@@ -21,73 +20,17 @@ __all__ = [
     "MessageLike",
     "StreamAccumulator",
     "StreamedMessage",
-    "anthropic_tool",
     "error_object",
     "error_status",
     "error_type",
     "message_object",
     "message_params",
-    "openai_function",
-    "parse_tool_use",
     "plain",
     "request_params",
     "stream_events",
     "system_params",
     "tool_params",
-    "tool_result_block",
 ]
-
-
-def anthropic_tool(name: str, description: str, input_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """An Anthropic tool definition: ``{name, description, input_schema}``, a fresh copy
-    that the caller may change freely."""
-    return {
-        "name": name,
-        "description": description,
-        "input_schema": copy.deepcopy(dict(input_schema)),
-    }
-
-
-def openai_function(name: str, description: str, input_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI function-tool descriptor."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": copy.deepcopy(dict(input_schema)),
-        },
-    }
-
-
-def tool_result_block(tool_use_id: str, content: str | list[Any], is_error: bool) -> dict[str, Any]:
-    """A ``tool_result`` content block answering one ``tool_use``."""
-    return {
-        "type": "tool_result",
-        "tool_use_id": tool_use_id,
-        "content": content if isinstance(content, str) else [dict(block) for block in content],
-        "is_error": is_error,
-    }
-
-
-def parse_tool_use(block: object) -> tuple[str, str, object] | None:
-    """``(id, name, input)`` of a ``tool_use`` block, given as the SDK's ``ToolUseBlock``
-    (or any object with those attributes and ``type == "tool_use"``) or as a dict.
-
-    Returns None when ``block`` is not a tool_use block.
-    """
-    if isinstance(block, Mapping):
-        if "id" in block and "name" in block:
-            return block["id"], block["name"], block.get("input", {})
-        return None
-    if getattr(block, "type", None) in ("tool_use", "server_tool_use") or all(
-        hasattr(block, attr) for attr in ("id", "name", "input")
-    ):
-        try:
-            return block.id, block.name, block.input  # type: ignore[attr-defined]
-        except AttributeError:
-            return None
-    return None
 
 
 # --- Requests --------------------------------------------------------------------------

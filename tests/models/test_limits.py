@@ -28,9 +28,9 @@ from satsuma import (
     set_model_limits,
 )
 from satsuma._messages import Message, Usage
-from satsuma.agents._limiter import LimiterStatistics, ModelLimiter, Permit
-from satsuma.agents._limits import _BY_NAME, estimate_input_tokens, limiter_for, model_limits
-from satsuma.agents._model import ModelRequest
+from satsuma.models._limiter import LimiterStatistics, ModelLimiter, Permit
+from satsuma.models._limits import _BY_NAME, estimate_input_tokens, limiter_for, model_limits
+from satsuma.models._model import ModelRequest
 from satsuma.testing import Failure, FunctionModel, MessagesServer, Reply
 
 IDLE = LimiterStatistics(in_use=0, waiting=0, paused_for=0.0)

@@ -25,7 +25,7 @@ import attrs
 
 from .._exceptions import ModelError
 from .._jsonvalue import JsonProblem, plain_members, plain_or_problem
-from ..tools._calls import gated
+from ..tools._calls import gated  # the JSON gate: not yet exported by satsuma.tools
 from ._model import ModelResponse
 
 __all__ = ["checked_response"]

@@ -19,10 +19,10 @@ from contextlib import aclosing
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, final
 
-from .. import _chat_codec
 from .._exceptions import ConfigurationError, ModelError
 from .._messages import Usage
 from ..tools import ToolCall
+from ._chat_codec import ChatAccumulator, UnsupportedContent, request_params
 from ._limits import ModelLimits
 from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
@@ -117,7 +117,7 @@ class OpenAIModel(ClientModel):
                 Completions cannot carry (a document block, an Anthropic server tool).
         """
         try:
-            params = _chat_codec.request_params(
+            params = request_params(
                 model=request.model,
                 system=request.system,
                 messages=request.messages,
@@ -125,7 +125,7 @@ class OpenAIModel(ClientModel):
                 max_tokens=request.max_tokens,
                 max_tokens_param=self.max_tokens_param,
             )
-        except _chat_codec.UnsupportedContent as exc:
+        except UnsupportedContent as exc:
             raise ModelError(f"cannot send this conversation to Chat Completions: {exc}") from exc
         stream = self.stream
         if stream is None:
@@ -140,7 +140,7 @@ class OpenAIModel(ClientModel):
         import httpx2
         import openai
 
-        accumulator = _chat_codec.ChatAccumulator(
+        accumulator = ChatAccumulator(
             on_text=listener.text,
             on_thinking=listener.thinking,
             on_tool_input=getattr(listener, "tool_input", None),
@@ -244,7 +244,7 @@ def _stream_error(error: dict[str, Any]) -> ModelError:
     return ModelError(message, status=status, retryable=status is None or retryable_status(status))
 
 
-def _response(accumulator: _chat_codec.ChatAccumulator, model: str) -> ModelResponse:
+def _response(accumulator: ChatAccumulator, model: str) -> ModelResponse:
     message = accumulator.result()
     return checked_response(
         ModelResponse(

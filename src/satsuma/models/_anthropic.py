@@ -19,10 +19,10 @@ from contextlib import aclosing
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias, final
 
-from .. import _codec
 from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import Usage, message_param
 from ..tools import ToolCall
+from ._codec import StreamAccumulator, error_status, request_params
 from ._limits import ModelLimits
 from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
@@ -145,7 +145,7 @@ class AnthropicModel(ClientModel):
                 with the API's own message), or retries ran out (``retryable`` True, with
                 the last failure's message and status).
         """
-        params = _codec.request_params(
+        params = request_params(
             model=request.model,
             system=request.system,
             messages=(),
@@ -168,7 +168,7 @@ class AnthropicModel(ClientModel):
         import anthropic
         import httpx2
 
-        accumulator = _codec.StreamAccumulator(
+        accumulator = StreamAccumulator(
             on_text=listener.text,
             on_thinking=listener.thinking,
             # Only a run whose typed answer someone watches asks for it (see _loop).
@@ -210,9 +210,7 @@ class AnthropicModel(ClientModel):
         return _response(accumulator, model)
 
 
-async def _read_sse(
-    response: httpx2.Response, accumulator: _codec.StreamAccumulator
-) -> ModelError | None:
+async def _read_sse(response: httpx2.Response, accumulator: StreamAccumulator) -> ModelError | None:
     """Feed the API's stream to the accumulator, reading it to its end; the failure it
     carried (an ``error`` event, a malformed event, a connection that broke), if any.
 
@@ -257,7 +255,7 @@ async def _read_sse(
     return failure
 
 
-async def _read_bedrock(response: Any, accumulator: _codec.StreamAccumulator) -> ModelError | None:
+async def _read_bedrock(response: Any, accumulator: StreamAccumulator) -> ModelError | None:
     """Feed a Bedrock stream's events to the accumulator, reading it to its end; the
     failure it carried (an error, a malformed message), if any."""
     import httpx2
@@ -284,7 +282,7 @@ async def _read_bedrock(response: Any, accumulator: _codec.StreamAccumulator) ->
     return failure
 
 
-def _feed_whole(accumulator: _codec.StreamAccumulator, body: bytes) -> None:
+def _feed_whole(accumulator: StreamAccumulator, body: bytes) -> None:
     """Feed a whole (non-streamed) message to the accumulator, which reads its blocks as
     it reads a stream's."""
     try:
@@ -308,7 +306,7 @@ def _malformed(exc: Exception) -> ModelError:
     return ModelError(f"malformed response: {_describe(exc)}", retryable=True)
 
 
-def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelResponse:
+def _response(accumulator: StreamAccumulator, model: str) -> ModelResponse:
     """The response, checked as it may enter the history: a malformed one (content that
     JSON cannot carry) is a retryable ModelError, as the API's own errors are. Its ids
     are made unique by the loop, against the whole conversation (agents/_ids.py)."""
@@ -343,6 +341,6 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
 def _stream_error(error: Mapping[str, Any]) -> ModelError:
     # An ``error`` event inside a stream that began with 200: its type tells what the
     # status would have been (an overloaded_error is a 529).
-    status = _codec.error_status(error.get("type"))
+    status = error_status(error.get("type"))
     message = str(error.get("message") or error.get("type") or "error event in the stream")
     return ModelError(message, status=status, retryable=retryable_status(status))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from satsuma import Message
-from satsuma._chat_codec import (
+from satsuma.models._chat_codec import (
     ChatAccumulator,
     UnsupportedContent,
     chat_messages,
