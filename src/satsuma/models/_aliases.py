@@ -1,14 +1,21 @@
-"""Model names: the one table mapping short names to current model ids, and the provider
-prefixes a model string may carry (``openai:gpt-5``)."""
+"""The registry of model strings: the short names of Anthropic's current models, and
+the providers a model string's prefix names (``openai:gpt-5``).
+
+To add a provider, write its module in this package (its Model, and a
+``_clients.Provider`` saying how its shared model is checked and built from the
+environment) and add one line to ``PROVIDERS``: the prefix, and where its Provider is.
+Agents then accept ``"<prefix>:<model id>"``, share one such model per configuration,
+and limits set for such a string hold for them.
+"""
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias
+from typing import Final
 
 __all__ = [
+    "DEFAULT_PROVIDER",
     "MODEL_ALIASES",
     "PROVIDERS",
-    "Provider",
     "model_problem",
     "parse_model",
     "resolve_model",
@@ -22,29 +29,34 @@ MODEL_ALIASES: Final[dict[str, str]] = {
     "haiku": "claude-haiku-5-5",
 }
 
-Provider: TypeAlias = Literal["anthropic", "bedrock", "vertex", "openai"]
-"""Who answers a model string: Anthropic's API, Claude on Bedrock or on Vertex AI, or an
-OpenAI-compatible endpoint."""
-
-# The prefixes a model string may start with, and the provider each names. The model id
-# after one is the provider's own, sent as it is (no aliases: ids differ by provider).
-PROVIDERS: Final[dict[str, Provider]] = {
-    "bedrock": "bedrock",
-    "vertex": "vertex",
-    "openai": "openai",
+# Who answers a model string, by the prefix it starts with, and where each provider is
+# defined: a module of satsuma.models and the name of its _clients.Provider there,
+# imported only once a model string names it (so that its SDK stays an extra). The
+# model id after a prefix is the provider's own, sent as it is (no aliases: ids differ
+# by provider). A provider's name is its prefix; the default one is named by none.
+PROVIDERS: Final[dict[str, str]] = {
+    "anthropic": "_anthropic:ANTHROPIC",
+    "bedrock": "_clouds:BEDROCK",
+    "vertex": "_clouds:VERTEX",
+    "openai": "_openai:OPENAI",
 }
 
+DEFAULT_PROVIDER: Final = "anthropic"
+"""The provider of a model string without a prefix: an alias or a ``claude-`` id, on
+Anthropic's API. Its name is no prefix (``anthropic:...`` names no model)."""
 
-def parse_model(name: str) -> tuple[Provider, str] | None:
+_PREFIXES: Final = tuple(prefix for prefix in PROVIDERS if prefix != DEFAULT_PROVIDER)
+
+
+def parse_model(name: str) -> tuple[str, str] | None:
     """The provider and the model id a model string names; None if it names none."""
     prefix, colon, rest = name.partition(":")
     if colon:
-        provider = PROVIDERS.get(prefix)
-        return (provider, rest) if provider is not None and rest else None
+        return (prefix, rest) if prefix in _PREFIXES and rest else None
     if name in MODEL_ALIASES:
-        return "anthropic", MODEL_ALIASES[name]
+        return DEFAULT_PROVIDER, MODEL_ALIASES[name]
     if name.startswith("claude-") and len(name) > len("claude-"):
-        return "anthropic", name
+        return DEFAULT_PROVIDER, name
     return None
 
 
@@ -62,9 +74,9 @@ def model_problem(name: object) -> str | None:
         return None
     if isinstance(name, str) and ":" in name:
         prefix = name.partition(":")[0]
-        if prefix in PROVIDERS:
+        if prefix in _PREFIXES:
             return f"unknown model {name!r}: name the model after {prefix + ':'!r}"
-        known = ", ".join(f"{prefix}:<model>" for prefix in PROVIDERS)
+        known = ", ".join(f"{prefix}:<model>" for prefix in _PREFIXES)
         return f"unknown model {name!r}: unknown provider {prefix!r} (known: {known})"
     return (
         f"unknown model {name!r}: use an alias ({', '.join(MODEL_ALIASES)}) "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, final
 from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import Usage, message_param
 from ..tools import ToolCall
+from ._clients import Provider
 from ._codec import StreamAccumulator, error_status, request_params
 from ._limits import ModelLimits
 from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     import anthropic
     import httpx2
 
-__all__ = ["AnthropicModel", "AnyAnthropicClient"]
+__all__ = ["ANTHROPIC", "AnthropicModel", "AnyAnthropicClient"]
 
 AnyAnthropicClient: TypeAlias = (
     "anthropic.AsyncAnthropic | anthropic.AsyncAnthropicBedrock | anthropic.AsyncAnthropicVertex"
@@ -344,3 +345,32 @@ def _stream_error(error: Mapping[str, Any]) -> ModelError:
     status = error_status(error.get("type"))
     message = str(error.get("message") or error.get("type") or "error event in the stream")
     return ModelError(message, status=status, retryable=retryable_status(status))
+
+
+# --- the provider of model strings without a prefix (_aliases.PROVIDERS) --------------
+
+
+def _build() -> AnthropicModel:
+    # The SDK's first import takes over a second and a client's SSL context some more:
+    # done in a worker thread, so that the first agent of a service to open does not
+    # stall every other task of the run meanwhile.
+    import anthropic
+
+    from ._pool import pooled_http_client
+
+    # Passed in, the client is not the model's to close: aclose() on a shared model
+    # (reached through AgentHandle.model) leaves it to the run's end.
+    return AnthropicModel(anthropic.AsyncAnthropic(http_client=pooled_http_client()))
+
+
+def _check_anthropic(agent: str | None, declared: str | None) -> None:
+    if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+        # Found as the agent starts, not as its first run crashes inside the SDK.
+        raise missing_api_key(agent, declared)
+
+
+ANTHROPIC = Provider(
+    ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"),
+    _check_anthropic,
+    lambda: _build(),  # looked up when called, so that it can be replaced (tests)
+)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from functools import partial
@@ -23,6 +24,7 @@ from .._exceptions import ConfigurationError, ModelError
 from .._messages import Usage
 from ..tools import ToolCall
 from ._chat_codec import ChatAccumulator, UnsupportedContent, request_params
+from ._clients import Provider
 from ._limits import ModelLimits
 from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
 from ._responses import checked_response
@@ -31,7 +33,7 @@ from ._retries import check_retry_settings, retry_after_seconds, retryable_statu
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OpenAIModel"]
+__all__ = ["OPENAI", "OpenAIModel", "import_openai", "missing_openai_key"]
 
 _MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
 
@@ -287,3 +289,38 @@ def missing_openai_key(agent: str | None = None, model: str | None = None) -> Co
         "as vLLM or Ollama), and OPENAI_BASE_URL for an endpoint other than OpenAI's, or "
         "pass a model built with your own client: OpenAIModel(openai.AsyncOpenAI(...))",
     )
+
+
+# --- the provider of openai: model strings (_aliases.PROVIDERS) -------------------------
+
+
+def _build_openai() -> OpenAIModel:
+    from ._pool import ShardedTransport, _behind_a_proxy
+
+    openai = import_openai()
+    http_client = (
+        None if _behind_a_proxy() else openai.DefaultAsyncHttpxClient(transport=ShardedTransport())
+    )
+    return OpenAIModel(openai.AsyncOpenAI(http_client=http_client))
+
+
+def _check_openai(agent: str | None, declared: str | None) -> None:
+    import_openai()  # a ConfigurationError naming the extra, before anything else
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise missing_openai_key(agent, declared)
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    if base_url:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigurationError(
+                f"OPENAI_BASE_URL is not an http(s) URL: {base_url!r}",
+                "Set it to the endpoint's base, such as http://localhost:8000/v1 for vLLM "
+                "or http://localhost:11434/v1 for Ollama, or unset it for OpenAI's",
+            )
+
+
+OPENAI = Provider(
+    ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"),
+    _check_openai,
+    _build_openai,
+)
