@@ -19,10 +19,6 @@ This room imports only satsuma's shared kernel (messages, exceptions, text) and 
 """
 
 from ._aliases import MODEL_ALIASES as MODEL_ALIASES
-
-# For the other rooms of satsuma, not for users (not in DESIGN.md): what the agent loop
-# needs to resolve, share, limit and check a model's calls, and the wire codecs'
-# writers that satsuma.testing's loopback servers answer with.
 from ._aliases import model_problem as model_problem
 from ._aliases import resolve_model as resolve_model
 from ._anthropic import AnthropicModel as AnthropicModel
@@ -38,14 +34,14 @@ from ._limiter import ModelLimiter as ModelLimiter
 from ._limiter import Permit as Permit
 from ._limits import ModelLimits as ModelLimits
 from ._limits import estimate_input_tokens as estimate_input_tokens
-from ._limits import limiter_for as limiter_for
-from ._limits import set_model_limits as set_model_limits
 from ._model import Model as Model
 from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest
 from ._model import ModelResponse as ModelResponse
 from ._openai import OpenAIModel as OpenAIModel
 from ._responses import checked_response as checked_response
+from ._run_limiters import limiter_for as limiter_for
+from ._run_limiters import set_model_limits as set_model_limits
 
 __all__ = [
     "MODEL_ALIASES",
@@ -57,7 +53,9 @@ __all__ = [
     "ModelResponse",
     "OpenAIModel",
     "set_model_limits",
-    # for satsuma's other rooms
+    # For the other rooms of satsuma, not for users (not in DESIGN.md): what the agent
+    # loop needs to resolve, share, limit and check a model's calls, and the wire
+    # codecs' writers that satsuma.testing's loopback servers answer with.
     "ModelLimiter",
     "Permit",
     "checked_response",
