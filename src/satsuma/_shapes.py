@@ -1,7 +1,7 @@
 """The shapes of satsuma's own tool definitions and tool-call blocks, as dicts.
 
 satsuma keeps every conversation in the Anthropic Messages shape, whichever provider
-answers it (``models._chat_codec`` translates at the edge): a tool definition is
+answers it (``models._chat_requests`` translates at the edge): a tool definition is
 ``{name, description, input_schema}``, a call is a ``tool_use`` block and its answer a
 ``tool_result`` block. Tools build them (``Tool.schema()``, ``format_results``) and read
 them (a ``ToolUseBlock`` given to the runner), and the models send and read them, so they

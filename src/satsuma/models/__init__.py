@@ -2,20 +2,22 @@
 
 A ``Model`` takes a ``ModelRequest`` and returns a ``ModelResponse`` (``_model``).
 ``AnthropicModel`` answers on Anthropic's API, or on Claude's Bedrock and Vertex AI
-clients; ``OpenAIModel`` on any OpenAI-compatible Chat Completions endpoint. Both speak
-their wire through a codec of their own (``_codec``, ``_chat_codec``), retry with the
-same policy (``_retries``), and go through the limiter of their configuration
-(``_limits``, ``_limiter``). An agent that names its model by a string gets a model
-shared per trio run and configuration (``_clients``).
+clients (``_clouds``); ``OpenAIModel`` on any OpenAI-compatible Chat Completions
+endpoint. Both are an ``SDKModel`` (``_sdk_model``) that speaks its wire through a codec
+of its own (``_codec``; ``_chat_requests`` and ``_chat_codec``), retries with the same
+policy (``_retries``) and checks its responses (``_responses``); the agent loop sends
+each call through the limiter of its configuration (``_limits``, ``_limiter``,
+``_run_limiters``). An agent that names its model by a string gets a model shared per
+trio run and configuration (``_clients``, ``_pool``).
 
 Adding a provider is one new module and one line: the module defines the Model and a
-``Provider`` (how its shared model is checked and built from the environment; see
-``_openai.OPENAI``), and the line in ``_aliases.PROVIDERS`` maps the model strings'
-prefix to it.
+``_clients.Provider`` (how its shared model is checked and built from the environment;
+``_openai.OPENAI`` is one), and one line in ``_aliases.PROVIDERS`` maps the model
+strings' prefix to it.
 
-This room imports only satsuma's shared kernel (messages, exceptions, text) and what
-``satsuma.tools`` exports of a tool call; users import its public names from
-``satsuma``.
+This room imports only satsuma's shared kernel (messages, shapes, exceptions, text)
+and what ``satsuma.tools`` exports of a tool call (``ToolCall``, and the JSON gate its
+inputs pass); users import its public names from ``satsuma``.
 """
 
 from ._aliases import MODEL_ALIASES as MODEL_ALIASES

@@ -6,6 +6,11 @@ events (read by AnthropicModel, written by the test server, so that the two agre
 shapes satsuma's own conversation shares with tools (a tool definition, ``tool_use`` and
 ``tool_result`` blocks) are the kernel's (``satsuma._shapes``). It imports nothing of
 satsuma, and not the SDK either, whose import takes seconds.
+
+One module past 500 lines, on purpose: it is the one place that knows the Messages
+API's dicts (STYLE.md), and what it writes (a message and its stream events, for the
+test server) and what it reads (the stream accumulator) must agree field for field,
+which they can be checked to do only side by side.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ __all__ = [
     "error_type",
     "message_object",
     "message_params",
+    "no_delta",
+    "in_pieces",
     "plain",
     "request_params",
     "stream_events",
@@ -175,7 +182,8 @@ def message_object(
     }
 
 
-def _pieces(text: str, count: int) -> list[str]:
+def in_pieces(text: str, count: int) -> list[str]:
+    """``text`` in about ``count`` pieces, as a stream sends it."""
     size = max(1, -(-len(text) // count))
     return [text[start : start + size] for start in range(0, len(text), size)]
 
@@ -208,12 +216,12 @@ def stream_events(
         deltas: list[dict[str, Any]] = []
         if kind == "text":
             opening = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"], pieces)]
+            deltas = [{"type": "text_delta", "text": p} for p in in_pieces(block["text"], pieces)]
         elif kind == "thinking":
             opening = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [
                 {"type": "thinking_delta", "thinking": p}
-                for p in _pieces(block["thinking"], pieces)
+                for p in in_pieces(block["thinking"], pieces)
             ]
             deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
         elif kind == "tool_use":
@@ -222,7 +230,7 @@ def stream_events(
             if text is None:
                 text = json.dumps(block.get("input", {}))
             deltas = [
-                {"type": "input_json_delta", "partial_json": p} for p in _pieces(text, pieces)
+                {"type": "input_json_delta", "partial_json": p} for p in in_pieces(text, pieces)
             ]
         else:
             opening = plain(block)
@@ -272,8 +280,8 @@ class StreamedMessage:
     cache_read_input_tokens: int = 0
 
 
-def _no_delta(delta: str) -> None:
-    pass
+def no_delta(delta: str) -> None:
+    """A listener of deltas that ignores them."""
 
 
 class _TooDeep(Exception):
@@ -366,8 +374,8 @@ class StreamAccumulator:
         error: The ``error`` object of an ``error`` event (``{"type", "message"}``), or None.
     """
 
-    on_text: Callable[[str], None] = _no_delta
-    on_thinking: Callable[[str], None] = _no_delta
+    on_text: Callable[[str], None] = no_delta
+    on_thinking: Callable[[str], None] = no_delta
     on_tool_input: Callable[[str, str], None] | None = None
     complete: bool = attrs.field(default=False, init=False)
     error: dict[str, Any] | None = attrs.field(default=None, init=False)

@@ -20,7 +20,8 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from .._exceptions import ConfigurationError, ModelError
-from ._chat_codec import ChatAccumulator, UnsupportedContent, request_params
+from ._chat_codec import ChatAccumulator
+from ._chat_requests import UnsupportedContent, request_params
 from ._clients import Provider
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
