@@ -126,16 +126,10 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         # Bedrock streams the API's events in AWS's event-stream encoding, not as SSE.
         self._bedrock = isinstance(client, anthropic.AsyncAnthropicBedrock)
         self._use(
-            client,
-            owns_client=owns_client,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            jitter=jitter,
-            stream=stream,
-            limits=limits,
+            client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )
 
+    _ACCUMULATOR = StreamAccumulator
     _UNFINISHED = "stream interrupted: it ended before message_stop"
 
     def _sdk(self) -> Any:
@@ -154,14 +148,6 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         )
         params["messages"] = [message_param(message) for message in request.messages]
         return params
-
-    def _accumulator(self, listener: ModelListener) -> StreamAccumulator:
-        return StreamAccumulator(
-            on_text=listener.text,
-            on_thinking=listener.thinking,
-            # Only a run whose typed answer someone watches asks for it (see _loop).
-            on_tool_input=getattr(listener, "tool_input", None),
-        )
 
     async def _whole(
         self,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, final
 
 import attrs
@@ -115,12 +114,7 @@ class Permit:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -144,12 +138,7 @@ class Admission:
         self._permit = await self._limiter._admit(self._cost)
         return self._permit
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._permit is not None:
             self._permit.release()
 

@@ -96,16 +96,10 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
             client = sdk.AsyncOpenAI()
         self.max_tokens_param = max_tokens_param
         self._use(
-            client,
-            owns_client=owns_client,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            jitter=jitter,
-            stream=stream,
-            limits=limits,
+            client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )
 
+    _ACCUMULATOR = ChatAccumulator
     _UNFINISHED = "stream interrupted: it ended before a finish_reason"
 
     def _sdk(self) -> Any:
@@ -125,13 +119,6 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
             )
         except UnsupportedContent as exc:
             raise ModelError(f"cannot send this conversation to Chat Completions: {exc}") from exc
-
-    def _accumulator(self, listener: ModelListener) -> ChatAccumulator:
-        return ChatAccumulator(
-            on_text=listener.text,
-            on_thinking=listener.thinking,
-            on_tool_input=getattr(listener, "tool_input", None),
-        )
 
     async def _whole(
         self,

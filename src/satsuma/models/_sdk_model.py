@@ -12,6 +12,7 @@ exception.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -77,8 +78,9 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
     """A Model on a provider's SDK client (see the module): it closes the client only if
     it built it, and is an async context manager that does so."""
 
-    # What the stream said last when it ended without its end (message_stop, a
-    # finish_reason): the error's message.
+    # The codec's accumulator the answers are read into, and the error's message when a
+    # stream ends without saying so (no message_stop, no finish_reason).
+    _ACCUMULATOR: ClassVar[Callable[..., Any]]  # builds an _A (a ClassVar takes no TypeVar)
     _UNFINISHED: ClassVar[str]
 
     client: _C
@@ -92,7 +94,6 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
     def _use(
         self,
         client: _C,
-        *,
         owns_client: bool,
         max_retries: int,
         backoff_base: float,
@@ -101,7 +102,8 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
         stream: bool | None,
         limits: ModelLimits | None,
     ) -> None:
-        """Keep the client and the settings (checked by the caller)."""
+        """Keep the client and the settings (checked by the caller): the constructor's
+        arguments, in its order."""
         self._owns_client = owns_client
         self.client = client
         # A copy that shares the connection pool; retries are ours, each one reported.
@@ -169,6 +171,15 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
             raise ModelError(self._UNFINISHED, retryable=True)
         return self._response(reading.accumulator, model)
 
+    def _accumulator(self, listener: ModelListener) -> _A:
+        accumulator: _A = self._ACCUMULATOR(
+            on_text=listener.text,
+            on_thinking=listener.thinking,
+            # Only a run whose typed answer someone watches asks for it (see agents' loop).
+            on_tool_input=getattr(listener, "tool_input", None),
+        )
+        return accumulator
+
     def _response(self, accumulator: _A, model: str) -> ModelResponse:
         """The response, checked as it may enter the history: a malformed one (content
         that JSON cannot carry) is a retryable ModelError, as the API's own errors are.
@@ -202,10 +213,6 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
     @abstractmethod
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of the SDK's call for ``request``."""
-
-    @abstractmethod
-    def _accumulator(self, listener: ModelListener) -> _A:
-        """A fresh accumulator, reporting text, thinking and tool input to ``listener``."""
 
     @abstractmethod
     async def _whole(
