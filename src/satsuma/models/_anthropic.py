@@ -89,6 +89,10 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
             none in the client passed.
     """
 
+    _SDK = "anthropic"
+    _ACCUMULATOR = StreamAccumulator
+    _UNFINISHED = "stream interrupted: it ended before message_stop"
+
     def __init__(
         self,
         client: AnyAnthropicClient | None = None,
@@ -128,14 +132,6 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         self._use(
             client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )
-
-    _ACCUMULATOR = StreamAccumulator
-    _UNFINISHED = "stream interrupted: it ended before message_stop"
-
-    def _sdk(self) -> Any:
-        import anthropic
-
-        return anthropic
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params = request_params(

@@ -69,6 +69,10 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
             or the ``openai`` package is not installed.
     """
 
+    _SDK = "openai"
+    _ACCUMULATOR = ChatAccumulator
+    _UNFINISHED = "stream interrupted: it ended before a finish_reason"
+
     def __init__(
         self,
         client: openai.AsyncOpenAI | None = None,
@@ -98,14 +102,6 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
         self._use(
             client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )
-
-    _ACCUMULATOR = ChatAccumulator
-    _UNFINISHED = "stream interrupted: it ended before a finish_reason"
-
-    def _sdk(self) -> Any:
-        import openai
-
-        return openai
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         try:

@@ -11,6 +11,7 @@ exception.
 
 from __future__ import annotations
 
+import importlib
 from abc import abstractmethod
 from collections.abc import Callable
 from functools import partial
@@ -78,8 +79,10 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
     """A Model on a provider's SDK client (see the module): it closes the client only if
     it built it, and is an async context manager that does so."""
 
-    # The codec's accumulator the answers are read into, and the error's message when a
-    # stream ends without saying so (no message_stop, no finish_reason).
+    # The SDK's module (imported on first use: it takes seconds), whose APIStatusError
+    # and APIConnectionError are read; the codec's accumulator the answers are read
+    # into; the error's message when a stream ends without saying so.
+    _SDK: ClassVar[str]
     _ACCUMULATOR: ClassVar[Callable[..., Any]]  # builds an _A (a ClassVar takes no TypeVar)
     _UNFINISHED: ClassVar[str]
 
@@ -144,7 +147,7 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
     ) -> ModelResponse:
         import httpx2
 
-        sdk = self._sdk()
+        sdk = importlib.import_module(self._SDK)
         reading = Reading(self._accumulator(listener))
         try:
             if not stream:
@@ -205,10 +208,6 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
         )
 
     # --- what each provider gives -------------------------------------------------------
-
-    @abstractmethod
-    def _sdk(self) -> Any:
-        """The SDK's module, whose ``APIStatusError`` and ``APIConnectionError`` are read."""
 
     @abstractmethod
     def _params(self, request: ModelRequest) -> dict[str, Any]:
