@@ -41,7 +41,7 @@ import trio
 from _harness import header, table
 
 import satsuma
-from satsuma.agents._limiter import ModelLimiter
+from satsuma.models._limiter import ModelLimiter
 from satsuma.testing import Failure, MessagesServer
 
 

@@ -1,8 +1,8 @@
 """satsuma: LLM agents whose tool calls run under supervision, on trio.
 
 This module defines nothing: it re-exports the public names of the private modules.
-The agent layer's names are loaded on first use (PEP 562), so that ``import
-satsuma.tools`` alone never loads the agents or the supervisor: tools sit below them.
+The names of the models, agents and supervisor rooms are loaded on first use (PEP 562),
+so that ``import satsuma.tools`` alone never loads them: tools sit below them.
 """
 
 import importlib as _importlib
@@ -64,25 +64,17 @@ from .tools import tool as tool
 
 if _typing.TYPE_CHECKING:
     __version__: str  # read from the package's metadata on first use (__getattr__)
-    from .agents import MODEL_ALIASES as MODEL_ALIASES
     from .agents import Agent as Agent
     from .agents import AgentEvent as AgentEvent
     from .agents import AgentHandle as AgentHandle
     from .agents import AgentTool as AgentTool
-    from .agents import AnthropicModel as AnthropicModel
     from .agents import HistoryProcessor as HistoryProcessor
     from .agents import JsonLinesLog as JsonLinesLog
     from .agents import KeepAll as KeepAll
     from .agents import KeepLastExchanges as KeepLastExchanges
-    from .agents import Model as Model
-    from .agents import ModelLimits as ModelLimits
-    from .agents import ModelListener as ModelListener
-    from .agents import ModelRequest as ModelRequest
-    from .agents import ModelResponse as ModelResponse
     from .agents import ModelRetry as ModelRetry
     from .agents import ModelWaitEnd as ModelWaitEnd
     from .agents import ModelWaitStart as ModelWaitStart
-    from .agents import OpenAIModel as OpenAIModel
     from .agents import OutputDelta as OutputDelta
     from .agents import OutputRejected as OutputRejected
     from .agents import OutputValidated as OutputValidated
@@ -99,7 +91,15 @@ if _typing.TYPE_CHECKING:
     from .agents import VerifyContext as VerifyContext
     from .agents import event_to_json as event_to_json
     from .agents import open_agent as open_agent
-    from .agents import set_model_limits as set_model_limits
+    from .models import MODEL_ALIASES as MODEL_ALIASES
+    from .models import AnthropicModel as AnthropicModel
+    from .models import Model as Model
+    from .models import ModelLimits as ModelLimits
+    from .models import ModelListener as ModelListener
+    from .models import ModelRequest as ModelRequest
+    from .models import ModelResponse as ModelResponse
+    from .models import OpenAIModel as OpenAIModel
+    from .models import set_model_limits as set_model_limits
     from .supervisor import Backoff as Backoff
     from .supervisor import ChildCrashed as ChildCrashed
     from .supervisor import ChildExited as ChildExited
@@ -120,12 +120,20 @@ _logging.getLogger("satsuma").addHandler(_logging.NullHandler())
 
 _AGENT_NAMES = frozenset(
     {
-        "MODEL_ALIASES", "Agent", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "OpenAIModel", "HistoryProcessor", "JsonLinesLog", "KeepAll",
-        "KeepLastExchanges", "Model", "ModelListener", "ModelRequest", "ModelResponse",
-        "ModelRetry", "ModelLimits", "ModelWaitStart", "ModelWaitEnd", "set_model_limits", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
+        "Agent", "AgentEvent", "AgentHandle", "AgentTool", "HistoryProcessor", "JsonLinesLog", "KeepAll",
+        "KeepLastExchanges",
+        "ModelRetry", "ModelWaitStart", "ModelWaitEnd", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
         "RunResult", "RunStart", "RunStatus", "TextDelta",
         "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
         "event_to_json", "open_agent",
+    }
+)  # fmt: skip
+
+
+_MODEL_NAMES = frozenset(
+    {
+        "MODEL_ALIASES", "AnthropicModel", "Model", "ModelLimits", "ModelListener",
+        "ModelRequest", "ModelResponse", "OpenAIModel", "set_model_limits",
     }
 )  # fmt: skip
 
@@ -157,6 +165,8 @@ def __getattr__(name: str) -> _typing.Any:
         return version
     if name in _AGENT_NAMES:
         module = "satsuma.agents"
+    elif name in _MODEL_NAMES:
+        module = "satsuma.models"
     elif name in _SUPERVISOR_NAMES:
         module = "satsuma.supervisor"
     else:

@@ -23,8 +23,9 @@ from ._exceptions import StoreError
 from ._store_option import POSTGRES_SCHEMES, store_option, url_scheme
 from ._terminal import say as say_on
 from ._terminal import visible
-from .agents import Agent, AnthropicModel, Model, internal
+from .agents import Agent, internal
 from .cluster import Node
+from .models import AnthropicModel, Model
 from .store import PostgresStore
 from .store._status import QUEUE_STATUSES, ClusterStatus, cluster_status
 from .supervisor import Backoff, ChildCrashed, ChildRestarted, Supervisor, SupervisorEvent

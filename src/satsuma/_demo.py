@@ -27,17 +27,8 @@ from ._exceptions import AgentCrashed
 from ._live import open_live_view
 from ._tally import Tally
 from ._terminal import say, show
-from .agents import (
-    Agent,
-    AgentEvent,
-    AnthropicModel,
-    Model,
-    ModelListener,
-    ModelRequest,
-    ModelResponse,
-    Verdict,
-    VerifyContext,
-)
+from .agents import Agent, AgentEvent, Verdict, VerifyContext
+from .models import AnthropicModel, Model, ModelListener, ModelRequest, ModelResponse
 from .store import SQLiteStore
 from .supervisor import ChildSpec, Supervisor, SupervisorEvent
 from .testing import MessagesServer, Reply

@@ -19,8 +19,9 @@ from ._commands import FAKE_MODEL, RunOptions, check_key, tools_context
 from ._live import open_live_view
 from ._store_option import open_store
 from ._terminal import json_safe, say, visible
-from .agents import Agent, AgentHandle, AnthropicModel, JsonLinesLog, Model, RunResult, internal
+from .agents import Agent, AgentHandle, JsonLinesLog, RunResult, internal
 from .agents import open_agent as _open_agent
+from .models import AnthropicModel, Model
 from .store import RunRecord, Store
 from .testing import FakeModel
 from .tools import Approver

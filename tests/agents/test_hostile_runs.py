@@ -340,7 +340,7 @@ def _sse_body(events: list[str]) -> bytes:
 
 
 def _text_reply_events(text: str) -> list[str]:
-    from satsuma import _codec
+    from satsuma.models import _codec
 
     return [
         json.dumps(event)

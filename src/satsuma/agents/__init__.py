@@ -8,8 +8,6 @@ from .._messages import Usage as Usage
 # DESIGN.md, nor in __all__).
 from . import _internal as internal  # noqa: F401  (for other rooms, see above)
 from ._agent import Agent as Agent
-from ._aliases import MODEL_ALIASES as MODEL_ALIASES
-from ._anthropic import AnthropicModel as AnthropicModel
 from ._events import AgentEvent as AgentEvent
 from ._events import ModelRetry as ModelRetry
 from ._events import ModelWaitEnd as ModelWaitEnd
@@ -30,13 +28,6 @@ from ._history import KeepAll as KeepAll
 from ._history import KeepLastExchanges as KeepLastExchanges
 from ._history import TokenBudget as TokenBudget
 from ._jsonlog import JsonLinesLog as JsonLinesLog
-from ._limits import ModelLimits as ModelLimits
-from ._limits import set_model_limits as set_model_limits
-from ._model import Model as Model
-from ._model import ModelListener as ModelListener
-from ._model import ModelRequest as ModelRequest
-from ._model import ModelResponse as ModelResponse
-from ._openai import OpenAIModel as OpenAIModel
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
 from ._subagent import AgentTool as AgentTool
@@ -45,26 +36,18 @@ from ._verifiers import Verifier as Verifier
 from ._verifiers import VerifyContext as VerifyContext
 
 __all__ = [
-    "MODEL_ALIASES",
     "Agent",
     "AgentEvent",
     "AgentHandle",
     "AgentTool",
-    "AnthropicModel",
     "HistoryProcessor",
     "JsonLinesLog",
     "KeepAll",
     "KeepLastExchanges",
     "Message",
-    "Model",
-    "ModelLimits",
-    "ModelListener",
-    "ModelRequest",
-    "ModelResponse",
     "ModelRetry",
     "ModelWaitEnd",
     "ModelWaitStart",
-    "OpenAIModel",
     "OutputDelta",
     "OutputRejected",
     "OutputValidated",
@@ -82,5 +65,4 @@ __all__ = [
     "VerifyContext",
     "event_to_json",
     "open_agent",
-    "set_model_limits",
 ]

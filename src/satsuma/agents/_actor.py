@@ -22,16 +22,14 @@ from .. import _telemetry
 from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
 from .._frozen import freeze
 from .._messages import Message, Usage
+from ..models import Model, limiter_for, resolve_model
 from ..store import Owner, PendingApproval, RunRecord, Store
 from ..tools import Approve, Approver, Deny
 from ._agent import AgentSpec
-from ._aliases import resolve_model
 from ._approval import claim_paused
 from ._events import AgentEvent
 from ._ids import distinct_ids
-from ._limits import limiter_for
 from ._loop import execute_run
-from ._model import Model
 from ._output import OutputSpec
 from ._persist import Persistence, dangling_tool_uses, gone_past
 from ._result import NO_ANSWER, RunResult

@@ -12,8 +12,8 @@ import attrs
 
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from .._frozen import freeze
+from ..models import model_problem
 from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver, ToolRunner, as_strategy
-from ._aliases import model_problem
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
 from ._result import OutputT

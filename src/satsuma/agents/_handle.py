@@ -17,14 +17,13 @@ import trio
 from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
 from .._messages import Message
 from .._text import valid_text
+from ..models import Model, shared_model
 from ..store import PendingApproval, RunRecord, Store
 from ..tools import Approve, Approver, Deny, PendingCall
 from ._actor import Actor, Job, ResetRequest, new_run_id
 from ._agent import KEEP_OUTPUT, Agent, check_output_options, seconds_or_none, spec_of
 from ._approval import check_edit
-from ._clients import shared_model
 from ._events import AgentEvent
-from ._model import Model
 from ._output import compile_output
 from ._persist import own_answer, stored_result
 from ._result import OutputT, RunResult

@@ -33,7 +33,7 @@ import attrs
 
 from .._exceptions import ModelError
 from .._messages import Message
-from ._model import ModelResponse
+from ..models import ModelResponse
 
 __all__ = ["MAX_ID_LENGTH", "TakenIds", "distinct_ids", "taken_ids", "unique_ids"]
 

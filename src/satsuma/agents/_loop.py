@@ -28,6 +28,14 @@ from .._text import (
     exception_message,
     reportable,
 )
+from ..models import (
+    ModelLimiter,
+    ModelRequest,
+    ModelResponse,
+    Permit,
+    checked_response,
+    estimate_input_tokens,
+)
 from ..store import ApprovalDecision, PendingApproval
 from ..tools import (
     Approver,
@@ -57,9 +65,6 @@ from ._events import (
     TurnEnd,
 )
 from ._ids import TakenIds, unique_ids
-from ._limiter import ModelLimiter, Permit
-from ._limits import estimate_input_tokens
-from ._model import ModelRequest, ModelResponse
 from ._output import (
     ANSWER_TAKEN_TEXT,
     NOT_RUN_TEXT,
@@ -80,7 +85,6 @@ from ._persist import (
     run_part,
     stored_answer,
 )
-from ._responses import checked_response
 from ._result import NO_ANSWER, RunResult, RunStatus, subagent_usage
 from ._verifiers import VerifyContext, run_verifier, verification_text
 

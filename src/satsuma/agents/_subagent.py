@@ -12,6 +12,7 @@ import json
 from typing import Any, Final
 
 from .._exceptions import ToolDefinitionError
+from ..models import Model
 from ..tools import (
     ObjectNode,
     Property,
@@ -25,7 +26,6 @@ from ..tools import (
 from ..tools import validate_common as _validate_common
 from ._agent import Agent, spec_of
 from ._handle import AgentHandle, open_agent
-from ._model import Model
 from ._output import output_to_json
 from ._result import SUBAGENT_USAGE, raw_output
 

@@ -18,7 +18,7 @@ from .._telemetry import SpanScope
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-    from ._model import ModelRequest, ModelResponse
+    from ..models import ModelRequest, ModelResponse
     from ._result import RunResult
 
 __all__ = ["end_chat", "end_run", "retried", "start_chat", "start_run", "waited"]

@@ -22,7 +22,8 @@ from .._exceptions import (
     StoreUnreadable,
 )
 from .._text import MESSAGE_LIMIT, describe_exception
-from ..agents import Agent, AgentHandle, Model, RunResult, internal, open_agent
+from ..agents import Agent, AgentHandle, RunResult, internal, open_agent
+from ..models import Model
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ..store._queue import QueuedRun, QueuedRunStatus

@@ -28,7 +28,8 @@ from .._exceptions import (
     StoreClosed,
     StoreError,
 )
-from ..agents import Agent, Model, internal
+from ..agents import Agent, internal
+from ..models import Model
 from ..store import PostgresStore
 from ..store import _queue as queue
 from ._attempt import STOP_WRITE_SECONDS, InFlight, RunAttempts

@@ -13,8 +13,7 @@ import trio
 from .._exceptions import AgentUnavailable
 from .._messages import Message
 from ..agents import Agent, AgentHandle, internal
-from ..agents._clients import shared_model
-from ..agents._model import Model
+from ..models import Model, shared_model
 from ..store import Owner, Store
 from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver
 

@@ -2,7 +2,7 @@
 
 It plays the same scripts as MessagesServer (``Reply``, ``Failure``, exceptions,
 functions of the request body), so one script tests an agent on either dialect. The
-shapes come from ``satsuma._chat_codec``.
+shapes come from ``satsuma.models._chat_codec``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from .. import _chat_codec
+from .. import models as _chat_codec
 from ._http import JSONAnswer, StreamAnswer
 from ._script import Reply, estimate_usage, reply_blocks
 from ._server import Route, ScriptedServer

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..agents._model import ModelListener, ModelRequest, ModelResponse
+from ..models import ModelListener, ModelRequest, ModelResponse
 from ._script import Reply
 from ._scripted import FunctionModel
 

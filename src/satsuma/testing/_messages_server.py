@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from .. import _codec
+from .. import models as _codec
 from ._http import JSONAnswer, StreamAnswer, sse
 from ._script import Reply, estimate_usage, reply_blocks
 from ._server import Route, ScriptedServer

@@ -13,7 +13,7 @@ import trio
 
 from .._exceptions import ModelError
 from .._messages import Message, message_size
-from ..agents._model import ModelListener, ModelRequest, ModelResponse
+from ..models import ModelListener, ModelRequest, ModelResponse
 from ._script import (
     DEFAULT_KEPT_REQUESTS,
     Failure,

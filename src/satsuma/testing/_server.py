@@ -24,7 +24,7 @@ import attrs
 import h11
 import trio
 
-from .. import _codec
+from .. import models as _codec
 from .._exceptions import ModelError
 from ._bedrock_stream import EVENT_STREAM, bedrock_stream
 from ._http import Answer, Drop, JSONAnswer, StreamAnswer, serve_connection

@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 
-from .._codec import parse_tool_use
 from .._jsonvalue import MAX_DEPTH, plain_or_problem
+from .._shapes import parse_tool_use
 from .._text import is_valid_text, valid_text
 from ._spec import expected_text
 

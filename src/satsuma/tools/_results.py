@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from .._codec import tool_result_block
+from .._shapes import tool_result_block
 from .._text import type_name, valid_text
 
 __all__ = [

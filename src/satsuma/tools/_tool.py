@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Concatenate, Final, Generic, ParamSpec, TypeVa
 import attrs
 import cattrs
 
-from .._codec import anthropic_tool, openai_function
 from .._exceptions import ToolDefinitionError
+from .._shapes import anthropic_tool, openai_function
 from .._text import describe_exception_text, exception_message, type_name
 from ._context import ToolContext
 from ._hints import function_parameters, node_for_attrs_class, parse_docstring, structure

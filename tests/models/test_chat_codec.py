@@ -6,14 +6,8 @@ from __future__ import annotations
 import pytest
 
 from satsuma import Message
-from satsuma._chat_codec import (
-    ChatAccumulator,
-    UnsupportedContent,
-    chat_messages,
-    chat_tools,
-    completion_chunks,
-    completion_object,
-)
+from satsuma.models._chat_codec import ChatAccumulator, completion_chunks, completion_object
+from satsuma.models._chat_requests import UnsupportedContent, chat_messages, chat_tools
 
 
 def test_chunks_it_writes_read_back_as_the_same_message() -> None:

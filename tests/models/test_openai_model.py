@@ -19,8 +19,8 @@ import satsuma
 from satsuma import ToolCall
 from satsuma._exceptions import ConfigurationError, ModelError
 from satsuma._messages import Message, Usage
-from satsuma.agents._model import ModelRequest
-from satsuma.agents._openai import OpenAIModel
+from satsuma.models._model import ModelRequest
+from satsuma.models._openai import OpenAIModel
 from satsuma.testing._chat_server import ChatCompletionsServer
 from satsuma.testing._script import Failure, Reply
 from satsuma.testing._server import ServerScriptItem

@@ -19,8 +19,8 @@ import trio.lowlevel
 from satsuma import ToolCall
 from satsuma._exceptions import ModelError
 from satsuma._messages import Message, Usage
-from satsuma.agents._anthropic import AnthropicModel
-from satsuma.agents._model import ModelRequest
+from satsuma.models._anthropic import AnthropicModel
+from satsuma.models._model import ModelRequest
 from satsuma.testing import MessagesServer
 from satsuma.testing._script import Failure, Reply
 from satsuma.testing._server import ServerScriptItem

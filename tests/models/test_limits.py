@@ -28,9 +28,10 @@ from satsuma import (
     set_model_limits,
 )
 from satsuma._messages import Message, Usage
-from satsuma.agents._limiter import LimiterStatistics, ModelLimiter, Permit
-from satsuma.agents._limits import _BY_NAME, estimate_input_tokens, limiter_for, model_limits
-from satsuma.agents._model import ModelRequest
+from satsuma.models._limiter import LimiterStatistics, ModelLimiter, Permit
+from satsuma.models._limits import estimate_input_tokens
+from satsuma.models._model import ModelRequest
+from satsuma.models._run_limiters import _BY_NAME, limiter_for, model_limits
 from satsuma.testing import Failure, FunctionModel, MessagesServer, Reply
 
 IDLE = LimiterStatistics(in_use=0, waiting=0, paused_for=0.0)
@@ -135,6 +136,32 @@ async def test_max_concurrency_bounds_calls_in_progress(autojump_clock: Any) -> 
     assert peak == 3
     assert trio.current_time() - start == pytest.approx(4.0)  # 3 + 3 + 3 + 1
     assert limiter.statistics() == IDLE
+
+
+async def test_a_permit_held_with_async_with_is_released_however_the_block_ends(
+    autojump_clock: Any,
+) -> None:
+    # As trio's CapacityLimiter is held: the block's exit releases the slot, once, also
+    # when the block raises; a waiter cancelled in the queue never held one.
+    limiter = ModelLimiter(ModelLimits(max_concurrency=1))
+    async with limiter.admit(0) as permit:
+        assert limiter.statistics().in_use == 1 and not permit.released
+        with trio.move_on_after(5) as scope:
+            async with limiter.admit(0):
+                pytest.fail("admitted past a full limiter")
+        assert scope.cancelled_caught
+        assert limiter.statistics() == LimiterStatistics(in_use=1, waiting=0, paused_for=0.0)
+        permit.release()  # released early: the block's exit does not release it again
+    assert limiter.statistics() == IDLE
+    with pytest.raises(ZeroDivisionError):
+        async with limiter.admit(0):
+            1 / 0  # noqa: B018  # the block fails
+    assert limiter.statistics() == IDLE
+    taken = limiter.admit_nowait(0)
+    assert taken is not None
+    async with taken:
+        assert limiter.statistics().in_use == 1
+    assert taken.released and limiter.statistics() == IDLE
 
 
 async def test_a_busy_caller_goes_behind_those_already_waiting(autojump_clock: Any) -> None:

@@ -12,8 +12,8 @@ import trio
 
 import satsuma
 from satsuma import AnthropicModel, Supervisor
-from satsuma.agents import _clients
-from satsuma.agents._clients import shared_model
+from satsuma.models import _anthropic as _clients  # builds the default provider's model
+from satsuma.models._clients import shared_model
 from satsuma.testing import MessagesServer
 
 

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from satsuma import _codec
 from satsuma._messages import Message
+from satsuma.models import _codec
 
 
 def test_request_params_leave_out_an_empty_system_prompt_and_no_tools() -> None:

@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 import satsuma
 from satsuma import AnthropicModel, ConfigurationError, Message, ModelRetry, TextDelta
-from satsuma.agents._clients import shared_model
-from satsuma.agents._openai import OpenAIModel
+from satsuma.models._clients import shared_model
+from satsuma.models._openai import OpenAIModel
 from satsuma.testing import Failure, MessagesServer, Reply, check_conversation
 from satsuma.testing._chat_server import ChatCompletionsServer
 from satsuma.testing._server import ScriptedServer

@@ -9,8 +9,7 @@ makes. ``AnthropicModel`` is the implementation for the Anthropic Messages API;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 import attrs
 
@@ -107,31 +106,3 @@ class Model(Protocol):
     """A model provider. Raise ``ModelError`` for a failure that retries could not cure."""
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse: ...
-
-
-class _Closable(Protocol):
-    async def close(self) -> None: ...
-
-
-class ClientModel:
-    """What a Model on an SDK client shares (AnthropicModel, OpenAIModel): it closes
-    the client only if it built it, and is an async context manager that does so."""
-
-    client: _Closable
-    _owns_client: bool
-
-    async def aclose(self) -> None:
-        """Close the client if this model built it (a client passed in is its owner's)."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()

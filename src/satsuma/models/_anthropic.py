@@ -16,23 +16,22 @@ import json
 import os
 from collections.abc import Mapping
 from contextlib import aclosing
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias, final
 
-from .. import _codec
 from .._exceptions import ConfigurationError, ModelError, missing_api_key
-from .._messages import Usage, message_param
-from ..tools import ToolCall
+from .._messages import message_param
+from ._clients import Provider
+from ._codec import StreamAccumulator, error_status, request_params
 from ._limits import ModelLimits
-from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
-from ._responses import checked_response
-from ._retries import check_retry_settings, retry_after_seconds, retryable_status, retrying
+from ._model import ModelListener, ModelRequest, ModelResponse
+from ._retries import check_retry_settings, retryable_status
+from ._sdk_model import MALFORMED, Reading, SDKModel, check_limits, malformed_detail
 
 if TYPE_CHECKING:
     import anthropic
     import httpx2
 
-__all__ = ["AnthropicModel", "AnyAnthropicClient"]
+__all__ = ["ANTHROPIC", "AnthropicModel", "AnyAnthropicClient"]
 
 AnyAnthropicClient: TypeAlias = (
     "anthropic.AsyncAnthropic | anthropic.AsyncAnthropicBedrock | anthropic.AsyncAnthropicVertex"
@@ -41,7 +40,7 @@ AnyAnthropicClient: TypeAlias = (
 
 
 @final
-class AnthropicModel(ClientModel):
+class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
     """The Model for the Anthropic Messages API.
 
     A response is streamed when someone listens to the run's text as it is written (the
@@ -90,6 +89,10 @@ class AnthropicModel(ClientModel):
             none in the client passed.
     """
 
+    _SDK = "anthropic"
+    _ACCUMULATOR = StreamAccumulator
+    _UNFINISHED = "stream interrupted: it ended before message_stop"
+
     def __init__(
         self,
         client: AnyAnthropicClient | None = None,
@@ -102,17 +105,15 @@ class AnthropicModel(ClientModel):
         limits: ModelLimits | None = None,
     ) -> None:
         check_retry_settings(max_retries, backoff_base, backoff_cap)
-        if limits is not None and not isinstance(limits, ModelLimits):
-            raise TypeError(f"limits must be a satsuma.ModelLimits or None, got: {limits!r}")
+        check_limits(limits)
         # Imported here rather than at the top: the SDK takes seconds to import, and
         # importing satsuma.agents should not cost that to code that never calls a model.
         import anthropic
 
-        self._owns_client = client is None
         if client is None:
             if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
                 raise missing_api_key()
-            client = anthropic.AsyncAnthropic()
+            owns_client, client = True, anthropic.AsyncAnthropic()
         elif (
             isinstance(client, anthropic.AsyncAnthropic)
             and client.api_key is None
@@ -124,28 +125,16 @@ class AnthropicModel(ClientModel):
                 "Build it with api_key= (or auth_token=), or set ANTHROPIC_API_KEY "
                 "before it is built",
             )
+        else:
+            owns_client = False
         # Bedrock streams the API's events in AWS's event-stream encoding, not as SSE.
         self._bedrock = isinstance(client, anthropic.AsyncAnthropicBedrock)
-        self.client: AnyAnthropicClient = client
-        # A copy that shares the connection pool; retries are ours, each one reported.
-        self._api = self.client.with_options(max_retries=0)
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.jitter = jitter
-        self.stream = stream
-        self.limits = limits
+        self._use(
+            client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
+        )
 
-    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
-        """Send one request (streamed or whole: see ``stream``) and return the
-        assistant's response.
-
-        Raises:
-            ModelError: The API refused the request (``retryable`` False, raised at once
-                with the API's own message), or retries ran out (``retryable`` True, with
-                the last failure's message and status).
-        """
-        params = _codec.request_params(
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params = request_params(
             model=request.model,
             system=request.system,
             messages=(),
@@ -154,65 +143,48 @@ class AnthropicModel(ClientModel):
             cache=request.cache,
         )
         params["messages"] = [message_param(message) for message in request.messages]
-        stream = self.stream
-        if stream is None:
-            # A listener that does not say wants what it is given: every delta.
-            stream = bool(getattr(listener, "wants_deltas", True))
-        return await retrying(
-            self, partial(self._respond_once, params, request.model, listener, stream), listener
-        )
+        return params
 
-    async def _respond_once(
-        self, params: dict[str, Any], model: str, listener: ModelListener, stream: bool
+    async def _whole(
+        self,
+        params: dict[str, Any],
+        model: str,
+        listener: ModelListener,
+        accumulator: StreamAccumulator,
     ) -> ModelResponse:
-        import anthropic
-        import httpx2
-
-        accumulator = _codec.StreamAccumulator(
-            on_text=listener.text,
-            on_thinking=listener.thinking,
-            # Only a run whose typed answer someone watches asks for it (see _loop).
-            on_tool_input=getattr(listener, "tool_input", None),
-        )
-        failure: ModelError | None = None
         try:
-            if not stream:
-                try:
-                    raw = await self._api.messages.with_raw_response.create(**params)
-                except ValueError as exc:
-                    # The SDK refuses, before sending, a whole response that could take
-                    # more than 10 minutes (a large max_tokens): streamed instead when
-                    # the choice was ours; else a mistake to state, not a bug that
-                    # crashes the agent.
-                    if self.stream is None:
-                        return await self._respond_once(params, model, listener, True)
-                    raise ModelError(f"stream=False cannot be used here: {exc}") from exc
-                _feed_whole(accumulator, raw.http_response.content)
-                return _response(accumulator, model)
-            events = await self._api.messages.create(**params, stream=True)
-            async with events:
-                read = _read_bedrock if self._bedrock else _read_sse
-                failure = await read(events.response, accumulator)
-        except anthropic.APIStatusError as exc:
-            raise _status_error(exc) from exc
-        except anthropic.APIConnectionError as exc:  # APITimeoutError too
-            cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
-            raise ModelError(f"{exc.message}{cause}", retryable=True) from exc
-        except httpx2.TransportError as exc:
-            # The SDK turns transport errors into APIConnectionError only while it sends
-            # the request; one that breaks the stream afterwards comes through as it is.
-            if failure is None:
-                raise ModelError(f"stream interrupted: {exc}", retryable=True) from exc
-        if failure is not None:
-            raise failure
-        if not accumulator.complete:
-            raise ModelError("stream interrupted: it ended before message_stop", retryable=True)
-        return _response(accumulator, model)
+            raw = await self._api.messages.with_raw_response.create(**params)
+        except ValueError as exc:
+            # The SDK refuses, before sending, a whole response that could take more
+            # than 10 minutes (a large max_tokens): streamed instead when the choice was
+            # ours; else a mistake to state, not a bug that crashes the agent.
+            if self.stream is None:
+                return await self._respond_once(params, model, listener, True)
+            raise ModelError(f"stream=False cannot be used here: {exc}") from exc
+        try:
+            accumulator.feed_message(json.loads(raw.http_response.content))
+        except MALFORMED as exc:
+            raise ModelError(
+                f"the API's answer is not a message: {malformed_detail(exc)}", retryable=True
+            ) from exc
+        return self._response(accumulator, model)
+
+    async def _read_stream(
+        self, params: dict[str, Any], reading: Reading[StreamAccumulator]
+    ) -> None:
+        events = await self._api.messages.create(**params, stream=True)
+        async with events:
+            read = _read_bedrock if self._bedrock else _read_sse
+            reading.failure = await read(events.response, reading.accumulator)
+
+    def _finished(self, accumulator: StreamAccumulator) -> bool:
+        return accumulator.complete
+
+    def _status_message(self, exc: anthropic.APIStatusError) -> str:
+        return exc.api_message or exc.message
 
 
-async def _read_sse(
-    response: httpx2.Response, accumulator: _codec.StreamAccumulator
-) -> ModelError | None:
+async def _read_sse(response: httpx2.Response, accumulator: StreamAccumulator) -> ModelError | None:
     """Feed the API's stream to the accumulator, reading it to its end; the failure it
     carried (an ``error`` event, a malformed event, a connection that broke), if any.
 
@@ -240,16 +212,7 @@ async def _read_sse(
                     retryable=True,
                 )
                 continue
-            try:
-                accumulator.feed(event)
-            except _MALFORMED as exc:
-                # An event that does not have the shape of the API's (a delta for a block
-                # never started, nesting no parser survives): a bad response to retry,
-                # not a bug of the agent's to crash it.
-                failure = _malformed(exc)
-                continue
-            if accumulator.error is not None:
-                failure = _stream_error(accumulator.error)
+            failure = _take(accumulator, event)
     except httpx2.TransportError as exc:
         # The SDK turns transport errors into APIConnectionError only while it sends the
         # request; one that breaks the stream afterwards comes through as it is.
@@ -257,7 +220,7 @@ async def _read_sse(
     return failure
 
 
-async def _read_bedrock(response: Any, accumulator: _codec.StreamAccumulator) -> ModelError | None:
+async def _read_bedrock(response: Any, accumulator: StreamAccumulator) -> ModelError | None:
     """Feed a Bedrock stream's events to the accumulator, reading it to its end; the
     failure it carried (an error, a malformed message), if any."""
     import httpx2
@@ -268,81 +231,62 @@ async def _read_bedrock(response: Any, accumulator: _codec.StreamAccumulator) ->
     async with aclosing(bedrock_events(response.aiter_bytes())) as events:
         try:
             async for event in events:
-                if failure is not None:
-                    continue
-                try:
-                    accumulator.feed(event)
-                except _MALFORMED as exc:
-                    failure = _malformed(exc)
-                    continue
-                if accumulator.error is not None:
-                    failure = _stream_error(accumulator.error)
-        except _MALFORMED as exc:  # a message that is not Bedrock's (framing, CRC, JSON)
+                if failure is None:
+                    failure = _take(accumulator, event)
+        except MALFORMED as exc:  # a message that is not Bedrock's (framing, CRC, JSON)
             return failure or _malformed(exc)
         except httpx2.TransportError as exc:
             return failure or ModelError(f"stream interrupted: {exc}", retryable=True)
     return failure
 
 
-def _feed_whole(accumulator: _codec.StreamAccumulator, body: bytes) -> None:
-    """Feed a whole (non-streamed) message to the accumulator, which reads its blocks as
-    it reads a stream's."""
+def _take(accumulator: StreamAccumulator, event: Mapping[str, Any]) -> ModelError | None:
+    """Feed one event to the accumulator; the failure it is, if any: an event that has
+    not the shape of the API's (a delta for a block never started, nesting no parser
+    survives), or an ``error`` event."""
     try:
-        accumulator.feed_message(json.loads(body))
-    except _MALFORMED as exc:
-        raise ModelError(
-            f"the API's answer is not a message: {_describe(exc)}", retryable=True
-        ) from exc
-
-
-_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, RecursionError):
-        return "it is nested too deeply to read"
-    return f"{type(exc).__name__}: {exc}"
+        accumulator.feed(event)
+    except MALFORMED as exc:
+        return _malformed(exc)
+    return None if accumulator.error is None else _stream_error(accumulator.error)
 
 
 def _malformed(exc: Exception) -> ModelError:
-    return ModelError(f"malformed response: {_describe(exc)}", retryable=True)
-
-
-def _response(accumulator: _codec.StreamAccumulator, model: str) -> ModelResponse:
-    """The response, checked as it may enter the history: a malformed one (content that
-    JSON cannot carry) is a retryable ModelError, as the API's own errors are. Its ids
-    are made unique by the loop, against the whole conversation (agents/_ids.py)."""
-    message = accumulator.result()
-    return checked_response(
-        ModelResponse(
-            content=message.content,
-            calls=tuple(ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses),
-            stop_reason=message.stop_reason,
-            usage=Usage(
-                input_tokens=message.input_tokens,
-                output_tokens=message.output_tokens,
-                cache_creation_input_tokens=message.cache_creation_input_tokens,
-                cache_read_input_tokens=message.cache_read_input_tokens,
-            ),
-            model=message.model or model,
-            id=message.id,
-        ),
-        fresh=True,
-    )
-
-
-def _status_error(exc: anthropic.APIStatusError) -> ModelError:
-    return ModelError(
-        exc.api_message or exc.message,
-        status=exc.status_code,
-        retryable=retryable_status(exc.status_code),
-        retry_after=retry_after_seconds(exc.response.headers),
-    )
+    return ModelError(f"malformed response: {malformed_detail(exc)}", retryable=True)
 
 
 def _stream_error(error: Mapping[str, Any]) -> ModelError:
     # An ``error`` event inside a stream that began with 200: its type tells what the
     # status would have been (an overloaded_error is a 529).
-    status = _codec.error_status(error.get("type"))
+    status = error_status(error.get("type"))
     message = str(error.get("message") or error.get("type") or "error event in the stream")
     return ModelError(message, status=status, retryable=retryable_status(status))
+
+
+# --- the provider of model strings without a prefix (_aliases.PROVIDERS) --------------
+
+
+def _build() -> AnthropicModel:
+    # The SDK's first import takes over a second and a client's SSL context some more:
+    # done in a worker thread, so that the first agent of a service to open does not
+    # stall every other task of the run meanwhile.
+    import anthropic
+
+    from ._pool import pooled_http_client
+
+    # Passed in, the client is not the model's to close: aclose() on a shared model
+    # (reached through AgentHandle.model) leaves it to the run's end.
+    return AnthropicModel(anthropic.AsyncAnthropic(http_client=pooled_http_client()))
+
+
+def _check_anthropic(agent: str | None, declared: str | None) -> None:
+    if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+        # Found as the agent starts, not as its first run crashes inside the SDK.
+        raise missing_api_key(agent, declared)
+
+
+ANTHROPIC = Provider(
+    ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"),
+    _check_anthropic,
+    lambda: _build(),  # looked up when called, so that it can be replaced (tests)
+)

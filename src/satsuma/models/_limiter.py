@@ -1,5 +1,5 @@
 """The limiter that enforces one configuration's ModelLimits for every agent sharing it
-(which agents share one, and the limits themselves, are ``_limits``'s).
+(the limits themselves are ``_limits``'s, which agents share one ``_run_limiters``').
 
 How a call goes through (the loop does it, around ``Model.respond``; see ``_loop``):
 
@@ -12,7 +12,9 @@ How a call goes through (the loop does it, around ``Model.respond``; see ``_loop
   waiting (``admit_nowait``): no checkpoint, no event.
 - Nothing is taken before the last check, and nothing awaited after it, so a waiter
   cancelled anywhere in the queue holds nothing; the permit is released in a
-  ``finally`` by its holder.
+  ``finally`` by its holder, or held as an async context manager, as trio's
+  ``CapacityLimiter`` is (``async with limiter.admit(cost) as permit:``), which
+  releases it however the block ends.
 - New limits (``reconfigure``) wake the first waiter whatever it waits for, a slot or
   a bucket's refill: raised limits let it go at once, lowered ones send it back to wait.
 - Rates are token buckets that hold a minute's allowance and refill continuously (the
@@ -25,16 +27,18 @@ How a call goes through (the loop does it, around ``Model.respond``; see ``_loop
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, final
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Self, final
 
 import attrs
 import trio
 
+from ._limits import ModelLimits
+
 if TYPE_CHECKING:
     from .._messages import Usage
-    from ._limits import ModelLimits
 
-__all__ = ["LimiterStatistics", "ModelLimiter", "Permit"]
+__all__ = ["Admission", "LimiterStatistics", "ModelLimiter", "Permit"]
 
 
 @final
@@ -82,7 +86,8 @@ class LimiterStatistics:
 
 @final
 class Permit:
-    """One call's admission: released once (by ``release``), however the call ends."""
+    """One call's admission: released once (by ``release``, or on leaving ``async with
+    permit:``), however the call ends."""
 
     __slots__ = ("_limiter", "cost", "released", "waited")
 
@@ -105,6 +110,37 @@ class Permit:
         if not self.released:
             self.released = True
             self._limiter._release()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+@final
+class Admission:
+    """A wait for a permit (``ModelLimiter.admit``): awaited, the permit, for its holder
+    to release; entered (``async with limiter.admit(cost) as permit:``), the permit,
+    released when the block exits. Cancelled while it waits, it has taken nothing."""
+
+    __slots__ = ("_cost", "_limiter", "_permit")
+
+    def __init__(self, limiter: ModelLimiter, cost: int) -> None:
+        self._limiter = limiter
+        self._cost = cost
+        self._permit: Permit | None = None
+
+    def __await__(self) -> Generator[Any, None, Permit]:
+        return self._limiter._admit(self._cost).__await__()
+
+    async def __aenter__(self) -> Permit:
+        self._permit = await self._limiter._admit(self._cost)
+        return self._permit
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._permit is not None:
+            self._permit.release()
 
 
 @final
@@ -200,11 +236,16 @@ class ModelLimiter:
             return None
         return self._take(cost, 0.0)
 
-    async def admit(self, cost: int) -> Permit:
-        """Wait in the queue, then for room; the permit, once there is.
+    def admit(self, cost: int) -> Admission:
+        """Wait in the queue, then for room; the permit, once there is: ``await
+        limiter.admit(cost)`` gives it to release, ``async with limiter.admit(cost) as
+        permit:`` holds it for the block.
 
         Cancellation-safe: a waiter cancelled anywhere here has taken nothing.
         """
+        return Admission(self, cost)
+
+    async def _admit(self, cost: int) -> Permit:
         started = trio.current_time()
         self._waiting += 1
         try:

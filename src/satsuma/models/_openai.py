@@ -14,30 +14,28 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, final
 
-from .. import _chat_codec
 from .._exceptions import ConfigurationError, ModelError
-from .._messages import Usage
-from ..tools import ToolCall
+from ._chat_codec import ChatAccumulator
+from ._chat_requests import UnsupportedContent, request_params
+from ._clients import Provider
 from ._limits import ModelLimits
-from ._model import ClientModel, ModelListener, ModelRequest, ModelResponse
-from ._responses import checked_response
-from ._retries import check_retry_settings, retry_after_seconds, retryable_status, retrying
+from ._model import ModelListener, ModelRequest, ModelResponse
+from ._retries import check_retry_settings, retryable_status
+from ._sdk_model import MALFORMED, Reading, SDKModel, check_limits, malformed_detail
 
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OpenAIModel"]
-
-_MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+__all__ = ["OPENAI", "OpenAIModel", "import_openai", "missing_openai_key"]
 
 
 @final
-class OpenAIModel(ClientModel):
+class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
     """The Model for an OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama,
     OpenRouter...).
 
@@ -71,6 +69,10 @@ class OpenAIModel(ClientModel):
             or the ``openai`` package is not installed.
     """
 
+    _SDK = "openai"
+    _ACCUMULATOR = ChatAccumulator
+    _UNFINISHED = "stream interrupted: it ended before a finish_reason"
+
     def __init__(
         self,
         client: openai.AsyncOpenAI | None = None,
@@ -89,35 +91,21 @@ class OpenAIModel(ClientModel):
                 'max_tokens_param must be "max_completion_tokens" or "max_tokens", '
                 f"got: {max_tokens_param!r}"
             )
-        if limits is not None and not isinstance(limits, ModelLimits):
-            raise TypeError(f"limits must be a satsuma.ModelLimits or None, got: {limits!r}")
+        check_limits(limits)
         sdk = import_openai()
-        self._owns_client = client is None
+        owns_client = client is None
         if client is None:
             if not os.environ.get("OPENAI_API_KEY"):
                 raise missing_openai_key()
             client = sdk.AsyncOpenAI()
-        self.client: openai.AsyncOpenAI = client
-        # A copy that shares the connection pool; retries are ours, each one reported.
-        self._api = self.client.with_options(max_retries=0)
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.jitter = jitter
-        self.stream = stream
         self.max_tokens_param = max_tokens_param
-        self.limits = limits
+        self._use(
+            client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
+        )
 
-    async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
-        """Send one request and return the assistant's response.
-
-        Raises:
-            ModelError: The endpoint refused the request (``retryable`` False), retries
-                ran out (``retryable`` True), or the conversation holds something Chat
-                Completions cannot carry (a document block, an Anthropic server tool).
-        """
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
         try:
-            params = _chat_codec.request_params(
+            return request_params(
                 model=request.model,
                 system=request.system,
                 messages=request.messages,
@@ -125,75 +113,56 @@ class OpenAIModel(ClientModel):
                 max_tokens=request.max_tokens,
                 max_tokens_param=self.max_tokens_param,
             )
-        except _chat_codec.UnsupportedContent as exc:
+        except UnsupportedContent as exc:
             raise ModelError(f"cannot send this conversation to Chat Completions: {exc}") from exc
-        stream = self.stream
-        if stream is None:
-            stream = bool(getattr(listener, "wants_deltas", True))
-        return await retrying(
-            self, partial(self._respond_once, params, request.model, listener, stream), listener
-        )
 
-    async def _respond_once(
-        self, params: dict[str, Any], model: str, listener: ModelListener, stream: bool
+    async def _whole(
+        self,
+        params: dict[str, Any],
+        model: str,
+        listener: ModelListener,
+        accumulator: ChatAccumulator,
     ) -> ModelResponse:
-        import httpx2
-        import openai
-
-        accumulator = _chat_codec.ChatAccumulator(
-            on_text=listener.text,
-            on_thinking=listener.thinking,
-            on_tool_input=getattr(listener, "tool_input", None),
-        )
-        failure: ModelError | None = None
+        raw = await self._api.chat.completions.with_raw_response.create(**params)
         try:
-            if not stream:
-                raw = await self._api.chat.completions.with_raw_response.create(**params)
+            accumulator.feed_completion(json.loads(raw.http_response.content))
+        except MALFORMED as exc:
+            raise _malformed("the answer is not a chat.completion", exc) from exc
+        return self._response(accumulator, model)
+
+    async def _read_stream(self, params: dict[str, Any], reading: Reading[ChatAccumulator]) -> None:
+        # The events are closed explicitly: a generator left suspended (on a cancel, say)
+        # would be finalised by the garbage collector, which trio warns about.
+        accumulator = reading.accumulator
+        async with (
+            self._api.chat.completions.with_streaming_response.create(
+                **params, stream=True, stream_options={"include_usage": True}
+            ) as response,
+            aclosing(_sse_data(response.iter_lines())) as events,
+        ):
+            async for data in events:
+                # Read to the end, past [DONE] and past a failure, so that the connection
+                # is left clean for the next request.
+                if reading.failure is not None or data.startswith("[DONE]"):
+                    continue
                 try:
-                    accumulator.feed_completion(json.loads(raw.http_response.content))
-                except _MALFORMED as exc:
-                    raise _malformed("the answer is not a chat.completion", exc) from exc
-                return _response(accumulator, model)
-            # The events are closed explicitly: a generator left suspended (on a
-            # cancel, say) would be finalised by the garbage collector, which trio warns
-            # about.
-            async with (
-                self._api.chat.completions.with_streaming_response.create(
-                    **params, stream=True, stream_options={"include_usage": True}
-                ) as response,
-                aclosing(_sse_data(response.iter_lines())) as events,
-            ):
-                async for data in events:
-                    # Read to the end, past [DONE] and past a failure, so that the
-                    # connection is left clean for the next request.
-                    if failure is not None or data.startswith("[DONE]"):
-                        continue
-                    try:
-                        accumulator.feed(json.loads(data))
-                    except _MALFORMED as exc:
-                        failure = _malformed("a stream chunk is malformed", exc)
-                        continue
-                    if accumulator.error is not None:
-                        failure = _stream_error(accumulator.error)
-        except openai.APIStatusError as exc:
-            raise ModelError(
-                _api_message(exc),
-                status=exc.status_code,
-                retryable=retryable_status(exc.status_code),
-                retry_after=retry_after_seconds(exc.response.headers),
-            ) from exc
-        except openai.APIConnectionError as exc:  # APITimeoutError too
-            cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
-            raise ModelError(f"{exc.message}{cause}", retryable=True) from exc
-        except httpx2.TransportError as exc:
-            # A stream that breaks after its headers comes through as the transport's.
-            if failure is None:
-                raise ModelError(f"stream interrupted: {exc}", retryable=True) from exc
-        if failure is not None:
-            raise failure
-        if not accumulator.finished:
-            raise ModelError("stream interrupted: it ended before a finish_reason", retryable=True)
-        return _response(accumulator, model)
+                    accumulator.feed(json.loads(data))
+                except MALFORMED as exc:
+                    reading.failure = _malformed("a stream chunk is malformed", exc)
+                    continue
+                if accumulator.error is not None:
+                    reading.failure = _stream_error(accumulator.error)
+
+    def _finished(self, accumulator: ChatAccumulator) -> bool:
+        return accumulator.finished
+
+    def _status_message(self, exc: openai.APIStatusError) -> str:
+        body = exc.body
+        if isinstance(body, dict):
+            message = body.get("message")
+            if isinstance(message, str) and message:
+                return message
+        return exc.message
 
 
 async def _sse_data(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
@@ -217,22 +186,8 @@ async def _sse_data(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
             await close()
 
 
-def _api_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        message = body.get("message")
-        if isinstance(message, str) and message:
-            return message
-    return exc.message
-
-
 def _malformed(what: str, exc: Exception) -> ModelError:
-    detail = (
-        "it is nested too deeply to read"
-        if isinstance(exc, RecursionError)
-        else f"{type(exc).__name__}: {exc}"
-    )
-    return ModelError(f"malformed response: {what} ({detail})", retryable=True)
+    return ModelError(f"malformed response: {what} ({malformed_detail(exc)})", retryable=True)
 
 
 def _stream_error(error: dict[str, Any]) -> ModelError:
@@ -242,25 +197,6 @@ def _stream_error(error: dict[str, Any]) -> ModelError:
     status = code if isinstance(code, int) and 400 <= code < 600 else None
     message = str(error.get("message") or "error in the stream")
     return ModelError(message, status=status, retryable=status is None or retryable_status(status))
-
-
-def _response(accumulator: _chat_codec.ChatAccumulator, model: str) -> ModelResponse:
-    message = accumulator.result()
-    return checked_response(
-        ModelResponse(
-            content=message.content,
-            calls=tuple(ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses),
-            stop_reason=message.stop_reason,
-            usage=Usage(
-                input_tokens=message.input_tokens,
-                output_tokens=message.output_tokens,
-                cache_read_input_tokens=message.cache_read_input_tokens,
-            ),
-            model=message.model or model,
-            id=message.id,
-        ),
-        fresh=True,
-    )
 
 
 def import_openai() -> Any:
@@ -287,3 +223,38 @@ def missing_openai_key(agent: str | None = None, model: str | None = None) -> Co
         "as vLLM or Ollama), and OPENAI_BASE_URL for an endpoint other than OpenAI's, or "
         "pass a model built with your own client: OpenAIModel(openai.AsyncOpenAI(...))",
     )
+
+
+# --- the provider of openai: model strings (_aliases.PROVIDERS) -------------------------
+
+
+def _build_openai() -> OpenAIModel:
+    from ._pool import ShardedTransport, _behind_a_proxy
+
+    openai = import_openai()
+    http_client = (
+        None if _behind_a_proxy() else openai.DefaultAsyncHttpxClient(transport=ShardedTransport())
+    )
+    return OpenAIModel(openai.AsyncOpenAI(http_client=http_client))
+
+
+def _check_openai(agent: str | None, declared: str | None) -> None:
+    import_openai()  # a ConfigurationError naming the extra, before anything else
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise missing_openai_key(agent, declared)
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    if base_url:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigurationError(
+                f"OPENAI_BASE_URL is not an http(s) URL: {base_url!r}",
+                "Set it to the endpoint's base, such as http://localhost:8000/v1 for vLLM "
+                "or http://localhost:11434/v1 for Ollama, or unset it for OpenAI's",
+            )
+
+
+OPENAI = Provider(
+    ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"),
+    _check_openai,
+    _build_openai,
+)

@@ -14,9 +14,9 @@ import trio
 import satsuma
 from satsuma import AnthropicModel
 from satsuma._messages import Message
-from satsuma.agents import ModelRequest
-from satsuma.agents._clients import shared_model
-from satsuma.agents._pool import PER_SHARD, SHARDS, ShardedTransport
+from satsuma.models import ModelRequest
+from satsuma.models._clients import shared_model
+from satsuma.models._pool import PER_SHARD, SHARDS, ShardedTransport
 from satsuma.testing import Failure, MessagesServer, Reply
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")

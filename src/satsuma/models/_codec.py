@@ -1,16 +1,20 @@
 """The Anthropic Messages API wire format: the one place that builds and parses its dicts.
 
 Everything else in satsuma works with its own attrs classes; only this module knows the
-shape of a tool definition, a ``tool_use`` block and a ``tool_result`` block on the wire,
-of a request's parameters, of an error body, and of a message and its stream events
-(read by AnthropicModel, written by the test server, so that the two agree).
-It imports nothing of satsuma so that every layer may use it, and not the SDK either,
-whose import takes seconds.
+shape of a request's parameters, of an error body, and of a message and its stream
+events (read by AnthropicModel, written by the test server, so that the two agree). The
+shapes satsuma's own conversation shares with tools (a tool definition, ``tool_use`` and
+``tool_result`` blocks) are the kernel's (``satsuma._shapes``). It imports nothing of
+satsuma, and not the SDK either, whose import takes seconds.
+
+One module past 500 lines, on purpose: it is the one place that knows the Messages
+API's dicts (STYLE.md), and what it writes (a message and its stream events, for the
+test server) and what it reads (the stream accumulator) must agree field for field,
+which they can be checked to do only side by side.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeAlias
@@ -21,73 +25,19 @@ __all__ = [
     "MessageLike",
     "StreamAccumulator",
     "StreamedMessage",
-    "anthropic_tool",
     "error_object",
     "error_status",
     "error_type",
     "message_object",
     "message_params",
-    "openai_function",
-    "parse_tool_use",
+    "no_delta",
+    "in_pieces",
     "plain",
     "request_params",
     "stream_events",
     "system_params",
     "tool_params",
-    "tool_result_block",
 ]
-
-
-def anthropic_tool(name: str, description: str, input_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """An Anthropic tool definition: ``{name, description, input_schema}``, a fresh copy
-    that the caller may change freely."""
-    return {
-        "name": name,
-        "description": description,
-        "input_schema": copy.deepcopy(dict(input_schema)),
-    }
-
-
-def openai_function(name: str, description: str, input_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI function-tool descriptor."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": copy.deepcopy(dict(input_schema)),
-        },
-    }
-
-
-def tool_result_block(tool_use_id: str, content: str | list[Any], is_error: bool) -> dict[str, Any]:
-    """A ``tool_result`` content block answering one ``tool_use``."""
-    return {
-        "type": "tool_result",
-        "tool_use_id": tool_use_id,
-        "content": content if isinstance(content, str) else [dict(block) for block in content],
-        "is_error": is_error,
-    }
-
-
-def parse_tool_use(block: object) -> tuple[str, str, object] | None:
-    """``(id, name, input)`` of a ``tool_use`` block, given as the SDK's ``ToolUseBlock``
-    (or any object with those attributes and ``type == "tool_use"``) or as a dict.
-
-    Returns None when ``block`` is not a tool_use block.
-    """
-    if isinstance(block, Mapping):
-        if "id" in block and "name" in block:
-            return block["id"], block["name"], block.get("input", {})
-        return None
-    if getattr(block, "type", None) in ("tool_use", "server_tool_use") or all(
-        hasattr(block, attr) for attr in ("id", "name", "input")
-    ):
-        try:
-            return block.id, block.name, block.input  # type: ignore[attr-defined]
-        except AttributeError:
-            return None
-    return None
 
 
 # --- Requests --------------------------------------------------------------------------
@@ -232,7 +182,8 @@ def message_object(
     }
 
 
-def _pieces(text: str, count: int) -> list[str]:
+def in_pieces(text: str, count: int) -> list[str]:
+    """``text`` in about ``count`` pieces, as a stream sends it."""
     size = max(1, -(-len(text) // count))
     return [text[start : start + size] for start in range(0, len(text), size)]
 
@@ -265,12 +216,12 @@ def stream_events(
         deltas: list[dict[str, Any]] = []
         if kind == "text":
             opening = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"], pieces)]
+            deltas = [{"type": "text_delta", "text": p} for p in in_pieces(block["text"], pieces)]
         elif kind == "thinking":
             opening = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [
                 {"type": "thinking_delta", "thinking": p}
-                for p in _pieces(block["thinking"], pieces)
+                for p in in_pieces(block["thinking"], pieces)
             ]
             deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
         elif kind == "tool_use":
@@ -279,7 +230,7 @@ def stream_events(
             if text is None:
                 text = json.dumps(block.get("input", {}))
             deltas = [
-                {"type": "input_json_delta", "partial_json": p} for p in _pieces(text, pieces)
+                {"type": "input_json_delta", "partial_json": p} for p in in_pieces(text, pieces)
             ]
         else:
             opening = plain(block)
@@ -329,8 +280,8 @@ class StreamedMessage:
     cache_read_input_tokens: int = 0
 
 
-def _no_delta(delta: str) -> None:
-    pass
+def no_delta(delta: str) -> None:
+    """A listener of deltas that ignores them."""
 
 
 class _TooDeep(Exception):
@@ -423,8 +374,8 @@ class StreamAccumulator:
         error: The ``error`` object of an ``error`` event (``{"type", "message"}``), or None.
     """
 
-    on_text: Callable[[str], None] = _no_delta
-    on_thinking: Callable[[str], None] = _no_delta
+    on_text: Callable[[str], None] = no_delta
+    on_thinking: Callable[[str], None] = no_delta
     on_tool_input: Callable[[str, str], None] | None = None
     complete: bool = attrs.field(default=False, init=False)
     error: dict[str, Any] | None = attrs.field(default=None, init=False)

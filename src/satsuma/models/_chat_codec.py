@@ -1,23 +1,16 @@
-"""The OpenAI Chat Completions wire format: the one place that builds and parses its dicts.
+"""The OpenAI Chat Completions wire format's answers: the one place that builds and parses
+a completion's dicts (a request's are ``_chat_requests``').
 
 satsuma keeps every conversation in the Anthropic Messages shape (``_codec``), whichever
 provider answers it, so that a history, a journal and a resume do not depend on the
-model. This module translates at the edge: a request's messages and tools into Chat
-Completions parameters, and a completion (whole, or as stream chunks) back into Anthropic
-content blocks. ``OpenAIModel`` reads with it and the test server writes with it, so the
-two agree. Like ``_codec`` it imports nothing of satsuma and not the SDK.
+model: ``_chat_requests`` translates a request's messages and tools into Chat
+Completions parameters, and this module a completion (whole, or as stream chunks) back
+into Anthropic content blocks. ``OpenAIModel`` reads with it and the test server writes
+with it, so the two agree. Like ``_codec`` it imports nothing of satsuma and not the SDK.
 
-What has no counterpart on the other side:
-
-- A ``tool_result``'s ``is_error``: Chat Completions' tool messages have no such field, so
-  the model reads it in the text, which begins ``Error: `` (satsuma's own failure texts
-  already do; a tool's ``("ok", content, True)`` gets the prefix here).
-- Images in a tool result: tool messages carry text only, so they follow in a user
-  message after the turn's tool messages.
-- Thinking blocks (from an Anthropic model earlier in the conversation) are left out: no
-  Chat Completions endpoint takes them back. Streamed reasoning (``reasoning_content`` or
-  ``reasoning``, which vLLM, DeepSeek and OpenRouter send) is reported as thinking
-  deltas but not kept.
+Streamed reasoning (``reasoning_content`` or ``reasoning``, which vLLM, DeepSeek and
+OpenRouter send) is reported as thinking deltas but not kept: no Chat Completions
+endpoint takes it back.
 """
 
 from __future__ import annotations
@@ -29,21 +22,15 @@ from typing import Any
 
 import attrs
 
-from ._codec import MessageLike, StreamedMessage
+from ._codec import StreamedMessage, in_pieces, no_delta
 
 __all__ = [
     "ChatAccumulator",
-    "UnsupportedContent",
-    "chat_messages",
-    "chat_tools",
     "completion_chunks",
     "completion_object",
     "error_body",
     "finish_reason",
-    "request_params",
 ]
-
-_ERROR_PREFIX = "Error: "
 
 # Chat Completions finish_reason -> the Messages API's stop_reason, which the loop and
 # the events speak. An unknown reason is kept as it is.
@@ -60,174 +47,6 @@ _FINISH_REASONS: dict[str, str] = {
     "max_tokens": "length",
     "refusal": "content_filter",
 }
-
-
-class UnsupportedContent(ValueError):
-    """A conversation holds something Chat Completions cannot carry."""
-
-
-# --- Requests --------------------------------------------------------------------------
-
-
-def chat_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Function tools from Anthropic tool definitions (``{name, description,
-    input_schema}``).
-
-    Raises:
-        UnsupportedContent: a definition of another kind (an Anthropic server tool).
-    """
-    out = []
-    for tool in tools:
-        if "input_schema" not in tool or tool.get("type", "custom") != "custom":
-            raise UnsupportedContent(
-                f"tool {tool.get('name')!r} is an Anthropic server tool "
-                f"({tool.get('type')!r}), which Chat Completions cannot call"
-            )
-        function: dict[str, Any] = {
-            "name": tool["name"],
-            "parameters": dict(tool["input_schema"]),
-        }
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def _image_part(block: Mapping[str, Any]) -> dict[str, Any]:
-    source = block.get("source") or {}
-    if source.get("type") == "base64":
-        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
-    elif source.get("type") == "url":
-        url = source.get("url", "")
-    else:
-        raise UnsupportedContent(f"an image whose source is {source.get('type')!r}")
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _user_parts(blocks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    for block in blocks:
-        kind = block.get("type")
-        if kind == "text":
-            if block.get("text"):
-                parts.append({"type": "text", "text": block["text"]})
-        elif kind == "image":
-            parts.append(_image_part(block))
-        else:
-            raise UnsupportedContent(f"a {kind!r} block in a user message")
-    return parts
-
-
-def _user_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    # Text alone goes as a plain string, which every compatible server takes (some local
-    # ones take no list of parts at all).
-    if all(part["type"] == "text" for part in parts):
-        return {"role": "user", "content": "\n\n".join(part["text"] for part in parts)}
-    return {"role": "user", "content": parts}
-
-
-def tool_message_text(content: str | Sequence[Mapping[str, Any]], is_error: bool) -> str:
-    """What the model reads in the tool message answering a call."""
-    if isinstance(content, str):
-        text = content
-    else:
-        text = "\n".join(block["text"] for block in content if block.get("type") == "text")
-    if is_error and not text.startswith(_ERROR_PREFIX):
-        text = _ERROR_PREFIX + text
-    return text
-
-
-def _user(message: MessageLike) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    images: list[dict[str, Any]] = []
-    rest: list[Mapping[str, Any]] = []
-    for block in message.content:
-        if block.get("type") != "tool_result":
-            rest.append(block)
-            continue
-        content = block.get("content", "")
-        out.append(
-            {
-                "role": "tool",
-                "tool_call_id": block["tool_use_id"],
-                "content": tool_message_text(content, bool(block.get("is_error"))),
-            }
-        )
-        if not isinstance(content, str):
-            pictures = [_image_part(part) for part in content if part.get("type") == "image"]
-            if pictures:
-                label = f"Images from the result of tool call {block['tool_use_id']}:"
-                images += [{"type": "text", "text": label}, *pictures]
-    parts = images + _user_parts(rest)
-    if parts:
-        out.append(_user_message(parts))
-    return out
-
-
-def _assistant(message: MessageLike) -> dict[str, Any] | None:
-    texts = []
-    calls = []
-    for block in message.content:
-        kind = block.get("type")
-        if kind == "text":
-            texts.append(block["text"])
-        elif kind == "tool_use":
-            calls.append(
-                {
-                    "id": block["id"],
-                    "type": "function",
-                    "function": {
-                        "name": block["name"],
-                        "arguments": json.dumps(block.get("input", {})),
-                    },
-                }
-            )
-        # Thinking and Anthropic server blocks have no counterpart: left out.
-    if not texts and not calls:
-        return None
-    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if calls:
-        out["tool_calls"] = calls
-    return out
-
-
-def chat_messages(system: str | None, messages: Iterable[MessageLike]) -> list[dict[str, Any]]:
-    """The ``messages`` parameter for a system prompt and a conversation.
-
-    Raises:
-        UnsupportedContent: a block Chat Completions cannot carry (a document, say).
-    """
-    out: list[dict[str, Any]] = []
-    if system:
-        out.append({"role": "system", "content": system})
-    for message in messages:
-        if message.role == "user":
-            out += _user(message)
-        else:
-            assistant = _assistant(message)
-            if assistant is not None:
-                out.append(assistant)
-    return out
-
-
-def request_params(
-    *,
-    model: str,
-    system: str | None,
-    messages: Iterable[MessageLike],
-    tools: Iterable[Mapping[str, Any]] = (),
-    max_tokens: int,
-    max_tokens_param: str = "max_completion_tokens",
-) -> dict[str, Any]:
-    """Keyword arguments for ``client.chat.completions.create`` (without ``stream``)."""
-    params: dict[str, Any] = {
-        "model": model,
-        "messages": chat_messages(system, messages),
-        max_tokens_param: max_tokens,
-    }
-    if definitions := chat_tools(tools):
-        params["tools"] = definitions
-    return params
 
 
 # --- Errors ----------------------------------------------------------------------------
@@ -283,6 +102,11 @@ def _calls_of(
     ]
 
 
+def _head(kind: str, id: str, model: str, created: int) -> dict[str, Any]:
+    """The fields a completion and each of its chunks begin with."""
+    return {"id": id, "object": kind, "created": created, "model": model}
+
+
 def completion_object(
     *,
     id: str,
@@ -302,10 +126,7 @@ def completion_object(
     if calls:
         message["tool_calls"] = calls
     return {
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
+        **_head("chat.completion", id, model, created),
         "choices": [
             {
                 "index": 0,
@@ -316,11 +137,6 @@ def completion_object(
         ],
         "usage": _usage_object(usage),
     }
-
-
-def _pieces(text: str, count: int) -> list[str]:
-    size = max(1, -(-len(text) // count))
-    return [text[start : start + size] for start in range(0, len(text), size)]
 
 
 def completion_chunks(
@@ -339,18 +155,14 @@ def completion_chunks(
     them: text and each call's arguments in about ``pieces`` deltas, then the finish
     reason, then (``include_usage``) a chunk with the usage and no choices."""
 
+    head = _head("chat.completion.chunk", id, model, created)
+
     def chunk(delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
-        }
+        return {**head, "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}]}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     text = "".join(block["text"] for block in content if block.get("type") == "text")
-    chunks += [chunk({"content": piece}) for piece in _pieces(text, pieces)]
+    chunks += [chunk({"content": piece}) for piece in in_pieces(text, pieces)]
     for index, call in enumerate(_calls_of(content, raw_arguments or {})):
         function = call["function"]
         opening = {"id": call["id"], "type": "function", "function": {"name": function["name"]}}
@@ -358,28 +170,15 @@ def completion_chunks(
         chunks.append(chunk({"tool_calls": [{"index": index, **opening}]}))
         chunks += [
             chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            for piece in _pieces(function["arguments"], pieces)
+            for piece in in_pieces(function["arguments"], pieces)
         ]
     chunks.append(chunk({}, finish_reason(stop_reason)))
     if include_usage:
-        chunks.append(
-            {
-                "id": id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": _usage_object(usage),
-            }
-        )
+        chunks.append({**head, "choices": [], "usage": _usage_object(usage)})
     return chunks
 
 
 # --- Reading a completion --------------------------------------------------------------
-
-
-def _no_delta(delta: str) -> None:
-    pass
 
 
 _call_numbers = itertools.count(1)
@@ -409,8 +208,8 @@ class ChatAccumulator:
         error: The ``error`` object of an error sent inside the stream, or None.
     """
 
-    on_text: Callable[[str], None] = _no_delta
-    on_thinking: Callable[[str], None] = _no_delta
+    on_text: Callable[[str], None] = no_delta
+    on_thinking: Callable[[str], None] = no_delta
     on_tool_input: Callable[[str, str], None] | None = None
     finished: bool = attrs.field(default=False, init=False)
     error: dict[str, Any] | None = attrs.field(default=None, init=False)

@@ -1,0 +1,76 @@
+"""Models: the Model interface and every provider that answers it.
+
+A ``Model`` takes a ``ModelRequest`` and returns a ``ModelResponse`` (``_model``).
+``AnthropicModel`` answers on Anthropic's API, or on Claude's Bedrock and Vertex AI
+clients (``_clouds``); ``OpenAIModel`` on any OpenAI-compatible Chat Completions
+endpoint. Both are an ``SDKModel`` (``_sdk_model``) that speaks its wire through a codec
+of its own (``_codec``; ``_chat_requests`` and ``_chat_codec``), retries with the same
+policy (``_retries``) and checks its responses (``_responses``); the agent loop sends
+each call through the limiter of its configuration (``_limits``, ``_limiter``,
+``_run_limiters``). An agent that names its model by a string gets a model shared per
+trio run and configuration (``_clients``, ``_pool``).
+
+Adding a provider is one new module and one line: the module defines the Model and a
+``_clients.Provider`` (how its shared model is checked and built from the environment;
+``_openai.OPENAI`` is one), and one line in ``_aliases.PROVIDERS`` maps the model
+strings' prefix to it.
+
+This room imports only satsuma's shared kernel (messages, shapes, exceptions, text)
+and what ``satsuma.tools`` exports of a tool call (``ToolCall``, and the JSON gate its
+inputs pass); users import its public names from ``satsuma``.
+"""
+
+from ._aliases import MODEL_ALIASES as MODEL_ALIASES
+from ._aliases import model_problem as model_problem
+from ._aliases import resolve_model as resolve_model
+from ._anthropic import AnthropicModel as AnthropicModel
+from ._chat_codec import completion_chunks as completion_chunks
+from ._chat_codec import completion_object as completion_object
+from ._chat_codec import error_body as error_body
+from ._clients import shared_model as shared_model
+from ._codec import error_object as error_object
+from ._codec import error_type as error_type
+from ._codec import message_object as message_object
+from ._codec import stream_events as stream_events
+from ._limiter import ModelLimiter as ModelLimiter
+from ._limiter import Permit as Permit
+from ._limits import ModelLimits as ModelLimits
+from ._limits import estimate_input_tokens as estimate_input_tokens
+from ._model import Model as Model
+from ._model import ModelListener as ModelListener
+from ._model import ModelRequest as ModelRequest
+from ._model import ModelResponse as ModelResponse
+from ._openai import OpenAIModel as OpenAIModel
+from ._responses import checked_response as checked_response
+from ._run_limiters import limiter_for as limiter_for
+from ._run_limiters import set_model_limits as set_model_limits
+
+__all__ = [
+    "MODEL_ALIASES",
+    "AnthropicModel",
+    "Model",
+    "ModelLimits",
+    "ModelListener",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIModel",
+    "set_model_limits",
+    # For the other rooms of satsuma, not for users (not in DESIGN.md): what the agent
+    # loop needs to resolve, share, limit and check a model's calls, and the wire
+    # codecs' writers that satsuma.testing's loopback servers answer with.
+    "ModelLimiter",
+    "Permit",
+    "checked_response",
+    "completion_chunks",
+    "completion_object",
+    "error_body",
+    "error_object",
+    "error_type",
+    "estimate_input_tokens",
+    "limiter_for",
+    "message_object",
+    "model_problem",
+    "resolve_model",
+    "shared_model",
+    "stream_events",
+]
