@@ -42,7 +42,16 @@ from typing import Final
 
 import attrs
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "Lease", "Owner", "holder_gone", "owner_text"]
+from .._exceptions import StoreError
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "Lease",
+    "Owner",
+    "holder_gone",
+    "owner_text",
+    "refuse_takeover",
+]
 
 DEFAULT_LEASE_SECONDS: Final = 30.0
 """How long a lease lasts unless renewed (its holder renews it every third of that)."""
@@ -205,3 +214,30 @@ def owner_text(holder: Owner) -> str:
         " (this process)" if holder.pid == os.getpid() and pid_means_a_process_here(holder) else ""
     )
     return f"process {holder.pid} on host {holder.host}{here}"
+
+
+def refuse_takeover(
+    where: str,
+    agent_id: str,
+    owner: Owner,
+    holder: Owner | None,
+    expires_at: float,
+    *,
+    now: float | None = None,
+) -> None:
+    """Refuse ``owner`` the agent while another holder that is not gone has it (``holder``:
+    None when no one does), in the words every store says it.
+
+    Raises:
+        StoreError: another owner holds it and is not gone; the message names it.
+    """
+    if (
+        holder is not None
+        and holder.owner_id != owner.owner_id
+        and not holder_gone(holder, expires_at, now=now)
+    ):
+        raise StoreError(
+            where,
+            f"agent {agent_id!r} is already open in {owner_text(holder)}; an agent has "
+            "one owner at a time (close it there first, or use another agent_id)",
+        )
