@@ -29,24 +29,32 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import select
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import attrs
 import trio
 
-from .._exceptions import LeaseLost, StoreClosed, StoreError, StoreUnavailable, StoreUnreadable
-from ._dialect import NOW, POSTGRES
-from ._lease import Lease, Owner, refuse_takeover
-from ._link import Link, Network, Ticket, run_abandonable
+from .._exceptions import StoreClosed, StoreError, StoreUnavailable, StoreUnreadable
+from ._dialect import POSTGRES
+from ._lease import Lease, Owner
+from ._link import (
+    Link,
+    Network,
+    Ticket,
+    close_all,
+    limit_transactions,
+    run_abandonable,
+    said_goodbye,
+)
 from ._postgres_errors import error, first_line, location, refused_connection
+from ._postgres_lease import renew, send_check, take, verify
 from ._postgres_retention import prune
 from ._retention import PruneReport
 from ._rows import Damaged
 from ._schema import POSTGRES_MIGRATIONS, POSTGRES_SCHEMA_VERSION, upgrade
-from ._sql import LEASE_ROW, SQLStore, lease_lost
+from ._sql import SQLStore
 
 if TYPE_CHECKING:
     import psycopg
@@ -67,7 +75,6 @@ _INSTALL_HINT: Final = (
     "PostgresStore needs psycopg 3, an optional dependency of satsuma: "
     "pip install 'satsuma[postgres]'"
 )
-_LEASE_ROW_FOR_SHARE: Final = POSTGRES.sql(LEASE_ROW) + " FOR SHARE"
 
 
 def _check_driver() -> None:
@@ -241,7 +248,7 @@ class PostgresStore(SQLStore):
                 self._closed = True
                 idle, self._idle = self._idle, []
             if idle:
-                await trio.to_thread.run_sync(_close_all, idle, limiter=self._limiter)
+                await trio.to_thread.run_sync(close_all, idle, limiter=self._limiter)
 
     # --- connections (these run in worker threads) ---------------------------------------
 
@@ -275,7 +282,7 @@ class PostgresStore(SQLStore):
         link = self.connect()
         link.connection.prepare_threshold = self._prepare_threshold
         try:
-            _limit_transactions(link.connection, self._transaction_timeout_ms)
+            limit_transactions(link.connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
             link.close()
             raise StoreUnavailable(
@@ -299,7 +306,7 @@ class PostgresStore(SQLStore):
                 if not self._idle:
                     break
                 link = self._idle.pop()
-            if not _said_goodbye(link.connection):
+            if not said_goodbye(link.connection):
                 return link, True
             link.close()
         if self._closed:
@@ -329,7 +336,7 @@ class PostgresStore(SQLStore):
     def _drop_idle(self) -> None:
         with self._idle_lock:
             idle, self._idle = self._idle, []
-        _close_all(idle)
+        close_all(idle)
 
     def _prepare(self, ticket: Ticket) -> None:
         import psycopg
@@ -338,7 +345,7 @@ class PostgresStore(SQLStore):
         connection = link.connection
         try:
             # A migration may take long (an index on a big table): it has no time limit.
-            _limit_transactions(connection, 0)
+            limit_transactions(connection, 0)
             row = connection.execute("SHOW server_encoding").fetchone()
             encoding = row[0] if row else None
             if isinstance(encoding, bytes):  # as psycopg hands back text under SQL_ASCII
@@ -361,7 +368,7 @@ class PostgresStore(SQLStore):
                     POSTGRES_MIGRATIONS,
                     "INSERT INTO satsuma_schema (version) VALUES (%s)",
                 )
-            _limit_transactions(connection, self._transaction_timeout_ms)
+            limit_transactions(connection, self._transaction_timeout_ms)
         except psycopg.Error as exc:
             lost = connection.broken
             ticket.release(link)
@@ -392,13 +399,13 @@ class PostgresStore(SQLStore):
                     # which are read when needed, so a write is two round trips (up to
                     # its first read; the rest and COMMIT) rather than one per statement.
                     with connection.pipeline(), connection.transaction():
-                        check = self._send_lease_check(connection, lease)
+                        check = send_check(connection, lease)
                         try:
                             result = work(connection)
                         finally:
                             # Before COMMIT is sent: a refused lease rolls it all back.
                             if check is not None:
-                                self._verify_lease(check, lease)
+                                verify(self.location, check, lease)
                         committing = True
                 else:
                     result = work(connection)
@@ -459,124 +466,21 @@ class PostgresStore(SQLStore):
             on_abandon=abandoned,
         )
 
-    # --- ownership ----------------------------------------------------------------------
-
-    # --- ownership ----------------------------------------------------------------------
-
-    def _refusal(self, db: psycopg.Connection[Any], lease: Lease) -> LeaseLost:
-        row = db.execute(POSTGRES.sql(LEASE_ROW), (lease.agent_id,)).fetchone()
-        refused = lease_lost(self.location, lease, row)
-        assert refused is not None  # asked because the lease did not hold
-        return refused
-
-    def _send_lease_check(
-        self, db: psycopg.Connection[Any], lease: Lease | None
-    ) -> psycopg.Cursor[Any] | None:
-        if lease is None:
-            return None
-        # FOR SHARE: a takeover (which locks the row FOR UPDATE) waits until this write
-        # committed, and a write that comes after the takeover sees the new epoch.
-        return db.execute(_LEASE_ROW_FOR_SHARE, (lease.agent_id,))
-
-    def _verify_lease(self, check: psycopg.Cursor[Any], lease: Lease | None) -> None:
-        assert lease is not None
-        refused = lease_lost(self.location, lease, check.fetchone())
-        if refused is not None:
-            raise refused
+    # --- ownership (the statements are _postgres_lease's) --------------------------------
 
     async def _take_lease(self, agent_id: str, owner: Owner, seconds: float) -> Lease:
-        def work(db: psycopg.Connection[Any]) -> Lease:
-            # A row first (epoch 0, no holder), so that two first takers queue on its lock.
-            db.execute(
-                "INSERT INTO leases (agent_id, owner_id, pid, host, process_start, epoch, "
-                "expires_at) VALUES (%s, NULL, 0, '', '', 0, 0) ON CONFLICT (agent_id) DO NOTHING",
-                (agent_id,),
-            )
-            row = db.execute(
-                "SELECT owner_id, pid, host, process_start, epoch, expires_at, "
-                f"{NOW}, host_id FROM leases WHERE agent_id = %s FOR UPDATE",
-                (agent_id,),
-            ).fetchone()
-            assert row is not None  # inserted above, and never deleted
-            holder_id, pid, host, process_start, epoch, expires_at, now, host_id = row
-            if holder_id is not None:
-                holder = Owner(
-                    owner_id=holder_id,
-                    pid=pid,
-                    host=host,
-                    process_start=process_start,
-                    host_id=host_id,
-                )
-                refuse_takeover(self.location, agent_id, owner, holder, expires_at, now=now)
-            lease = Lease(agent_id=agent_id, owner=owner, epoch=epoch + 1, expires_at=now + seconds)
-            db.execute(
-                "UPDATE leases SET owner_id = %s, pid = %s, host = %s, process_start = %s, "
-                "epoch = %s, expires_at = %s, host_id = %s WHERE agent_id = %s",
-                (
-                    owner.owner_id,
-                    owner.pid,
-                    owner.host,
-                    owner.process_start,
-                    lease.epoch,
-                    lease.expires_at,
-                    owner.host_id,
-                    agent_id,
-                ),
-            )
-            return lease
-
-        return await self._call(work)
+        return await self._call(lambda db: take(db, self.location, agent_id, owner, seconds))
 
     async def renew_lease(self, lease: Lease, *, seconds: float) -> Lease:
-        def work(db: psycopg.Connection[Any]) -> float:
-            row = db.execute(
-                f"UPDATE leases SET expires_at = {NOW} + %s WHERE agent_id = %s "
-                "AND owner_id = %s AND epoch = %s RETURNING expires_at",
-                (seconds, lease.agent_id, lease.owner.owner_id, lease.epoch),
-            ).fetchone()
-            if row is None:
-                raise self._refusal(db, lease)
-            expires_at: float = row[0]
-            return expires_at
-
-        return attrs.evolve(lease, expires_at=await self._call(work, transaction=False))
+        expires_at = await self._call(
+            lambda db: renew(db, self.location, lease, seconds), transaction=False
+        )
+        return attrs.evolve(lease, expires_at=expires_at)
 
     # --- retention --------------------------------------------------------------------------
 
     async def _prune(self, older_than: float, *, conversations: bool, dry_run: bool) -> PruneReport:
         return await prune(self, older_than, conversations=conversations, dry_run=dry_run)
-
-
-def _limit_transactions(connection: psycopg.Connection[Any], ms: int) -> None:
-    """Have the server end the session's transactions unfinished after ``ms`` (0: no
-    limit). Set on the session rather than in the DSN's options, which stay the user's.
-    A transaction in pipeline mode whose client stopped sending counts as active, not
-    idle: only transaction_timeout (PostgreSQL 17) ends it."""
-    timeouts = "set_config('idle_in_transaction_session_timeout', %(ms)s, false)"
-    if connection.info.server_version >= 170000:
-        timeouts += ", set_config('transaction_timeout', %(ms)s, false)"
-    connection.execute(f"SELECT {timeouts}", {"ms": str(ms)})
-
-
-def _said_goodbye(connection: psycopg.Connection[Any]) -> bool:
-    """Whether an idle connection has something to read: nothing is due on one, so it is
-    the server's last words (a shutdown, a restart, a terminated backend) or its EOF."""
-    if connection.closed or connection.broken:
-        return True
-    try:
-        if hasattr(select, "poll"):  # select.select refuses descriptors past 1023
-            poller = select.poll()
-            poller.register(connection.fileno(), select.POLLIN)
-            return bool(poller.poll(0))
-        readable, _, _ = select.select([connection.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
-
-
-def _close_all(links: Sequence[Link]) -> None:
-    for link in links:
-        link.close()
 
 
 class _Abandoned(Exception):

@@ -42,7 +42,7 @@ from ._rows import (
     usage_json,
 )
 
-__all__ = ["LEASE_ROW", "SQLStore", "lease_lost"]
+__all__ = ["LEASE_ROW", "SQLStore", "lease_holds", "lease_lost"]
 
 T = TypeVar("T")
 
@@ -74,11 +74,14 @@ _CALL: Final = (
 )
 
 
-def lease_lost(where: str, lease: Lease, row: Sequence[Any] | None) -> LeaseLost | None:
-    """None when ``row`` (of ``LEASE_ROW``) says ``lease`` is still the agent's current
-    one; else the refusal of a write made under it."""
-    if row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch:
-        return None
+def lease_holds(lease: Lease, row: Sequence[Any] | None) -> bool:
+    """Whether ``row`` (of ``LEASE_ROW``) says ``lease`` is still the agent's current one."""
+    return row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch
+
+
+def lease_lost(where: str, lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
+    """The refusal of a write made under ``lease``, which ``row`` (of ``LEASE_ROW``) says
+    is no longer the agent's current one."""
     if row is None or row[0] is None:
         now = "no one holds it now"
     else:

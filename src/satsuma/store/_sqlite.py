@@ -25,7 +25,7 @@ from ._lease import Lease, Owner, refuse_takeover
 from ._retention import PruneReport
 from ._rows import Damaged
 from ._schema import SQLITE_MIGRATIONS, SQLITE_SCHEMA_VERSION, upgrade
-from ._sql import LEASE_ROW, SQLStore, lease_lost
+from ._sql import LEASE_ROW, SQLStore, lease_holds, lease_lost
 from ._sqlite_retention import prune
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -231,11 +231,9 @@ class SQLiteStore(SQLStore):
     # --- ownership ----------------------------------------------------------------------
 
     def _check_lease(self, db: sqlite3.Connection, lease: Lease) -> None:
-        refused = lease_lost(
-            self._where, lease, db.execute(LEASE_ROW, (lease.agent_id,)).fetchone()
-        )
-        if refused is not None:
-            raise refused
+        row = db.execute(LEASE_ROW, (lease.agent_id,)).fetchone()
+        if not lease_holds(lease, row):
+            raise lease_lost(self._where, lease, row)
 
     async def _take_lease(self, agent_id: str, owner: Owner, seconds: float) -> Lease:
         def work(db: sqlite3.Connection) -> Lease:
