@@ -15,6 +15,7 @@ import trio
 from .._exceptions import LeaseLost, StoreClosed, StoreError
 from .._messages import Message, Usage
 from ..store import (
+    DEFAULT_LEASE_SECONDS,
     ApprovalDecision,
     JournalEntry,
     Lease,
@@ -24,7 +25,6 @@ from ..store import (
     RunRecordStatus,
     Store,
 )
-from ..store._lease import DEFAULT_LEASE_SECONDS
 from ..tools import PendingCall, ToolCall, ToolOutcome
 from ..tools._results import INTERRUPTED_TEXT, denied_text, error_outcome
 from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_json

@@ -16,9 +16,8 @@ from ..agents import Agent, RunResult
 from ..agents._actor import new_run_id
 from ..agents._agent import spec_of
 from ..agents._result import NO_ANSWER, OutputT
-from ..store import PostgresStore
-from ..store import _queue as queue
-from ..store._queue import QueuedRun, QueuedRunStatus
+from ..store import PostgresStore, QueuedRun, QueuedRunStatus
+from ..store import run_queue as queue
 from ._events import EventStream
 from ._results import encode_result, queued_result, result_from_record
 from ._shared_listen import subscribe

@@ -39,9 +39,8 @@ from ..agents import (
     TurnEnd,
 )
 from ..agents._jsonlog import _line
-from ..store import PostgresStore
-from ..store import _queue as queue
-from ..store._run_events import channel_for, read_events
+from ..store import PostgresStore, channel_for, read_events
+from ..store import run_queue as queue
 from ..tools import (
     ApprovalDecided,
     ApprovalRequested,

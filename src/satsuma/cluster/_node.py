@@ -38,9 +38,8 @@ from .._text import MESSAGE_LIMIT, describe_exception
 from ..agents import Agent, AgentHandle, Model, RunResult, open_agent
 from ..agents._agent import spec_of
 from ..agents._handle import resume_with_id, run_with_id
-from ..store import PostgresStore
-from ..store import _queue as queue
-from ..store._queue import QueuedRun, QueuedRunStatus
+from ..store import PostgresStore, QueuedRun, QueuedRunStatus
+from ..store import run_queue as queue
 from ._listen import Listener
 from ._recording import EventLog, RunRecorder, expire_ended
 from ._results import encode_result, failed_result, result_from_record

@@ -12,8 +12,7 @@ from ..agents import RunResult, RunStatus
 from ..agents._output import OutputSpec, output_to_json
 from ..agents._persist import run_part, stored_answer
 from ..agents._result import NO_ANSWER, raw_output
-from ..store import RunRecord
-from ..store._queue import QueuedRun
+from ..store import QueuedRun, RunRecord
 from ..tools import PendingCall
 
 __all__ = [

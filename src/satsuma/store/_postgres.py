@@ -50,7 +50,6 @@ from ._link import (
 )
 from ._postgres_errors import error, first_line, location, refused_connection
 from ._postgres_lease import renew, send_check, take, verify
-from ._postgres_retention import prune
 from ._retention import PruneReport
 from ._rows import Damaged
 from ._schema import POSTGRES_MIGRATIONS, POSTGRES_SCHEMA_VERSION, upgrade
@@ -480,6 +479,8 @@ class PostgresStore(SQLStore):
     # --- retention --------------------------------------------------------------------------
 
     async def _prune(self, older_than: float, *, conversations: bool, dry_run: bool) -> PruneReport:
+        from ._postgres_retention import prune  # the cluster's tables too: loaded when used
+
         return await prune(self, older_than, conversations=conversations, dry_run=dry_run)
 
 
