@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._exceptions import LeaseLost
 from ._dialect import NOW, POSTGRES
-from ._lease import Lease, Owner, refuse_takeover
-from ._sql import LEASE_ROW, lease_holds, lease_lost
+from ._lease import LEASE_ROW, Lease, Owner, lease_holds, lease_lost, next_epoch
 
 if TYPE_CHECKING:
     import psycopg
@@ -50,22 +49,14 @@ def take(
         (agent_id,),
     )
     row = db.execute(
-        "SELECT owner_id, pid, host, process_start, epoch, expires_at, "
-        f"{NOW}, host_id FROM leases WHERE agent_id = %s FOR UPDATE",
+        "SELECT owner_id, pid, host, process_start, epoch, expires_at, host_id, "
+        f"{NOW} FROM leases WHERE agent_id = %s FOR UPDATE",
         (agent_id,),
     ).fetchone()
     assert row is not None  # inserted above, and never deleted
-    holder_id, pid, host, process_start, epoch, expires_at, now, host_id = row
-    if holder_id is not None:
-        holder = Owner(
-            owner_id=holder_id,
-            pid=pid,
-            host=host,
-            process_start=process_start,
-            host_id=host_id,
-        )
-        refuse_takeover(where, agent_id, owner, holder, expires_at, now=now)
-    lease = Lease(agent_id=agent_id, owner=owner, epoch=epoch + 1, expires_at=now + seconds)
+    now: float = row[-1]
+    epoch = next_epoch(where, agent_id, owner, row[:-1], now=now)
+    lease = Lease(agent_id=agent_id, owner=owner, epoch=epoch, expires_at=now + seconds)
     db.execute(
         "UPDATE leases SET owner_id = %s, pid = %s, host = %s, process_start = %s, "
         "epoch = %s, expires_at = %s, host_id = %s WHERE agent_id = %s",

@@ -19,11 +19,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, Self, TypeVar
 
-from .._exceptions import LeaseLost, StoreError
+from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._base import BaseStore
 from ._dialect import Connection, Dialect, executemany
-from ._lease import Lease, Owner, let_go, owner_text
+from ._lease import Lease, let_go
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -42,14 +42,9 @@ from ._rows import (
     usage_json,
 )
 
-__all__ = ["LEASE_ROW", "SQLStore", "lease_holds", "lease_lost"]
+__all__ = ["SQLStore"]
 
 T = TypeVar("T")
-
-LEASE_ROW: Final = (
-    "SELECT owner_id, pid, host, process_start, epoch, host_id FROM leases WHERE agent_id = ?"
-)
-"""The agent's lease row, as ``lease_lost`` reads it."""
 
 _INTERRUPT: Final = (
     "UPDATE runs SET status = 'interrupted' WHERE agent_id = ? AND status = 'running'"
@@ -72,28 +67,6 @@ _CALL_NUMBERED: Final = (
 _CALL: Final = (
     "INSERT INTO tool_calls (run_id, tool_use_id, tool_name, input) VALUES (?, ?, ?, ?)" + _AGAIN
 )
-
-
-def lease_holds(lease: Lease, row: Sequence[Any] | None) -> bool:
-    """Whether ``row`` (of ``LEASE_ROW``) says ``lease`` is still the agent's current one."""
-    return row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch
-
-
-def lease_lost(where: str, lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
-    """The refusal of a write made under ``lease``, which ``row`` (of ``LEASE_ROW``) says
-    is no longer the agent's current one."""
-    if row is None or row[0] is None:
-        now = "no one holds it now"
-    else:
-        holder = Owner(
-            owner_id=row[0], pid=row[1], host=row[2], process_start=row[3], host_id=row[5]
-        )
-        now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
-    return LeaseLost(
-        where,
-        f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
-        f"{lease.epoch}) was refused; {now}",
-    )
 
 
 class SQLStore(BaseStore):

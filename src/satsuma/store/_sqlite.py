@@ -21,11 +21,11 @@ import trio
 
 from .._exceptions import StoreClosed, StoreError, StoreUnavailable, StoreUnreadable
 from ._dialect import SQLITE
-from ._lease import Lease, Owner, refuse_takeover
+from ._lease import LEASE_ROW, Lease, Owner, lease_holds, lease_lost, next_epoch
 from ._retention import PruneReport
 from ._rows import Damaged
 from ._schema import SQLITE_MIGRATIONS, SQLITE_SCHEMA_VERSION, upgrade
-from ._sql import LEASE_ROW, SQLStore, lease_holds, lease_lost
+from ._sql import SQLStore
 from ._sqlite_retention import prune
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -242,19 +242,7 @@ class SQLiteStore(SQLStore):
                 "FROM leases WHERE agent_id = ?",
                 (agent_id,),
             ).fetchone()
-            epoch = 1
-            if row is not None:
-                holder_id, pid, host, process_start, epoch, expires_at, host_id = row
-                epoch += 1
-                if holder_id is not None:
-                    holder = Owner(
-                        owner_id=holder_id,
-                        pid=pid,
-                        host=host,
-                        process_start=process_start,
-                        host_id=host_id,
-                    )
-                    refuse_takeover(self._where, agent_id, owner, holder, expires_at)
+            epoch = next_epoch(self._where, agent_id, owner, row)
             lease = Lease(
                 agent_id=agent_id, owner=owner, epoch=epoch, expires_at=time.time() + seconds
             )
