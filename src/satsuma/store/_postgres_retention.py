@@ -101,48 +101,55 @@ def _counts(db: psycopg.Connection[Any], cut: float, conversations: bool) -> Pru
     )
 
 
-def _runs_batch(cut: float, after: str, db: psycopg.Connection[Any]) -> tuple[PruneReport, str]:
-    """One batch of ended run records with their journals and approvals, and the run_id
-    to go on after ("" when done)."""
-    row = db.execute(
-        "WITH doomed AS (SELECT run_id FROM runs WHERE run_id > %(after)s AND "
-        f"{_ENDED_BEFORE} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
-        "calls AS (DELETE FROM tool_calls WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1), "
-        "approved AS (DELETE FROM approvals WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1), "
-        "gone AS (DELETE FROM runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 1) "
-        "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM calls), "
-        "(SELECT count(*) FROM approved), (SELECT count(*) FROM doomed), "
-        "(SELECT max(run_id) FROM doomed)",
-        {"after": after, "cut": cut, "batch": PRUNE_BATCH},
-    ).fetchone()
+# The tail of a batch's statement: how many rows its ``doomed`` chose, and the last key.
+_CHOSEN: Final = "(SELECT count(*) FROM doomed), (SELECT max(run_id) FROM doomed)"
+_RUNS_BATCH: Final = (
+    "WITH doomed AS (SELECT run_id FROM runs WHERE run_id > %(after)s AND "
+    f"{_ENDED_BEFORE} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
+    "calls AS (DELETE FROM tool_calls WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1), "
+    "approved AS (DELETE FROM approvals WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1), "
+    "gone AS (DELETE FROM runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM calls), "
+    f"(SELECT count(*) FROM approved), {_CHOSEN}"
+)
+_QUEUE_BATCH: Final = (
+    "WITH doomed AS (SELECT run_id FROM run_queue q WHERE run_id > %(after)s AND "
+    f"{_QUEUE_ENDED_BEFORE} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
+    "events AS (DELETE FROM run_events WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1), "
+    "streams AS (DELETE FROM run_event_streams WHERE run_id IN "
+    "(SELECT run_id FROM doomed) RETURNING 1), "
+    "gone AS (DELETE FROM run_queue WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), "
+    f"(SELECT count(*) FROM streams), {_CHOSEN}"
+)
+
+
+def _delete_batch(
+    db: psycopg.Connection[Any], statement: str, cut: float, after: str
+) -> tuple[list[int], str]:
+    """Run one batch's ``statement`` (it ends with ``_CHOSEN``): the counts it deleted,
+    and the run_id to go on after ("" when done)."""
+    row = db.execute(statement, {"after": after, "cut": cut, "batch": PRUNE_BATCH}).fetchone()
     assert row is not None
-    runs, calls, approvals, seen, last = row
+    *counts, seen, last = row
+    return counts, (last if seen == PRUNE_BATCH else "")
+
+
+def _runs_batch(cut: float, after: str, db: psycopg.Connection[Any]) -> tuple[PruneReport, str]:
+    """One batch of ended run records with their journals and approvals."""
+    (runs, calls, approvals), after = _delete_batch(db, _RUNS_BATCH, cut, after)
     report = PruneReport(dry_run=False, cut=cut, runs=runs, tool_calls=calls, approvals=approvals)
-    return report, (last if seen == PRUNE_BATCH else "")
+    return report, after
 
 
 def _queue_batch(cut: float, after: str, db: psycopg.Connection[Any]) -> tuple[PruneReport, str]:
     """One batch of ended queued runs with their events."""
-    row = db.execute(
-        "WITH doomed AS (SELECT run_id FROM run_queue q WHERE run_id > %(after)s AND "
-        f"{_QUEUE_ENDED_BEFORE} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
-        "events AS (DELETE FROM run_events WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1), "
-        "streams AS (DELETE FROM run_event_streams WHERE run_id IN "
-        "(SELECT run_id FROM doomed) RETURNING 1), "
-        "gone AS (DELETE FROM run_queue WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1) "
-        "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), "
-        "(SELECT count(*) FROM streams), (SELECT count(*) FROM doomed), "
-        "(SELECT max(run_id) FROM doomed)",
-        {"after": after, "cut": cut, "batch": PRUNE_BATCH},
-    ).fetchone()
-    assert row is not None
-    queued, events, _, seen, last = row
-    report = PruneReport(dry_run=False, cut=cut, run_queue=queued, run_events=events)
-    return report, (last if seen == PRUNE_BATCH else "")
+    (queued, events, _), after = _delete_batch(db, _QUEUE_BATCH, cut, after)
+    return PruneReport(dry_run=False, cut=cut, run_queue=queued, run_events=events), after
 
 
 def _conversations_batch(
