@@ -239,8 +239,8 @@ async def test_a_version_4_postgres_database_gains_the_decisions(postgres_dsn: s
     import psycopg
 
     from satsuma.store import PostgresStore
-    from satsuma.store._schema import POSTGRES_MIGRATIONS as _MIGRATIONS
     from satsuma.store._postgres import SCHEMA_VERSION as POSTGRES_SCHEMA
+    from satsuma.store._schema import POSTGRES_MIGRATIONS as _MIGRATIONS
 
     with psycopg.connect(postgres_dsn, autocommit=True) as raw:
         raw.execute("CREATE TABLE satsuma_schema (version INTEGER NOT NULL)")
