@@ -26,8 +26,7 @@ from ._terminal import visible
 from .agents import Agent, internal
 from .cluster import Node
 from .models import AnthropicModel, Model
-from .store import PostgresStore
-from .store._status import QUEUE_STATUSES, ClusterStatus, cluster_status
+from .store import QUEUE_STATUSES, ClusterStatus, PostgresStore, cluster_status
 from .supervisor import Backoff, ChildCrashed, ChildRestarted, Supervisor, SupervisorEvent
 from .testing import FakeModel
 

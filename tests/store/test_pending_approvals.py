@@ -205,7 +205,7 @@ async def test_calls_of_a_run_no_longer_paused_are_not_pending(store: Store) -> 
 
 
 async def test_a_version_3_file_gains_the_decisions(tmp_path: Path) -> None:
-    from satsuma.store._sqlite import _MIGRATIONS
+    from satsuma.store._schema import SQLITE_MIGRATIONS as _MIGRATIONS
 
     path = tmp_path / "v3.db"
     with contextlib.closing(sqlite3.connect(path)) as raw, raw:
@@ -239,8 +239,8 @@ async def test_a_version_4_postgres_database_gains_the_decisions(postgres_dsn: s
     import psycopg
 
     from satsuma.store import PostgresStore
-    from satsuma.store._postgres import _MIGRATIONS
     from satsuma.store._postgres import SCHEMA_VERSION as POSTGRES_SCHEMA
+    from satsuma.store._schema import POSTGRES_MIGRATIONS as _MIGRATIONS
 
     with psycopg.connect(postgres_dsn, autocommit=True) as raw:
         raw.execute("CREATE TABLE satsuma_schema (version INTEGER NOT NULL)")

@@ -25,7 +25,7 @@ from satsuma.store import (
     Store,
 )
 from satsuma.store import _postgres_retention as postgres_retention
-from satsuma.store import _sqlite as sqlite_module
+from satsuma.store import _sqlite_retention as sqlite_module
 
 DAY = 86400.0
 AGENTS = 30

@@ -137,7 +137,7 @@ async def test_sqlite_keeps_everything_across_reopening(tmp_path: Path) -> None:
 
 async def test_a_version_1_file_is_migrated_and_keeps_its_data(tmp_path: Path) -> None:
     # A file as satsuma with schema version 1 wrote it: no run positions, no leases.
-    from satsuma.store._sqlite import _MIGRATIONS
+    from satsuma.store._schema import SQLITE_MIGRATIONS as _MIGRATIONS
 
     path = tmp_path / "old.db"
     with contextlib.closing(sqlite3.connect(path)) as raw, raw:

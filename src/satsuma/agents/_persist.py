@@ -15,6 +15,7 @@ import trio
 from .._exceptions import LeaseLost, StoreClosed, StoreError
 from .._messages import Message, Usage
 from ..store import (
+    DEFAULT_LEASE_SECONDS,
     ApprovalDecision,
     JournalEntry,
     Lease,
@@ -24,7 +25,6 @@ from ..store import (
     RunRecordStatus,
     Store,
 )
-from ..store._lease import DEFAULT_LEASE_SECONDS
 from ..tools import (
     INTERRUPTED_TEXT,
     PendingCall,

@@ -5,8 +5,8 @@ streams their events.
 Needs the extra ``satsuma[postgres]`` (psycopg), loaded when a store is made.
 """
 
-from ..store._queue import QueuedRun as QueuedRun
-from ..store._queue import QueuedRunStatus as QueuedRunStatus
+from ..store import QueuedRun as QueuedRun
+from ..store import QueuedRunStatus as QueuedRunStatus
 from ._client import Cluster as Cluster
 from ._events import ClusterEvent as ClusterEvent
 from ._events import EventsDropped as EventsDropped

@@ -24,9 +24,8 @@ from .._exceptions import (
 from .._text import MESSAGE_LIMIT, describe_exception
 from ..agents import Agent, AgentHandle, RunResult, internal, open_agent
 from ..models import Model
-from ..store import PostgresStore
-from ..store import _queue as queue
-from ..store._queue import QueuedRun, QueuedRunStatus
+from ..store import PostgresStore, QueuedRun, QueuedRunStatus
+from ..store import run_queue as queue
 from ._recording import EventLog, RunRecorder
 from ._results import encode_result, failed_result, result_from_record
 

@@ -13,9 +13,8 @@ import trio
 
 from .._exceptions import StoreError, StoreUnavailable
 from ..agents import Agent, RunResult, internal
-from ..store import PostgresStore
-from ..store import _queue as queue
-from ..store._queue import QueuedRun, QueuedRunStatus
+from ..store import PostgresStore, QueuedRun, QueuedRunStatus
+from ..store import run_queue as queue
 from ._events import EventStream
 from ._results import encode_result, queued_result, result_from_record
 from ._shared_listen import subscribe

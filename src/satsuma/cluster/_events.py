@@ -25,9 +25,8 @@ import trio
 
 from .._exceptions import StoreError, StoreUnavailable
 from ..agents import AgentEvent, RunEnd, internal
-from ..store import PostgresStore
-from ..store import _queue as queue
-from ..store._run_events import channel_for, read_events
+from ..store import PostgresStore, channel_for, read_events
+from ..store import run_queue as queue
 from ..tools import Content
 from ._results import queued_result
 from ._shared_listen import Subscription, subscribe

@@ -17,8 +17,7 @@ from typing import final
 
 import trio
 
-from ..store import PostgresStore, StoreError, StoreUnavailable
-from ..store._link import Link, Ticket, run_abandonable
+from ..store import Link, PostgresStore, StoreError, StoreUnavailable, Ticket, run_abandonable
 
 __all__ = ["Listener"]
 

@@ -31,7 +31,7 @@ from .._exceptions import (
 from ..agents import Agent, internal
 from ..models import Model
 from ..store import PostgresStore
-from ..store import _queue as queue
+from ..store import run_queue as queue
 from ._attempt import STOP_WRITE_SECONDS, InFlight, RunAttempts
 from ._listen import Listener
 from ._recording import EventLog, expire_ended

@@ -28,15 +28,15 @@ import trio
 
 from .._exceptions import StoreError, StoreUnavailable
 from ..agents import AgentEvent, OutputDelta, RunEnd, TextDelta, ThinkingDelta
-from ..store import PostgresStore
-from ..store._postgres_retention import expire_queue
-from ..store._queue import QueuedRun
-from ..store._run_events import (
+from ..store import (
     KIND_CHATTER,
     KIND_DELTA,
     KIND_OTHER,
     Entry,
+    PostgresStore,
+    QueuedRun,
     append_events,
+    expire_queue,
     purge_ended,
 )
 from ..tools import NestedEvent, ToolProgress, ToolUpdate

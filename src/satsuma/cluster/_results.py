@@ -9,8 +9,7 @@ from typing import Any, cast
 
 from .._messages import Message, Usage
 from ..agents import RunResult, RunStatus, internal
-from ..store import RunRecord
-from ..store._queue import QueuedRun
+from ..store import QueuedRun, RunRecord
 from ..tools import PendingCall
 
 __all__ = [

@@ -36,8 +36,7 @@ from typing import Final, TypeVar, final
 
 import trio
 
-from ..store import PostgresStore
-from ..store._link import Link, Ticket, run_abandonable
+from ..store import Link, PostgresStore, Ticket, run_abandonable
 
 __all__ = ["APPLICATION_NAME", "Subscription", "subscribe"]
 

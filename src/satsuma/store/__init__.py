@@ -1,6 +1,9 @@
 """Durable state: conversations, run records and the tool-call journal, and what is kept
 of them for how long (``Store.prune``)."""
 
+import importlib as _importlib
+import typing as _typing
+
 from .._exceptions import LeaseLost as LeaseLost
 from .._exceptions import StoreClosed as StoreClosed
 from .._exceptions import StoreError as StoreError
@@ -21,6 +24,72 @@ from ._records import RunRecordStatus as RunRecordStatus
 from ._retention import PruneReport as PruneReport
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
+
+# isort: split
+# For satsuma's own rooms, not for users (not in DESIGN.md, so not in __all__): an agent
+# takes its lease for DEFAULT_LEASE_SECONDS (satsuma.agents); the cluster keeps its queue,
+# its runs' events and its nodes in a PostgresStore's database, and listens on the
+# store's connections (satsuma.cluster, `satsuma cluster status`). QueuedRun and
+# QueuedRunStatus are public as satsuma.cluster's. run_queue: the queue's functions, each
+# one transaction of the store's (run_queue.enqueue(store, ...)). The cluster's modules
+# load on first use (PEP 562): an agent that never meets a cluster does not import them.
+from ._lease import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
+from ._link import Link as Link
+from ._link import Ticket as Ticket
+from ._link import run_abandonable as run_abandonable
+
+if _typing.TYPE_CHECKING:
+    from . import _queue
+    from ._postgres_retention import expire_queue as expire_queue
+    from ._queue import QueuedRun as QueuedRun
+    from ._queue import QueuedRunStatus as QueuedRunStatus
+    from ._run_events import KIND_CHATTER as KIND_CHATTER
+    from ._run_events import KIND_DELTA as KIND_DELTA
+    from ._run_events import KIND_OTHER as KIND_OTHER
+    from ._run_events import Entry as Entry
+    from ._run_events import append_events as append_events
+    from ._run_events import channel_for as channel_for
+    from ._run_events import purge_ended as purge_ended
+    from ._run_events import read_events as read_events
+    from ._status import QUEUE_STATUSES as QUEUE_STATUSES
+    from ._status import ClusterStatus as ClusterStatus
+    from ._status import cluster_status as cluster_status
+
+    run_queue = _queue
+
+# Each name of the cluster's, and the module that holds it ("" for the module itself).
+_FOR_THE_CLUSTER: _typing.Final = {
+    "run_queue": ("_queue", ""),
+    "QueuedRun": ("_queue", "QueuedRun"),
+    "QueuedRunStatus": ("_queue", "QueuedRunStatus"),
+    "expire_queue": ("_postgres_retention", "expire_queue"),
+    **{
+        name: ("_run_events", name)
+        for name in (
+            "KIND_CHATTER",
+            "KIND_DELTA",
+            "KIND_OTHER",
+            "Entry",
+            "append_events",
+            "channel_for",
+            "purge_ended",
+            "read_events",
+        )
+    },
+    **{name: ("_status", name) for name in ("QUEUE_STATUSES", "ClusterStatus", "cluster_status")},
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    try:
+        module, attribute = _FOR_THE_CLUSTER[name]
+    except KeyError:
+        raise AttributeError(f"module 'satsuma.store' has no attribute {name!r}") from None
+    loaded = _importlib.import_module(f"satsuma.store.{module}")
+    value = getattr(loaded, attribute) if attribute else loaded
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "SCHEMA_VERSION",

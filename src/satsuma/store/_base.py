@@ -1,13 +1,15 @@
-"""The Store interface: what an agent needs to survive a crash or a kill."""
+"""The Store interface: what an agent needs to survive a crash or a kill (``Store``), and
+what every store of satsuma does the same way around its own storage (``BaseStore``)."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
 from .._messages import Message, Usage
-from ._lease import Lease, Owner
+from ._lease import Lease, Owner, hold
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -16,9 +18,9 @@ from ._records import (
     RunRecord,
     RunRecordStatus,
 )
-from ._retention import PruneReport
+from ._retention import PruneReport, seconds_of
 
-__all__ = ["Store"]
+__all__ = ["BaseStore", "Store"]
 
 
 class Store(Protocol):
@@ -236,3 +238,42 @@ class Store(Protocol):
                 before stay deleted.
         """
         ...
+
+
+class BaseStore(abc.ABC):
+    """The contract's checks, for MemoryStore, SQLiteStore and PostgresStore alike: the
+    arguments a store refuses before it touches its storage, and the process's own
+    record of the leases it holds (``_lease``). Each store keeps the rest (``_sql`` for
+    the two SQL stores)."""
+
+    async def acquire_lease(self, agent_id: str, owner: Owner, *, seconds: float) -> Lease:
+        """See ``Store.acquire_lease``."""
+        lease = await self._take_lease(agent_id, owner, seconds)
+        hold(owner)  # let go by release_lease
+        return lease
+
+    async def prune(
+        self,
+        *,
+        older_than: float | timedelta,
+        conversations: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """See ``Store.prune``."""
+        # Checked before anything is read: a bad age deletes nothing.
+        seconds = seconds_of(older_than)
+        return await self._prune(seconds, conversations=conversations, dry_run=dry_run)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    @abc.abstractmethod
+    async def _take_lease(self, agent_id: str, owner: Owner, seconds: float) -> Lease:
+        """Take the agent for ``owner`` in the store (``Store.acquire_lease``)."""
+
+    @abc.abstractmethod
+    async def _prune(self, older_than: float, *, conversations: bool, dry_run: bool) -> PruneReport:
+        """``Store.prune``, ``older_than`` checked and in seconds."""

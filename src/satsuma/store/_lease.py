@@ -24,8 +24,9 @@ kept because its pid is some other process here. An owner recorded without a
 ``host_id`` (by an older satsuma, or where /proc cannot be read) is judged by expiry.
 On systems without /proc (macOS, Windows), the host name is all there is, as before.
 
-SQLiteStore applies the rule in its transactions; a cluster store applies the same rule
-with the same types.
+Every store applies the rule with these types; the two SQL stores keep the lease in the
+same row (``LEASE_ROW``) and read it with the same functions (``lease_holds``,
+``lease_lost``, ``next_epoch``).
 """
 
 from __future__ import annotations
@@ -38,11 +39,25 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 
 import attrs
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "Lease", "Owner", "holder_gone", "owner_text"]
+from .._exceptions import LeaseLost, StoreError
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "LEASE_ROW",
+    "Lease",
+    "Owner",
+    "holder_gone",
+    "lease_holds",
+    "lease_lost",
+    "next_epoch",
+    "owner_text",
+    "refuse_takeover",
+]
 
 DEFAULT_LEASE_SECONDS: Final = 30.0
 """How long a lease lasts unless renewed (its holder renews it every third of that)."""
@@ -205,3 +220,81 @@ def owner_text(holder: Owner) -> str:
         " (this process)" if holder.pid == os.getpid() and pid_means_a_process_here(holder) else ""
     )
     return f"process {holder.pid} on host {holder.host}{here}"
+
+
+def refuse_takeover(
+    where: str,
+    agent_id: str,
+    owner: Owner,
+    holder: Owner | None,
+    expires_at: float,
+    *,
+    now: float | None = None,
+) -> None:
+    """Refuse ``owner`` the agent while another holder that is not gone has it (``holder``:
+    None when no one does), in the words every store says it.
+
+    Raises:
+        StoreError: another owner holds it and is not gone; the message names it.
+    """
+    if (
+        holder is not None
+        and holder.owner_id != owner.owner_id
+        and not holder_gone(holder, expires_at, now=now)
+    ):
+        raise StoreError(
+            where,
+            f"agent {agent_id!r} is already open in {owner_text(holder)}; an agent has "
+            "one owner at a time (close it there first, or use another agent_id)",
+        )
+
+
+# --- the lease row of the SQL stores ---------------------------------------------------------
+
+LEASE_ROW: Final = (
+    "SELECT owner_id, pid, host, process_start, epoch, host_id FROM leases WHERE agent_id = ?"
+)
+"""The agent's lease row, as ``lease_lost`` reads it."""
+
+
+def lease_holds(lease: Lease, row: Sequence[Any] | None) -> bool:
+    """Whether ``row`` (of ``LEASE_ROW``) says ``lease`` is still the agent's current one."""
+    return row is not None and row[0] == lease.owner.owner_id and row[4] == lease.epoch
+
+
+def lease_lost(where: str, lease: Lease, row: Sequence[Any] | None) -> LeaseLost:
+    """The refusal of a write made under ``lease``, which ``row`` (of ``LEASE_ROW``) says
+    is no longer the agent's current one."""
+    if row is None or row[0] is None:
+        now = "no one holds it now"
+    else:
+        holder = Owner(
+            owner_id=row[0], pid=row[1], host=row[2], process_start=row[3], host_id=row[5]
+        )
+        now = f"{owner_text(holder)} holds it now (epoch {row[4]})"
+    return LeaseLost(
+        where,
+        f"agent {lease.agent_id!r}: a write under a lease it no longer has (epoch "
+        f"{lease.epoch}) was refused; {now}",
+    )
+
+
+def next_epoch(
+    where: str, agent_id: str, owner: Owner, row: Sequence[Any] | None, *, now: float | None = None
+) -> int:
+    """The epoch at which ``owner`` takes the agent whose lease row is ``row`` (``owner_id,
+    pid, host, process_start, epoch, expires_at, host_id``; None: it has none yet).
+
+    Raises:
+        StoreError: another owner holds it and is not gone; the message names it.
+    """
+    if row is None:
+        return 1
+    holder_id, pid, host, process_start, epoch, expires_at, host_id = row
+    if holder_id is not None:
+        holder = Owner(
+            owner_id=holder_id, pid=pid, host=host, process_start=process_start, host_id=host_id
+        )
+        refuse_takeover(where, agent_id, owner, holder, expires_at, now=now)
+    epoch_after: int = epoch + 1
+    return epoch_after

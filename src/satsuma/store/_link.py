@@ -29,9 +29,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import attrs
@@ -40,7 +41,15 @@ import trio
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["Link", "Network", "Ticket", "run_abandonable"]
+__all__ = [
+    "Link",
+    "Network",
+    "Ticket",
+    "close_all",
+    "limit_transactions",
+    "run_abandonable",
+    "said_goodbye",
+]
 
 logger = logging.getLogger("satsuma.store")
 
@@ -230,3 +239,35 @@ async def run_abandonable(
     finally:
         if not answered and ticket.abandon(cancel_timeout) and on_abandon is not None:
             on_abandon()
+
+
+def limit_transactions(connection: psycopg.Connection[Any], ms: int) -> None:
+    """Have the server end the session's transactions unfinished after ``ms`` (0: no
+    limit). Set on the session rather than in the DSN's options, which stay the user's.
+    A transaction in pipeline mode whose client stopped sending counts as active, not
+    idle: only transaction_timeout (PostgreSQL 17) ends it."""
+    timeouts = "set_config('idle_in_transaction_session_timeout', %(ms)s, false)"
+    if connection.info.server_version >= 170000:
+        timeouts += ", set_config('transaction_timeout', %(ms)s, false)"
+    connection.execute(f"SELECT {timeouts}", {"ms": str(ms)})
+
+
+def said_goodbye(connection: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection has something to read: nothing is due on one, so it is
+    the server's last words (a shutdown, a restart, a terminated backend) or its EOF."""
+    if connection.closed or connection.broken:
+        return True
+    try:
+        if hasattr(select, "poll"):  # select.select refuses descriptors past 1023
+            poller = select.poll()
+            poller.register(connection.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def close_all(links: Sequence[Link]) -> None:
+    for link in links:
+        link.close()

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any, final
 
 import attrs
 import trio
 
-from .._exceptions import LeaseLost, StoreError
+from .._exceptions import LeaseLost
 from .._messages import Message, Usage
-from ._lease import Lease, Owner, hold, holder_gone, let_go, owner_text
+from ._base import BaseStore
+from ._lease import Lease, Owner, let_go, owner_text, refuse_takeover
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -28,7 +28,7 @@ __all__ = ["MemoryStore"]
 
 
 @final
-class MemoryStore:
+class MemoryStore(BaseStore):
     """A Store in memory. Values are frozen, so what it hands out cannot be changed
     behind its back."""
 
@@ -49,9 +49,6 @@ class MemoryStore:
     async def __aenter__(self) -> MemoryStore:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     # --- ownership (the rule of _lease.py, as SQLiteStore applies it) ---------------------
 
     def _check(self, lease: Lease | None) -> None:
@@ -67,24 +64,14 @@ class MemoryStore:
             f"{lease.epoch}) was refused; {now} (epoch {epoch})",
         )
 
-    async def acquire_lease(self, agent_id: str, owner: Owner, *, seconds: float) -> Lease:
+    async def _take_lease(self, agent_id: str, owner: Owner, seconds: float) -> Lease:
         await trio.lowlevel.checkpoint()
         holder, epoch, expires_at = self._leases.get(agent_id, (None, 0, 0.0))
-        if (
-            holder is not None
-            and holder.owner_id != owner.owner_id
-            and not holder_gone(holder, expires_at)
-        ):
-            raise StoreError(
-                "in memory",
-                f"agent {agent_id!r} is already open in {owner_text(holder)}; an agent has "
-                "one owner at a time (close it there first, or use another agent_id)",
-            )
+        refuse_takeover("in memory", agent_id, owner, holder, expires_at)
         lease = Lease(
             agent_id=agent_id, owner=owner, epoch=epoch + 1, expires_at=time.time() + seconds
         )
         self._leases[agent_id] = (owner, lease.epoch, lease.expires_at)
-        hold(owner)
         return lease
 
     async def renew_lease(self, lease: Lease, *, seconds: float) -> Lease:
@@ -291,13 +278,7 @@ class MemoryStore:
 
     # --- retention --------------------------------------------------------------------------
 
-    async def prune(
-        self,
-        *,
-        older_than: float | timedelta,
-        conversations: bool = False,
-        dry_run: bool = False,
-    ) -> PruneReport:
+    async def _prune(self, older_than: float, *, conversations: bool, dry_run: bool) -> PruneReport:
         cut = cut_before(older_than)
         await trio.lowlevel.checkpoint()
         doomed = [

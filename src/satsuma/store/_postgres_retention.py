@@ -1,7 +1,7 @@
 """``PostgresStore.prune`` and the queue's own expiry: what the retention policy deletes
 in PostgreSQL (see ``_retention``), in batches that never stall a running cluster.
 
-Each batch is one short transaction of PostgresStore's (``_call``) that locks the rows
+Each batch is one short transaction of PostgresStore's (``transaction``) that locks the rows
 it deletes with ``FOR UPDATE SKIP LOCKED``: a row another transaction holds (a node
 finishing that run, another prune) is skipped, not waited for, and goes at the next
 prune. Batches walk the primary key from where the last one stopped, so a prune reads
@@ -10,11 +10,10 @@ each table once however large it is.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ._retention import LIVE_STATUSES, PRUNE_BATCH, PruneReport
+from ._dialect import NOW
+from ._retention import PRUNE_BATCH, PruneReport, batches, ended_before, idle
 
 if TYPE_CHECKING:
     import psycopg
@@ -23,31 +22,14 @@ if TYPE_CHECKING:
 
 __all__ = ["expire_queue", "prune"]
 
-_NOW: Final = "extract(epoch from clock_timestamp())::float8"
-_LIVE: Final = ", ".join(f"'{status}'" for status in LIVE_STATUSES)
 _QUEUE_ENDED: Final = "('completed', 'failed', 'cancelled')"
-
-
-def _ended_before(runs: str) -> str:
-    """A run record (of ``runs``, a table or alias) that prune deletes; one parameter:
-    the cut."""
-    return (
-        f"{runs}.status NOT IN ({_LIVE}) AND {runs}.ended_at IS NOT NULL "
-        f"AND {runs}.ended_at < %(cut)s"
-    )
-
-
+_ENDED_BEFORE: Final = ended_before("runs", "%(cut)s")
 # A queued run that prune deletes (one parameter: the cut).
 _QUEUE_ENDED_BEFORE: Final = f"q.status IN {_QUEUE_ENDED} AND q.ended_at < %(cut)s"
-# An agent (``m.agent_id``) whose conversation prune(conversations=True) deletes: no run
-# record of its outlives the prune, no process holds it, no run of it waits in the queue
-# or runs on a node.
+# An agent (``m.agent_id``) whose conversation prune(conversations=True) deletes: as on
+# SQLite, and no run of it waits in the queue or runs on a node either.
 _IDLE: Final = (
-    "NOT EXISTS (SELECT 1 FROM runs r WHERE r.agent_id = m.agent_id "
-    f"AND NOT ({_ended_before('r')})) "
-    "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.agent_id = m.agent_id "
-    "AND l.owner_id IS NOT NULL) "
-    "AND NOT EXISTS (SELECT 1 FROM run_queue q WHERE q.agent_id = m.agent_id "
+    idle("%(cut)s") + " AND NOT EXISTS (SELECT 1 FROM run_queue q WHERE q.agent_id = m.agent_id "
     f"AND q.status NOT IN {_QUEUE_ENDED})"
 )
 
@@ -59,11 +41,11 @@ async def prune(
     (the one every machine of a cluster shares)."""
     cut = await _cut(store, older_than)
     if dry_run:
-        return await store._call(lambda db: _counts(db, cut, conversations))
-    report = await _batches(store, _runs_batch, cut)
-    report += await _batches(store, _queue_batch, cut)
+        return await store.transaction(lambda db: _counts(db, cut, conversations))
+    report = await batches(store.transaction, _runs_batch, cut)
+    report += await batches(store.transaction, _queue_batch, cut)
     if conversations:
-        report += await _batches(store, _conversations_batch, cut)
+        report += await batches(store.transaction, _conversations_batch, cut)
     return report
 
 
@@ -71,41 +53,26 @@ async def expire_queue(store: PostgresStore, older_than: float) -> int:
     """Delete the queue's runs that ended more than ``older_than`` seconds ago, with
     their events (what nodes do by themselves, see ``Node(result_retention=...)``); how
     many runs."""
-    report = await _batches(store, _queue_batch, await _cut(store, older_than))
+    report = await batches(store.transaction, _queue_batch, await _cut(store, older_than))
     return report.run_queue
-
-
-# (cut, after, db): a batch's report, and the key to go on after ("" when done).
-Batch = Callable[[float, str, "psycopg.Connection[Any]"], tuple[PruneReport, str]]
 
 
 async def _cut(store: PostgresStore, older_than: float) -> float:
     def work(db: psycopg.Connection[Any]) -> float:
-        row = db.execute(f"SELECT {_NOW} - %s", (older_than,)).fetchone()
+        row = db.execute(f"SELECT {NOW} - %s", (older_than,)).fetchone()
         assert row is not None
         cut: float = row[0]
         return cut
 
-    return await store._call(work, transaction=False)
-
-
-async def _batches(store: PostgresStore, step: Batch, cut: float) -> PruneReport:
-    """Run ``step`` batch after batch, one transaction each, until it says it is done."""
-    report = PruneReport(dry_run=False, cut=cut)
-    after = ""
-    while True:
-        batch, after = await store._call(functools.partial(step, cut, after))
-        report += batch
-        if not after:
-            return report
+    return await store.read(work)
 
 
 def _counts(db: psycopg.Connection[Any], cut: float, conversations: bool) -> PruneReport:
     db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-    doomed = f"SELECT run_id FROM runs WHERE {_ended_before('runs')}"
+    doomed = f"SELECT run_id FROM runs WHERE {_ENDED_BEFORE}"
     queued = f"SELECT run_id FROM run_queue q WHERE {_QUEUE_ENDED_BEFORE}"
     row = db.execute(
-        f"SELECT (SELECT count(*) FROM runs WHERE {_ended_before('runs')}), "
+        f"SELECT (SELECT count(*) FROM runs WHERE {_ENDED_BEFORE}), "
         f"(SELECT count(*) FROM tool_calls WHERE run_id IN ({doomed})), "
         f"(SELECT count(*) FROM approvals WHERE run_id IN ({doomed})), "
         f"(SELECT count(*) FROM run_queue q WHERE {_QUEUE_ENDED_BEFORE}), "
@@ -134,48 +101,55 @@ def _counts(db: psycopg.Connection[Any], cut: float, conversations: bool) -> Pru
     )
 
 
-def _runs_batch(cut: float, after: str, db: psycopg.Connection[Any]) -> tuple[PruneReport, str]:
-    """One batch of ended run records with their journals and approvals, and the run_id
-    to go on after ("" when done)."""
-    row = db.execute(
-        "WITH doomed AS (SELECT run_id FROM runs WHERE run_id > %(after)s AND "
-        f"{_ended_before('runs')} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
-        "calls AS (DELETE FROM tool_calls WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1), "
-        "approved AS (DELETE FROM approvals WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1), "
-        "gone AS (DELETE FROM runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 1) "
-        "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM calls), "
-        "(SELECT count(*) FROM approved), (SELECT count(*) FROM doomed), "
-        "(SELECT max(run_id) FROM doomed)",
-        {"after": after, "cut": cut, "batch": PRUNE_BATCH},
-    ).fetchone()
+# The tail of a batch's statement: how many rows its ``doomed`` chose, and the last key.
+_CHOSEN: Final = "(SELECT count(*) FROM doomed), (SELECT max(run_id) FROM doomed)"
+_RUNS_BATCH: Final = (
+    "WITH doomed AS (SELECT run_id FROM runs WHERE run_id > %(after)s AND "
+    f"{_ENDED_BEFORE} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
+    "calls AS (DELETE FROM tool_calls WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1), "
+    "approved AS (DELETE FROM approvals WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1), "
+    "gone AS (DELETE FROM runs WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM calls), "
+    f"(SELECT count(*) FROM approved), {_CHOSEN}"
+)
+_QUEUE_BATCH: Final = (
+    "WITH doomed AS (SELECT run_id FROM run_queue q WHERE run_id > %(after)s AND "
+    f"{_QUEUE_ENDED_BEFORE} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
+    "events AS (DELETE FROM run_events WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1), "
+    "streams AS (DELETE FROM run_event_streams WHERE run_id IN "
+    "(SELECT run_id FROM doomed) RETURNING 1), "
+    "gone AS (DELETE FROM run_queue WHERE run_id IN (SELECT run_id FROM doomed) "
+    "RETURNING 1) "
+    "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), "
+    f"(SELECT count(*) FROM streams), {_CHOSEN}"
+)
+
+
+def _delete_batch(
+    db: psycopg.Connection[Any], statement: str, cut: float, after: str
+) -> tuple[list[int], str]:
+    """Run one batch's ``statement`` (it ends with ``_CHOSEN``): the counts it deleted,
+    and the run_id to go on after ("" when done)."""
+    row = db.execute(statement, {"after": after, "cut": cut, "batch": PRUNE_BATCH}).fetchone()
     assert row is not None
-    runs, calls, approvals, seen, last = row
+    *counts, seen, last = row
+    return counts, (last if seen == PRUNE_BATCH else "")
+
+
+def _runs_batch(cut: float, after: str, db: psycopg.Connection[Any]) -> tuple[PruneReport, str]:
+    """One batch of ended run records with their journals and approvals."""
+    (runs, calls, approvals), after = _delete_batch(db, _RUNS_BATCH, cut, after)
     report = PruneReport(dry_run=False, cut=cut, runs=runs, tool_calls=calls, approvals=approvals)
-    return report, (last if seen == PRUNE_BATCH else "")
+    return report, after
 
 
 def _queue_batch(cut: float, after: str, db: psycopg.Connection[Any]) -> tuple[PruneReport, str]:
     """One batch of ended queued runs with their events."""
-    row = db.execute(
-        "WITH doomed AS (SELECT run_id FROM run_queue q WHERE run_id > %(after)s AND "
-        f"{_QUEUE_ENDED_BEFORE} ORDER BY run_id LIMIT %(batch)s FOR UPDATE SKIP LOCKED), "
-        "events AS (DELETE FROM run_events WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1), "
-        "streams AS (DELETE FROM run_event_streams WHERE run_id IN "
-        "(SELECT run_id FROM doomed) RETURNING 1), "
-        "gone AS (DELETE FROM run_queue WHERE run_id IN (SELECT run_id FROM doomed) "
-        "RETURNING 1) "
-        "SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), "
-        "(SELECT count(*) FROM streams), (SELECT count(*) FROM doomed), "
-        "(SELECT max(run_id) FROM doomed)",
-        {"after": after, "cut": cut, "batch": PRUNE_BATCH},
-    ).fetchone()
-    assert row is not None
-    queued, events, _, seen, last = row
-    report = PruneReport(dry_run=False, cut=cut, run_queue=queued, run_events=events)
-    return report, (last if seen == PRUNE_BATCH else "")
+    (queued, events, _), after = _delete_batch(db, _QUEUE_BATCH, cut, after)
+    return PruneReport(dry_run=False, cut=cut, run_queue=queued, run_events=events), after
 
 
 def _conversations_batch(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
+from ._dialect import NOW
 from ._postgres import PostgresStore
 
 if TYPE_CHECKING:
@@ -39,7 +40,6 @@ DONE_CHANNEL: Final = "satsuma_run_done"
 QUEUED_CHANNEL: Final = "satsuma_run_queued"
 CANCEL_CHANNEL: Final = "satsuma_run_cancel"
 
-_NOW: Final = "extract(epoch from clock_timestamp())::float8"
 _COLUMNS: Final = (
     "run_id, agent_name, agent_id, prompt, status, node_id, attempts, cancel_requested, "
     "submitted_at, claimed_at, ended_at, error"
@@ -107,12 +107,12 @@ async def enqueue(
     def work(db: psycopg.Connection[Any]) -> None:
         db.execute(
             "INSERT INTO run_queue (run_id, agent_name, agent_id, prompt, status, "
-            f"submitted_at, available_at) VALUES (%s, %s, %s, %s, 'queued', {_NOW}, {_NOW})",
+            f"submitted_at, available_at) VALUES (%s, %s, %s, %s, 'queued', {NOW}, {NOW})",
             (run_id, agent_name, agent_id, prompt),
         )
         db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
 
-    await store._call(work)
+    await store.transaction(work)
 
 
 async def outcome(store: PostgresStore, run_id: str) -> tuple[QueuedRun, str | None] | None:
@@ -124,7 +124,7 @@ async def outcome(store: PostgresStore, run_id: str) -> tuple[QueuedRun, str | N
         ).fetchone()
         return None if row is None else (_queued_run(row), row[-1])
 
-    return await store._call(work, transaction=False)
+    return await store.read(work)
 
 
 async def listing(
@@ -139,7 +139,7 @@ async def listing(
         ).fetchall()
         return [_queued_run(row) for row in reversed(rows)]
 
-    return await store._call(work, transaction=False)
+    return await store.read(work)
 
 
 async def request_cancel(store: PostgresStore, run_id: str, result: str) -> QueuedRunStatus | None:
@@ -155,7 +155,7 @@ async def request_cancel(store: PostgresStore, run_id: str, result: str) -> Queu
         status: QueuedRunStatus = row[0]
         if status == "queued":
             db.execute(
-                f"UPDATE run_queue SET status = 'cancelled', ended_at = {_NOW}, result = %s, "
+                f"UPDATE run_queue SET status = 'cancelled', ended_at = {NOW}, result = %s, "
                 "cancel_requested = true WHERE run_id = %s",
                 (result, run_id),
             )
@@ -166,7 +166,7 @@ async def request_cancel(store: PostgresStore, run_id: str, result: str) -> Queu
             db.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
         return status
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 # --- the node's side ---------------------------------------------------------------------
@@ -185,13 +185,13 @@ async def register_node(
     def work(db: psycopg.Connection[Any]) -> None:
         db.execute(
             "INSERT INTO nodes (node_id, name, host, pid, agents, started_at, heartbeat_at, "
-            f"expires_at) VALUES (%s, %s, %s, %s, %s, {_NOW}, {_NOW}, {_NOW} + %s) "
+            f"expires_at) VALUES (%s, %s, %s, %s, %s, {NOW}, {NOW}, {NOW} + %s) "
             "ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, "
             "expires_at = excluded.expires_at",
             (node_id, name, host, pid, json.dumps(list(agents)), lease_seconds),
         )
 
-    await store._call(work)
+    await store.transaction(work)
 
 
 @attrs.frozen(kw_only=True)
@@ -209,7 +209,7 @@ async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float)
 
     def work(db: psycopg.Connection[Any]) -> Heartbeat:
         alive = db.execute(
-            f"UPDATE nodes SET heartbeat_at = {_NOW}, expires_at = {_NOW} + %s "
+            f"UPDATE nodes SET heartbeat_at = {NOW}, expires_at = {NOW} + %s "
             "WHERE node_id = %s RETURNING node_id",
             (lease_seconds, node_id),
         ).fetchone()
@@ -223,7 +223,7 @@ async def heartbeat(store: PostgresStore, node_id: str, *, lease_seconds: float)
             cancels=tuple(run_id for (run_id,) in cancels),
         )
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 async def sweep(store: PostgresStore, *, lock_timeout: float) -> int:
@@ -248,10 +248,10 @@ async def sweep(store: PostgresStore, *, lock_timeout: float) -> int:
         dead = db.execute(
             "DELETE FROM nodes WHERE greatest(expires_at, "
             "extract(epoch from pg_postmaster_start_time())::float8 "
-            f"+ (expires_at - heartbeat_at)) < {_NOW} RETURNING node_id, host, pid"
+            f"+ (expires_at - heartbeat_at)) < {NOW} RETURNING node_id, host, pid"
         ).fetchall()
         requeued = db.execute(
-            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {_NOW} "
+            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {NOW} "
             "WHERE status IN ('claimed', 'running') AND (node_id = ANY(%s) "
             "OR node_id NOT IN (SELECT node_id FROM nodes)) RETURNING agent_name, agent_id",
             ([dead_id for dead_id, _, _ in dead],),
@@ -274,7 +274,7 @@ async def sweep(store: PostgresStore, *, lock_timeout: float) -> int:
             db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
         return len(requeued)
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 async def unregister_node(store: PostgresStore, node_id: str) -> int:
@@ -283,7 +283,7 @@ async def unregister_node(store: PostgresStore, node_id: str) -> int:
     def work(db: psycopg.Connection[Any]) -> int:
         db.execute("DELETE FROM nodes WHERE node_id = %s", (node_id,))
         rows = db.execute(
-            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {_NOW} "
+            f"UPDATE run_queue SET status = 'queued', node_id = NULL, available_at = {NOW} "
             "WHERE node_id = %s AND status IN ('claimed', 'running') RETURNING agent_name",
             (node_id,),
         ).fetchall()
@@ -291,7 +291,7 @@ async def unregister_node(store: PostgresStore, node_id: str) -> int:
             db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
         return len(rows)
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 def _registered(db: psycopg.Connection[Any], node_id: str) -> bool:
@@ -315,18 +315,18 @@ async def claim(store: PostgresStore, node_id: str, agent_names: Sequence[str]) 
         row = db.execute(
             "WITH candidate AS ("
             " SELECT run_id FROM run_queue q"
-            f" WHERE q.status = 'queued' AND q.agent_name = ANY(%s) AND q.available_at <= {_NOW}"
+            f" WHERE q.status = 'queued' AND q.agent_name = ANY(%s) AND q.available_at <= {NOW}"
             " AND NOT EXISTS (SELECT 1 FROM run_queue o WHERE o.agent_id = q.agent_id"
             "  AND (o.status IN ('claimed', 'running') OR (o.status = 'queued' AND o.seq < q.seq)))"
             " ORDER BY q.seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
-            f"UPDATE run_queue SET status = 'claimed', node_id = %s, claimed_at = {_NOW}, "
+            f"UPDATE run_queue SET status = 'claimed', node_id = %s, claimed_at = {NOW}, "
             "attempts = attempts + 1 WHERE run_id IN (SELECT run_id FROM candidate) "
             f"RETURNING {_COLUMNS}",
             (list(agent_names), node_id),
         ).fetchone()
         return None if row is None else _queued_run(row)
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 async def mark_running(store: PostgresStore, run_id: str, node_id: str) -> bool:
@@ -342,7 +342,7 @@ async def mark_running(store: PostgresStore, run_id: str, node_id: str) -> bool:
         ).fetchone()
         return row is not None
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 async def finish(
@@ -360,7 +360,7 @@ async def finish(
 
     def work(db: psycopg.Connection[Any]) -> bool:
         row = db.execute(
-            f"UPDATE run_queue SET status = %s, ended_at = {_NOW}, result = %s, error = %s, "
+            f"UPDATE run_queue SET status = %s, ended_at = {NOW}, result = %s, error = %s, "
             "node_id = NULL WHERE run_id = %s AND node_id = %s "
             "AND status IN ('claimed', 'running') RETURNING run_id",
             (status, result, error, run.run_id, node_id),
@@ -372,7 +372,7 @@ async def finish(
         db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, run.agent_name))
         return True
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 async def hand_back(
@@ -398,7 +398,7 @@ async def hand_back(
     def work(db: psycopg.Connection[Any]) -> bool:
         row = db.execute(
             f"UPDATE run_queue SET status = 'queued', node_id = NULL, "
-            f"available_at = {_NOW} + %s WHERE run_id = %s AND node_id = %s "
+            f"available_at = {NOW} + %s WHERE run_id = %s AND node_id = %s "
             "AND status IN ('claimed', 'running') RETURNING run_id",
             (delay, run.run_id, node_id),
         ).fetchone()
@@ -423,4 +423,4 @@ async def hand_back(
         db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, run.agent_name))
         return True
 
-    return await store._call(work)
+    return await store.transaction(work)

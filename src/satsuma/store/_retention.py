@@ -10,17 +10,23 @@ and ``EventLog.retention``). docs/persistence.md states the policy.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
 __all__ = [
     "LIVE_STATUSES",
     "PRUNE_BATCH",
+    "Batch",
     "PruneReport",
+    "batches",
     "cut_before",
+    "ended_before",
+    "idle",
     "seconds_of",
 ]
 
@@ -32,6 +38,8 @@ LIVE_STATUSES: Final = ("running", "interrupted", "awaiting_approval")
 # milliseconds (benchmarks/retention.py), so agents and nodes writing meanwhile wait at
 # most that long, never for the whole prune.
 PRUNE_BATCH: Final = 500
+
+_LIVE: Final = ", ".join(f"'{status}'" for status in LIVE_STATUSES)
 
 
 @attrs.frozen(kw_only=True)
@@ -96,3 +104,51 @@ def seconds_of(older_than: float | timedelta) -> float:
 def cut_before(older_than: float | timedelta, now: float | None = None) -> float:
     """The cut: ``older_than`` before ``now`` (this machine's clock by default)."""
     return (time.time() if now is None else now) - seconds_of(older_than)
+
+
+# --- in SQL (SQLite's and PostgreSQL's prune, _sqlite_retention and _postgres_retention) ---
+
+
+def ended_before(runs: str, cut: str) -> str:
+    """A run (of ``runs``, a table or alias) that prune deletes: ended before the cut,
+    the clause's one parameter (``cut``, its marker)."""
+    return (
+        f"{runs}.status NOT IN ({_LIVE}) AND {runs}.ended_at IS NOT NULL "
+        f"AND {runs}.ended_at < {cut}"
+    )
+
+
+def idle(cut: str) -> str:
+    """An agent (``m.agent_id``) whose conversation prune(conversations=True) deletes: no
+    run of its outlives the prune, and no process holds it (one parameter: the cut)."""
+    return (
+        "NOT EXISTS (SELECT 1 FROM runs r WHERE r.agent_id = m.agent_id "
+        f"AND NOT ({ended_before('r', cut)})) "
+        "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.agent_id = m.agent_id "
+        "AND l.owner_id IS NOT NULL)"
+    )
+
+
+Batch = Callable[[float, str, Any], tuple[PruneReport, str]]
+"""One batch of a prune, in one transaction: ``(cut, after, connection)`` to its report
+and the key to go on after ("" when done)."""
+
+
+async def batches(
+    transaction: Callable[
+        [Callable[[Any], tuple[PruneReport, str]]], Awaitable[tuple[PruneReport, str]]
+    ],
+    step: Batch,
+    cut: float,
+) -> PruneReport:
+    """Run ``step`` batch after batch, each one ``transaction`` of the store's, until it
+    says it is done. Batches walk a primary key from where the last one stopped: each is
+    one short transaction, so an agent writing meanwhile waits for one batch at most,
+    and the whole prune reads each table once."""
+    report = PruneReport(dry_run=False, cut=cut)
+    after = ""
+    while True:
+        batch, after = await transaction(functools.partial(step, cut, after))
+        report += batch
+        if not after:
+            return report

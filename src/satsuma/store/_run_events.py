@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._dialect import NOW
 from ._postgres import PostgresStore
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EventPage", "append_events", "channel_for", "purge_ended", "read_events"]
 
-_NOW: Final = "extract(epoch from clock_timestamp())::float8"
 
 # Which go first when a run passes its cap.
 KIND_DELTA: Final = 0
@@ -71,7 +71,7 @@ async def append_events(
             return False
         db.execute(
             "INSERT INTO run_event_streams (run_id, updated_at) "
-            f"VALUES (%s, {_NOW}) ON CONFLICT (run_id) DO NOTHING",
+            f"VALUES (%s, {NOW}) ON CONFLICT (run_id) DO NOTHING",
             (run_id,),
         )
         row = db.execute(
@@ -122,7 +122,7 @@ async def append_events(
             pruned_bytes = sum(size for (size,) in pruned)
         db.execute(
             "UPDATE run_event_streams SET next_seq = %s, stored_events = %s, "
-            f"stored_bytes = %s, dropped = dropped + %s, updated_at = {_NOW} WHERE run_id = %s",
+            f"stored_bytes = %s, dropped = dropped + %s, updated_at = {NOW} WHERE run_id = %s",
             (
                 seq,
                 stored_events - pruned_events,
@@ -134,7 +134,7 @@ async def append_events(
         db.execute("SELECT pg_notify(%s, '')", (channel_for(run_id),))
         return True
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 @attrs.frozen(kw_only=True)
@@ -180,7 +180,7 @@ async def read_events(
             next_seq=next_seq,
         )
 
-    return await store._call(work, transaction=False)
+    return await store.read(work)
 
 
 async def purge_ended(store: PostgresStore, *, older_than: float, batch: int = 1000) -> int:
@@ -193,7 +193,7 @@ async def purge_ended(store: PostgresStore, *, older_than: float, batch: int = 1
             " SELECT s2.run_id FROM run_event_streams s2"
             " LEFT JOIN run_queue q ON q.run_id = s2.run_id"
             " WHERE q.run_id IS NULL OR (q.status IN ('completed', 'failed', 'cancelled')"
-            f"  AND q.ended_at < {_NOW} - %s) LIMIT %s) RETURNING s.run_id",
+            f"  AND q.ended_at < {NOW} - %s) LIMIT %s) RETURNING s.run_id",
             (older_than, batch),
         ).fetchall()
         if doomed:
@@ -205,7 +205,7 @@ async def purge_ended(store: PostgresStore, *, older_than: float, batch: int = 1
 
     total = 0
     while True:
-        purged = await store._call(work)
+        purged = await store.transaction(work)
         total += purged
         if purged < batch:
             return total

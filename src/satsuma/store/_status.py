@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._dialect import NOW
 from ._postgres import PostgresStore
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ __all__ = [
     "cluster_status",
 ]
 
-_NOW: Final = "extract(epoch from clock_timestamp())::float8"
 QUEUE_STATUSES: Final = ("queued", "claimed", "running", "completed", "failed", "cancelled")
 # satsuma's tables, in the order the status lists them.
 TABLES: Final = (
@@ -137,8 +137,8 @@ async def cluster_status(store: PostgresStore, *, limit: int = 20) -> ClusterSta
                 in_flight=row[7],
             )
             for row in db.execute(
-                f"SELECT n.node_id, n.name, n.host, n.pid, n.agents, {_NOW} - n.heartbeat_at, "
-                f"n.expires_at - {_NOW}, (SELECT count(*) FROM run_queue q "
+                f"SELECT n.node_id, n.name, n.host, n.pid, n.agents, {NOW} - n.heartbeat_at, "
+                f"n.expires_at - {NOW}, (SELECT count(*) FROM run_queue q "
                 "WHERE q.node_id = n.node_id AND q.status IN ('claimed', 'running')) "
                 "FROM nodes n ORDER BY n.name, n.started_at"
             ).fetchall()
@@ -156,7 +156,7 @@ async def cluster_status(store: PostgresStore, *, limit: int = 20) -> ClusterSta
                 node=row[6],
             )
             for row in db.execute(
-                f"SELECT l.agent_id, l.owner_id, l.host, l.pid, l.epoch, l.expires_at - {_NOW}, "
+                f"SELECT l.agent_id, l.owner_id, l.host, l.pid, l.epoch, l.expires_at - {NOW}, "
                 "(SELECT min(n.name) FROM nodes n WHERE n.host = l.host AND n.pid = l.pid) "
                 "FROM leases l WHERE l.owner_id IS NOT NULL ORDER BY l.agent_id LIMIT %s",
                 (limit,),
@@ -186,7 +186,7 @@ async def cluster_status(store: PostgresStore, *, limit: int = 20) -> ClusterSta
             )
             for row in db.execute(
                 "SELECT q.run_id, q.agent_name, q.agent_id, q.status, q.node_id, n.name, "
-                f"q.attempts, {_NOW} - q.claimed_at, q.cancel_requested FROM run_queue q "
+                f"q.attempts, {NOW} - q.claimed_at, q.cancel_requested FROM run_queue q "
                 "LEFT JOIN nodes n ON n.node_id = q.node_id "
                 "WHERE q.status IN ('claimed', 'running') ORDER BY q.seq LIMIT %s",
                 (limit,),
@@ -217,7 +217,7 @@ async def cluster_status(store: PostgresStore, *, limit: int = 20) -> ClusterSta
             in_flight_count=in_flight_count,
         )
 
-    return await store._call(work)
+    return await store.transaction(work)
 
 
 def _one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:

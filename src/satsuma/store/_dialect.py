@@ -1,0 +1,126 @@
+"""What SQLite and PostgreSQL write differently, as one small table (``Dialect``), so that
+each statement of the SQL stores (``_sql``) is written once.
+
+A statement is written with ``?`` for its parameters and ``{field}`` for what differs:
+``{true}`` and ``{false}`` (SQLite keeps booleans as 1 and 0), ``{added}`` (the column
+that keeps the order rows were added in: SQLite's rowid, PostgreSQL's identity ``seq``),
+``{run_columns}`` and ``{approval_columns}`` (the columns ``_rows`` decodes). What the
+two do differently beyond words (locks, RETURNING, how a journal numbers its calls) is
+a flag of the table that the shared code reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
+
+import attrs
+
+from ._rows import APPROVAL_COLUMNS, RUN_COLUMNS
+
+__all__ = ["NOW", "POSTGRES", "SQLITE", "Connection", "Dialect", "executemany"]
+
+NOW: Final = "extract(epoch from clock_timestamp())::float8"
+"""PostgreSQL's clock, in seconds since the epoch: the one clock every machine of a
+cluster shares, for leases, the queue and its events."""
+
+
+class Cursor(Protocol):
+    """What the stores read of a cursor of either driver."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    """What the stores use of a connection of either driver (sqlite3's or psycopg's)."""
+
+    def execute(self, query: str, params: Any = ..., /) -> Cursor: ...
+
+    def cursor(self) -> Any: ...
+
+
+@attrs.frozen(kw_only=True)
+class Dialect:
+    """How one database writes what the stores say.
+
+    Attributes:
+        name: The database, as a person reads it.
+        placeholder: A parameter's marker in the driver's statements.
+        true: A boolean column's true.
+        false: Its false.
+        added: The column that orders rows added in the same instant.
+        returning: A write says what it changed (``RETURNING``) where the store needs
+            it in the same statement; SQLite before 3.35 has no RETURNING, and its
+            transactions take turns, so a read before the write sees the same rows.
+        agent_lock: The statement (one parameter: the agent id) that makes writers of
+            one conversation take turns, or None where transactions already do.
+        numbers_calls: The store numbers a run's journal itself (the count of its
+            calls), where the database has no identity column for it.
+    """
+
+    name: str
+    placeholder: str
+    true: str
+    false: str
+    added: str
+    returning: bool
+    agent_lock: str | None
+    numbers_calls: bool
+    # Statements as this dialect writes them, by their template (a dict: threads of the
+    # store fill it, each writing the same value).
+    _written: dict[str, str] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def sql(self, template: str) -> str:
+        """``template`` written for this database (see the module's notes)."""
+        try:
+            return self._written[template]
+        except KeyError:
+            written = template.format(
+                true=self.true,
+                false=self.false,
+                added=self.added,
+                run_columns=RUN_COLUMNS,
+                approval_columns=APPROVAL_COLUMNS,
+            ).replace("?", self.placeholder)
+            self._written[template] = written
+            return written
+
+
+SQLITE: Final = Dialect(
+    name="SQLite",
+    placeholder="?",
+    true="1",
+    false="0",
+    added="rowid",
+    returning=False,
+    agent_lock=None,  # one writer at a time (BEGIN IMMEDIATE)
+    numbers_calls=True,
+)
+
+POSTGRES: Final = Dialect(
+    name="PostgreSQL",
+    placeholder="%s",
+    true="true",
+    false="false",
+    added="seq",
+    returning=True,
+    # One writer of an agent's conversation at a time, as SQLite's single writer gives:
+    # two tails written at once could otherwise leave a gap in seq. The one-key form
+    # never collides with the two-key form of the schema's migration lock.
+    agent_lock="SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
+    # Two calls of one turn start at the same time: position is an identity column.
+    numbers_calls=False,
+)
+
+
+def executemany(db: Connection, query: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Run ``query`` once for each of ``rows`` (none: nothing is sent)."""
+    if rows:
+        with contextlib.closing(db.cursor()) as cursor:
+            cursor.executemany(query, rows)

@@ -1,0 +1,464 @@
+"""SQLStore: the Store methods written once for SQLite and PostgreSQL, over each one's
+``Dialect`` (``_dialect``).
+
+A driver (``_sqlite``, ``_postgres``) supplies what is its own: how a call reaches the
+database (``_call``: sqlite3 on the store's one worker thread; psycopg in a pool of
+connections a caller can walk away from), how a write's lease is checked inside its
+transaction, taking and renewing leases, and pruning. Everything else is here: the
+statements, and what is read back from them.
+
+``transaction`` and ``read`` are the same calls, named, for satsuma's own modules that
+keep tables beside the store's in its database (the cluster's queue, run events,
+retention and status): they never reach for the driver's ``_call``.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Final, Self, TypeVar
+
+from .._exceptions import StoreError
+from .._messages import Message, Usage
+from ._base import BaseStore
+from ._dialect import Connection, Dialect, executemany
+from ._lease import Lease, let_go
+from ._records import (
+    ApprovalDecision,
+    ApprovalRecord,
+    JournalEntry,
+    PendingApproval,
+    RunRecord,
+    RunRecordStatus,
+)
+from ._rows import (
+    approval_record,
+    decision_values,
+    journal_entry,
+    message,
+    pending_approval,
+    run_record,
+    usage_json,
+)
+
+__all__ = ["SQLStore"]
+
+T = TypeVar("T")
+
+_INTERRUPT: Final = (
+    "UPDATE runs SET status = 'interrupted' WHERE agent_id = ? AND status = 'running'"
+)
+_INTERRUPT_RETURNING: Final = _INTERRUPT + " RETURNING {run_columns}, {added}"
+_CLAIM: Final = (
+    "UPDATE runs SET status = 'running' WHERE run_id = ? AND status = 'awaiting_approval'"
+)
+_CLAIM_RETURNING: Final = _CLAIM + " RETURNING run_id"
+# A call run again (an idempotent one, on resume) keeps its place in the journal.
+_AGAIN: Final = (
+    " ON CONFLICT (run_id, tool_use_id) DO UPDATE SET tool_name = excluded.tool_name, "
+    "input = excluded.input, finished = {false}, content = NULL, is_error = {false}, "
+    "error_kind = NULL"
+)
+_CALL_NUMBERED: Final = (
+    "INSERT INTO tool_calls (run_id, tool_use_id, position, tool_name, input) "
+    "VALUES (?, ?, ?, ?, ?)" + _AGAIN
+)
+_CALL: Final = (
+    "INSERT INTO tool_calls (run_id, tool_use_id, tool_name, input) VALUES (?, ?, ?, ?)" + _AGAIN
+)
+
+
+class SQLStore(BaseStore):
+    """The Store methods of SQLiteStore and PostgresStore (see the module's notes)."""
+
+    _dialect: ClassVar[Dialect]
+
+    @property
+    @abc.abstractmethod
+    def _where(self) -> str:
+        """The database as error messages name it."""
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def _call(
+        self, work: Callable[[Any], T], lease: Lease | None = None, *, transaction: bool = True
+    ) -> T:
+        """``work(connection)`` in one transaction, checked against ``lease`` when given
+        (``LeaseLost``: nothing of it is written); with ``transaction=False``, where the
+        driver can, outside any (``work`` is then one statement)."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    # --- for satsuma's own modules ------------------------------------------------------
+
+    async def transaction(self, work: Callable[[Any], T]) -> T:
+        """``work(connection)`` in one transaction of the store's, as its own calls run:
+        for satsuma's modules that keep tables in the store's database (the cluster's
+        queue, events, retention and status), not for users.
+
+        Raises:
+            StoreError: as the store's own calls do (its subclass says what to do next).
+        """
+        return await self._call(work)
+
+    async def read(self, work: Callable[[Any], T]) -> T:
+        """``work(connection)``, one statement (on PostgreSQL outside any transaction,
+        which the server runs as one), as ``transaction`` does otherwise."""
+        return await self._call(work, transaction=False)
+
+    # --- ownership ----------------------------------------------------------------------
+
+    async def release_lease(self, lease: Lease) -> None:
+        def work(db: Connection) -> None:
+            db.execute(
+                self._dialect.sql(
+                    "UPDATE leases SET owner_id = NULL WHERE agent_id = ? AND owner_id = ? "
+                    "AND epoch = ?"
+                ),
+                (lease.agent_id, lease.owner.owner_id, lease.epoch),
+            )
+
+        try:
+            await self._call(work, transaction=False)
+        finally:
+            let_go(lease.owner)
+
+    # --- conversations ------------------------------------------------------------------
+
+    async def load_messages(self, agent_id: str) -> list[Message]:
+        def work(db: Connection) -> list[Message]:
+            rows = db.execute(
+                self._dialect.sql(
+                    "SELECT seq, role, content FROM messages WHERE agent_id = ? ORDER BY seq"
+                ),
+                (agent_id,),
+            ).fetchall()
+            return [
+                message(agent_id, seq, expected, role, content)
+                for expected, (seq, role, content) in enumerate(rows)
+            ]
+
+        return await self._call(work, transaction=False)
+
+    def _write_tail(
+        self, db: Connection, agent_id: str, start: int, messages: Sequence[Message]
+    ) -> None:
+        sql = self._dialect.sql
+        if self._dialect.agent_lock is not None:
+            db.execute(sql(self._dialect.agent_lock), (agent_id,))
+        # max(seq) walks the primary key's index; count(*) would read every row.
+        row = db.execute(
+            sql("SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = ?"), (agent_id,)
+        ).fetchone()
+        count = row[0] if row else 0
+        if start > count:
+            raise StoreError(
+                self._where,
+                f"write_tail at {start} past the end ({count}) of agent {agent_id!r}",
+            )
+        db.execute(sql("DELETE FROM messages WHERE agent_id = ? AND seq >= ?"), (agent_id, start))
+        executemany(
+            db,
+            sql("INSERT INTO messages (agent_id, seq, role, content) VALUES (?, ?, ?, ?)"),
+            [
+                (agent_id, start + offset, m.role, json.dumps(list(m.content)))
+                for offset, m in enumerate(messages)
+            ],
+        )
+
+    async def write_tail(
+        self, agent_id: str, start: int, messages: Sequence[Message], *, lease: Lease | None = None
+    ) -> None:
+        await self._call(lambda db: self._write_tail(db, agent_id, start, messages), lease)
+
+    # --- runs ---------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        record: RunRecord,
+        *,
+        start: int | None = None,
+        messages: Sequence[Message] = (),
+        lease: Lease | None = None,
+    ) -> None:
+        def work(db: Connection) -> None:
+            if start is not None:
+                self._write_tail(db, record.agent_id, start, messages)
+            db.execute(
+                self._dialect.sql(
+                    "INSERT INTO runs ({run_columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (
+                    record.run_id,
+                    record.agent_id,
+                    record.status,
+                    record.prompt,
+                    record.started_at,
+                    record.ended_at,
+                    usage_json(record.usage),
+                    record.error,
+                    record.position,
+                ),
+            )
+
+        await self._call(work, lease)
+
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        status: RunRecordStatus,
+        ended_at: float,
+        usage: Usage,
+        error: str | None,
+        lease: Lease | None = None,
+    ) -> None:
+        def work(db: Connection) -> None:
+            db.execute(
+                self._dialect.sql(
+                    "UPDATE runs SET status = ?, ended_at = ?, usage = ?, error = ? "
+                    "WHERE run_id = ?"
+                ),
+                (status, ended_at, usage_json(usage), error, run_id),
+            )
+
+        await self._call(work, lease)
+
+    async def runs(self, agent_id: str) -> list[RunRecord]:
+        def work(db: Connection) -> list[RunRecord]:
+            rows = db.execute(
+                self._dialect.sql(
+                    "SELECT {run_columns} FROM runs WHERE agent_id = ? ORDER BY started_at, {added}"
+                ),
+                (agent_id,),
+            ).fetchall()
+            return [run_record(row) for row in rows]
+
+        return await self._call(work, transaction=False)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        def work(db: Connection) -> RunRecord | None:
+            row = db.execute(
+                self._dialect.sql("SELECT {run_columns} FROM runs WHERE run_id = ?"), (run_id,)
+            ).fetchone()
+            return run_record(row) if row is not None else None
+
+        return await self._call(work, transaction=False)
+
+    async def mark_interrupted(
+        self, agent_id: str, *, lease: Lease | None = None
+    ) -> list[RunRecord]:
+        sql = self._dialect.sql
+
+        def work(db: Connection) -> list[RunRecord]:
+            if self._dialect.returning:
+                # One statement: the runs it marks are the runs it returns.
+                rows = db.execute(sql(_INTERRUPT_RETURNING), (agent_id,)).fetchall()
+                rows.sort(key=lambda row: (row[4], row[-1]))  # started_at, then as added
+            else:
+                rows = db.execute(
+                    sql(
+                        "SELECT {run_columns}, {added} FROM runs WHERE agent_id = ? "
+                        "AND status = 'running' ORDER BY started_at, {added}"
+                    ),
+                    (agent_id,),
+                ).fetchall()
+                db.execute(sql(_INTERRUPT), (agent_id,))
+            return [run_record((*row[:2], "interrupted", *row[3:-1])) for row in rows]
+
+        return await self._call(work, lease)
+
+    # --- runs awaiting approval -----------------------------------------------------------
+
+    async def pause_run(
+        self,
+        run_id: str,
+        pending: Sequence[PendingApproval],
+        *,
+        usage: Usage,
+        lease: Lease | None = None,
+    ) -> None:
+        sql = self._dialect.sql
+        calls = [(p.tool_use_id, p.tool_name, json.dumps(p.input), p.reason) for p in pending]
+
+        def work(db: Connection) -> None:
+            db.execute(
+                sql("UPDATE runs SET status = 'awaiting_approval', usage = ? WHERE run_id = ?"),
+                (usage_json(usage), run_id),
+            )
+            db.execute(sql("DELETE FROM approvals WHERE run_id = ? AND verdict IS NULL"), (run_id,))
+            # After the calls an earlier pause of the run asked about (decided, and kept).
+            # The run's row, locked by the UPDATE above, orders two pauses of one run.
+            row = db.execute(
+                sql("SELECT coalesce(max(position) + 1, 0) FROM approvals WHERE run_id = ?"),
+                (run_id,),
+            ).fetchone()
+            first = row[0] if row is not None else 0
+            executemany(
+                db,
+                sql(
+                    "INSERT INTO approvals (run_id, tool_use_id, position, tool_name, input, "
+                    "reason) VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                [(run_id, call[0], first + offset, *call[1:]) for offset, call in enumerate(calls)],
+            )
+
+        await self._call(work, lease)
+
+    async def pending_calls(self, run_id: str) -> list[PendingApproval]:
+        def work(db: Connection) -> list[PendingApproval]:
+            # One statement, so one snapshot: the calls and the run's status agree.
+            rows = db.execute(
+                self._dialect.sql(
+                    "SELECT tool_use_id, tool_name, input, reason FROM approvals "
+                    "WHERE run_id = ? AND verdict IS NULL AND EXISTS (SELECT 1 FROM runs "
+                    "WHERE runs.run_id = ? AND runs.status = 'awaiting_approval') "
+                    "ORDER BY position"
+                ),
+                (run_id, run_id),
+            ).fetchall()
+            return [pending_approval(run_id, row) for row in rows]
+
+        return await self._call(work, transaction=False)
+
+    async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
+        sql = self._dialect.sql
+
+        def work(db: Connection) -> list[RunRecord]:
+            # Two statements, so that one agent's are found through its index.
+            if agent_id is None:
+                cursor = db.execute(
+                    sql(
+                        "SELECT {run_columns} FROM runs WHERE status = 'awaiting_approval' "
+                        "ORDER BY started_at, {added}"
+                    )
+                )
+            else:
+                cursor = db.execute(
+                    sql(
+                        "SELECT {run_columns} FROM runs WHERE agent_id = ? "
+                        "AND status = 'awaiting_approval' ORDER BY started_at, {added}"
+                    ),
+                    (agent_id,),
+                )
+            return [run_record(row) for row in cursor.fetchall()]
+
+        return await self._call(work, transaction=False)
+
+    async def claim_paused_run(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        lease: Lease | None = None,
+    ) -> bool:
+        sql = self._dialect.sql
+        decided = [
+            (*decision_values(decision), run_id, call_id)
+            for call_id, decision in (decisions or {}).items()
+        ]
+
+        def work(db: Connection) -> bool:
+            # One statement: of two claims at once, the second waits for the first (its
+            # row lock, or SQLite's one writer), then finds the status changed and
+            # updates nothing. The decisions are written in the same transaction, by
+            # the winner only. PostgreSQL's pipeline knows a rowcount only once the
+            # result is read: RETURNING reads it.
+            if self._dialect.returning:
+                cursor = db.execute(sql(_CLAIM_RETURNING), (run_id,))
+                claimed = cursor.fetchone() is not None
+            else:
+                claimed = db.execute(sql(_CLAIM), (run_id,)).rowcount == 1
+            if not claimed:
+                return False
+            executemany(
+                db,
+                sql(
+                    "UPDATE approvals SET verdict = ?, decided_input = ?, denial_reason = ?, "
+                    "decided_by = ?, decided_at = ? WHERE run_id = ? AND tool_use_id = ? "
+                    "AND verdict IS NULL"
+                ),
+                decided,
+            )
+            return True
+
+        return await self._call(work, lease)
+
+    async def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        def work(db: Connection) -> list[ApprovalRecord]:
+            rows = db.execute(
+                self._dialect.sql(
+                    "SELECT {approval_columns} FROM approvals WHERE run_id = ? ORDER BY position"
+                ),
+                (run_id,),
+            ).fetchall()
+            return [approval_record(run_id, row) for row in rows]
+
+        return await self._call(work, transaction=False)
+
+    # --- the tool-call journal ------------------------------------------------------------
+
+    async def call_started(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        tool_name: str,
+        input: Any,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
+        sql = self._dialect.sql
+        encoded = json.dumps(input)
+
+        def work(db: Connection) -> None:
+            if self._dialect.numbers_calls:
+                (position,) = db.execute(
+                    sql("SELECT count(*) FROM tool_calls WHERE run_id = ?"), (run_id,)
+                ).fetchone()
+                values: tuple[Any, ...] = (run_id, tool_use_id, position, tool_name, encoded)
+                db.execute(sql(_CALL_NUMBERED), values)
+            else:
+                db.execute(sql(_CALL), (run_id, tool_use_id, tool_name, encoded))
+
+        await self._call(work, lease)
+
+    async def call_finished(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        *,
+        content: Any,
+        is_error: bool,
+        error_kind: str | None,
+        lease: Lease | None = None,
+    ) -> None:
+        encoded = json.dumps(content)
+
+        def work(db: Connection) -> None:
+            db.execute(
+                self._dialect.sql(
+                    "UPDATE tool_calls SET finished = {true}, content = ?, is_error = ?, "
+                    "error_kind = ? WHERE run_id = ? AND tool_use_id = ?"
+                ),
+                (encoded, is_error, error_kind, run_id, tool_use_id),
+            )
+
+        await self._call(work, lease)
+
+    async def calls(self, run_id: str) -> list[JournalEntry]:
+        def work(db: Connection) -> list[JournalEntry]:
+            rows = db.execute(
+                self._dialect.sql(
+                    "SELECT tool_use_id, tool_name, input, finished, content, is_error, "
+                    "error_kind FROM tool_calls WHERE run_id = ? ORDER BY position"
+                ),
+                (run_id,),
+            ).fetchall()
+            return [journal_entry(run_id, row) for row in rows]
+
+        return await self._call(work, transaction=False)
