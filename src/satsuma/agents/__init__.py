@@ -2,6 +2,7 @@
 
 from .._messages import Message as Message
 from .._messages import Usage as Usage
+from .._public import public_names as _public_names
 from ._agent import Agent as Agent
 from ._aliases import MODEL_ALIASES as MODEL_ALIASES
 from ._anthropic import AnthropicModel as AnthropicModel
@@ -79,3 +80,6 @@ __all__ = [
     "open_agent",
     "set_model_limits",
 ]
+
+# Users import these names from satsuma: they carry that path (tracebacks, reprs, pickles).
+_public_names("satsuma", globals())
