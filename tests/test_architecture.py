@@ -24,7 +24,16 @@ SRC = Path(satsuma.__file__).parent
 
 # The shared kernel: top-level modules any room may import.
 KERNEL = frozenset(
-    {"_messages", "_exceptions", "_text", "_jsonvalue", "_frozen", "_telemetry", "_public"}
+    {
+        "_messages",
+        "_exceptions",
+        "_text",
+        "_jsonvalue",
+        "_frozen",
+        "_telemetry",
+        "_public",
+        "_shapes",
+    }
 )
 # The CLI: the ``satsuma`` command and its top-level helpers, one room.
 CLI = frozenset(
