@@ -275,6 +275,9 @@ def test_rooms_import_only_the_rooms_below_them() -> None:
 
 def test_rooms_are_entered_by_their_front_door() -> None:
     assert len(ALLOWED_PRIVATE) <= 5
+    assert all(reason.strip() for reason in ALLOWED_PRIVATE.values())
+    used = {(imp.importer, imp.target) for imp in imports(SRC, modules(SRC))}
+    assert set(ALLOWED_PRIVATE) <= used, "an allowed import that no longer exists"
     violations = private_violations(SRC)
     assert not violations, _report("front doors (another room's private module)", violations)
 
@@ -387,6 +390,16 @@ def test_the_rules_find_what_breaks_them(tmp_path: Path) -> None:
         "5 modules over 500 lines, at most 4: satsuma.store._a (604), satsuma.store._b (601),"
         " satsuma.store._c (604), satsuma.store._d (604), satsuma.store._e (702)",
     ]
+
+
+def test_an_allowed_private_import_is_not_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _tree(tmp_path, {**GOOD, "tools/builtin/_bash.py": "from .._results import Result\n"})
+    assert len(private_violations(root)) == 1
+    allowed = {("satsuma.tools.builtin._bash", "satsuma.tools._results"): "the reason"}
+    monkeypatch.setattr(f"{__name__}.ALLOWED_PRIVATE", allowed)
+    assert private_violations(root) == []
 
 
 @pytest.mark.parametrize(
