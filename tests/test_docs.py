@@ -188,6 +188,17 @@ def test_every_page_is_in_the_nav() -> None:
     assert listed - pages == set(), "mkdocs.yml's nav lists missing pages"
 
 
+def test_every_page_is_in_the_readme() -> None:
+    # A newcomer reads the README first: its documentation list names every page, so that
+    # none exists unseen. The site's home page is the README's own counterpart, and its
+    # changelog page is CHANGELOG.md, which the README names itself.
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^- \[[^\]]+\]\((\S+?)\):", readme, flags=re.MULTILINE))
+    pages = {f"docs/{page.name}" for page in DOCS.glob("*.md")} - {"docs/index.md"}
+    pages = pages - {"docs/changelog.md"} | {"CHANGELOG.md", "docs/reference/index.md"}
+    assert pages - listed == set(), "pages missing from the README's documentation list"
+
+
 def test_every_public_name_is_in_the_reference() -> None:
     # The reference documents satsuma's names one by one (grouped by topic), so a new
     # export needs its entry; the other public modules are rendered whole.

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import pickle
 import subprocess
 import sys
 import types
+import typing
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import attrs
+import cattrs
 
 import satsuma
 import satsuma.testing
@@ -57,6 +66,31 @@ TOOLS_FOR_OTHER_ROOMS = {
     "compile_hint", "content_text", "denied_text", "error_outcome", "gated", "structure",
     "structure_errors", "unstructure", "validate_common",
 }  # fmt: skip
+
+
+def test_satsuma_imports_each_public_name_once_and_the_rest_is_made_from_it() -> None:
+    # The imports are the one list: eager ones for tools and the shared kernel, those
+    # under TYPE_CHECKING for the rooms loaded on first use, which _LATER repeats for the
+    # loader (a type checker needs the imports, the loader the names before the import).
+    tree = ast.parse(Path(satsuma.__file__).read_text())
+    eager: list[str] = []
+    later: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            eager += [alias.name for alias in node.names if alias.asname == alias.name]
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING":
+            for child in node.body:
+                if isinstance(child, ast.ImportFrom):
+                    names = later.setdefault(f"satsuma.{child.module}", set())
+                    names.update(alias.name for alias in child.names)
+    imported = eager + [name for names in later.values() for name in names]
+    assert len(imported) == len(set(imported))
+    assert set(imported) == set(satsuma.__all__)
+    assert later == {room: set(names) for room, names in satsuma._LATER.items()}
+    assert set(satsuma.__all__) <= set(dir(satsuma))
+    namespace: dict[str, object] = {}
+    exec("from satsuma import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(satsuma.__all__)
 
 
 def test_tools_exports_match_their_all() -> None:
@@ -132,13 +166,118 @@ def test_cluster_exports_and_it_loads_only_when_used() -> None:
     assert out.stdout.split() == ["[]", "True"]
 
 
-def test_exported_objects_say_they_live_in_private_modules_of_their_layer() -> None:
-    for name in satsuma.__all__:
-        obj = getattr(satsuma, name)
-        module = getattr(obj, "__module__", "")
-        if module.startswith("satsuma"):
-            leaf = module.rsplit(".", 1)[-1]
-            assert leaf.startswith("_"), f"{name} is defined in public module {module}"
+PUBLIC_PACKAGES = (
+    "satsuma",
+    "satsuma.testing",
+    "satsuma.tools",
+    "satsuma.tools.builtin",
+    "satsuma.tools.mcp",
+    "satsuma.store",
+    "satsuma.cluster",
+)
+SRC = Path(satsuma.__file__).parent
+
+
+def test_public_packages_define_nothing_they_export() -> None:
+    # Every exported name is defined in a private module of its room and re-exported
+    # (its __module__ says where users import it from, so the source file is the check).
+    for package in PUBLIC_PACKAGES:
+        init = SRC.joinpath(*package.split(".")[1:], "__init__.py")
+        defined = [
+            node.name
+            for node in ast.parse(init.read_text()).body
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        assert set(defined) <= {"__getattr__", "__dir__"}, (package, defined)
+
+
+def _exported(package: str) -> Iterator[tuple[str, object]]:
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        yield name, getattr(module, name)
+
+
+def test_every_public_class_and_function_carries_its_public_path() -> None:
+    # A name satsuma exports carries "satsuma" whichever package also exports it
+    # (satsuma.store.StoreError is satsuma.StoreError); the others their own package's.
+    for package in PUBLIC_PACKAGES:
+        for name, obj in _exported(package):
+            if not isinstance(obj, (type, types.FunctionType)):
+                continue  # constants and type aliases (Literal, unions) have no path
+            home = "satsuma" if name in satsuma.__all__ else package
+            assert (obj.__module__, obj.__qualname__, obj.__name__) == (home, name, name)
+            if isinstance(obj, type):
+                assert repr(obj) == f"<class '{home}.{name}'>"
+                assert pickle.loads(pickle.dumps(obj)) is obj
+    assert repr(satsuma.ToolResult(content="x")) == (
+        "ToolResult(content='x', is_error=False, details=None)"
+    )
+    assert satsuma.tool.__module__ == "satsuma"
+
+
+def test_names_carry_their_path_whichever_package_is_imported_first() -> None:
+    # The cluster loads the agents itself: their names are moved by the agents room's
+    # own __init__, before anyone reads satsuma.Agent.
+    code = (
+        "import satsuma.cluster, satsuma.agents, satsuma.supervisor;"
+        "print(satsuma.agents.Agent.__module__, satsuma.supervisor.Supervisor.__module__,"
+        " satsuma.cluster.Node.__module__, satsuma.agents.RunResult.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["satsuma", "satsuma", "satsuma.cluster", "satsuma"]
+
+
+def test_a_traceback_names_the_public_path() -> None:
+    code = "import satsuma\nraise satsuma.ToolError('no such order')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stderr.splitlines()[-1] == "satsuma.ToolError: no such order"
+
+
+def test_type_hints_of_public_classes_resolve_at_their_public_path() -> None:
+    # get_type_hints reads a class's string annotations in sys.modules[cls.__module__]:
+    # cattrs, the tools' JSON schemas and the event decoder go through it.
+    for package in PUBLIC_PACKAGES:
+        for name, obj in _exported(package):
+            if isinstance(obj, type):
+                hints = typing.get_type_hints(obj, include_extras=True)
+                assert not any(isinstance(hint, str) for hint in hints.values()), name
+                if attrs.has(obj):
+                    attrs.resolve_types(obj)
+
+    @attrs.frozen
+    class Mine(satsuma.ToolResult):
+        note: Sequence[str] = ()
+
+    assert typing.get_type_hints(Mine)["content"] == satsuma.ToolResult.__annotations__["content"]
+    converter = cattrs.Converter()
+    call = satsuma.ToolCall(id="t1", name="add", input={"a": 1})
+    assert converter.structure(converter.unstructure(call), satsuma.ToolCall) == call
+
+
+def test_public_exceptions_and_frozen_values_pickle() -> None:
+    import satsuma.store
+
+    # The exceptions whose constructor takes their message alone (the others never
+    # unpickled: BaseException pickles its args, and theirs are built from several).
+    for error in (
+        satsuma.SatsumaError("x"),
+        satsuma.ToolError("no such order"),
+        satsuma.ModelError("Overloaded", status=529, retryable=True, retry_after=2.0),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert (type(copy), str(copy), vars(copy)) == (type(error), str(error), vars(error))
+    values: list[object] = [
+        satsuma.ToolResult(content="x", details={"k": 1}),
+        satsuma.ToolCall(id="t1", name="add", input={"a": 1}),
+        satsuma.Usage(input_tokens=3, output_tokens=4),
+        satsuma.Message(role="user", content=[{"type": "text", "text": "hi"}]),
+        satsuma.Deny("not today", by="ops"),
+        satsuma.Approve(by="ops"),
+        satsuma.ToolCallStart(tool_use_id="t1", tool_name="add", input={"a": 1}),
+        satsuma.store.JournalEntry(run_id="r1", tool_use_id="t1", tool_name="add", input={}),
+    ]
+    for value in values:
+        assert pickle.loads(pickle.dumps(value)) == value
 
 
 def test_importing_tools_loads_neither_agents_nor_supervisor() -> None:

@@ -254,7 +254,7 @@ async def test_a_model_failure_is_recorded_on_its_chat_span(
     chat = only(finished, "chat claude-sonnet-5-5")
     assert chat.status.status_code is StatusCode.ERROR
     assert chat.status.description == "529: Overloaded"
-    assert attributes(chat)["error.type"] == "satsuma._exceptions.ModelError"
+    assert attributes(chat)["error.type"] == "satsuma.ModelError"
     assert [event.name for event in chat.events] == ["exception"]
     run = only(finished, "invoke_agent calculator")
     assert run.status.status_code is StatusCode.ERROR

@@ -150,3 +150,32 @@ def test_usage_runs() -> None:
     # The same files at run time: the signatures mypy accepted are the ones that work.
     runpy.run_path(str(USAGE), run_name="satsuma_typed_usage")
     runpy.run_path(str(USAGE_OUTPUT), run_name="satsuma_typed_usage")
+
+
+def test_a_type_checker_sees_every_public_name_with_its_type(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # satsuma's __all__ is made at run time, out of a type checker's sight: mypy reads the
+    # explicit re-exports instead, by attribute and by star import alike.
+    import satsuma
+
+    names = tmp_path / "names.py"
+    names.write_text(
+        "\n".join(
+            [
+                "import satsuma",
+                "from satsuma import *",
+                *(f"reveal_type(satsuma.{name})" for name in satsuma.__all__),
+                *(f"reveal_type({name})" for name in satsuma.__all__),
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    pytest_cache = getattr(request.config, "cache", None)
+    cache = pytest_cache.mkdir("mypy") if pytest_cache is not None else tmp_path / "cache"
+    found, report = mypy_errors([names], cache)
+    assert found == {}, report
+    revealed = re.findall(r'Revealed type is "(.*)"$', report, flags=re.MULTILINE)
+    assert len(revealed) == 2 * len(satsuma.__all__), report
+    assert "Any" not in revealed, report

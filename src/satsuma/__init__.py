@@ -1,12 +1,17 @@
 """satsuma: LLM agents whose tool calls run under supervision, on trio.
 
-This module defines nothing: it re-exports the public names of the private modules.
-The names of the models, agents and supervisor rooms are loaded on first use (PEP 562),
-so that ``import satsuma.tools`` alone never loads them: tools sit below them.
+This module defines nothing: it re-exports the public names of the rooms, each imported
+once below, and ``__all__`` is made from them. The names of the models,
+agents and supervisor rooms load on first use (PEP 562), so that ``import satsuma.tools``
+alone never loads them: tools sit below them. Type checkers read those names
+from the ``TYPE_CHECKING`` imports; at run time ``__getattr__`` finds their room in
+``_LATER``, the same names grouped by room (tests/test_public_api.py checks that the two
+agree). Every public class and function carries its public path (``satsuma.Agent``).
 """
 
 import importlib as _importlib
 import logging as _logging
+import types as _types
 import typing as _typing
 
 from ._exceptions import AgentCrashed as AgentCrashed
@@ -24,6 +29,7 @@ from ._exceptions import ToolDefinitionError as ToolDefinitionError
 from ._exceptions import ToolError as ToolError
 from ._messages import Message as Message
 from ._messages import Usage as Usage
+from ._public import public_names as _public_names
 from .tools import ApprovalDecided as ApprovalDecided
 from .tools import ApprovalRequested as ApprovalRequested
 from .tools import Approve as Approve
@@ -118,33 +124,25 @@ if _typing.TYPE_CHECKING:
 # until then they stay quiet (the logging HOWTO's advice for libraries).
 _logging.getLogger("satsuma").addHandler(_logging.NullHandler())
 
-_AGENT_NAMES = frozenset(
-    {
-        "Agent", "AgentEvent", "AgentHandle", "AgentTool", "HistoryProcessor", "JsonLinesLog", "KeepAll",
-        "KeepLastExchanges",
-        "ModelRetry", "ModelWaitStart", "ModelWaitEnd", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
-        "RunResult", "RunStart", "RunStatus", "TextDelta",
-        "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict", "Verifier", "VerifyContext",
-        "event_to_json", "open_agent",
-    }
-)  # fmt: skip
-
-
-_MODEL_NAMES = frozenset(
-    {
+# The names imported under TYPE_CHECKING above, by the room that loads them on first use.
+_LATER: _typing.Final = {
+    "satsuma.models": frozenset({
         "MODEL_ALIASES", "AnthropicModel", "Model", "ModelLimits", "ModelListener",
         "ModelRequest", "ModelResponse", "OpenAIModel", "set_model_limits",
-    }
-)  # fmt: skip
-
-
-_SUPERVISOR_NAMES = frozenset(
-    {
+    }),
+    "satsuma.agents": frozenset({
+        "Agent", "AgentEvent", "AgentHandle", "AgentTool", "HistoryProcessor", "JsonLinesLog",
+        "KeepAll", "KeepLastExchanges", "ModelRetry", "ModelWaitStart", "ModelWaitEnd",
+        "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd", "RunResult", "RunStart",
+        "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict",
+        "Verifier", "VerifyContext", "event_to_json", "open_agent",
+    }),
+    "satsuma.supervisor": frozenset({
         "Backoff", "ChildCrashed", "ChildExited", "ChildInfo", "ChildRestarted", "ChildSpec",
         "ChildStarted", "RestartType", "Supervisor", "SupervisorEvent", "SupervisorGaveUp",
         "SupervisorStrategy",
-    }
-)  # fmt: skip
+    }),
+}  # fmt: skip
 
 
 def __getattr__(name: str) -> _typing.Any:
@@ -163,118 +161,29 @@ def __getattr__(name: str) -> _typing.Any:
             version = "0+unknown"
         globals()["__version__"] = version
         return version
-    if name in _AGENT_NAMES:
-        module = "satsuma.agents"
-    elif name in _MODEL_NAMES:
-        module = "satsuma.models"
-    elif name in _SUPERVISOR_NAMES:
-        module = "satsuma.supervisor"
-    else:
+    room = next((room for room, names in _LATER.items() if name in names), None)
+    if room is None:
         raise AttributeError(f"module 'satsuma' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
+    # Loading the room gives its names their public path (its __init__ calls
+    # public_names), whether satsuma or another room imports it first.
+    value = getattr(_importlib.import_module(room), name)
     globals()[name] = value
     return value
 
 
-__all__ = [
-    "Backoff",
-    "ChildCrashed",
-    "ChildExited",
-    "ChildInfo",
-    "ChildRestarted",
-    "ChildSpec",
-    "ChildStarted",
-    "RestartType",
-    "Supervisor",
-    "SupervisorEvent",
-    "SupervisorGaveUp",
-    "SupervisorStrategy",
-    "MODEL_ALIASES",
-    "Agent",
-    "AgentCrashed",
-    "AgentDefinitionError",
-    "AgentEvent",
-    "AgentHandle",
-    "AgentTool",
-    "AgentUnavailable",
-    "AnthropicModel",
-    "HistoryProcessor",
-    "JsonLinesLog",
-    "KeepAll",
-    "KeepLastExchanges",
-    "Message",
-    "Model",
-    "ConfigurationError",
-    "ModelError",
-    "ModelLimits",
-    "ModelListener",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelRetry",
-    "ModelWaitEnd",
-    "ModelWaitStart",
-    "OpenAIModel",
-    "OutputDelta",
-    "OutputRejected",
-    "OutputValidated",
-    "RunEnd",
-    "RunResult",
-    "RunStart",
-    "RunStatus",
-    "TextDelta",
-    "ThinkingDelta",
-    "TokenBudget",
-    "TurnEnd",
-    "Usage",
-    "Verdict",
-    "Verifier",
-    "VerifyContext",
-    "event_to_json",
-    "open_agent",
-    "set_model_limits",
-    "ApprovalDecided",
-    "ApprovalRequested",
-    "Approve",
-    "Approver",
-    "Ask",
-    "Batched",
-    "Deny",
-    "ErrorKind",
-    "EventSink",
-    "FunctionTool",
-    "HookDecision",
-    "Interrupt",
-    "NestedEvent",
-    "Parallel",
-    "PendingCall",
-    "Rewrite",
-    "NoOutput",
-    "RunNotAwaitingApproval",
-    "SatsumaError",
-    "Sequential",
-    "MCPServerError",
-    "StoreError",
-    "Strategy",
-    "SupervisorFailed",
-    "Tool",
-    "ToolCall",
-    "ToolCallEnd",
-    "ToolCallStart",
-    "ToolContext",
-    "ToolDefinition",
-    "ToolDefinitionError",
-    "ToolError",
-    "ToolEvent",
-    "ToolHook",
-    "ToolOutcome",
-    "ToolProgress",
-    "ToolResult",
-    "ToolReturn",
-    "ToolRunner",
-    "ToolUpdate",
-    "Toolset",
-    "format_results",
-    "get_errors",
-    "has_errors",
-    "tool",
-]
+def __dir__() -> list[str]:
+    return sorted({*globals(), *globals()["__all__"]})
+
+
+# Made from the imports, not written out again. Type checkers are not shown it: mypy takes
+# a module's public names from a literal __all__ alone when there is one, and reads the
+# explicit ``X as X`` re-exports above when there is none.
+if not _typing.TYPE_CHECKING:
+    __all__ = sorted(
+        {
+            name
+            for name, value in globals().items()
+            if not name.startswith("_") and not isinstance(value, _types.ModuleType)
+        }.union(*_LATER.values())
+    )
+    _public_names("satsuma", globals())

@@ -28,16 +28,27 @@ from __future__ import annotations
 
 from ._text import MESSAGE_LIMIT, describe_exception_text
 
+# Every exception class, in the order of the hierarchy above, and the one helper that
+# builds an exception for other modules (tests/test_exceptions.py keeps this complete).
 __all__ = [
+    "SatsumaError",
+    "ToolError",
+    "ToolDefinitionError",
     "AgentDefinitionError",
+    "ModelError",
     "ConfigurationError",
     "AgentUnavailable",
-    "ModelError",
-    "NoOutput",
+    "AgentCrashed",
+    "StoreError",
+    "StoreUnavailable",
+    "LeaseLost",
+    "StoreUnreadable",
+    "StoreClosed",
     "RunNotAwaitingApproval",
-    "SatsumaError",
-    "ToolDefinitionError",
-    "ToolError",
+    "NoOutput",
+    "MCPServerError",
+    "SupervisorFailed",
+    "missing_api_key",
 ]
 
 

@@ -2,6 +2,7 @@
 
 from .._messages import Message as Message
 from .._messages import Usage as Usage
+from .._public import public_names as _public_names
 
 # satsuma's other rooms (the supervisor, the cluster, the CLI) reach the few internals
 # they need through this one namespace: satsuma.agents.internal, not for users (not in
@@ -66,3 +67,6 @@ __all__ = [
     "event_to_json",
     "open_agent",
 ]
+
+# Users import these names from satsuma: they carry that path (tracebacks, reprs, pickles).
+_public_names("satsuma", globals())

@@ -5,6 +5,7 @@ streams their events.
 Needs the extra ``satsuma[postgres]`` (psycopg), loaded when a store is made.
 """
 
+from .._public import public_names as _public_names
 from ..store import QueuedRun as QueuedRun
 from ..store import QueuedRunStatus as QueuedRunStatus
 from ._client import Cluster as Cluster
@@ -26,3 +27,6 @@ __all__ = [
     "QueuedRunStatus",
     "RunResumed",
 ]
+
+# Each exported name carries its public path (tracebacks, reprs, pickles).
+_public_names(__name__, globals())

@@ -20,6 +20,7 @@ and what ``satsuma.tools`` exports of a tool call (``ToolCall``, and the JSON ga
 inputs pass); users import its public names from ``satsuma``.
 """
 
+from .._public import public_names as _public_names
 from ._aliases import MODEL_ALIASES as MODEL_ALIASES
 from ._aliases import model_problem as model_problem
 from ._aliases import resolve_model as resolve_model
@@ -74,3 +75,6 @@ __all__ = [
     "shared_model",
     "stream_events",
 ]
+
+# Users import these names from satsuma: they carry that path (tracebacks, reprs, pickles).
+_public_names("satsuma", globals())

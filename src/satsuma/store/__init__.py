@@ -9,6 +9,7 @@ from .._exceptions import StoreClosed as StoreClosed
 from .._exceptions import StoreError as StoreError
 from .._exceptions import StoreUnavailable as StoreUnavailable
 from .._exceptions import StoreUnreadable as StoreUnreadable
+from .._public import public_names as _public_names
 from ._base import Store as Store
 from ._lease import Lease as Lease
 from ._lease import Owner as Owner
@@ -113,3 +114,6 @@ __all__ = [
     "StoreUnavailable",
     "StoreUnreadable",
 ]
+
+# Each exported name carries its public path (tracebacks, reprs, pickles).
+_public_names(__name__, globals())

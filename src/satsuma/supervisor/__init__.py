@@ -1,5 +1,6 @@
 """Supervision: OTP-style restart strategies for agents, supervisors and services."""
 
+from .._public import public_names as _public_names
 from ._children import ChildSpec as ChildSpec
 from ._children import RestartType as RestartType
 from ._events import ChildCrashed as ChildCrashed
@@ -27,3 +28,6 @@ __all__ = [
     "SupervisorGaveUp",
     "SupervisorStrategy",
 ]
+
+# Users import these names from satsuma: they carry that path (tracebacks, reprs, pickles).
+_public_names("satsuma", globals())

@@ -4,6 +4,7 @@ The pytest plugin (fixtures ``tool_workspace``, ``tool_context``, ``tool_events`
 registered automatically when satsuma is installed.
 """
 
+from .._public import public_names as _public_names
 from ._chat_server import ChatCompletionsServer as ChatCompletionsServer
 from ._fake import FakeModel as FakeModel
 from ._fake import fake_reply as fake_reply
@@ -31,3 +32,6 @@ __all__ = [
     "run_tool",
     "tool_call",
 ]
+
+# Each exported name carries its public path (tracebacks, reprs, pickles).
+_public_names(__name__, globals())

@@ -2,6 +2,7 @@
 
 from .._exceptions import ToolDefinitionError as ToolDefinitionError
 from .._exceptions import ToolError as ToolError
+from .._public import public_names as _public_names
 from ._approval import Approve as Approve
 from ._approval import Approver as Approver
 from ._approval import PendingCall as PendingCall
@@ -109,3 +110,6 @@ __all__ = [
     "has_errors",
     "tool",
 ]
+
+# Each exported name carries its public path (tracebacks, reprs, pickles).
+_public_names(__name__, globals())

@@ -5,6 +5,7 @@ Each needs a capability granted by the context (``read``, ``write``, ``shell``,
 ``working_dir``. See docs/builtin-tools.md for each tool's arguments and limits.
 """
 
+from ..._public import public_names as _public_names
 from ._bash import Bash as Bash
 from ._dates import DateResolver as DateResolver
 from ._files import EditFile as EditFile
@@ -28,3 +29,6 @@ __all__ = [
     "ShellIsolation",
     "WriteFile",
 ]
+
+# Each exported name carries its public path (tracebacks, reprs, pickles).
+_public_names(__name__, globals())

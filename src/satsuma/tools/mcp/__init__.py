@@ -5,6 +5,7 @@ an ImportError that says what to install. See docs/mcp.md.
 """
 
 from ..._exceptions import MCPServerError as MCPServerError
+from ..._public import public_names as _public_names
 
 try:
     import mcp as _mcp  # noqa: F401  # checked first, so that its absence is named plainly
@@ -23,3 +24,6 @@ from ._server import MCPServer as MCPServer
 from ._server import MCPTool as MCPTool
 
 __all__ = ["MCPServer", "MCPServerError", "MCPTool"]
+
+# Each exported name carries its public path (tracebacks, reprs, pickles).
+_public_names(__name__, globals())
