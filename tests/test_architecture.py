@@ -49,6 +49,11 @@ CLI = frozenset(
         "_tally",
         "_command_error",
         "_store_option",
+        "_arguments",
+        "_run_command",
+        "_runs_command",
+        "_chat_command",
+        "_fake_server",
     }
 )
 PACKAGES = ("models", "agents", "supervisor", "store", "cluster", "serve", "evals", "testing")

@@ -1,7 +1,7 @@
 """``PostgresStore.prune`` and the queue's own expiry: what the retention policy deletes
 in PostgreSQL (see ``_retention``), in batches that never stall a running cluster.
 
-Each batch is one short transaction of PostgresStore's (``transaction``) that locks the rows
+Each batch is one short transaction of the store's (``transaction``) that locks the rows
 it deletes with ``FOR UPDATE SKIP LOCKED``: a row another transaction holds (a node
 finishing that run, another prune) is skipped, not waited for, and goes at the next
 prune. Batches walk the primary key from where the last one stopped, so a prune reads
@@ -18,7 +18,7 @@ from ._retention import PRUNE_BATCH, PruneReport, batches, ended_before, idle
 if TYPE_CHECKING:
     import psycopg
 
-    from ._postgres import PostgresStore
+    from ._sql import SQLStore
 
 __all__ = ["expire_queue", "prune"]
 
@@ -35,7 +35,7 @@ _IDLE: Final = (
 
 
 async def prune(
-    store: PostgresStore, older_than: float, *, conversations: bool, dry_run: bool
+    store: SQLStore, older_than: float, *, conversations: bool, dry_run: bool
 ) -> PruneReport:
     """``Store.prune`` on PostgreSQL; ``older_than`` in seconds, on the database's clock
     (the one every machine of a cluster shares)."""
@@ -49,7 +49,7 @@ async def prune(
     return report
 
 
-async def expire_queue(store: PostgresStore, older_than: float) -> int:
+async def expire_queue(store: SQLStore, older_than: float) -> int:
     """Delete the queue's runs that ended more than ``older_than`` seconds ago, with
     their events (what nodes do by themselves, see ``Node(result_retention=...)``); how
     many runs."""
@@ -57,7 +57,7 @@ async def expire_queue(store: PostgresStore, older_than: float) -> int:
     return report.run_queue
 
 
-async def _cut(store: PostgresStore, older_than: float) -> float:
+async def _cut(store: SQLStore, older_than: float) -> float:
     def work(db: psycopg.Connection[Any]) -> float:
         row = db.execute(f"SELECT {NOW} - %s", (older_than,)).fetchone()
         assert row is not None

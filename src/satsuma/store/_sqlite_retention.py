@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 from ._retention import PRUNE_BATCH, PruneReport, batches, cut_before, ended_before, idle
 
 if TYPE_CHECKING:
-    from ._sqlite import SQLiteStore
+    from ._sql import SQLStore
 
 __all__ = ["prune"]
 
@@ -25,7 +25,7 @@ _CHOSEN: Final = "IN (SELECT value FROM json_each(?))"
 
 
 async def prune(
-    store: SQLiteStore, older_than: float, *, conversations: bool, dry_run: bool
+    store: SQLStore, older_than: float, *, conversations: bool, dry_run: bool
 ) -> PruneReport:
     """``Store.prune`` on SQLite; ``older_than`` in seconds."""
     cut = cut_before(older_than)
