@@ -34,6 +34,7 @@ KERNEL = frozenset(
         "_telemetry",
         "_public",
         "_shapes",
+        "_toolcall",
     }
 )
 # The CLI: the ``satsuma`` command and its top-level helpers, one room.

@@ -30,7 +30,9 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_MEMBERS",
     "JsonProblem",
+    "expected_text",
     "json_problem",
+    "json_type",
     "plain_json",
     "plain_members",
     "plain_or_problem",
@@ -320,3 +322,42 @@ def _type_name(value: object) -> str:
     name = type(value).__name__
     article = "an" if name[:1].lower() in "aeiou" else "a"
     return f"{article} {name}" if name not in ("bytes", "bytearray") else name
+
+
+# The words of a validation message about a value's JSON type, shared by the tools'
+# argument checks and the JSON gate of a model's tool calls.
+_ARTICLE: Final[dict[str, str]] = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a Python value's type, as written after ``got:``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def expected_text(path: str, json_types: str | list[str], value: object) -> str:
+    """``expected <path> to be <a type>, got: <type>``; several types are joined with "or"."""
+    names = [json_types] if isinstance(json_types, str) else json_types
+    wanted = " or ".join(_ARTICLE.get(name, name) for name in names)
+    return f"expected {path} to be {wanted}, got: {json_type(value)}"

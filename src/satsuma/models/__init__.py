@@ -15,9 +15,8 @@ Adding a provider is one new module and one line: the module defines the Model a
 ``_openai.OPENAI`` is one), and one line in ``_aliases.PROVIDERS`` maps the model
 strings' prefix to it.
 
-This room imports only satsuma's shared kernel (messages, shapes, exceptions, text)
-and what ``satsuma.tools`` exports of a tool call (``ToolCall``, and the JSON gate its
-inputs pass); users import its public names from ``satsuma``.
+This room imports only satsuma's shared kernel (messages, shapes, tool calls and their
+JSON gate, exceptions, text); users import its public names from ``satsuma``.
 """
 
 from .._public import public_names as _public_names

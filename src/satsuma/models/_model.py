@@ -15,7 +15,7 @@ import attrs
 
 from .._frozen import FrozenDict, freeze
 from .._messages import Message, Usage
-from ..tools import ToolCall
+from .._toolcall import ToolCall
 
 __all__ = ["Model", "ModelListener", "ModelRequest", "ModelResponse"]
 

@@ -25,7 +25,7 @@ import attrs
 
 from .._exceptions import ModelError
 from .._jsonvalue import JsonProblem, plain_members, plain_or_problem
-from ..tools import gated
+from .._toolcall import gated
 from ._model import ModelResponse
 
 __all__ = ["checked_response"]

@@ -22,7 +22,7 @@ import trio
 
 from .._exceptions import ModelError
 from .._messages import Usage
-from ..tools import ToolCall
+from .._toolcall import ToolCall
 from ._codec import StreamedMessage
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse

@@ -1,87 +1,17 @@
-"""ToolCall: one request from the model to run one tool."""
+"""Tool calls whose input came as JSON text, decoded before validation. ``ToolCall`` and
+the JSON gate live in the shared kernel (``satsuma._toolcall``): a model's response
+carries calls too."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
-from .._jsonvalue import MAX_DEPTH, plain_or_problem
-from .._shapes import parse_tool_use
-from .._text import is_valid_text, valid_text
-from ._spec import expected_text
+from .._jsonvalue import MAX_DEPTH
+from .._toolcall import ToolCall, as_call, gated
 
 __all__ = ["ToolCall", "as_call", "decoded", "gated"]
-
-
-@attrs.frozen
-class ToolCall:
-    """One tool call: the model's ``tool_use`` block in satsuma's terms.
-
-    Attributes:
-        id: The ``tool_use_id`` that the result must answer.
-        name: The name of the tool asked for.
-        input: The arguments: normally a dict; a ``str`` is taken as JSON text (as some
-            models and providers send it) and decoded before validation.
-        refused: Why the JSON gate refused the input the model sent (NaN, nesting past
-            64 levels, an object JSON cannot hold...), or None. A refused call's
-            ``input`` is ``{}``, so that nothing records or shows what could not be
-            serialised; the runner answers it ``Error: Invalid arguments: REFUSED``.
-    """
-
-    id: str
-    name: str
-    input: Any = attrs.field(factory=dict)
-    refused: str | None = attrs.field(default=None, kw_only=True)
-
-
-def as_call(value: object, index: int) -> ToolCall:
-    """Accept a ToolCall, a dict with ``id``/``name``/``input``, or the Anthropic SDK's
-    ``ToolUseBlock``.
-
-    Raises:
-        TypeError: ``value`` is none of those; the message gives its position.
-    """
-    if isinstance(value, ToolCall):
-        return value
-    parsed = parse_tool_use(value)
-    if parsed is None:
-        raise TypeError(
-            f"calls[{index}] must be a ToolCall, a dict with id, name and input, or a "
-            f"ToolUseBlock, got: {type(value).__name__}"
-        )
-    call_id, name, arguments = parsed
-    if not isinstance(call_id, str) or not call_id:
-        raise TypeError(f"calls[{index}] has no tool_use id (a non-empty string), got: {call_id!r}")
-    return ToolCall(call_id, name if isinstance(name, str) else repr(name), arguments)
-
-
-def gated(call: ToolCall) -> ToolCall:
-    """``call`` with its input through the JSON gate, before anything records, shows or
-    serialises it (the journal, events, approvals, the loop guard).
-
-    An input of built-in JSON values comes back as it is; one holding subclasses of
-    them (a custom Model's) as a copy of plain values; one the gate refuses (see
-    ``satsuma._jsonvalue``) as ``{}`` with the reason in ``refused``. JSON text (a
-    ``str`` or ``bytes``) is left to the runner, which decodes it and gates what it
-    decodes to.
-    """
-    if not _plain_valid(call.id) or not _plain_valid(call.name):
-        # A custom Model's str subclasses: plain strs, read from their storage, and valid
-        # Unicode (a lone surrogate as U+FFFD), as the request that sends them back needs.
-        call = attrs.evolve(call, id=_plain_str(call.id), name=_plain_str(call.name))
-    given = call.input
-    if call.refused is not None or type(given) in (str, bytes, bytearray):
-        return call
-    plain, problem = plain_or_problem(given, "")
-    if problem is not None:
-        if not issubclass(type(given), (dict, list, tuple)) and not _is_mapping(given):
-            # Not an object at all: said as validation says it of any other non-object.
-            problem = expected_text("arguments", "object", given)
-        return attrs.evolve(call, input={}, refused=problem)
-    return call if plain is given else attrs.evolve(call, input=plain)
 
 
 def decoded(call: ToolCall) -> tuple[ToolCall, str | None]:
@@ -93,18 +23,3 @@ def decoded(call: ToolCall) -> tuple[ToolCall, str | None]:
         if isinstance(exc, RecursionError):
             return call, f"arguments are nested more than {MAX_DEPTH} levels deep"
         return call, f"expected arguments to be an object, got: invalid JSON ({exc})"
-
-
-def _is_mapping(value: object) -> bool:
-    try:
-        return isinstance(value, Mapping)
-    except Exception:  # a __class__ property that raises: not a mapping we can read
-        return False
-
-
-def _plain_str(value: Any) -> Any:
-    return valid_text(str.__str__(value)) if issubclass(type(value), str) else value
-
-
-def _plain_valid(value: object) -> bool:
-    return type(value) is str and is_valid_text(value)

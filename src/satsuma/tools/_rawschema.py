@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._exceptions import ToolDefinitionError
-from .._jsonvalue import json_problem
-from ._spec import bound_text, enum_text, expected_text, length_text, missing_text
+from .._jsonvalue import expected_text, json_problem
+from ._spec import bound_text, enum_text, length_text, missing_text
 
 if TYPE_CHECKING:
     import jsonschema.exceptions

@@ -26,6 +26,7 @@ import trio
 
 from .. import _telemetry
 from .._exceptions import ToolError
+from .._jsonvalue import expected_text
 from ._approval import (
     DEFAULT_APPROVAL_TIMEOUT,
     Approver,
@@ -50,7 +51,6 @@ from ._hookchain import HookChain
 from ._propagation import raise_propagating
 from ._registry import tool_entries
 from ._results import ToolOutcome, crash_details, error_outcome
-from ._spec import expected_text
 from ._strategies import Strategy, StrategyName, as_strategy
 from ._texts import (
     SKIPPED_TEXT,

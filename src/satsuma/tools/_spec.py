@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .._jsonvalue import json_problem
+from .._jsonvalue import expected_text, json_problem, json_type
 
 __all__ = [
     "AnyNode",
@@ -39,42 +39,6 @@ __all__ = [
 ]
 
 JsonType = Literal["string", "integer", "number", "boolean", "array", "object", "null"]
-
-_ARTICLE: Final[dict[str, str]] = {
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "a boolean",
-    "array": "an array",
-    "object": "an object",
-    "null": "null",
-}
-
-
-def json_type(value: object) -> str:
-    """The JSON name of a Python value's type, as written after ``got:``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
-
-
-def expected_text(path: str, json_types: str | list[str], value: object) -> str:
-    """``expected <path> to be <a type>, got: <type>``; several types are joined with "or"."""
-    names = [json_types] if isinstance(json_types, str) else json_types
-    wanted = " or ".join(_ARTICLE.get(name, name) for name in names)
-    return f"expected {path} to be {wanted}, got: {json_type(value)}"
 
 
 def _render(value: object) -> str:
