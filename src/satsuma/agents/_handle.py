@@ -19,11 +19,12 @@ from .._messages import Message
 from .._text import valid_text
 from ..store import PendingApproval, RunRecord, Store
 from ..tools import Approve, Approver, Deny, PendingCall
-from ._actor import Actor, Job, ResetRequest, new_run_id
+from ._actor import Actor, new_run_id
 from ._agent import KEEP_OUTPUT, Agent, check_output_options, seconds_or_none, spec_of
 from ._approval import check_edit
 from ._clients import shared_model
 from ._events import AgentEvent
+from ._job import Job, ResetRequest
 from ._model import Model
 from ._output import compile_output
 from ._persist import own_answer, stored_result
@@ -271,7 +272,7 @@ class AgentHandle(Generic[OutputT]):
         actor = self._target.current_actor()
         if actor is None:
             raise AgentUnavailable(self.name, "it is not running")
-        check_edit(call, input, actor.runner.definitions)
+        check_edit(call, input, actor.tools.runner.definitions)
 
     @overload
     async def result(self, run_id: str) -> RunResult[OutputT]: ...
