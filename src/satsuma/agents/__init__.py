@@ -19,7 +19,6 @@ from ._events import ThinkingDelta as ThinkingDelta
 from ._events import TurnEnd as TurnEnd
 from ._events import event_to_json as event_to_json
 from ._handle import AgentHandle as AgentHandle
-from ._handle import open_agent as open_agent
 from ._history import HistoryProcessor as HistoryProcessor
 from ._history import KeepAll as KeepAll
 from ._history import KeepLastExchanges as KeepLastExchanges
@@ -31,6 +30,7 @@ from ._model import Model as Model
 from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest
 from ._model import ModelResponse as ModelResponse
+from ._open import open_agent as open_agent
 from ._openai import OpenAIModel as OpenAIModel
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus

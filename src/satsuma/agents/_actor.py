@@ -29,7 +29,8 @@ from ._ids import distinct_ids
 from ._job import Job, Request, ResetRequest
 from ._limits import limiter_for
 from ._model import Model
-from ._persist import Persistence, dangling_tool_uses, gone_past
+from ._persist import Persistence, gone_past
+from ._repair import dangling_tool_uses
 from ._result import RunResult
 from ._run import execute_run
 from ._runcontext import RunContext

@@ -21,7 +21,7 @@ from ..tools import (
     ToolOutcome,
     format_results,
 )
-from ._persist import dangling_tool_uses, interrupted_outcome, journaled_outcome
+from ._repair import dangling_tool_uses, interrupted_outcome, journaled_outcome
 
 if TYPE_CHECKING:
     from ._job import Job

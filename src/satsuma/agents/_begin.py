@@ -1,7 +1,7 @@
 """How a run begins, before its first model call: a new run goes past the runs it leaves
 behind (paused, interrupted) and adds its prompt; a resumed run finds what it had done;
 a run going on with decisions runs its decided calls. Calls a crash or a kill left
-without a result are answered first (the repair), so that every ``tool_use`` has its
+without a result are answered first (``_repair``), so that every ``tool_use`` has its
 ``tool_result`` before the model reads the conversation again."""
 
 from __future__ import annotations
@@ -10,20 +10,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from .._messages import Message
-from ..store import ApprovalDecision
-from ..tools import ToolCall, ToolOutcome, denied_text, error_outcome, format_results
 from ._approval import run_decided
 from ._output import reminder_text
-from ._persist import (
-    dangling_tool_uses,
-    decided_outcome,
-    gone_past,
-    interrupted_outcome,
-    journaled_outcome,
-    own_answer,
-    run_part,
-    stored_answer,
-)
+from ._persist import gone_past, own_answer, run_part, stored_answer
+from ._repair import dangling_tool_uses, repair
 from ._runstate import said
 
 if TYPE_CHECKING:
@@ -71,7 +61,7 @@ async def begin(run: Run) -> tuple[RunStatus, str | None] | None:
             # The run had its answer; only its end was not recorded.
             run.output = answer
             return "completed", None
-        await _repair(run, run.run_id, rerun=True)
+        await repair(run, run.run_id, rerun=True)
         last = history[-1] if history else None
         if last is not None and last.role == "assistant":
             if run.output_spec is not None:
@@ -108,7 +98,7 @@ async def _go_past(run: Run) -> None:
     if dangling and left:
         # The calls a paused run waits on: no one decided them before this run
         # (or someone did through the store, and nothing ran them).
-        await _repair(
+        await repair(
             run,
             left[-1].run_id,
             rerun=False,
@@ -117,7 +107,7 @@ async def _go_past(run: Run) -> None:
         )
     elif dangling:
         previous = ctx.interrupted[-1].run_id if ctx.interrupted else ""
-        await _repair(run, previous, rerun=False)
+        await repair(run, previous, rerun=False)
     if persistence is not None:
         # A new run goes past the paused ones: they can no longer be resumed.
         for record in left:
@@ -164,68 +154,3 @@ def _drop_unanswered_prompt(run: Run) -> None:
     else:
         history.pop()
         conversation.changed_from(len(history))
-
-
-async def _repair(
-    run: Run, run_id: str, *, rerun: bool, undecided: str | None = None, taken: bool = False
-) -> None:
-    """Answer the calls a crash or a kill left without a result: a finished call with
-    its journaled outcome; an unfinished one by running it again if ``rerun`` and its
-    tool is idempotent, else with the fixed Interrupted text (saying the decision, for
-    a call decided in the store). With ``undecided``, the run paused awaiting
-    approval: its pending calls never ran, and are denied with that reason. With
-    ``taken``, the run was taken up through the store without the agent's lease: its
-    decided calls never ran, and say so."""
-    ctx = run.ctx
-    tool_uses = dangling_tool_uses(ctx.conversation.messages)
-    if not tool_uses:
-        return
-    journal = {}
-    waiting: set[str] = set()
-    decided: dict[str, ApprovalDecision] = {}
-    if ctx.persistence is not None and run_id:
-        store = ctx.persistence.store
-        journal = {e.tool_use_id: e for e in await store.calls(run_id)}
-        if undecided is not None:
-            pending = await store.pending_calls(run_id)
-            waiting = {call.tool_use_id for call in pending}
-        # Calls decided in the store whose run was then never run on: taken up
-        # without the agent's lease, or stopped between its claim and its calls.
-        decided = {
-            a.tool_use_id: a.decision
-            for a in await store.approvals(run_id)
-            if a.decision is not None
-        }
-    runner = ctx.tools.runner
-    idempotent = {d.name for d in runner.definitions if d.idempotent}
-    answers: dict[str, ToolOutcome] = {}
-    again: list[ToolCall] = []
-    for block in tool_uses:
-        entry = journal.get(block["id"])
-        if undecided is not None and block["id"] in waiting:
-            answers[block["id"]] = error_outcome(
-                block["id"], block.get("name", ""), "denied", denied_text(undecided)
-            )
-        elif entry is not None and entry.finished:
-            answers[block["id"]] = journaled_outcome(entry)
-        elif block["id"] in decided and (taken or decided[block["id"]].verdict == "denied"):
-            answers[block["id"]] = decided_outcome(block, decided[block["id"]], never_run=taken)
-        elif rerun and block.get("name") in idempotent:
-            again.append(ToolCall(block["id"], block["name"], block.get("input", {})))
-        elif block["id"] in decided:
-            answers[block["id"]] = decided_outcome(block, decided[block["id"]], never_run=False)
-        else:
-            answers[block["id"]] = interrupted_outcome(block)
-    if again:
-        if ctx.persistence is not None:
-            await ctx.persistence.calls_started(run.run_id, again)
-        for outcome in await runner.execute(
-            again,
-            ctx.tool_context,
-            events=run.tool_sink(),
-            agent=ctx.handle,
-            on_outcome=run.journal,
-        ):
-            answers[outcome.tool_use_id] = outcome
-    run.commit_user(format_results([answers[block["id"]] for block in tool_uses]))
-    await ctx.conversation.flush()

@@ -1,9 +1,11 @@
 """The requests an agent's mailbox holds: a run to serve (``Job``) and a reset. A job is
 what the caller and the run share: its prompt and id, where its events go, its cancel
-scope, and, once the run ends, its result."""
+scope, and, once the run ends, its result; with the checks that make a caller's prompt
+and event callback a job's."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +14,7 @@ import trio
 
 from .. import _telemetry
 from .._exceptions import StoreError
+from .._text import valid_text
 from ..store import PendingApproval, RunRecord
 from ..tools import Approve, Deny
 from ._events import AgentEvent
@@ -21,7 +24,9 @@ from ._result import NO_ANSWER, RunResult
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-__all__ = ["Job", "Request", "ResetRequest"]
+__all__ = ["Job", "Request", "ResetRequest", "callback_sink", "checked_prompt"]
+
+logger = logging.getLogger("satsuma.agents")
 
 
 @attrs.define(eq=False)
@@ -102,3 +107,36 @@ class ResetRequest:
 
 
 Request = Job | ResetRequest
+
+
+def checked_prompt(text: object) -> str:
+    """The prompt as an exact str of valid Unicode.
+
+    A lone surrogate (what a JSON body's ``"\\ud800"`` escape decodes to) is replaced by
+    U+FFFD rather than refused: the text goes on to the model as a browser would show
+    it, where refusing would fail a request for one unreadable character, and keeping
+    it would fail every later request of the conversation (docs/failure-semantics.md).
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
+    plain = valid_text(text if type(text) is str else str.__str__(text))
+    if not plain.strip():
+        raise ValueError(f"a prompt must be a non-empty str, got: {plain!r}")
+    return plain
+
+
+def callback_sink(
+    events: Callable[[AgentEvent], object] | None,
+) -> Callable[[AgentEvent], None] | None:
+    if events is None:
+        return None
+    if not callable(events):
+        raise TypeError(f"events must be a callable, got: {type(events).__name__}")
+
+    def sink(event: AgentEvent) -> None:
+        try:
+            events(event)
+        except Exception:  # an observer's bug must not end the run or the agent
+            logger.exception("satsuma event callback %r raised on %r", events, event)
+
+    return sink
