@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Generic, Protocol, TypeVar, final, overload
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack, final, overload
 
 import trio
 
@@ -31,6 +31,14 @@ logger = logging.getLogger("satsuma.agents")
 
 # The output type a run asks for instead of its agent's (agent.run(..., output_type=X)).
 RunOutputT = TypeVar("RunOutputT")
+
+
+class _RunOptions(TypedDict, total=False):
+    """The options of ``AgentHandle.run`` that do not change its result's type, declared
+    once for its overloads."""
+
+    events: Callable[[AgentEvent], object] | None
+    output_retries: int | None
 
 
 class Target(Protocol):
@@ -114,32 +122,16 @@ class AgentHandle(Generic[OutputT]):
         return tuple(actor.interrupted)
 
     @overload
-    async def run(
-        self,
-        prompt: str,
-        *,
-        events: Callable[[AgentEvent], object] | None = None,
-        output_retries: int | None = None,
-    ) -> RunResult[OutputT]: ...
+    async def run(self, prompt: str, **options: Unpack[_RunOptions]) -> RunResult[OutputT]: ...
 
     @overload
     async def run(
-        self,
-        prompt: str,
-        *,
-        output_type: type[RunOutputT],
-        events: Callable[[AgentEvent], object] | None = None,
-        output_retries: int | None = None,
+        self, prompt: str, *, output_type: type[RunOutputT], **options: Unpack[_RunOptions]
     ) -> RunResult[RunOutputT]: ...
 
     @overload
     async def run(
-        self,
-        prompt: str,
-        *,
-        output_type: object,
-        events: Callable[[AgentEvent], object] | None = None,
-        output_retries: int | None = None,
+        self, prompt: str, *, output_type: object, **options: Unpack[_RunOptions]
     ) -> RunResult[Any]: ...
 
     async def run(
