@@ -1,9 +1,10 @@
 """The agent as an actor: a trio task tree that owns its conversation and serves a
-mailbox. The handle through which the rest of the program talks to it, and
-``open_agent``, are in ``_handle``.
+mailbox. The handle through which the rest of the program talks to it is in ``_handle``,
+``open_agent`` in ``_open``.
 
 Requests (runs, resets) wait in a bounded mailbox and are served one at a time, in order.
-The conversation is owned by the actor's task; callers get copies.
+The conversation is owned by the actor's task; callers get copies. Each run sees the
+agent through the ``RunContext`` the actor builds for it (``_run``).
 """
 
 from __future__ import annotations
