@@ -23,12 +23,12 @@ from ._events import ThinkingDelta as ThinkingDelta
 from ._events import TurnEnd as TurnEnd
 from ._events import event_to_json as event_to_json
 from ._handle import AgentHandle as AgentHandle
-from ._handle import open_agent as open_agent
 from ._history import HistoryProcessor as HistoryProcessor
 from ._history import KeepAll as KeepAll
 from ._history import KeepLastExchanges as KeepLastExchanges
 from ._history import TokenBudget as TokenBudget
 from ._jsonlog import JsonLinesLog as JsonLinesLog
+from ._open import open_agent as open_agent
 from ._result import RunResult as RunResult
 from ._result import RunStatus as RunStatus
 from ._subagent import AgentTool as AgentTool

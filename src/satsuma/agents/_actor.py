@@ -1,130 +1,48 @@
 """The agent as an actor: a trio task tree that owns its conversation and serves a
-mailbox. The handle through which the rest of the program talks to it, and
-``open_agent``, are in ``_handle``.
+mailbox. The handle through which the rest of the program talks to it is in ``_handle``,
+``open_agent`` in ``_open``.
 
 Requests (runs, resets) wait in a bounded mailbox and are served one at a time, in order.
-The conversation is owned by the actor's task; callers get copies.
+The conversation is owned by the actor's task; callers get copies. Each run sees the
+agent through the ``RunContext`` the actor builds for it (``_run``).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from os import PathLike, fspath
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, final
 
-import attrs
 import trio
 
-from .. import _telemetry
-from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
-from .._frozen import freeze
-from .._messages import Message, Usage
+from .._exceptions import AgentCrashed, AgentUnavailable
+from .._messages import Message
 from ..models import Model, limiter_for, resolve_model
-from ..store import Owner, PendingApproval, RunRecord, Store
-from ..tools import Approve, Approver, Deny
+from ..store import Owner, RunRecord, Store
+from ..tools import Approver
 from ._agent import AgentSpec
 from ._approval import claim_paused
-from ._events import AgentEvent
+from ._conversation import Conversation, Steering
 from ._ids import distinct_ids
-from ._loop import execute_run
-from ._output import OutputSpec
-from ._persist import Persistence, dangling_tool_uses, gone_past
-from ._result import NO_ANSWER, RunResult
+from ._job import Job, Request, ResetRequest
+from ._persist import Persistence, gone_past
+from ._repair import dangling_tool_uses
+from ._result import RunResult
+from ._run import execute_run
+from ._runcontext import RunContext
+from ._toolbox import Toolbox
 from ._verifiers import as_check
 
-if TYPE_CHECKING:
-    from opentelemetry.context import Context
-
-__all__ = ["Actor", "Job", "Mailbox", "Request", "ResetRequest", "new_run_id"]
+__all__ = ["Actor", "Mailbox", "new_run_id"]
 
 logger = logging.getLogger("satsuma.agents")
 
 
 def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:12]}"
-
-
-@attrs.define(eq=False)
-class Job:
-    """One queued run."""
-
-    prompt: str
-    run_id: str
-    sink: Callable[[AgentEvent], None] | None
-    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
-    done: trio.Event = attrs.Factory(trio.Event)
-    result: RunResult[Any] | None = None
-    error: BaseException | None = None
-    on_done: Callable[[], None] | None = None
-    # Awaited by the run before each model call: a stream's reader that is far behind
-    # holds the run there (agent.stream's backpressure); None: nothing to wait for.
-    wait_for_reader: Callable[[], Awaitable[None]] | None = None
-    resume: RunRecord | None = None  # set when the job resumes an interrupted run
-    # Set when the job goes on with a run paused awaiting approval: the decisions given,
-    # and (once the run is claimed) the calls the run waited on.
-    decisions: Mapping[str, Approve | Deny] | None = None
-    pending: tuple[PendingApproval, ...] = ()
-    # A run's own output type and retries (agent.run(..., output_type=...)); None: the
-    # agent's.
-    output: tuple[OutputSpec | None, int] | None = None
-    # The requester's OpenTelemetry context: the run happens in the agent's task, and its
-    # span is the child of the caller's span (a tool's, for a sub-agent), not the agent's.
-    trace_context: Context | None = attrs.Factory(_telemetry.current_context)
-    # The store's error that failed the run, if one did: what a cluster's node decides
-    # on by its type (try again later, or let the failure stand).
-    store_error: StoreError | None = None
-
-    def abandon(self) -> None:
-        """The caller is gone (or asked to cancel): stop the run, or never start it."""
-        self.scope.cancel()
-
-    def complete(self, result: RunResult[Any]) -> None:
-        self.result = result
-        self._finish()
-
-    def fail(self, error: BaseException) -> None:
-        """The run will not be answered: its caller raises ``error``."""
-        self.error = error
-        self._finish()
-
-    def _finish(self) -> None:
-        self.done.set()
-        if self.on_done is not None:
-            self.on_done()
-
-    def stopped(self) -> None:
-        """The agent stopped (not crashed) before or while serving this job."""
-        self.complete(
-            RunResult(
-                run_id=self.run_id,
-                output=self.no_output(),
-                status="cancelled",
-                error="the agent stopped",
-            )
-        )
-
-    def no_output(self) -> Any:
-        """What ``output`` is for a run that ended without an answer: "" for text,
-        NO_ANSWER for a typed one (known here only for a per-run type; the actor knows
-        the rest)."""
-        return "" if self.output is None or self.output[0] is None else NO_ANSWER
-
-
-@attrs.define(eq=False)
-class ResetRequest:
-    done: trio.Event = attrs.Factory(trio.Event)
-    error: BaseException | None = None
-
-    def fail(self, error: BaseException) -> None:
-        """The reset will not happen: its caller raises ``error``."""
-        self.error = error
-        self.done.set()
-
-
-Request = Job | ResetRequest
 
 
 @final
@@ -187,15 +105,11 @@ class Actor:
             if store is not None
             else None
         )
+        # Changed in place only: runs hold the list (RunContext.interrupted).
         self.interrupted: list[RunRecord] = []
         # Which runs await approval is not kept here: the store is the truth, read each
         # time the agent decides about them (Persistence.runs_left, claim_paused).
-        # Tool servers list their tools once running: until serve() has started them,
-        # the runner holds the other tools only.
-        self.tool_sources = spec.tool_sources
-        self.source_generations: tuple[int, ...] | None = None
-        self.runner = spec.make_runner(with_sources=not self.tool_sources)
-        self.tool_schemas = spec.tool_schemas
+        self.tools = Toolbox(spec)
         self.verifiers = [check for check in map(as_check, spec.verifiers) if check is not None]
         self.context = dict(context or {})
         working_dir = self.context.get("working_dir")
@@ -208,12 +122,11 @@ class Actor:
             if key not in ("working_dir", "capabilities")
         }
         self.agent_id = agent_id
-        # Shared with later incarnations when a supervisor restarts the agent.
-        self.history: list[Message] = history if history is not None else []
+        # Its messages are shared with later incarnations when a supervisor restarts
+        # the agent. (Not named conversation: that is the Target method below.)
+        self.dialogue = Conversation(history if history is not None else [], self.persistence)
         self.alive = True
-        self.last_usage: Usage | None = None
-        self.steering: list[str] = []
-        self.steer_event = trio.Event()
+        self.steering = Steering()
         self.current: Job | None = None
         # A mailbox given by a supervised child outlives this incarnation; one made here
         # is this actor's own, closed when it stops.
@@ -223,44 +136,35 @@ class Actor:
         # whoever made the actor (open_agent, or a supervisor's child).
         self.handle: object = None
 
-    # --- conversation -----------------------------------------------------------------
-
-    def commit(self, message: Message) -> None:
-        if self.persistence is not None:
-            self.persistence.changed(len(self.history))
-        self.history.append(message)
-
-    def replace_last(self, message: Message) -> None:
-        if self.persistence is not None:
-            self.persistence.changed(len(self.history) - 1)
-        self.history[-1] = message
-
-    def changed_from(self, index: int) -> None:
-        """The conversation changed from ``index`` on (a roll-back, a reset)."""
-        if self.persistence is not None:
-            self.persistence.changed(index)
-
-    async def flush(self) -> None:
-        """Write what changed in the conversation to the store (no-op without one).
-
-        Raises:
-            StoreError: the store could not write it.
-        """
-        if self.persistence is not None:
-            await self.persistence.flush(self.history)
+    @property
+    def history(self) -> list[Message]:
+        """The conversation's messages (the list itself: the actor's task edits it)."""
+        return self.dialogue.messages
 
     def steer(self, text: str) -> None:
-        self.steering.append(text)
-        self.steer_event.set()
+        self.steering.add(text)
 
-    def take_steering(self) -> list[str]:
-        texts, self.steering = self.steering, []
-        if self.steer_event.is_set():
-            self.steer_event = trio.Event()
-        return texts
-
-    def has_steering(self) -> bool:
-        return bool(self.steering)
+    def run_context(self) -> RunContext:
+        """What a run needs from this agent, and all it sees of it."""
+        return RunContext(
+            spec=self.spec,
+            agent_id=self.agent_id,
+            is_current=self.is_current,
+            model=self.model,
+            model_id=self.model_id,
+            limiter=self.limiter,
+            conversation=self.dialogue,
+            steering=self.steering,
+            persistence=self.persistence,
+            interrupted=self.interrupted,
+            tools=self.tools,
+            approver=self.approver,
+            tool_context=self.context,
+            handle=self.handle,
+            verifiers=self.verifiers,
+            working_dir=self.working_dir,
+            context_extra=self.context_extra,
+        )
 
     # --- serving ----------------------------------------------------------------------
 
@@ -269,13 +173,14 @@ class Actor:
         calls still waiting fail with AgentCrashed, and the exception goes on (to the
         supervisor, or out of ``open_agent``)."""
         persistence = self.persistence
-        if persistence is None and not self.tool_sources:
+        if persistence is None and not self.tools.sources:
             await self._serve_mailbox(task_status)
             return
         if persistence is not None:
             # Before the agent counts as started: a bad store, a history that cannot be
             # read, or an agent that another owner holds fails the start.
-            messages, self.interrupted = await persistence.load()
+            messages, interrupted = await persistence.load()
+            self.interrupted[:] = interrupted
             # An older satsuma stored ids as providers sent them, reused ones too: each
             # call gets its own before anything reads the journal by id.
             renamed = distinct_ids(messages)
@@ -288,10 +193,10 @@ class Actor:
                     background.start_soon(persistence.keep_lease)
                 # Tool servers not already running start with the agent and stop with
                 # it; one that cannot start fails the agent's start.
-                for source in self.tool_sources:
+                for source in self.tools.sources:
                     if not getattr(source, "running", False):
                         await background.start(source.serve_quietly)  # type: ignore[attr-defined]
-                self.refresh_tools()
+                self.tools.refresh()
                 try:
                     await self._serve_mailbox(task_status)
                 finally:
@@ -306,18 +211,6 @@ class Actor:
         finally:
             if persistence is not None:
                 await persistence.release()
-
-    def refresh_tools(self) -> None:
-        """Rebuild the runner when a tool server's tool list has changed (or on the
-        first call, once the servers run)."""
-        if not self.tool_sources:
-            return
-        generations = tuple(getattr(source, "generation", 0) for source in self.tool_sources)
-        if generations == self.source_generations:
-            return
-        self.runner = self.spec.make_runner()
-        self.tool_schemas = tuple(map(freeze, self.runner.schemas()))
-        self.source_generations = generations
 
     async def _serve_mailbox(self, task_status: trio.TaskStatus[None]) -> None:
         task_status.started()
@@ -367,30 +260,32 @@ class Actor:
                     record.usage,
                     "interrupted, and not resumed before the conversation was reset",
                 )
-        self.interrupted = []
-        self.history.clear()
-        self.changed_from(0)
-        await self.flush()
-        self.last_usage = None
+        self.interrupted.clear()
+        conversation = self.dialogue
+        conversation.messages.clear()
+        conversation.changed_from(0)
+        await conversation.flush()
+        conversation.last_usage = None
 
     async def _serve_job(self, job: Job) -> None:
         if job.scope.cancel_called:
             # Abandoned while it waited: it never starts and leaves no trace.
             job.complete(RunResult(run_id=job.run_id, output=job.no_output(), status="cancelled"))
             return
+        ctx = self.run_context()
         if job.decisions is not None:
             # Checked and claimed here, in the agent's own task, one job at a time, and
             # atomically in the store: of two resumes with decisions, one runs the calls
             # and the other is told the run is no longer awaiting approval.
             try:
-                await claim_paused(self, job)
+                await claim_paused(ctx, job)
             except (ValueError, TypeError) as exc:
                 job.fail(exc)
                 return
         self.current = job
         returned = False
         try:
-            result = await execute_run(self, job)
+            result = await execute_run(ctx, job)
             returned = True
         except Exception as exc:
             job.fail(AgentCrashed(self.spec.name, exc, agent_id=self.agent_id))

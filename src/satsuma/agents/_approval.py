@@ -1,6 +1,7 @@
-"""Going on with a run paused ``awaiting_approval``: the decisions checked against what
-the run waits on, and the run claimed in the store so that only one set of decisions
-ever runs its calls (two people clicking at once, two processes resuming at once)."""
+"""The approve phase of a run: pausing ``awaiting_approval`` on the calls that need a
+decision, and going on with the decisions given: checked against what the run waits on,
+the run claimed in the store so that only one set of decisions ever runs its calls (two
+people clicking at once, two processes resuming at once), then its calls run."""
 
 from __future__ import annotations
 
@@ -11,10 +12,21 @@ from typing import TYPE_CHECKING, Any
 from .._exceptions import RunNotAwaitingApproval
 from .._jsonvalue import json_problem
 from ..store import ApprovalDecision, PendingApproval
-from ..tools import Approve, Deny, PendingCall, ToolDefinition
+from ..tools import (
+    Approve,
+    Deny,
+    PendingCall,
+    ToolCall,
+    ToolDefinition,
+    ToolOutcome,
+    format_results,
+)
+from ._repair import dangling_tool_uses, interrupted_outcome, journaled_outcome
 
 if TYPE_CHECKING:
-    from ._actor import Actor, Job
+    from ._job import Job
+    from ._runcontext import RunContext
+    from ._runstate import Run
 
 __all__ = [
     "check_decisions",
@@ -22,6 +34,8 @@ __all__ = [
     "check_edits",
     "claim_paused",
     "edit_problems",
+    "pause",
+    "run_decided",
     "stored_decisions",
 ]
 
@@ -142,7 +156,7 @@ def stored_decisions(
     return stored
 
 
-async def claim_paused(actor: Actor, job: Job) -> None:
+async def claim_paused(ctx: RunContext, job: Job) -> None:
     """Check the job's decisions and take its run up in the store (its status becomes
     ``running``, and the decisions are recorded on its calls); fill the job with the
     run's record, prompt and pending calls.
@@ -155,22 +169,102 @@ async def claim_paused(actor: Actor, job: Job) -> None:
             its tool.
         TypeError: a decision is not Approve or Deny.
     """
-    persistence = actor.persistence
+    persistence = ctx.persistence
     if persistence is None:
-        raise ValueError(f"agent {actor.spec.name} has no store: only a stored run can be resumed")
+        raise ValueError(f"agent {ctx.spec.name} has no store: only a stored run can be resumed")
     assert job.decisions is not None
     store = persistence.store
     record = await store.get_run(job.run_id)
-    if record is None or record.agent_id != actor.agent_id:
-        raise ValueError(f"agent {actor.agent_id} has no run {job.run_id!r}")
+    if record is None or record.agent_id != ctx.agent_id:
+        raise ValueError(f"agent {ctx.agent_id} has no run {job.run_id!r}")
     if record.status != "awaiting_approval":
         raise RunNotAwaitingApproval(job.run_id, record.status)
     pending = await store.pending_calls(job.run_id)
     check_decisions(job.run_id, pending, job.decisions)
-    check_edits(job.run_id, pending, job.decisions, actor.runner.definitions)
+    check_edits(job.run_id, pending, job.decisions, ctx.tools.runner.definitions)
     decided = stored_decisions(job.decisions, time.time())
     if not await persistence.claim_paused_run(job.run_id, decided):
         raise RunNotAwaitingApproval(job.run_id)
     job.resume = record
     job.prompt = record.prompt
     job.pending = tuple(pending)
+
+
+async def pause(run: Run, pending: Sequence[PendingCall], outcomes: Sequence[ToolOutcome]) -> None:
+    """End the turn waiting for decisions on ``pending``: the other calls ran and are
+    journaled; the tool_use message stays unanswered until the run is resumed.
+
+    Raises:
+        StoreError: the pause could not be recorded (the run fails; the calls that
+            ran keep their outcomes, the pending ones are answered as cancelled).
+    """
+    ctx = run.ctx
+    assert ctx.persistence is not None
+    waiting = {call.id for call in pending}
+    run.add_subagent_usage(outcome for outcome in outcomes if outcome.tool_use_id not in waiting)
+    await ctx.conversation.flush()
+    await ctx.persistence.pause_run(
+        run.run_id,
+        [
+            PendingApproval(
+                run_id=run.run_id,
+                tool_use_id=call.id,
+                tool_name=call.tool_name,
+                input=call.input,
+                reason=call.reason,
+            )
+            for call in pending
+        ],
+        run.usage,
+    )
+    # Recorded: from here on nothing answers these calls but a resume with decisions
+    # (or a later run that goes past this one).
+    run.pending = []
+    run.finished = {}
+    run.awaiting = tuple(pending)
+
+
+async def run_decided(run: Run) -> str | None:
+    """Answer the calls of the turn a run paused on: those that needed no decision
+    with their journaled outcomes (they ran before the pause, and do not run again),
+    the pending ones by running them with their decisions. A reason when the run
+    cannot go on."""
+    ctx = run.ctx
+    job = run.job
+    assert ctx.persistence is not None and job.decisions is not None
+    tool_uses = dangling_tool_uses(ctx.conversation.messages)
+    pending = {call.tool_use_id: call for call in job.pending}
+    if not pending.keys() <= {block["id"] for block in tool_uses}:
+        return f"run {run.run_id}: the conversation no longer ends with its pending calls"
+    journal = {e.tool_use_id: e for e in await ctx.persistence.store.calls(run.run_id)}
+    answers: dict[str, ToolOutcome] = {}
+    decided: list[ToolCall] = []
+    for block in tool_uses:
+        waiting = pending.get(block["id"])
+        entry = journal.get(block["id"])
+        if waiting is not None:
+            decided.append(ToolCall(waiting.tool_use_id, waiting.tool_name, waiting.input))
+        elif entry is not None and entry.finished:
+            answers[block["id"]] = journaled_outcome(entry)
+        else:
+            answers[block["id"]] = interrupted_outcome(block)
+    # Should the run be cancelled now, the calls that have answers keep them.
+    run.pending = [block["id"] for block in tool_uses]
+    run.finished = dict(answers)
+    if decided:
+        await ctx.persistence.calls_started(run.run_id, decided)
+        outcomes = await ctx.tools.runner.execute(
+            decided,
+            ctx.tool_context,
+            events=run.tool_sink(),
+            agent=ctx.handle,
+            on_outcome=run.keep_and_journal,
+            decisions=job.decisions,
+        )
+        answers.update((outcome.tool_use_id, outcome) for outcome in outcomes)
+        run.add_subagent_usage(outcomes)
+    run.pending = []
+    run.finished = {}
+    run.commit_user(format_results([answers[block["id"]] for block in tool_uses]))
+    await ctx.conversation.flush()
+    return None

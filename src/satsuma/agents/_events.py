@@ -13,15 +13,7 @@ import attrs
 import cattrs
 
 from .._messages import Usage
-from ..tools import (
-    ApprovalDecided,
-    ApprovalRequested,
-    NestedEvent,
-    ToolCallEnd,
-    ToolCallStart,
-    ToolProgress,
-    ToolUpdate,
-)
+from ..tools import ToolEvent
 from ._result import RunResult, raw_output
 
 __all__ = [
@@ -56,17 +48,20 @@ class RunStart(_RunEvent):
 
 
 @attrs.frozen(kw_only=True)
-class TextDelta(_RunEvent):
-    """A piece of the assistant's text, as it streams."""
+class _Piece(_RunEvent):
+    """A piece of what the model writes, as it streams: ``text``."""
 
     text: str
 
 
 @attrs.frozen(kw_only=True)
-class ThinkingDelta(_RunEvent):
-    """A piece of the assistant's thinking, as it streams."""
+class TextDelta(_Piece):
+    """A piece of the assistant's text, as it streams."""
 
-    text: str
+
+@attrs.frozen(kw_only=True)
+class ThinkingDelta(_Piece):
+    """A piece of the assistant's thinking, as it streams."""
 
 
 @attrs.frozen(kw_only=True)
@@ -102,12 +97,10 @@ class ModelWaitEnd(_RunEvent):
 
 
 @attrs.frozen(kw_only=True)
-class OutputDelta(_RunEvent):
+class OutputDelta(_Piece):
     """A piece of the typed answer's JSON as the model writes it (the streamed input of
     its ``final_answer`` call; see docs/output.md). Parse it only once whole: the answer
     is ``OutputValidated``'s."""
-
-    text: str
 
 
 @attrs.frozen(kw_only=True)
@@ -150,13 +143,7 @@ AgentEvent: TypeAlias = (
     | ModelRetry
     | ModelWaitStart
     | ModelWaitEnd
-    | ToolCallStart
-    | ToolProgress
-    | ToolUpdate
-    | ToolCallEnd
-    | NestedEvent
-    | ApprovalRequested
-    | ApprovalDecided
+    | ToolEvent  # a tool's events, with the run's agent, run_id and iteration
     | OutputDelta
     | OutputValidated
     | OutputRejected

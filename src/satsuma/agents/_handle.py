@@ -1,42 +1,44 @@
-"""AgentHandle, how the rest of the program talks to an agent, and ``open_agent``, which
-starts one inside the caller's structured concurrency. The actor itself is in
-``_actor``."""
+"""AgentHandle, how the rest of the program talks to an agent. ``open_agent``, which
+starts one inside the caller's structured concurrency, is in ``_open``; the actor
+itself is in ``_actor``."""
 
 from __future__ import annotations
 
-import enum
-import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Final, Generic, Protocol, TypeVar, final, overload
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack, final, overload
 
-import attrs
 import trio
 
-from .._exceptions import AgentCrashed, AgentUnavailable, StoreError
+from .._exceptions import AgentUnavailable, StoreError
 from .._messages import Message
-from .._text import valid_text
-from ..models import Model, shared_model
-from ..store import PendingApproval, RunRecord, Store
-from ..tools import Approve, Approver, Deny, PendingCall
-from ._actor import Actor, Job, ResetRequest, new_run_id
-from ._agent import KEEP_OUTPUT, Agent, check_output_options, seconds_or_none, spec_of
+from ..models import Model
+from ..store import PendingApproval, RunRecord
+from ..tools import Approve, Deny, PendingCall
+from ._actor import Actor, new_run_id
+from ._agent import KEEP_OUTPUT, check_output_options
 from ._approval import check_edit
 from ._events import AgentEvent
+from ._job import Job, ResetRequest, callback_sink, checked_prompt
 from ._output import compile_output
 from ._persist import own_answer, stored_result
 from ._result import OutputT, RunResult
 from ._stream import EventBuffer
 
-__all__ = ["AgentHandle", "Target", "open_agent", "resume_with_id", "run_with_id"]
+__all__ = ["AgentHandle", "Target", "resume_with_id", "run_with_id"]
 
 logger = logging.getLogger("satsuma.agents")
 
-_agent_numbers = itertools.count(1)
-
 # The output type a run asks for instead of its agent's (agent.run(..., output_type=X)).
 RunOutputT = TypeVar("RunOutputT")
+
+
+class _RunOptions(TypedDict, total=False):
+    """The options of ``AgentHandle.run`` that do not change its result's type, declared
+    once for its overloads."""
+
+    events: Callable[[AgentEvent], object] | None
+    output_retries: int | None
 
 
 class Target(Protocol):
@@ -120,32 +122,16 @@ class AgentHandle(Generic[OutputT]):
         return tuple(actor.interrupted)
 
     @overload
-    async def run(
-        self,
-        prompt: str,
-        *,
-        events: Callable[[AgentEvent], object] | None = None,
-        output_retries: int | None = None,
-    ) -> RunResult[OutputT]: ...
+    async def run(self, prompt: str, **options: Unpack[_RunOptions]) -> RunResult[OutputT]: ...
 
     @overload
     async def run(
-        self,
-        prompt: str,
-        *,
-        output_type: type[RunOutputT],
-        events: Callable[[AgentEvent], object] | None = None,
-        output_retries: int | None = None,
+        self, prompt: str, *, output_type: type[RunOutputT], **options: Unpack[_RunOptions]
     ) -> RunResult[RunOutputT]: ...
 
     @overload
     async def run(
-        self,
-        prompt: str,
-        *,
-        output_type: object,
-        events: Callable[[AgentEvent], object] | None = None,
-        output_retries: int | None = None,
+        self, prompt: str, *, output_type: object, **options: Unpack[_RunOptions]
     ) -> RunResult[Any]: ...
 
     async def run(
@@ -178,8 +164,8 @@ class AgentHandle(Generic[OutputT]):
                 from a restart in time).
             AgentCrashed: the agent crashed before answering; ``cause`` says why.
         """
-        prompt = _checked_prompt(prompt)
-        job = Job(prompt=prompt, run_id=new_run_id(), sink=_callback_sink(events))
+        prompt = checked_prompt(prompt)
+        job = Job(prompt=prompt, run_id=new_run_id(), sink=callback_sink(events))
         return await self._serve(job, output_type, output_retries)
 
     async def resume(
@@ -215,7 +201,7 @@ class AgentHandle(Generic[OutputT]):
         """
         if decisions is not None:
             # Checked, and the run claimed, by the agent's own task (see Actor._serve_job).
-            job = Job(prompt="", run_id=run_id, sink=_callback_sink(events), decisions=decisions)
+            job = Job(prompt="", run_id=run_id, sink=callback_sink(events), decisions=decisions)
             return await self._serve(job)
         return await self._serve(await self._resume_job(run_id, events))
 
@@ -251,7 +237,7 @@ class AgentHandle(Generic[OutputT]):
             raise ValueError(f"run {run_id} can no longer be resumed: a later run went past it")
         # One whose end was lost after later runs went past it: it must have its answer.
         own_answer(record, await actor.persistence.store.runs(actor.agent_id), actor.history)
-        return Job(prompt=record.prompt, run_id=run_id, sink=_callback_sink(events), resume=record)
+        return Job(prompt=record.prompt, run_id=run_id, sink=callback_sink(events), resume=record)
 
     def check_edit(self, call: PendingCall | PendingApproval, input: Mapping[str, Any]) -> None:
         """Check ``input`` as an edit of a pending call, as ``resume`` will check an
@@ -270,7 +256,7 @@ class AgentHandle(Generic[OutputT]):
         actor = self._target.current_actor()
         if actor is None:
             raise AgentUnavailable(self.name, "it is not running")
-        check_edit(call, input, actor.runner.definitions)
+        check_edit(call, input, actor.tools.runner.definitions)
 
     @overload
     async def result(self, run_id: str) -> RunResult[OutputT]: ...
@@ -344,7 +330,7 @@ class AgentHandle(Generic[OutputT]):
             AgentUnavailable: the agent has stopped.
             AgentCrashed: the agent crashed before the run ended.
         """
-        prompt = _checked_prompt(prompt)
+        prompt = checked_prompt(prompt)
         # Bounded, with backpressure on the run: see _stream and docs/agents.md.
         buffer = EventBuffer()
         job = Job(
@@ -380,7 +366,7 @@ class AgentHandle(Generic[OutputT]):
         Raises:
             AgentUnavailable: the agent is not running.
         """
-        text = _checked_prompt(text)
+        text = checked_prompt(text)
         actor = self._target.current_actor()
         if actor is None:
             raise AgentUnavailable(self.name, "it is not running")
@@ -447,8 +433,8 @@ async def run_with_id(
     Returns the result, and the store's error that failed the run (None if the run did
     not fail on the store): a node decides by its type whether the failure stands.
     """
-    prompt = _checked_prompt(prompt)
-    job = Job(prompt=prompt, run_id=run_id, sink=_callback_sink(events))
+    prompt = checked_prompt(prompt)
+    job = Job(prompt=prompt, run_id=run_id, sink=callback_sink(events))
     return await handle._serve(job), job.store_error
 
 
@@ -465,205 +451,3 @@ async def resume_with_id(
     """
     job = await handle._resume_job(run_id, events)
     return await handle._serve(job), job.store_error
-
-
-@final
-class _ClassDefault(enum.Enum):
-    """``approval_timeout``'s default, where None already means "no limit"."""
-
-    TOKEN = enum.auto()
-
-
-CLASS_DEFAULT: Final = _ClassDefault.TOKEN
-
-
-def _checked_prompt(text: object) -> str:
-    """The prompt as an exact str of valid Unicode.
-
-    A lone surrogate (what a JSON body's ``"\\ud800"`` escape decodes to) is replaced by
-    U+FFFD rather than refused: the text goes on to the model as a browser would show
-    it, where refusing would fail a request for one unreadable character, and keeping
-    it would fail every later request of the conversation (docs/failure-semantics.md).
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
-    plain = valid_text(text if type(text) is str else str.__str__(text))
-    if not plain.strip():
-        raise ValueError(f"a prompt must be a non-empty str, got: {plain!r}")
-    return plain
-
-
-def _callback_sink(
-    events: Callable[[AgentEvent], object] | None,
-) -> Callable[[AgentEvent], None] | None:
-    if events is None:
-        return None
-    if not callable(events):
-        raise TypeError(f"events must be a callable, got: {type(events).__name__}")
-
-    def sink(event: AgentEvent) -> None:
-        try:
-            events(event)
-        except Exception:  # an observer's bug must not end the run or the agent
-            logger.exception("satsuma event callback %r raised on %r", events, event)
-
-    return sink
-
-
-def open_agent(
-    agent: type[Agent[OutputT]],
-    *,
-    model: Model | None = None,
-    context: Mapping[str, Any] | None = None,
-    agent_id: str | None = None,
-    store: Store | None = None,
-    approver: Approver | None = None,
-    approval_timeout: float | _ClassDefault | None = CLASS_DEFAULT,
-) -> AbstractAsyncContextManager[AgentHandle[OutputT]]:
-    """Start an agent inside the caller's structured concurrency.
-
-    ``async with satsuma.open_agent(CodingAgent) as agent: await agent.run("...")``. The
-    agent runs until the block exits; a run still in progress then ends ``cancelled``.
-    For an agent declared ``satsuma.Agent[Invoice]`` the handle is an
-    ``AgentHandle[Invoice]`` (see docs/output.md).
-
-    Args:
-        agent: An Agent subclass.
-        model: The model provider. By default, the ``AnthropicModel`` that every agent
-            of this trio run without one shares (one client and connection pool per
-            ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN and ANTHROPIC_BASE_URL, closed when
-            the run ends). Tests pass a ScriptedModel.
-        context: The tools' context mapping (``working_dir``, ``capabilities``, extras).
-        agent_id: This agent's id (made up if not given). With a store, the id under
-            which its conversation is kept: an agent started again with the same id
-            loads it and goes on.
-        store: Where the conversation, the run records and the tool-call journal are
-            kept (a SQLiteStore, a MemoryStore); none by default.
-        approver: Asked (``PendingCall -> Approve | Deny``) about each call that needs a
-            person's decision, while the run waits (within the class's
-            ``approval_timeout``); default: the class's ``approver``. With neither, an
-            agent with a store pauses such a run ``awaiting_approval`` (see
-            ``resume``), and one without a store denies the calls.
-        approval_timeout: Seconds the approver has for each call, past which the call
-            is denied; None: no limit. Default: the class's ``approval_timeout`` (300).
-
-    Raises:
-        TypeError: ``agent`` is not a concrete Agent subclass.
-        ValueError: ``approval_timeout`` is not a positive number or None.
-        ConfigurationError: no model is passed and the environment has no API key.
-    """
-    return _open_agent(
-        agent,
-        model=model,
-        context=context,
-        agent_id=agent_id,
-        store=store,
-        approver=approver,
-        approval_timeout=approval_timeout,
-    )
-
-
-@asynccontextmanager
-async def _open_agent(
-    agent: type[Agent[Any]],
-    *,
-    model: Model | None,
-    context: Mapping[str, Any] | None,
-    agent_id: str | None,
-    store: Store | None,
-    approver: Approver | None,
-    approval_timeout: float | _ClassDefault | None,
-) -> AsyncIterator[AgentHandle[Any]]:
-    spec = spec_of(agent)
-    if not isinstance(approval_timeout, _ClassDefault):
-        if not seconds_or_none(approval_timeout):
-            raise ValueError(
-                "approval_timeout must be a positive number of seconds or None, got: "
-                f"{approval_timeout!r}"
-            )
-        seconds = None if approval_timeout is None else float(approval_timeout)
-        spec = attrs.evolve(spec, approval_timeout=seconds)
-    if model is None:
-        model = await shared_model(spec.name, spec.model)
-    if store is not None and agent_id is None:
-        raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
-    if store is not None:
-        await store.open()  # a bad file is a plain StoreError here, before anything starts
-    if approver is not None and not callable(approver):
-        raise TypeError(f"approver must be an async function, got: {approver!r}")
-    actor = Actor(
-        spec,
-        model,
-        context,
-        agent_id or f"{spec.name}-{next(_agent_numbers)}",
-        store=store,
-        approver=approver,
-    )
-    actor.handle = AgentHandle(actor)
-    started = False
-    body_error: BaseException | None = None
-    plain: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(actor.serve)
-            started = True
-            try:
-                yield actor.handle
-            except BaseException as exc:
-                body_error = exc
-                raise
-            finally:
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # A start that failed (a tool server that cannot start) is one plain exception,
-        # as a bad store is: the block never ran.
-        if not started and len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        plain = _plainly(group, body_error, actor)
-        if plain is group:
-            raise
-    if plain is not None:
-        # Raised here, outside the handler, so that its own cause and context stay as
-        # they were rather than becoming the group.
-        raise plain
-
-
-def _plainly(
-    group: BaseExceptionGroup[BaseException], body_error: BaseException | None, actor: Actor
-) -> BaseException:
-    """What leaving ``open_agent`` raises instead of the nursery's group, where one error
-    says it all: the block's own exception as it was raised; or, when the agent crashed
-    (which cancels the block, as a nursery's failing task does), an ``AgentCrashed``
-    whose cause is the crash, once, however often the block was told of it."""
-    body = set(map(id, _leaves(body_error))) if body_error is not None else set()
-    crashes = [
-        leaf
-        for leaf in _leaves(group)
-        if id(leaf) not in body and not isinstance(leaf, trio.Cancelled)
-    ]
-    if not crashes:
-        return body_error if body_error is not None else group
-    if len(crashes) > 1:
-        return group
-    (crash,) = crashes
-    told = [
-        leaf
-        for leaf in (_leaves(body_error) if body_error is not None else [])
-        if not isinstance(leaf, trio.Cancelled)
-        and not (
-            isinstance(leaf, (AgentCrashed, AgentUnavailable)) and leaf.agent == actor.spec.name
-        )
-    ]
-    if told:
-        return group  # the block failed of its own accord too: both are news
-    if isinstance(crash, AgentCrashed):
-        return crash
-    crashed = AgentCrashed(actor.spec.name, crash, agent_id=actor.agent_id)
-    crashed.__cause__ = crash
-    return crashed
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]

@@ -1,6 +1,7 @@
 """An agent's link to its store: the conversation written back before each model call and
-before tools run, run records, the tool-call journal, and the repair of calls that a crash
-or a kill left without a result."""
+before tools run, run records, the tool-call journal; and a run read back as the store
+kept it (its part of the conversation, its answer). The repair of calls that a crash or a
+kill left without a result is ``_repair``'s."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from .._messages import Message, Usage
 from ..store import (
     DEFAULT_LEASE_SECONDS,
     ApprovalDecision,
-    JournalEntry,
     Lease,
     Owner,
     PendingApproval,
@@ -25,20 +25,12 @@ from ..store import (
     RunRecordStatus,
     Store,
 )
-from ..tools import (
-    INTERRUPTED_TEXT,
-    PendingCall,
-    ToolCall,
-    ToolOutcome,
-    denied_text,
-    error_outcome,
-)
+from ..tools import PendingCall, ToolCall, ToolOutcome
 from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_json
 from ._result import NO_ANSWER, RunResult, RunStatus
 
 __all__ = [
     "Persistence",
-    "dangling_tool_uses",
     "own_answer",
     "run_part",
     "stored_answer",
@@ -46,14 +38,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("satsuma.agents")
-
-
-def dangling_tool_uses(history: Sequence[Message]) -> list[dict[str, Any]]:
-    """The tool_use blocks of the last message when it is an assistant message whose
-    calls were never answered (the process stopped, or the agent crashed, mid-tool)."""
-    if not history or history[-1].role != "assistant":
-        return []
-    return [dict(block) for block in history[-1].content if block.get("type") == "tool_use"]
 
 
 def own_answer(
@@ -180,52 +164,6 @@ def stored_result(
             PendingCall(id=p.tool_use_id, tool_name=p.tool_name, input=p.input, reason=p.reason)
             for p in pending
         ),
-    )
-
-
-def journaled_outcome(entry: JournalEntry) -> ToolOutcome:
-    """The recorded outcome of a finished call, as the model first saw it."""
-    return ToolOutcome(
-        tool_use_id=entry.tool_use_id,
-        tool_name=entry.tool_name,
-        content=entry.content,
-        is_error=entry.is_error,
-        error_kind=entry.error_kind,  # type: ignore[arg-type]
-    )
-
-
-def interrupted_outcome(tool_use: dict[str, Any]) -> ToolOutcome:
-    return error_outcome(tool_use["id"], tool_use.get("name", ""), "interrupted", INTERRUPTED_TEXT)
-
-
-def decided_outcome(
-    tool_use: dict[str, Any], decision: ApprovalDecision, *, never_run: bool
-) -> ToolOutcome:
-    """A call decided in the store whose run stopped before its outcome was journaled.
-    A denial is what the person said (a denied call never runs). An approval: with
-    ``never_run``, the run was taken up without the agent's lease, so the tool did not
-    run; else (the run was interrupted: the agent took it up and stopped, or it was
-    taken up while no process served the agent, which the store cannot tell apart) the
-    tool may or may not have started, and is said so."""
-    call_id, name = tool_use["id"], tool_use.get("name", "")
-    if decision.verdict == "denied":
-        return error_outcome(call_id, name, "denied", denied_text(decision.reason or "denied"))
-    by = f" by {decision.decided_by}" if decision.decided_by else ""
-    if never_run:
-        return error_outcome(
-            call_id,
-            name,
-            "cancelled",
-            f"Error: Not run: this call was {decision.verdict}{by}, but the agent never "
-            "went on with its run after the decision, so the tool did not run.",
-        )
-    return error_outcome(
-        call_id,
-        name,
-        "interrupted",
-        f"Error: Interrupted: this call was {decision.verdict}{by}, and the process stopped "
-        "before it finished (it may not have started); not re-run because the tool is not "
-        "idempotent.",
     )
 
 

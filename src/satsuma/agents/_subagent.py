@@ -25,7 +25,8 @@ from ..tools import (
 )
 from ..tools import validate_common as _validate_common
 from ._agent import Agent, spec_of
-from ._handle import AgentHandle, open_agent
+from ._handle import AgentHandle
+from ._open import open_agent
 from ._output import output_to_json
 from ._result import SUBAGENT_USAGE, raw_output
 

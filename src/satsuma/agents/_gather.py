@@ -1,0 +1,153 @@
+"""The gather phase of a run: one model call, admitted by the configuration's limiter,
+streamed to the run's events, its response checked and its calls given ids of their own,
+then added to the conversation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..models import ModelRequest, ModelResponse, checked_response, estimate_input_tokens
+from . import _tracing
+from ._events import ModelRetry, ModelWaitEnd, ModelWaitStart, TextDelta, ThinkingDelta, TurnEnd
+from ._ids import unique_ids
+
+if TYPE_CHECKING:
+    from ..models import ModelLimiter, Permit
+    from ._runstate import Run
+
+__all__ = ["EMPTY_RESPONSE_TEXT", "commit_response", "gather"]
+
+# What the history keeps for a response with no content at all: the API refuses an empty
+# message, and without an assistant message here the next prompt would be glued onto the
+# unanswered one.
+EMPTY_RESPONSE_TEXT = "(no response)"
+
+
+class _Listener:
+    """What the model tells the run while it answers (``ModelListener``)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    @property
+    def wants_deltas(self) -> bool:
+        # Deltas reach only a run's event sink (a callback, agent.stream, a live view).
+        return self.run.job.sink is not None
+
+    def text(self, delta: str) -> None:
+        run = self.run
+        if run.job.sink is not None:
+            run.emit(run.event(TextDelta, text=delta))
+
+    def thinking(self, delta: str) -> None:
+        run = self.run
+        if run.job.sink is not None:
+            run.emit(run.event(ThinkingDelta, text=delta))
+
+    @property
+    def tool_input(self) -> Callable[[str, str], None] | None:
+        """Called with each piece of a tool_use's input as it streams: only when a typed
+        answer is due and someone watches (the answer's JSON becomes OutputDelta)."""
+        run = self.run
+        if run.output_spec is None or run.job.sink is None:
+            return None
+        return run.answer_delta
+
+    def retry(self, attempt: int, delay: float, reason: str) -> None:
+        run = self.run
+        if run.permit is not None:
+            run.permit.retried()  # one more request, charged to the configuration's rates
+        _tracing.retried(run.chat, attempt, delay, reason)
+        run.emit(run.event(ModelRetry, attempt=attempt, delay=delay, reason=reason))
+
+    def retry_after(self, seconds: float) -> None:
+        """The API asked to wait ``seconds`` before the next request: every user of the
+        configuration waits that long (docs/limits.md)."""
+        limiter = self.run.ctx.limiter
+        if limiter is not None:
+            limiter.pause(seconds)
+
+
+async def gather(run: Run) -> ModelResponse:
+    """Call the model with the conversation; its checked response.
+
+    Raises:
+        ModelError: what the model's retries could not cure (the run fails).
+    """
+    if run.job.wait_for_reader is not None:
+        # Before the call, not inside it: the events of a turn come synchronously.
+        await run.job.wait_for_reader()
+    ctx = run.ctx
+    spec = ctx.spec
+    conversation = ctx.conversation
+    messages = spec.history.process(tuple(conversation.messages), conversation.last_usage)
+    tools_box = ctx.tools
+    tools_box.refresh()  # an MCP server may have announced new tools since
+    tools: tuple[Mapping[str, Any], ...] = tools_box.schemas
+    if run.output_spec is not None:
+        tools = (*tools, run.output_spec.tool)
+    request = ModelRequest(
+        model=ctx.model_id,
+        system=spec.system,
+        messages=tuple(messages),
+        tools=tools,
+        max_tokens=spec.max_tokens,
+    )
+    # Without limits, no limiter: nothing awaited or allocated for them.
+    permit = None if ctx.limiter is None else await _admit(run, ctx.limiter, request)
+    try:
+        with _tracing.start_chat(request) as chat:
+            run.chat = chat
+            if permit is not None:
+                _tracing.waited(chat, permit.waited)
+            response = checked_response(await ctx.model.respond(request, _Listener(run)))
+            # The one point every response passes, whichever Model made it: from
+            # here on (runner, events, journal, history) its calls have their own ids.
+            response = unique_ids(response, run.taken_ids.of(conversation.messages))
+            _tracing.end_chat(chat, response)
+    finally:
+        if permit is not None:
+            run.permit = None
+            permit.release()
+    if permit is not None:
+        permit.settle(response.usage)
+    run.usage = run.usage + response.usage
+    conversation.last_usage = response.usage
+    return response
+
+
+async def _admit(run: Run, limiter: ModelLimiter, request: ModelRequest) -> Permit:
+    """The call's permit from its configuration's limiter, once there is room: at
+    once if there is, else after waiting in its queue, between ModelWaitStart and
+    ModelWaitEnd events. Cancelled while it waits, the run holds no slot."""
+    cost = estimate_input_tokens(request) if limiter.counts_tokens else 0
+    permit = limiter.admit_nowait(cost)
+    if permit is None:
+        reason = limiter.blocked(cost) or "its turn"
+        queued = limiter.statistics().waiting + 1
+        run.emit(run.event(ModelWaitStart, reason=reason, queued=queued))
+        permit = await limiter.admit(cost)
+        sent = False
+        try:
+            run.emit(run.event(ModelWaitEnd, seconds=permit.waited))
+            sent = True
+        finally:
+            if not sent:
+                permit.release()  # an event sink that raised: the slot is not kept
+    run.permit = permit
+    return permit
+
+
+def commit_response(run: Run, response: ModelResponse) -> None:
+    """Add the response to the conversation (its calls now wait for results), and end
+    the turn's events."""
+    if response.content:
+        run.commit_assistant(response.content)
+        run.pending = [block["id"] for block in response.content if block.get("type") == "tool_use"]
+    elif not run.paused:
+        run.commit_assistant([{"type": "text", "text": EMPTY_RESPONSE_TEXT}])
+    run.paused = response.stop_reason == "pause_turn"
+    run.emit(run.event(TurnEnd, usage=response.usage, stop_reason=response.stop_reason))

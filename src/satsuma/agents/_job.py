@@ -1,0 +1,142 @@
+"""The requests an agent's mailbox holds: a run to serve (``Job``) and a reset. A job is
+what the caller and the run share: its prompt and id, where its events go, its cancel
+scope, and, once the run ends, its result; with the checks that make a caller's prompt
+and event callback a job's."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .. import _telemetry
+from .._exceptions import StoreError
+from .._text import valid_text
+from ..store import PendingApproval, RunRecord
+from ..tools import Approve, Deny
+from ._events import AgentEvent
+from ._output import OutputSpec
+from ._result import NO_ANSWER, RunResult
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
+__all__ = ["Job", "Request", "ResetRequest", "callback_sink", "checked_prompt"]
+
+logger = logging.getLogger("satsuma.agents")
+
+
+@attrs.define(eq=False)
+class Job:
+    """One queued run."""
+
+    prompt: str
+    run_id: str
+    sink: Callable[[AgentEvent], None] | None
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    done: trio.Event = attrs.Factory(trio.Event)
+    result: RunResult[Any] | None = None
+    error: BaseException | None = None
+    on_done: Callable[[], None] | None = None
+    # Awaited by the run before each model call: a stream's reader that is far behind
+    # holds the run there (agent.stream's backpressure); None: nothing to wait for.
+    wait_for_reader: Callable[[], Awaitable[None]] | None = None
+    resume: RunRecord | None = None  # set when the job resumes an interrupted run
+    # Set when the job goes on with a run paused awaiting approval: the decisions given,
+    # and (once the run is claimed) the calls the run waited on.
+    decisions: Mapping[str, Approve | Deny] | None = None
+    pending: tuple[PendingApproval, ...] = ()
+    # A run's own output type and retries (agent.run(..., output_type=...)); None: the
+    # agent's.
+    output: tuple[OutputSpec | None, int] | None = None
+    # The requester's OpenTelemetry context: the run happens in the agent's task, and its
+    # span is the child of the caller's span (a tool's, for a sub-agent), not the agent's.
+    trace_context: Context | None = attrs.Factory(_telemetry.current_context)
+    # The store's error that failed the run, if one did: what a cluster's node decides
+    # on by its type (try again later, or let the failure stand).
+    store_error: StoreError | None = None
+
+    def abandon(self) -> None:
+        """The caller is gone (or asked to cancel): stop the run, or never start it."""
+        self.scope.cancel()
+
+    def complete(self, result: RunResult[Any]) -> None:
+        self.result = result
+        self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        """The run will not be answered: its caller raises ``error``."""
+        self.error = error
+        self._finish()
+
+    def _finish(self) -> None:
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done()
+
+    def stopped(self) -> None:
+        """The agent stopped (not crashed) before or while serving this job."""
+        self.complete(
+            RunResult(
+                run_id=self.run_id,
+                output=self.no_output(),
+                status="cancelled",
+                error="the agent stopped",
+            )
+        )
+
+    def no_output(self) -> Any:
+        """What ``output`` is for a run that ended without an answer: "" for text,
+        NO_ANSWER for a typed one (known here only for a per-run type; the actor knows
+        the rest)."""
+        return "" if self.output is None or self.output[0] is None else NO_ANSWER
+
+
+@attrs.define(eq=False)
+class ResetRequest:
+    done: trio.Event = attrs.Factory(trio.Event)
+    error: BaseException | None = None
+
+    def fail(self, error: BaseException) -> None:
+        """The reset will not happen: its caller raises ``error``."""
+        self.error = error
+        self.done.set()
+
+
+Request = Job | ResetRequest
+
+
+def checked_prompt(text: object) -> str:
+    """The prompt as an exact str of valid Unicode.
+
+    A lone surrogate (what a JSON body's ``"\\ud800"`` escape decodes to) is replaced by
+    U+FFFD rather than refused: the text goes on to the model as a browser would show
+    it, where refusing would fail a request for one unreadable character, and keeping
+    it would fail every later request of the conversation (docs/failure-semantics.md).
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"a prompt must be a non-empty str, got: {text!r}")
+    plain = valid_text(text if type(text) is str else str.__str__(text))
+    if not plain.strip():
+        raise ValueError(f"a prompt must be a non-empty str, got: {plain!r}")
+    return plain
+
+
+def callback_sink(
+    events: Callable[[AgentEvent], object] | None,
+) -> Callable[[AgentEvent], None] | None:
+    if events is None:
+        return None
+    if not callable(events):
+        raise TypeError(f"events must be a callable, got: {type(events).__name__}")
+
+    def sink(event: AgentEvent) -> None:
+        try:
+            events(event)
+        except Exception:  # an observer's bug must not end the run or the agent
+            logger.exception("satsuma event callback %r raised on %r", events, event)
+
+    return sink
