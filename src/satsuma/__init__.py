@@ -1,12 +1,12 @@
 """satsuma: LLM agents whose tool calls run under supervision, on trio.
 
-This module defines nothing: it re-exports the public names of the rooms, each imported
-once below, and ``__all__`` is made from them. The names of the models,
-agents and supervisor rooms load on first use (PEP 562), so that ``import satsuma.tools``
-alone never loads them: tools sit below them. Type checkers read those names
-from the ``TYPE_CHECKING`` imports; at run time ``__getattr__`` finds their room in
-``_LATER``, the same names grouped by room (tests/test_public_api.py checks that the two
-agree). Every public class and function carries its public path (``satsuma.Agent``).
+This module defines nothing: it re-exports the public names of the rooms, each listed
+once. Those of tools and the shared kernel are imported below; those of the models,
+agents and supervisor rooms are each room's ``__all__``, loaded on first use (PEP 562),
+so that ``import satsuma.tools`` alone never loads them: tools sit below them. Type
+checkers read those from the star imports under ``TYPE_CHECKING``; at run time
+``__getattr__`` looks the name up in the rooms of ``_LATER``. Every public class and
+function carries its public path (``satsuma.Agent``).
 """
 
 import importlib as _importlib
@@ -70,79 +70,21 @@ from .tools import tool as tool
 
 if _typing.TYPE_CHECKING:
     __version__: str  # read from the package's metadata on first use (__getattr__)
-    from .agents import Agent as Agent
-    from .agents import AgentEvent as AgentEvent
-    from .agents import AgentHandle as AgentHandle
-    from .agents import AgentTool as AgentTool
-    from .agents import HistoryProcessor as HistoryProcessor
-    from .agents import JsonLinesLog as JsonLinesLog
-    from .agents import KeepAll as KeepAll
-    from .agents import KeepLastExchanges as KeepLastExchanges
-    from .agents import ModelRetry as ModelRetry
-    from .agents import ModelWaitEnd as ModelWaitEnd
-    from .agents import ModelWaitStart as ModelWaitStart
-    from .agents import OutputDelta as OutputDelta
-    from .agents import OutputRejected as OutputRejected
-    from .agents import OutputValidated as OutputValidated
-    from .agents import RunEnd as RunEnd
-    from .agents import RunResult as RunResult
-    from .agents import RunStart as RunStart
-    from .agents import RunStatus as RunStatus
-    from .agents import TextDelta as TextDelta
-    from .agents import ThinkingDelta as ThinkingDelta
-    from .agents import TokenBudget as TokenBudget
-    from .agents import TurnEnd as TurnEnd
-    from .agents import Verdict as Verdict
-    from .agents import Verifier as Verifier
-    from .agents import VerifyContext as VerifyContext
-    from .agents import event_to_json as event_to_json
-    from .agents import open_agent as open_agent
-    from .models import MODEL_ALIASES as MODEL_ALIASES
-    from .models import AnthropicModel as AnthropicModel
-    from .models import Model as Model
-    from .models import ModelLimits as ModelLimits
-    from .models import ModelListener as ModelListener
-    from .models import ModelRequest as ModelRequest
-    from .models import ModelResponse as ModelResponse
-    from .models import OpenAIModel as OpenAIModel
-    from .models import set_model_limits as set_model_limits
-    from .supervisor import Backoff as Backoff
-    from .supervisor import ChildCrashed as ChildCrashed
-    from .supervisor import ChildExited as ChildExited
-    from .supervisor import ChildInfo as ChildInfo
-    from .supervisor import ChildRestarted as ChildRestarted
-    from .supervisor import ChildSpec as ChildSpec
-    from .supervisor import ChildStarted as ChildStarted
-    from .supervisor import RestartType as RestartType
-    from .supervisor import Supervisor as Supervisor
-    from .supervisor import SupervisorEvent as SupervisorEvent
-    from .supervisor import SupervisorGaveUp as SupervisorGaveUp
-    from .supervisor import SupervisorStrategy as SupervisorStrategy
+    # The rooms loaded on first use: every name of their __all__ is satsuma's (a star
+    # import re-exports them for type checkers, PEP 484).
+    from .agents import *  # noqa: F403
+    from .models import *  # noqa: F403
+    from .supervisor import *  # noqa: F403
 
 # Without any handler in the tree, logging's last-resort handler prints a library's
 # warnings on stderr. An application turns satsuma's records on by configuring logging;
 # until then they stay quiet (the logging HOWTO's advice for libraries).
 _logging.getLogger("satsuma").addHandler(_logging.NullHandler())
 
-# The names imported under TYPE_CHECKING above, by the room that loads them on first use.
-_LATER: _typing.Final = {
-    "satsuma.models": frozenset({
-        "MODEL_ALIASES", "AnthropicModel", "Model", "ModelLimits", "ModelListener",
-        "ModelRequest", "ModelResponse", "OpenAIModel", "set_model_limits",
-    }),
-    "satsuma.agents": frozenset({
-        "Agent", "AgentEvent", "AgentHandle", "AgentTool", "HistoryProcessor", "JsonLinesLog",
-        "KeepAll", "KeepLastExchanges", "ModelRetry", "ModelWaitStart", "ModelWaitEnd",
-        "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd", "RunResult", "RunStart",
-        "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget", "TurnEnd", "Verdict",
-        "Verifier", "VerifyContext", "event_to_json", "open_agent",
-    }),
-    "satsuma.supervisor": frozenset({
-        "Backoff", "ChildCrashed", "ChildExited", "ChildInfo", "ChildRestarted", "ChildSpec",
-        "ChildStarted", "RestartType", "Supervisor", "SupervisorEvent", "SupervisorGaveUp",
-        "SupervisorStrategy",
-    }),
-}  # fmt: skip
+# The rooms whose names load on first use, each room's __all__ being its list of names:
+# in the order they import each other (agents imports models, the supervisor agents), so
+# that looking through them loads nothing a later one would not load anyway.
+_LATER: _typing.Final = ("satsuma.models", "satsuma.agents", "satsuma.supervisor")
 
 
 def __getattr__(name: str) -> _typing.Any:
@@ -161,29 +103,36 @@ def __getattr__(name: str) -> _typing.Any:
             version = "0+unknown"
         globals()["__version__"] = version
         return version
-    room = next((room for room, names in _LATER.items() if name in names), None)
-    if room is None:
-        raise AttributeError(f"module 'satsuma' has no attribute {name!r}")
-    # Loading the room gives its names their public path (its __init__ calls
-    # public_names), whether satsuma or another room imports it first.
-    value = getattr(_importlib.import_module(room), name)
-    globals()[name] = value
-    return value
+    if name == "__all__":
+        names = _all_names()
+        globals()["__all__"] = names
+        return names
+    if not name.startswith("__"):
+        for room in _LATER:
+            # Loading the room gives its names their public path (its __init__ calls
+            # public_names), whether satsuma or another room imports it first.
+            module = _importlib.import_module(room)
+            if name in module.__all__:
+                value = getattr(module, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'satsuma' has no attribute {name!r}")
+
+
+def _all_names() -> list[str]:
+    """``__all__``: the names imported above and those of the rooms loaded on first use
+    (which it loads: ``from satsuma import *`` wants them all)."""
+    eager = {
+        name
+        for name, value in globals().items()
+        if not name.startswith("_") and not isinstance(value, _types.ModuleType)
+    }
+    later = (_importlib.import_module(room).__all__ for room in _LATER)
+    return sorted(eager.union(*later))
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *globals()["__all__"]})
+    return sorted({*globals(), *_all_names()})
 
 
-# Made from the imports, not written out again. Type checkers are not shown it: mypy takes
-# a module's public names from a literal __all__ alone when there is one, and reads the
-# explicit ``X as X`` re-exports above when there is none.
-if not _typing.TYPE_CHECKING:
-    __all__ = sorted(
-        {
-            name
-            for name, value in globals().items()
-            if not name.startswith("_") and not isinstance(value, _types.ModuleType)
-        }.union(*_LATER.values())
-    )
-    _public_names("satsuma", globals())
+_public_names("satsuma", globals())

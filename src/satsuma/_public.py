@@ -44,9 +44,11 @@ def public_names(module_name: str, namespace: Mapping[str, Any]) -> None:
     cannot be evaluated in its own module keeps its private path: moving it would only
     change the error. Functions need nothing: their hints are read in ``__globals__``.
     """
-    top = sys.modules.get(_TOP)
-    top_names = frozenset(getattr(top, "__all__", ()))
-    for name in namespace["__all__"]:
+    top_names = _satsuma_names()
+    exported = namespace.get("__all__")
+    if exported is None:  # satsuma itself: its __all__ is made on first use
+        exported = _eager_names(namespace)
+    for name in exported:
         # A name satsuma loads on first use is not in its namespace yet: its room's own
         # call moves it when the room is imported.
         obj = namespace.get(name)
@@ -64,6 +66,32 @@ def public_names(module_name: str, namespace: Mapping[str, Any]) -> None:
         if isinstance(obj, type) and not _freeze_annotations(obj):
             continue
         obj.__module__ = home
+
+
+def _eager_names(namespace: Mapping[str, Any]) -> frozenset[str]:
+    """The public names a namespace holds now (not its submodules)."""
+    return frozenset(
+        name
+        for name, value in namespace.items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    )
+
+
+def _satsuma_names() -> frozenset[str]:
+    """The names satsuma exports, read without loading anything: those it imported
+    itself, and the ``__all__`` of each room it loads on first use that is loaded
+    already (a room not loaded yet moves its own names when it is). Never through
+    ``satsuma.__all__``, which loads every room."""
+    top = sys.modules.get(_TOP)
+    if top is None:
+        return frozenset()
+    namespace = vars(top)
+    names = set(_eager_names(namespace))
+    for room in namespace.get("_LATER", ()):
+        module = sys.modules.get(room)
+        if module is not None:
+            names.update(vars(module).get("__all__", ()))
+    return frozenset(names)
 
 
 def _is_private(module: str) -> bool:

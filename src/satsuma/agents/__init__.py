@@ -1,7 +1,5 @@
 """Agents: class-declared actors running the gather → act → verify loop."""
 
-from .._messages import Message as Message
-from .._messages import Usage as Usage
 from .._public import public_names as _public_names
 
 # satsuma's other rooms (the supervisor, the cluster, the CLI) reach the few internals
@@ -45,7 +43,6 @@ __all__ = [
     "JsonLinesLog",
     "KeepAll",
     "KeepLastExchanges",
-    "Message",
     "ModelRetry",
     "ModelWaitEnd",
     "ModelWaitStart",
@@ -60,7 +57,6 @@ __all__ = [
     "ThinkingDelta",
     "TokenBudget",
     "TurnEnd",
-    "Usage",
     "Verdict",
     "Verifier",
     "VerifyContext",

@@ -45,6 +45,10 @@ from ._responses import checked_response as checked_response
 from ._run_limiters import limiter_for as limiter_for
 from ._run_limiters import set_model_limits as set_model_limits
 
+# Names for satsuma's other rooms rather than users (not in DESIGN.md) are imported
+# above but left out of __all__: what the agent loop needs to resolve, share, limit and
+# check a model's calls, and the wire codecs' writers that satsuma.testing's loopback
+# servers answer with. satsuma re-exports every name of __all__.
 __all__ = [
     "MODEL_ALIASES",
     "AnthropicModel",
@@ -55,24 +59,6 @@ __all__ = [
     "ModelResponse",
     "OpenAIModel",
     "set_model_limits",
-    # For the other rooms of satsuma, not for users (not in DESIGN.md): what the agent
-    # loop needs to resolve, share, limit and check a model's calls, and the wire
-    # codecs' writers that satsuma.testing's loopback servers answer with.
-    "ModelLimiter",
-    "Permit",
-    "checked_response",
-    "completion_chunks",
-    "completion_object",
-    "error_body",
-    "error_object",
-    "error_type",
-    "estimate_input_tokens",
-    "limiter_for",
-    "message_object",
-    "model_problem",
-    "resolve_model",
-    "shared_model",
-    "stream_events",
 ]
 
 # Users import these names from satsuma: they carry that path (tracebacks, reprs, pickles).
