@@ -16,7 +16,6 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any, Final, TypeAlias, final, get_args
 
 import attrs
@@ -207,12 +206,7 @@ class EventStream:
         if before is not None:
             await before()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def _close_listener(self) -> None:

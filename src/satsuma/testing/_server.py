@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from functools import partial
-from types import TracebackType
 from typing import Any, ClassVar, Self, TypeAlias, TypeVar
 
 import attrs
@@ -212,12 +211,7 @@ class ScriptedServer:
         self._state = _State.RUNNING
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         assert self._nursery is not None and self._nursery_manager is not None
         with trio.CancelScope(shield=True):
             for client in self._clients:
