@@ -532,3 +532,10 @@ async def test_an_agent_killed_in_another_process_is_refused_then_resumed_here(
         assert sent == ["What is the weather?"]
         check_conversation(await store.load_messages("a"))
         assert os.getpid() != process.pid
+
+
+async def test_pool_size_is_the_most_connections_the_store_opens(postgres_dsn: str) -> None:
+    # The cluster sizes its event writers from it (a quarter of the pool).
+    async with PostgresStore(postgres_dsn, pool_size=6) as store:
+        assert store.pool_size == 6
+    assert PostgresStore(postgres_dsn).pool_size == 8

@@ -190,7 +190,7 @@ class _End:
 @attrs.define(eq=False)
 class Persistence:
     """Writes one agent's state to its store, under the agent's lease (see
-    ``satsuma.store._lease``): taken when the agent loads, renewed while it runs, let go
+    ``satsuma.store``'s lease rules): taken when the agent loads, renewed while it runs, let go
     when it stops. Every write carries the lease, so a store refuses the writes of an
     owner that lost it."""
 

@@ -287,7 +287,7 @@ _limiters: weakref.WeakKeyDictionary[PostgresStore, trio.CapacityLimiter] = (
 def _writers(store: PostgresStore) -> trio.CapacityLimiter:
     limiter = _limiters.get(store)
     if limiter is None:
-        limiter = trio.CapacityLimiter(max(1, int(store._limiter.total_tokens) // 4))
+        limiter = trio.CapacityLimiter(max(1, store.pool_size // 4))
         _limiters[store] = limiter
     return limiter
 

@@ -222,6 +222,11 @@ class PostgresStore(SQLStore):
         """How long cancelling an abandoned call may take (see the class)."""
         return self._network.cancel_timeout
 
+    @property
+    def pool_size(self) -> int:
+        """How many connections the store opens at most (``pool_size``)."""
+        return int(self._limiter.total_tokens)
+
     # --- lifecycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
