@@ -42,6 +42,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 from rich.tree import Tree
 
+from . import supervisor
 from ._terminal import show, visible, visible_text
 from .agents import (
     AgentEvent,
@@ -52,14 +53,6 @@ from .agents import (
     RunStart,
     TextDelta,
     TurnEnd,
-)
-from .supervisor import (
-    ChildCrashed,
-    ChildExited,
-    ChildRestarted,
-    ChildStarted,
-    SupervisorEvent,
-    SupervisorGaveUp,
 )
 from .tools import (
     ApprovalDecided,
@@ -289,24 +282,24 @@ class LiveView:
                 )
             )
 
-    def supervisor_event(self, event: SupervisorEvent) -> None:
+    def supervisor_event(self, event: supervisor.SupervisorEvent) -> None:
         """Take one event of a supervisor."""
         # A supervisor left with its default name is not "supervisor supervisor".
-        supervisor = visible(event.supervisor)
-        who = "supervisor" if supervisor == "supervisor" else f"supervisor {supervisor}"
+        name = visible(event.supervisor)
+        who = "supervisor" if name == "supervisor" else f"supervisor {name}"
         where = f"{who}: {visible(str(event.child_id))}"
-        if isinstance(event, ChildStarted):
+        if isinstance(event, supervisor.ChildStarted):
             text = Text(
                 f"{where} started" + (f" (#{event.incarnation})" if event.incarnation > 1 else ""),
                 "blue",
             )
-        elif isinstance(event, ChildCrashed):
+        elif isinstance(event, supervisor.ChildCrashed):
             text = Text(f"{where} crashed: {visible(event.error, lines=True)}", "bold red")
-        elif isinstance(event, ChildRestarted):
+        elif isinstance(event, supervisor.ChildRestarted):
             text = Text(f"{where} restarted (restart {event.restarts})", "bold blue")
-        elif isinstance(event, ChildExited):
+        elif isinstance(event, supervisor.ChildExited):
             text = Text(f"{where} exited ({visible(str(event.reason))})", "blue")
-        elif isinstance(event, SupervisorGaveUp):
+        elif isinstance(event, supervisor.SupervisorGaveUp):
             text = Text(
                 f"{where} made the supervisor give up: {visible(str(event.reason))}", "bold red"
             )

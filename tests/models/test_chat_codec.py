@@ -16,14 +16,13 @@ def test_chunks_it_writes_read_back_as_the_same_message() -> None:
         {"type": "tool_use", "id": "call_1", "name": "ping", "input": {"host": "a"}},
     ]
     usage = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 4}
-    whole = ChatAccumulator()
-    whole.feed_completion(
-        completion_object(id="c1", model="m", content=content, stop_reason="tool_use", usage=usage)
-    )
-    streamed = ChatAccumulator()
-    for chunk in completion_chunks(
+    completion = completion_object(
         id="c1", model="m", content=content, stop_reason="tool_use", usage=usage
-    ):
+    )
+    whole = ChatAccumulator()
+    whole.feed_completion(completion)
+    streamed = ChatAccumulator()
+    for chunk in completion_chunks(completion):
         streamed.feed(chunk)
     assert whole.result() == streamed.result()
     message = streamed.result()

@@ -102,11 +102,6 @@ def _calls_of(
     ]
 
 
-def _head(kind: str, id: str, model: str, created: int) -> dict[str, Any]:
-    """The fields a completion and each of its chunks begin with."""
-    return {"id": id, "object": kind, "created": created, "model": model}
-
-
 def completion_object(
     *,
     id: str,
@@ -126,7 +121,10 @@ def completion_object(
     if calls:
         message["tool_calls"] = calls
     return {
-        **_head("chat.completion", id, model, created),
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
         "choices": [
             {
                 "index": 0,
@@ -140,30 +138,23 @@ def completion_object(
 
 
 def completion_chunks(
-    *,
-    id: str,
-    model: str,
-    content: Sequence[Mapping[str, Any]],
-    stop_reason: str,
-    usage: Mapping[str, int],
-    raw_arguments: Mapping[str, str] | None = None,
-    include_usage: bool = True,
-    pieces: int = 3,
-    created: int = 0,
+    completion: Mapping[str, Any], *, include_usage: bool = True, pieces: int = 3
 ) -> list[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects of a streamed completion, as the API sends
-    them: text and each call's arguments in about ``pieces`` deltas, then the finish
-    reason, then (``include_usage``) a chunk with the usage and no choices."""
-
-    head = _head("chat.completion.chunk", id, model, created)
+    """The ``chat.completion.chunk`` objects that stream ``completion`` (as
+    ``completion_object`` builds it), as the API sends them: text and each call's
+    arguments in about ``pieces`` deltas, then the finish reason, then
+    (``include_usage``) a chunk with the usage and no choices."""
+    head = {**completion, "object": "chat.completion.chunk"}
+    del head["choices"], head["usage"]
+    (choice,) = completion["choices"]
+    message = choice["message"]
 
     def chunk(delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**head, "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}]}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
-    text = "".join(block["text"] for block in content if block.get("type") == "text")
-    chunks += [chunk({"content": piece}) for piece in in_pieces(text, pieces)]
-    for index, call in enumerate(_calls_of(content, raw_arguments or {})):
+    chunks += [chunk({"content": piece}) for piece in in_pieces(message["content"] or "", pieces)]
+    for index, call in enumerate(message.get("tool_calls", ())):
         function = call["function"]
         opening = {"id": call["id"], "type": "function", "function": {"name": function["name"]}}
         opening["function"]["arguments"] = ""
@@ -172,9 +163,9 @@ def completion_chunks(
             chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
             for piece in in_pieces(function["arguments"], pieces)
         ]
-    chunks.append(chunk({}, finish_reason(stop_reason)))
+    chunks.append(chunk({}, choice["finish_reason"]))
     if include_usage:
-        chunks.append({**head, "choices": [], "usage": _usage_object(usage)})
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
     return chunks
 
 
@@ -235,12 +226,7 @@ class ChatAccumulator:
             if choice.get("index", 0) != 0:
                 continue  # n > 1 is never asked for
             delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                self.on_thinking(reasoning)
-            if delta.get("content"):
-                self._text.append(delta["content"])
-                self.on_text(delta["content"])
+            self._words(delta)
             for call in delta.get("tool_calls") or ():
                 self._call_delta(call)
             if choice.get("finish_reason"):
@@ -252,6 +238,15 @@ class ChatAccumulator:
         self._id = chunk.get("id") or self._id
         if chunk.get("usage"):
             self._count(chunk["usage"])
+
+    def _words(self, part: Mapping[str, Any]) -> None:
+        """The reasoning and the text of a delta, or of a whole message."""
+        reasoning = part.get("reasoning_content") or part.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self.on_thinking(reasoning)
+        if part.get("content"):
+            self._text.append(part["content"])
+            self.on_text(part["content"])
 
     def _call_delta(self, delta: Mapping[str, Any]) -> None:
         index = delta.get("index", len(self._calls))
@@ -279,12 +274,7 @@ class ChatAccumulator:
         self._head(completion)
         choice = completion["choices"][0]
         message = choice["message"]
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            self.on_thinking(reasoning)
-        if message.get("content"):
-            self._text.append(message["content"])
-            self.on_text(message["content"])
+        self._words(message)
         for index, call in enumerate(message.get("tool_calls") or ()):
             self._call_delta({**call, "index": index})
         self._finish = choice.get("finish_reason")

@@ -105,9 +105,10 @@ class ChatCompletionsServer(ScriptedServer):
             "usage": usage,
             "raw_arguments": raw,
         }
+        completion = _chat_codec.completion_object(**shape)
         if not stream:
-            return JSONAnswer(200, _chat_codec.completion_object(**shape))
+            return JSONAnswer(200, completion)
         options = payload.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        chunks = _chat_codec.completion_chunks(**shape, include_usage=include_usage)
+        chunks = _chat_codec.completion_chunks(completion, include_usage=include_usage)
         return StreamAnswer([*map(_data, chunks), b"data: [DONE]\n\n"])
