@@ -4,20 +4,30 @@ SQLite file)."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from pathlib import Path
 
 import pytest
 import serve_agents
 import trio
+import trio.lowlevel
 import trio.testing
 from serve_agents import Banker, Greeter, scripted, two_transfers
 
 from satsuma import Approve, Deny
 from satsuma.serve._eventlog import EventLog
-from satsuma.serve._local import open_local_runs, stored_id
+from satsuma.serve._local import LocalRuns, open_local_runs, stored_id
 from satsuma.serve._runs import AlreadyDecided, BadDecision, Busy, UnknownAgent, UnknownRun
 from satsuma.store import SQLiteStore
 from satsuma.testing import Reply
+
+
+async def tool_started(runs: LocalRuns, run_id: str) -> None:
+    """Until the run's slow tool has started (its model call is then spent)."""
+    async with aclosing(runs.events(run_id)) as events:
+        async for event in events:
+            if event.type == "ToolCallStart":
+                return
 
 
 @pytest.fixture(autouse=True)
@@ -107,14 +117,16 @@ async def test_approvals_are_decided_one_call_at_a_time() -> None:
 
 async def test_a_pending_approval_survives_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
-    async with SQLiteStore(db) as store, open_local_runs(
-        [Banker], store=store, model=scripted(*two_transfers())
-    ) as runs:
+    async with (
+        SQLiteStore(db) as store,
+        open_local_runs([Banker], store=store, model=scripted(*two_transfers())) as runs,
+    ):
         paused = await runs.wait((await runs.start("banker", "t", "Pay")).run_id)
         assert paused.status == "awaiting_approval"
-    async with SQLiteStore(db) as store, open_local_runs(
-        [Banker], store=store, model=scripted("Paid after a restart.")
-    ) as runs:
+    async with (
+        SQLiteStore(db) as store,
+        open_local_runs([Banker], store=store, model=scripted("Paid after a restart.")) as runs,
+    ):
         view = await runs.get(paused.run_id)
         assert (view.status, len(view.pending)) == ("awaiting_approval", 2)
         calls = await runs.pending()
@@ -150,8 +162,7 @@ async def test_cancel_a_running_a_queued_and_a_paused_run() -> None:
         assert (await runs.get(queued.run_id)).status == "queued"
         cancelled = await runs.cancel(queued.run_id)
         assert cancelled.status == "cancelled"
-        while (await runs.get(running.run_id)).status != "running":
-            await trio.sleep(0.001)
+        await tool_started(runs, running.run_id)
         assert (await runs.cancel(running.run_id)).status == "cancelled"
         events = [e async for e in runs.events(running.run_id)]
         assert events[-1].type == "RunEnd"
@@ -176,8 +187,7 @@ async def test_if_busy_enqueue_reject_and_interrupt() -> None:
         second = await runs.start("banker", "t", "Two", if_busy="enqueue")
         with pytest.raises(Busy):
             await runs.start("banker", "t", "Three", if_busy="reject")
-        while (await runs.get(first.run_id)).status != "running":
-            await trio.sleep(0.001)
+        await tool_started(runs, first.run_id)
         steered = await runs.start("banker", "t", "Also this", if_busy="interrupt")
         assert steered.run_id == first.run_id
         serve_agents.gate["open"].set()
@@ -241,7 +251,7 @@ async def test_many_readers_follow_one_live_run() -> None:
         await trio.testing.wait_all_tasks_blocked()
         for n in range(5):
             log.append({"type": "TextDelta", "n": n})
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         log.append({"type": "RunEnd"})
         log.settle()
     assert all(ids == [1, 2, 3, 4, 5, 6] for ids in seen)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -370,8 +370,9 @@ class LocalRuns:
             if after < 1 and view.ended:
                 yield RunEvent(1, {"type": "RunEnd", "run_id": run_id, "status": view.status})
             return
-        async for event in run.log.follow(after):
-            yield event
+        async with aclosing(run.log.follow(after)) as events:
+            async for event in events:
+                yield event
 
     async def cancel(self, run_id: str) -> RunView:
         """See ``Runs.cancel``."""
