@@ -11,7 +11,7 @@ on where they left off.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import trio
@@ -79,7 +79,7 @@ class EventLog:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def follow(self, after: int = 0) -> AsyncIterator[RunEvent]:
+    async def follow(self, after: int = 0) -> AsyncGenerator[RunEvent, None]:
         """The events numbered above ``after``, then each as it comes; it ends after a
         ``RunEnd`` (the run ended or paused), or at once when the run has stopped and
         nothing is newer than ``after``."""
