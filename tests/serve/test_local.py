@@ -16,7 +16,9 @@ from serve_agents import Banker, Greeter, scripted, two_transfers
 
 from satsuma import Approve, Deny
 from satsuma.serve._eventlog import EventLog
-from satsuma.serve._local import LocalRuns, open_local_runs, stored_id
+from satsuma.serve._local import LocalRuns
+from satsuma.serve._open_runs import open_local_runs
+from satsuma.serve._views import stored_id
 from satsuma.serve._runs import AlreadyDecided, BadDecision, Busy, UnknownAgent, UnknownRun
 from satsuma.store import SQLiteStore
 from satsuma.testing import Reply

@@ -1,8 +1,5 @@
-"""``LocalRuns``: the ``Runs`` of agents in this process, over a SQLite or memory store.
-
-``async with open_local_runs([Support], store=store) as runs:`` gives the server its runs
-for as long as the block lasts; leaving it cancels what still runs (each run ends
-``cancelled`` with a valid history) and closes every agent.
+"""``LocalRuns``: the ``Runs`` of agents in this process, over a SQLite or memory store
+(made by ``open_local_runs``, in ``_open_runs``).
 
 A conversation ``(name, agent_id)`` is one supervised agent child, opened on first use
 and closed once idle. The store keys conversations by ``agent_id`` alone, so the served
@@ -18,9 +15,8 @@ The runs of one conversation run one after another, in the order they were start
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing
 from typing import Any
 
 import attrs
@@ -29,10 +25,10 @@ import trio
 from .._exceptions import RunNotAwaitingApproval
 from ..agents import Agent, AgentEvent, AgentHandle, RunResult, event_to_json, internal
 from ..models import Model
-from ..store import MemoryStore, PendingApproval, RunRecord, Store
+from ..store import RunRecord, Store
 from ..supervisor import Supervisor
-from ..tools import Approve, Deny, PendingCall
-from ._eventlog import DEFAULT_EVENT_LIMIT, EventLog
+from ..tools import Approve, Deny
+from ._eventlog import EventLog
 from ._runs import (
     AlreadyDecided,
     BadDecision,
@@ -44,45 +40,17 @@ from ._runs import (
     UnknownAgent,
     UnknownRun,
 )
+from ._views import (
+    epoch_now,
+    error_json,
+    json_values,
+    pending_view,
+    split_stored_id,
+    stored_id,
+    usage_json,
+)
 
-__all__ = ["LocalRuns", "open_local_runs", "stored_id"]
-
-
-def stored_id(agent: str, agent_id: str) -> str:
-    """The id a served conversation is kept under in the store (see the module)."""
-    return f"{agent}/{agent_id}"
-
-
-def _split(stored: str) -> tuple[str, str] | None:
-    agent, sep, agent_id = stored.partition("/")
-    return (agent, agent_id) if sep and agent_id else None
-
-
-def _usage(result_usage: Any) -> dict[str, int]:
-    return {
-        "input_tokens": result_usage.input_tokens,
-        "output_tokens": result_usage.output_tokens,
-        "cache_creation_input_tokens": result_usage.cache_creation_input_tokens,
-        "cache_read_input_tokens": result_usage.cache_read_input_tokens,
-    }
-
-
-def _error(text: str | None) -> dict[str, str] | None:
-    if text is None:
-        return None
-    kind, sep, message = text.partition(": ")
-    if sep and kind.isidentifier():
-        return {"type": kind, "message": message}
-    return {"type": "Error", "message": text}
-
-
-def _json(value: Any) -> Any:
-    """A stored value (frozen mappings and tuples) as plain JSON values."""
-    if isinstance(value, Mapping):
-        return {str(k): _json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json(v) for v in value]
-    return value
+__all__ = ["LocalRuns"]
 
 
 @attrs.define(eq=False)
@@ -202,7 +170,7 @@ class LocalRuns:
         def record(event: AgentEvent) -> None:
             data = event_to_json(event)
             if data["type"] == "RunStart" and run.view.status == "queued":
-                run.view = attrs.evolve(run.view, status="running", started_at=trio_time())
+                run.view = attrs.evolve(run.view, status="running", started_at=epoch_now())
             run.log.append(data)
 
         return record
@@ -270,15 +238,15 @@ class LocalRuns:
         self, run: _Run, result: RunResult[Any] | None, failure: BaseException | None
     ) -> None:
         view = run.view
-        now = trio_time()
+        now = epoch_now()
         if result is not None:
-            pending = tuple(self._pending_view(view, call) for call in result.pending)
+            pending = tuple(pending_view(view, call) for call in result.pending)
             view = attrs.evolve(
                 view,
                 status=result.status,
                 output=internal.output_to_json(internal.raw_output(result)),
-                error=_error(result.error),
-                usage=_usage(result.usage),
+                error=error_json(result.error),
+                usage=usage_json(result.usage),
                 pending=pending,
                 ended_at=None if result.status == "awaiting_approval" else now,
                 started_at=view.started_at or now,
@@ -299,21 +267,6 @@ class LocalRuns:
         run.settled_at = trio.current_time()
         run.stopped.set()
 
-    def _pending_view(self, view: RunView, call: PendingCall | PendingApproval) -> PendingView:
-        if isinstance(call, PendingCall):
-            call_id, tool = call.id, call.tool_name
-        else:
-            call_id, tool = call.tool_use_id, call.tool_name
-        return PendingView(
-            run_id=view.run_id,
-            agent=view.agent,
-            agent_id=view.agent_id,
-            call_id=call_id,
-            tool=tool,
-            input=_json(call.input),
-            reason=call.reason,
-        )
-
     async def wait(self, run_id: str) -> RunView:
         """See ``Runs.wait``."""
         run = self._runs.get(run_id)
@@ -331,7 +284,7 @@ class LocalRuns:
 
     async def _record(self, run_id: str) -> tuple[RunRecord, str, str]:
         record = await self._store.get_run(run_id)
-        parts = _split(record.agent_id) if record is not None else None
+        parts = split_stored_id(record.agent_id) if record is not None else None
         if record is None or parts is None or parts[0] not in self._agents:
             raise UnknownRun(f"no run {run_id!r}")
         return record, parts[0], parts[1]
@@ -344,14 +297,14 @@ class LocalRuns:
             agent_id=agent_id,
             status=record.status,
             prompt=record.prompt,
-            error=_error(record.error),
-            usage=_usage(record.usage),
+            error=error_json(record.error),
+            usage=usage_json(record.usage),
             started_at=record.started_at,
             ended_at=record.ended_at,
         )
         if record.status == "awaiting_approval":
             calls = await self._store.pending_calls(run_id)
-            return attrs.evolve(view, pending=tuple(self._pending_view(view, c) for c in calls))
+            return attrs.evolve(view, pending=tuple(pending_view(view, c) for c in calls))
         if record.status in ("completed", "max_iterations", "deadline_exceeded"):
             conversation = await self._open(agent, agent_id)
             try:
@@ -425,7 +378,7 @@ class LocalRuns:
         """See ``Runs.messages``."""
         self._agent_class(agent)
         stored = await self._store.load_messages(stored_id(agent, agent_id))
-        return [{"role": m.role, "content": _json(m.content)} for m in stored]
+        return [{"role": m.role, "content": json_values(m.content)} for m in stored]
 
     async def pending(self, agent: str | None = None) -> list[PendingView]:
         """See ``Runs.pending``: read from the store, so it survives a restart. Calls
@@ -434,7 +387,7 @@ class LocalRuns:
             self._agent_class(agent)
         views: list[PendingView] = []
         for record in await self._store.runs_awaiting_approval():
-            parts = _split(record.agent_id)
+            parts = split_stored_id(record.agent_id)
             if parts is None or parts[0] not in self._agents:
                 continue
             if agent is not None and parts[0] != agent:
@@ -449,7 +402,7 @@ class LocalRuns:
             )
             for call in await self._store.pending_calls(record.run_id):
                 if call.tool_use_id not in decided:
-                    views.append(self._pending_view(base, call))
+                    views.append(pending_view(base, call))
         return views
 
     async def decide(self, run_id: str, call_id: str, decision: Approve | Deny) -> RunView | None:
@@ -534,65 +487,3 @@ class LocalRuns:
         except Exception:
             return False
         return True
-
-
-def trio_time() -> float:
-    """Seconds since the epoch (trio's clock is for deadlines, not for records)."""
-    return time.time()
-
-
-@asynccontextmanager
-async def open_local_runs(
-    agents: Sequence[type[Agent[Any]]],
-    *,
-    store: Store | None = None,
-    model: Model | Mapping[str, Model] | None = None,
-    idle_seconds: float = 300.0,
-    retention_seconds: float = 600.0,
-    event_limit: int = DEFAULT_EVENT_LIMIT,
-) -> AsyncIterator[LocalRuns]:
-    """The runs of ``agents`` in this process, for as long as the block lasts.
-
-    Args:
-        agents: The served classes, each by its ``Agent.name`` (unique, without ``/``).
-        store: An open SQLiteStore or MemoryStore; by default a MemoryStore of this
-            block's own (runs awaiting approval need a store).
-        model: The model every agent uses, or one per agent name (tests pass
-            ScriptedModels); by default each class's own.
-        idle_seconds: A conversation with no run for this long has its agent closed
-            (opened again on its next use).
-        retention_seconds: How long a run's events stay in memory once it ended or
-            paused; past it ``events`` answers from the store (its end only).
-        event_limit: Events kept in memory per run (see ``EventLog``).
-    """
-    if idle_seconds <= 0 or retention_seconds <= 0:
-        raise ValueError("idle_seconds and retention_seconds must be positive")
-    async with (
-        _store_or_memory(store) as opened,
-        Supervisor() as supervisor,
-        trio.open_nursery() as nursery,
-    ):
-        runs = LocalRuns(
-            agents,
-            store=opened,
-            supervisor=supervisor,
-            nursery=nursery,
-            model=model,
-            idle_seconds=idle_seconds,
-            retention_seconds=retention_seconds,
-            event_limit=event_limit,
-        )
-        nursery.start_soon(runs._close_idle)
-        try:
-            yield runs
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def _store_or_memory(store: Store | None) -> AsyncIterator[Store]:
-    if store is not None:
-        yield store
-        return
-    async with MemoryStore() as memory:
-        yield memory
