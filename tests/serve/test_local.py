@@ -18,8 +18,8 @@ from satsuma import Approve, Deny
 from satsuma.serve._eventlog import EventLog
 from satsuma.serve._local import LocalRuns
 from satsuma.serve._open_runs import open_local_runs
-from satsuma.serve._views import stored_id
 from satsuma.serve._runs import AlreadyDecided, BadDecision, Busy, UnknownAgent, UnknownRun
+from satsuma.serve._views import stored_id
 from satsuma.store import SQLiteStore
 from satsuma.testing import Reply
 
