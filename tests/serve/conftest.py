@@ -14,14 +14,19 @@ runs small enough to test the app in front of every surface by.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
 import pytest
 import trio
+
+# Tests are imported in importlib mode (no package): make serve_agents importable.
+sys.path.insert(0, str(Path(__file__).parent))
 
 from satsuma.serve import (
     AlreadyDecided,

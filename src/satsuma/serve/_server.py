@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from typing import Any, cast, final
@@ -20,9 +20,12 @@ import attrs
 import trio
 
 from ..agents import Agent, internal
+from ..models import Model
 from ..store import Store
+from ._api import ApiSurface
 from ._app import MAX_BODY, App
 from ._http import Surface
+from ._open_runs import open_local_runs
 from ._runs import Runs
 from ._slots import RunSlots
 from ._tokens import TokenBook
@@ -49,7 +52,9 @@ class ServeContext:
 SurfaceFactory = Callable[[ServeContext], Surface]
 """Builds one surface over a server's runs (``MySurface(context)``, say)."""
 
-SURFACES: list[SurfaceFactory] = []
+SURFACES: list[SurfaceFactory] = [
+    lambda context: ApiSurface(context.runs),
+]
 """The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI
 and MCP add themselves here, one line each."""
 
@@ -93,6 +98,8 @@ class Server:
         agents: The agent classes served, each by its ``Agent.name``.
         store: Where conversations, runs and approvals are kept (a memory store when
             None: nothing survives a restart).
+        model: The model every agent uses, or one per agent name; by default each
+            class's own.
         tokens: A token file's path (or a ``TokenBook``); None serves everyone with
             every scope, and then only on a loopback host unless ``insecure``.
         host: The address to listen on.
@@ -118,6 +125,7 @@ class Server:
         agents: Sequence[type[Agent[Any]]] = (),
         *,
         store: Store | None = None,
+        model: Model | Mapping[str, Model] | None = None,
         tokens: str | os.PathLike[str] | TokenBook | None = None,
         host: str = "127.0.0.1",
         port: int = 8000,
@@ -146,6 +154,7 @@ class Server:
         self.certfile = certfile
         self.keyfile = keyfile
         self.store = store
+        self.model = model
         self._runs_given = runs
         self._factories = list(SURFACES if surfaces is None else surfaces)
         self._stop = trio.Event()
@@ -189,9 +198,9 @@ class Server:
     async def _open(self) -> AsyncIterator[Runs]:
         given = self._runs_given
         if given is None:
-            from ._local import open_local_runs  # type: ignore[import-not-found,unused-ignore]
-
-            async with open_local_runs(self.agents, store=self.store) as runs:
+            async with open_local_runs(
+                list(self.agents.values()), store=self.store, model=self.model
+            ) as runs:
                 yield runs
         elif callable(given) and not hasattr(given, "start"):
             async with given() as runs:
