@@ -22,6 +22,7 @@ import trio
 from ..agents import Agent, internal
 from ..models import Model
 from ..store import Store
+from ._a2a import A2ACardSurface, A2ASurface
 from ._api import ApiSurface
 from ._app import MAX_BODY, App
 from ._http import Surface
@@ -54,6 +55,8 @@ SurfaceFactory = Callable[[ServeContext], Surface]
 
 SURFACES: list[SurfaceFactory] = [
     lambda context: ApiSurface(context.runs),
+    lambda context: A2ASurface(context.runs, context.slots),
+    lambda context: A2ACardSurface(context.runs),
 ]
 """The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI
 and MCP add themselves here, one line each."""
