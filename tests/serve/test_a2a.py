@@ -107,14 +107,17 @@ async def test_send_message_completes_with_the_output_as_artifact(serve_http: An
             "message/send",
             {"message": user("more", contextId=context)},
         )
-        assert again["task"]["contextId"] == context
+        # Named by its 0.3 name, it is answered in 0.3's shapes: the task itself.
+        assert again["kind"] == "task" and again["status"]["state"] == "completed"
+        assert again["contextId"] == context
+        again = {"task": again}
         conversation = await served.client.get(f"/v1/agents/greeter/{context}/messages")
         assert len(conversation.json()["messages"]) == 4
         got = await result(served.client, "/a2a/greeter", "GetTask", {"id": task["id"]})
         assert got["status"]["state"] == "TASK_STATE_COMPLETED"
         listed = await result(served.client, "/a2a/greeter", "ListTasks", {"contextId": context})
         assert [t["id"] for t in listed["tasks"]] == [again["task"]["id"], task["id"]]
-        first = await result(served.client, "/a2a/greeter", "tasks/list", {"pageSize": 1})
+        first = await result(served.client, "/a2a/greeter", "ListTasks", {"pageSize": 1})
         assert len(first["tasks"]) == 1 and first["nextPageToken"] == "1"
 
 
@@ -284,3 +287,49 @@ async def test_tokens_and_scopes(serve_http: Any, tmp_path: Any) -> None:
         assert sent.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         card = await served.client.get("/.well-known/agent-card.json", headers=as_reader)
         assert "bearer" in card.json()["securitySchemes"]
+
+
+async def test_the_0_3_names_answer_in_0_3_shapes(serve_http: Any) -> None:
+    from a2a.compat.v0_3 import types as v03
+
+    model = scripted(*two_transfers("Paid."), "Streamed.")
+    async with serve_http([Banker], model=model) as served:
+        message = {
+            "kind": "message",
+            "messageId": "m-03",
+            "role": "user",
+            "parts": [{"kind": "text", "text": "pay"}],
+        }
+        paused = v03.Task.model_validate(
+            await result(served.client, "/a2a/banker", "message/send", {"message": message})
+        )
+        assert paused.status.state == v03.TaskState.input_required
+        assert paused.status.message is not None
+        pending = paused.status.message.parts[1].root.data["pending"]  # type: ignore[union-attr]
+        decisions = {p["call_id"]: {"decision": "approve"} for p in pending}
+        reply = {
+            "kind": "message",
+            "messageId": "m-03b",
+            "role": "user",
+            "taskId": paused.id,
+            "parts": [{"kind": "data", "data": {"decisions": decisions}}],
+        }
+        done_task = v03.Task.model_validate(
+            await result(served.client, "/a2a/banker", "message/send", {"message": reply})
+        )
+        assert done_task.status.state == v03.TaskState.completed
+        assert done_task.artifacts is not None
+        assert done_task.artifacts[0].parts[0].root.text == "Paid."  # type: ignore[union-attr]
+        got = v03.Task.model_validate(
+            await result(served.client, "/a2a/banker", "tasks/get", {"id": paused.id})
+        )
+        assert got.id == paused.id
+        items = await sse(
+            served.client,
+            "/a2a/banker",
+            rpc("message/stream", {"message": {**message, "messageId": "m-03c"}}),
+        )
+        results = [v03.SendStreamingMessageResponse.model_validate(i).root for i in items]
+        kinds = [r.result.kind for r in results]  # type: ignore[union-attr]
+        assert kinds[0] == "task" and kinds[-2:] == ["artifact-update", "status-update"]
+        assert results[-1].result.final is True  # type: ignore[union-attr]

@@ -157,6 +157,8 @@ class _Call:
         self.request = request
         self.name = name
         self.id: Any = None
+        self.method = ""
+        self.legacy = False  # named by its 0.3 name: answered in 0.3's shapes
 
     async def answer(self) -> JSONAnswer | SSEAnswer:
         try:
@@ -167,6 +169,7 @@ class _Call:
                     f"A2A-Version {self.request.headers.get('a2a-version')!r:.40} is not "
                     f"supported; this server speaks {wire.PROTOCOL_VERSION} (and 0.3)",
                 )
+            self.method = method
             handler = self._handlers().get(method)
             if handler is None:
                 raise self._unsupported(method)
@@ -175,7 +178,10 @@ class _Call:
             return JSONAnswer(200, wire.error_response(self.id, error), _HEADERS)
         if isinstance(result, SSEAnswer):
             return result
-        return JSONAnswer(200, wire.result_response(self.id, result), _HEADERS)
+        return JSONAnswer(200, wire.result_response(self.id, self._shaped(result)), _HEADERS)
+
+    def _shaped(self, result: Any) -> Any:
+        return wire.result_0_3(self.method, result) if self.legacy else result
 
     def _envelope(self) -> tuple[str, Mapping[str, Any]]:
         try:
@@ -200,6 +206,7 @@ class _Call:
         if not isinstance(params, dict):
             raise _invalid("'params' must be an object")
         canonical = wire.canonical_method(method)
+        self.legacy = method in wire.METHODS_0_3
         if canonical is None:
             raise wire.A2AError(wire.METHOD_NOT_FOUND, f"no method {method[:80]!r}")
         return canonical, params
@@ -372,10 +379,10 @@ class _Call:
         return self._stream(view, release=lambda: None)
 
     def _stream(self, first: RunView, *, release: Callable[[], None]) -> SSEAnswer:
-        runs, request_id = self.runs, self.id
+        runs, request_id, shaped = self.runs, self.id, self._shaped
 
         def event(item: wire.StreamItem) -> ServerSentEvent:
-            body = wire.result_response(request_id, wire.stream_response(item))
+            body = wire.result_response(request_id, shaped(wire.stream_response(item)))
             return ServerSentEvent(json.dumps(body, default=str))
 
         async def events() -> AsyncIterator[ServerSentEvent]:
