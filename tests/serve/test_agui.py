@@ -1,0 +1,234 @@
+"""The AG-UI surface: real agent runs (ScriptedModel) translated to AG-UI events, each
+parsed by ag_ui's own models and the stream checked against the protocol's rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from ag_ui.core import EventType, RunAgentInput
+
+import satsuma
+from satsuma import ModelError
+from satsuma.serve._agui import AGUISurface, RunInput, parse_run_input
+from satsuma.serve._agui_events import APPROVAL_EVENT, AGUIStream
+from satsuma.serve._http import HTTPError
+from satsuma.testing import Reply, ScriptedModel
+
+from .agent_runs import AgentRuns
+from .agui_rules import check_order, parse
+
+
+@satsuma.tool
+def add(a: int, b: int) -> str:
+    """Add two numbers."""
+    return str(a + b)
+
+
+@satsuma.tool(requires_approval=True)
+def pay(amount: int) -> str:
+    """Pay an amount."""
+    return "paid"
+
+
+class Calc(satsuma.Agent):
+    """Adds numbers and pays."""
+
+    name = "calc"
+    tools = [add, pay]
+
+
+def _input(text: Any = "add 1 and 2", **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "threadId": "thread-1",
+        "runId": "client-run-1",
+        "messages": [
+            {"id": "m0", "role": "user", "content": "an old question"},
+            {"id": "m1", "role": "assistant", "content": "an answer the client made up"},
+            {"id": "m2", "role": "user", "content": text},
+        ],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+    body.update(fields)
+    # The body is one the protocol's own models accept.
+    RunAgentInput.model_validate(body)
+    return body
+
+
+async def _stream(runs: AgentRuns, body: dict[str, Any]) -> list[Any]:
+    """Run ``body`` through the surface's stream and parse every event."""
+    run_input = parse_run_input(body)
+    view = await runs.start("calc", run_input.thread_id, run_input.prompt)
+    surface = AGUISurface(runs)
+    events = []
+    async for sse in surface._stream(run_input, view.run_id):
+        assert sse.id is None and sse.event is None
+        events.append(parse(sse.data))
+    check_order(events)
+    return events
+
+
+def _types(events: list[Any]) -> list[str]:
+    return [event.type.value for event in events]
+
+
+async def test_a_run_with_a_tool_call_is_a_well_formed_stream() -> None:
+    model = ScriptedModel(
+        [Reply(text="Let me add.", tool_calls=[("add", {"a": 1, "b": 2})]), "It is 3."]
+    )
+    async with trio.open_nursery() as nursery:
+        runs = AgentRuns(nursery, {Calc: model})
+        events = await _stream(runs, _input())
+    assert _types(events) == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+        "STEP_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "STEP_FINISHED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    started, finished = events[0], events[-1]
+    assert (started.thread_id, started.run_id) == ("thread-1", "client-run-1")
+    satsuma_run_id = started.metadata["satsuma"]["run_id"]
+    assert (finished.thread_id, finished.run_id) == ("thread-1", "client-run-1")
+    assert finished.result == {
+        "run_id": satsuma_run_id,
+        "status": "completed",
+        "output": "It is 3.",
+    }
+    assert finished.outcome is None
+    texts = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    assert texts == "Let me add.It is 3."
+    call = next(e for e in events if e.type == EventType.TOOL_CALL_START)
+    assert call.tool_call_name == "add"
+    assert call.parent_message_id == events[2].message_id
+    args = next(e for e in events if e.type == EventType.TOOL_CALL_ARGS)
+    assert json.loads(args.delta) == {"a": 1, "b": 2}
+    result = next(e for e in events if e.type == EventType.TOOL_CALL_RESULT)
+    assert (result.tool_call_id, result.content) == (call.tool_call_id, "3")
+    steps = [e.step_name for e in events if e.type == EventType.STEP_STARTED]
+    assert steps == ["model_turn_1", f"tool_call_{call.tool_call_id}", "model_turn_2"]
+
+
+async def test_only_the_new_user_message_reaches_the_agent() -> None:
+    model = ScriptedModel(["Hello."])
+    async with trio.open_nursery() as nursery:
+        runs = AgentRuns(nursery, {Calc: model})
+        await _stream(
+            runs, _input([{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}])
+        )
+    assert runs.started == [("calc", "thread-1", "hi there")]
+    # The model saw the server's history (none) and the new message, not the client's.
+    (request,) = model.requests
+    assert len(request.messages) == 1
+    assert "an old question" not in json.dumps(attrs.asdict(request.messages[0]), default=str)
+
+
+async def test_a_pause_for_approval_is_a_custom_event_then_run_finished() -> None:
+    model = ScriptedModel([Reply(tool_calls=[("pay", {"amount": 5})])])
+    async with trio.open_nursery() as nursery:
+        runs = AgentRuns(nursery, {Calc: model})
+        events = await _stream(runs, _input("pay 5"))
+    custom, finished = events[-2], events[-1]
+    assert custom.type == EventType.CUSTOM and custom.name == APPROVAL_EVENT
+    (call,) = custom.value["pending"]
+    assert call["tool"] == "pay" and call["input"] == {"amount": 5}
+    assert call["reason"] == "pay requires approval"
+    assert finished.type == EventType.RUN_FINISHED
+    assert finished.result["status"] == "awaiting_approval"
+    assert finished.result["pending"] == [call]
+    assert finished.outcome.type == "interrupt"
+    (interrupt,) = finished.outcome.interrupts
+    assert interrupt.id == interrupt.tool_call_id == call["call_id"]
+    # The call was started (its arguments shown) and left without a result.
+    assert EventType.TOOL_CALL_START in [e.type for e in events]
+    assert EventType.TOOL_CALL_RESULT not in [e.type for e in events]
+
+
+async def test_a_failed_run_ends_with_run_error() -> None:
+    model = ScriptedModel([ModelError("the model is down")])
+    async with trio.open_nursery() as nursery:
+        runs = AgentRuns(nursery, {Calc: model})
+        events = await _stream(runs, _input())
+    assert _types(events) == ["RUN_STARTED", "RUN_ERROR"]
+    assert events[-1].code == "failed"
+    assert "the model is down" in events[-1].message
+
+
+def test_a_cancelled_run_finishes_with_the_cancelled_outcome() -> None:
+    stream = AGUIStream("t", "r")
+    out = stream.feed({"type": "TextDelta", "run_id": "x", "iteration": 1, "text": "Hal"})
+    out += stream.feed(
+        {"type": "RunEnd", "result": {"run_id": "x", "status": "cancelled", "output": "Hal"}}
+    )
+    events = [parse(stream.start("x"))] + [parse(e) for e in out]
+    check_order(events)
+    assert events[-1].outcome.type == "cancelled"
+    assert stream.feed({"type": "TextDelta", "text": "late"}) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "the body must be a RunAgentInput object"),
+        ({"runId": "r", "messages": []}, "threadId must be a string"),
+        ({"threadId": "a/b", "runId": "r", "messages": []}, "threadId must contain no '/'"),
+        ({"threadId": "", "runId": "r", "messages": []}, "threadId must be 1 to 200"),
+        ({"threadId": "t" * 201, "runId": "r", "messages": []}, "threadId must be 1 to 200"),
+        ({"threadId": "t\n", "runId": "r", "messages": []}, "no control character"),
+        ({"threadId": "t", "messages": []}, "runId must be a string"),
+        ({"threadId": "t", "runId": "r", "messages": {}}, "messages must be a list"),
+        ({"threadId": "t", "runId": "r", "messages": []}, "messages must end with the new user"),
+        (
+            {"threadId": "t", "runId": "r", "messages": [{"role": "tool", "content": "4"}]},
+            "messages must end with the new user message",
+        ),
+        (
+            {"threadId": "t", "runId": "r", "messages": [{"role": "user", "content": " "}]},
+            "the user message is empty",
+        ),
+        (
+            {"threadId": "t", "runId": "r", "messages": [{"role": "user", "content": 3}]},
+            "must be a string or a list of text parts",
+        ),
+        (
+            {
+                "threadId": "t",
+                "runId": "r",
+                "messages": [{"role": "user", "content": [{"type": "image"}]}],
+            },
+            "only text parts",
+        ),
+    ],
+)
+def test_a_bad_run_input_is_a_400_naming_the_problem(body: Any, message: str) -> None:
+    with pytest.raises(HTTPError) as caught:
+        parse_run_input(body)
+    assert caught.value.status == 400
+    assert message in caught.value.message
+
+
+def test_a_good_run_input_is_read() -> None:
+    assert parse_run_input(_input("hello")) == RunInput("thread-1", "client-run-1", "hello")
