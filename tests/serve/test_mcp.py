@@ -1,0 +1,189 @@
+"""The MCP surface through real HTTP: MCPApp on hypercorn's trio worker (port 0), the
+official mcp client (streamable HTTP, ClientSession) under trio, real agent runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import hypercorn.config
+import hypercorn.trio
+import mcp_types as types
+import pytest
+import trio
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+import satsuma
+from satsuma import ModelError
+from satsuma.serve._mcp import MCPApp, tool_arguments
+from satsuma.testing import Reply, ScriptedModel
+
+from .agent_runs import AgentRuns
+
+# The SDK's HTTP client leaves httpx2's async generators for the garbage collector to
+# close, which trio reports as a ResourceWarning (an SDK matter, as in tests/tools/mcp).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator 'httpx2:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Async generator 'httpcore2:ResourceWarning"),
+]
+
+
+@satsuma.tool(requires_approval=True)
+def pay(amount: int) -> str:
+    """Pay an amount."""
+    return "paid"
+
+
+class Support(satsuma.Agent):
+    """Answers questions about your account."""
+
+    name = "support"
+    tools = [pay]
+
+
+@attrs.frozen
+class Invoice:
+    number: str
+    total: int
+
+
+class Billing(satsuma.Agent[Invoice]):
+    name = "billing"
+    description = "Reads invoices."
+
+
+@asynccontextmanager
+async def _serving(app: MCPApp) -> AsyncIterator[str]:
+    """``app`` on hypercorn's trio worker at 127.0.0.1, port 0; yields the /mcp URL."""
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].rsplit(".", 1)[-1]
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        await app(scope, receive, send)
+
+    config = hypercorn.config.Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = None
+    async with app.run(), trio.open_nursery() as nursery:
+        shutdown = trio.Event()
+        binds = await nursery.start(
+            lambda task_status: hypercorn.trio.serve(
+                asgi,  # type: ignore[arg-type]
+                config,
+                shutdown_trigger=shutdown.wait,
+                task_status=task_status,
+            )
+        )
+        try:
+            yield binds[0] + "/mcp"
+        finally:
+            shutdown.set()
+
+
+@asynccontextmanager
+async def _client(url: str) -> AsyncIterator[ClientSession]:
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def _text(result: types.CallToolResult) -> str:
+    (content,) = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+async def test_tools_are_listed_and_called_through_http() -> None:
+    support = ScriptedModel(["Your balance is 3 EUR."])
+    billing = ScriptedModel([Reply(tool_calls=[("final_answer", {"number": "F-1", "total": 12})])])
+    async with trio.open_nursery() as nursery:
+        runs = AgentRuns(nursery, {Support: support, Billing: billing})
+        async with _serving(MCPApp(runs)) as url, _client(url) as session:
+            listed = await session.list_tools()
+            tools = {tool.name: tool for tool in listed.tools}
+            assert sorted(tools) == ["billing", "support"]
+            assert tools["support"].description == "Answers questions about your account."
+            assert tools["billing"].description == "Reads invoices."
+            schema = tools["support"].input_schema
+            assert schema["required"] == ["prompt"]
+            assert set(schema["properties"]) == {"prompt", "agent_id"}
+
+            result = await session.call_tool(
+                "support", {"prompt": "my balance?", "agent_id": "alice"}
+            )
+            assert not result.is_error
+            assert _text(result) == "Your balance is 3 EUR."
+
+            typed = await session.call_tool("billing", {"prompt": "the last invoice"})
+            assert not typed.is_error
+            assert json.loads(_text(typed)) == {"number": "F-1", "total": 12}
+            assert typed.structured_content == {"number": "F-1", "total": 12}
+        nursery.cancel_scope.cancel()
+    # The named conversation was used; without agent_id a new one was made up.
+    (first, second) = runs.started
+    assert first == ("support", "alice", "my balance?")
+    assert second[0] == "billing" and second[1].startswith("mcp-")
+
+
+async def test_a_failed_run_and_a_pause_are_clear_results() -> None:
+    support = ScriptedModel(
+        [ModelError("the model is down"), Reply(tool_calls=[("pay", {"amount": 5})])]
+    )
+    async with trio.open_nursery() as nursery:
+        runs = AgentRuns(nursery, {Support: support})
+        async with _serving(MCPApp(runs)) as url, _client(url) as session:
+            failed = await session.call_tool("support", {"prompt": "hi"})
+            assert failed.is_error
+            assert "ended failed" in _text(failed)
+            assert "the model is down" in _text(failed)
+
+            paused = await session.call_tool("support", {"prompt": "pay 5", "agent_id": "bob"})
+            assert not paused.is_error
+            text = _text(paused)
+            assert "waiting for approval" in text and "pay" in text
+            structured = paused.structured_content
+            assert structured is not None
+            assert structured["status"] == "awaiting_approval"
+            (call,) = structured["pending"]
+            assert (call["tool"], call["input"]) == ("pay", {"amount": 5})
+            assert call["call_id"] in text
+        nursery.cancel_scope.cancel()
+
+
+async def test_bad_arguments_and_unknown_tools_are_error_results() -> None:
+    async with trio.open_nursery() as nursery:
+        runs = AgentRuns(nursery, {Support: ScriptedModel([])})
+        async with _serving(MCPApp(runs)) as url, _client(url) as session:
+            for arguments, message in [
+                ({}, "prompt must be a non-empty string"),
+                ({"prompt": 3}, "prompt must be a non-empty string"),
+                ({"prompt": "hi", "agent_id": "a/b"}, "agent_id must contain no '/'"),
+                ({"prompt": "hi", "colour": "red"}, "unknown argument(s): colour"),
+            ]:
+                result = await session.call_tool("support", arguments)
+                assert result.is_error
+                assert message in _text(result)
+            unknown = await session.call_tool("nobody", {"prompt": "hi"})
+            assert unknown.is_error and "no such tool: 'nobody'" in _text(unknown)
+        nursery.cancel_scope.cancel()
+    assert runs.started == []
+
+
+def test_tool_arguments_give_a_new_conversation_without_agent_id() -> None:
+    prompt, first = tool_arguments({"prompt": "hi"})
+    _, second = tool_arguments({"prompt": "hi"})
+    assert prompt == "hi" and first != second
+    assert tool_arguments({"prompt": "hi", "agent_id": "x"}) == ("hi", "x")
