@@ -8,7 +8,6 @@ from typing import Any
 
 import attrs
 import pytest
-import trio
 from ag_ui.core import EventType, RunAgentInput
 
 import satsuma
@@ -16,9 +15,9 @@ from satsuma import ModelError
 from satsuma.serve._agui import AGUISurface, RunInput, parse_run_input
 from satsuma.serve._agui_events import APPROVAL_EVENT, AGUIStream
 from satsuma.serve._http import HTTPError
+from satsuma.serve._local import LocalRuns, open_local_runs
 from satsuma.testing import Reply, ScriptedModel
 
-from .agent_runs import AgentRuns
 from .agui_rules import check_order, parse
 
 
@@ -61,7 +60,7 @@ def _input(text: Any = "add 1 and 2", **fields: Any) -> dict[str, Any]:
     return body
 
 
-async def _stream(runs: AgentRuns, body: dict[str, Any]) -> list[Any]:
+async def _stream(runs: LocalRuns, body: dict[str, Any]) -> list[Any]:
     """Run ``body`` through the surface's stream and parse every event."""
     run_input = parse_run_input(body)
     view = await runs.start("calc", run_input.thread_id, run_input.prompt)
@@ -82,8 +81,7 @@ async def test_a_run_with_a_tool_call_is_a_well_formed_stream() -> None:
     model = ScriptedModel(
         [Reply(text="Let me add.", tool_calls=[("add", {"a": 1, "b": 2})]), "It is 3."]
     )
-    async with trio.open_nursery() as nursery:
-        runs = AgentRuns(nursery, {Calc: model})
+    async with open_local_runs([Calc], model=model) as runs:
         events = await _stream(runs, _input())
     assert _types(events) == [
         "RUN_STARTED",
@@ -134,12 +132,12 @@ async def test_a_run_with_a_tool_call_is_a_well_formed_stream() -> None:
 
 async def test_only_the_new_user_message_reaches_the_agent() -> None:
     model = ScriptedModel(["Hello."])
-    async with trio.open_nursery() as nursery:
-        runs = AgentRuns(nursery, {Calc: model})
+    async with open_local_runs([Calc], model=model) as runs:
         await _stream(
             runs, _input([{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}])
         )
-    assert runs.started == [("calc", "thread-1", "hi there")]
+        (run,) = await runs.runs("calc", "thread-1")
+    assert run.prompt == "hi there"
     # The model saw the server's history (none) and the new message, not the client's.
     (request,) = model.requests
     assert len(request.messages) == 1
@@ -148,8 +146,7 @@ async def test_only_the_new_user_message_reaches_the_agent() -> None:
 
 async def test_a_pause_for_approval_is_a_custom_event_then_run_finished() -> None:
     model = ScriptedModel([Reply(tool_calls=[("pay", {"amount": 5})])])
-    async with trio.open_nursery() as nursery:
-        runs = AgentRuns(nursery, {Calc: model})
+    async with open_local_runs([Calc], model=model) as runs:
         events = await _stream(runs, _input("pay 5"))
     custom, finished = events[-2], events[-1]
     assert custom.type == EventType.CUSTOM and custom.name == APPROVAL_EVENT
@@ -169,8 +166,7 @@ async def test_a_pause_for_approval_is_a_custom_event_then_run_finished() -> Non
 
 async def test_a_failed_run_ends_with_run_error() -> None:
     model = ScriptedModel([ModelError("the model is down")])
-    async with trio.open_nursery() as nursery:
-        runs = AgentRuns(nursery, {Calc: model})
+    async with open_local_runs([Calc], model=model) as runs:
         events = await _stream(runs, _input())
     assert _types(events) == ["RUN_STARTED", "RUN_ERROR"]
     assert events[-1].code == "failed"

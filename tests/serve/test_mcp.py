@@ -19,10 +19,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 import satsuma
 from satsuma import ModelError
+from satsuma.serve._local import open_local_runs
 from satsuma.serve._mcp import MCPApp, tool_arguments
 from satsuma.testing import Reply, ScriptedModel
-
-from .agent_runs import AgentRuns
 
 # The SDK's HTTP client leaves httpx2's async generators for the garbage collector to
 # close, which trio reports as a ResourceWarning (an SDK matter, as in tests/tools/mcp).
@@ -109,8 +108,8 @@ def _text(result: types.CallToolResult) -> str:
 async def test_tools_are_listed_and_called_through_http() -> None:
     support = ScriptedModel(["Your balance is 3 EUR."])
     billing = ScriptedModel([Reply(tool_calls=[("final_answer", {"number": "F-1", "total": 12})])])
-    async with trio.open_nursery() as nursery:
-        runs = AgentRuns(nursery, {Support: support, Billing: billing})
+    models = {"support": support, "billing": billing}
+    async with open_local_runs([Support, Billing], model=models.__getitem__) as runs:
         async with _serving(MCPApp(runs)) as url, _client(url) as session:
             listed = await session.list_tools()
             tools = {tool.name: tool for tool in listed.tools}
@@ -131,19 +130,18 @@ async def test_tools_are_listed_and_called_through_http() -> None:
             assert not typed.is_error
             assert json.loads(_text(typed)) == {"number": "F-1", "total": 12}
             assert typed.structured_content == {"number": "F-1", "total": 12}
-        nursery.cancel_scope.cancel()
-    # The named conversation was used; without agent_id a new one was made up.
-    (first, second) = runs.started
-    assert first == ("support", "alice", "my balance?")
-    assert second[0] == "billing" and second[1].startswith("mcp-")
+        # The named conversation was used; without agent_id a new one was made up.
+        (first,) = await runs.runs("support")
+        assert (first.agent_id, first.prompt) == ("alice", "my balance?")
+        (second,) = await runs.runs("billing")
+        assert second.agent_id.startswith("mcp-")
 
 
 async def test_a_failed_run_and_a_pause_are_clear_results() -> None:
     support = ScriptedModel(
         [ModelError("the model is down"), Reply(tool_calls=[("pay", {"amount": 5})])]
     )
-    async with trio.open_nursery() as nursery:
-        runs = AgentRuns(nursery, {Support: support})
+    async with open_local_runs([Support], model=support) as runs:
         async with _serving(MCPApp(runs)) as url, _client(url) as session:
             failed = await session.call_tool("support", {"prompt": "hi"})
             assert failed.is_error
@@ -160,12 +158,10 @@ async def test_a_failed_run_and_a_pause_are_clear_results() -> None:
             (call,) = structured["pending"]
             assert (call["tool"], call["input"]) == ("pay", {"amount": 5})
             assert call["call_id"] in text
-        nursery.cancel_scope.cancel()
 
 
 async def test_bad_arguments_and_unknown_tools_are_error_results() -> None:
-    async with trio.open_nursery() as nursery:
-        runs = AgentRuns(nursery, {Support: ScriptedModel([])})
+    async with open_local_runs([Support], model=ScriptedModel([])) as runs:
         async with _serving(MCPApp(runs)) as url, _client(url) as session:
             for arguments, message in [
                 ({}, "prompt must be a non-empty string"),
@@ -178,8 +174,7 @@ async def test_bad_arguments_and_unknown_tools_are_error_results() -> None:
                 assert message in _text(result)
             unknown = await session.call_tool("nobody", {"prompt": "hi"})
             assert unknown.is_error and "no such tool: 'nobody'" in _text(unknown)
-        nursery.cancel_scope.cancel()
-    assert runs.started == []
+        assert await runs.runs() == []
 
 
 def test_tool_arguments_give_a_new_conversation_without_agent_id() -> None:

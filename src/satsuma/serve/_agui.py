@@ -152,11 +152,11 @@ class AGUISurface:
         yield _sse(stream.start(satsuma_run_id))
         events = self._runs.events(satsuma_run_id)
         try:
+            # Read to its end (it ends after RunEnd) rather than leaving it early, so
+            # that the Runs' own iterators close in order.
             async for event in events:
                 for out in stream.feed(event.data):
                     yield _sse(out)
-                if stream.ended:
-                    return
         except LookupError:
             # The run went past its retention between start and the first event.
             yield _sse(run_error("the run is no longer known", "not_found"))
@@ -165,4 +165,5 @@ class AGUISurface:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
                 await aclose()
-        yield _sse(finished_without_end(run_input.thread_id, run_input.run_id))
+        if not stream.ended:
+            yield _sse(finished_without_end(run_input.thread_id, run_input.run_id))
