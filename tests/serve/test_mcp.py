@@ -141,23 +141,26 @@ async def test_a_failed_run_and_a_pause_are_clear_results() -> None:
     support = ScriptedModel(
         [ModelError("the model is down"), Reply(tool_calls=[("pay", {"amount": 5})])]
     )
-    async with open_local_runs([Support], model=support) as runs:
-        async with _serving(MCPApp(runs)) as url, _client(url) as session:
-            failed = await session.call_tool("support", {"prompt": "hi"})
-            assert failed.is_error
-            assert "ended failed" in _text(failed)
-            assert "the model is down" in _text(failed)
+    async with (
+        open_local_runs([Support], model=support) as runs,
+        _serving(MCPApp(runs)) as url,
+        _client(url) as session,
+    ):
+        failed = await session.call_tool("support", {"prompt": "hi"})
+        assert failed.is_error
+        assert "ended failed" in _text(failed)
+        assert "the model is down" in _text(failed)
 
-            paused = await session.call_tool("support", {"prompt": "pay 5", "agent_id": "bob"})
-            assert not paused.is_error
-            text = _text(paused)
-            assert "waiting for approval" in text and "pay" in text
-            structured = paused.structured_content
-            assert structured is not None
-            assert structured["status"] == "awaiting_approval"
-            (call,) = structured["pending"]
-            assert (call["tool"], call["input"]) == ("pay", {"amount": 5})
-            assert call["call_id"] in text
+        paused = await session.call_tool("support", {"prompt": "pay 5", "agent_id": "bob"})
+        assert not paused.is_error
+        text = _text(paused)
+        assert "waiting for approval" in text and "pay" in text
+        structured = paused.structured_content
+        assert structured is not None
+        assert structured["status"] == "awaiting_approval"
+        (call,) = structured["pending"]
+        assert (call["tool"], call["input"]) == ("pay", {"amount": 5})
+        assert call["call_id"] in text
 
 
 async def test_bad_arguments_and_unknown_tools_are_error_results() -> None:
