@@ -4,10 +4,12 @@ parsed by ag_ui's own models and the stream checked against the protocol's rules
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from typing import Any
 
 import attrs
 import pytest
+import trio.testing
 from ag_ui.core import EventType, RunAgentInput
 
 import satsuma
@@ -228,3 +230,20 @@ def test_a_bad_run_input_is_a_400_naming_the_problem(body: Any, message: str) ->
 
 def test_a_good_run_input_is_read() -> None:
     assert parse_run_input(_input("hello")) == RunInput("thread-1", "client-run-1", "hello")
+
+
+async def test_a_client_that_goes_away_cancels_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The model's delay passes on the virtual clock: the stream closes before it ends.
+    model = ScriptedModel(["Still here."], delay=1.0)
+    async with open_local_runs([Calc], model=model) as runs:
+        run_input = parse_run_input(_input("go on"))
+        view = await runs.start("calc", run_input.thread_id, run_input.prompt)
+        stream = AGUISurface(runs)._stream(run_input, view.run_id)
+        async with aclosing(stream):
+            first = await anext(stream)
+        assert parse(first.data).type == EventType.RUN_STARTED
+        # The stream is closed; the run goes on to its end.
+        ended = await runs.wait(view.run_id)
+    assert ended.status == "completed" and ended.output == "Still here."
