@@ -247,3 +247,119 @@ async def test_a_client_that_goes_away_cancels_nothing(
         # The stream is closed; the run goes on to its end.
         ended = await runs.wait(view.run_id)
     assert ended.status == "completed" and ended.output == "Still here."
+
+
+async def _events_of(answer: Any) -> list[Any]:
+    events = [parse(sse.data) async for sse in answer.events]
+    check_order(events)
+    return events
+
+
+async def test_resume_answers_the_interrupts_and_streams_the_rest_of_the_run() -> None:
+    model = ScriptedModel([Reply(tool_calls=[("pay", {"amount": 5})]), "Paid 7."])
+    async with open_local_runs([Calc], model=model) as runs:
+        paused = await _stream(runs, _input("pay 5"))
+        (interrupt,) = paused[-1].outcome.interrupts
+        body = _input(
+            "ignored",
+            runId="client-run-2",
+            resume=[
+                {
+                    "interruptId": interrupt.id,
+                    "status": "resolved",
+                    "payload": {"decision": "approve", "input": {"amount": 7}},
+                }
+            ],
+        )
+        run_input = parse_run_input(body)
+        assert run_input.prompt is None
+        surface = AGUISurface(runs)
+        events = await _events_of(await surface._resume("calc", run_input, "ann"))
+        # The resumed call shows again, with the model's arguments (as satsuma's
+        # ToolCallStart carries them; the edit is the approval's).
+        args = next(e for e in events if e.type == EventType.TOOL_CALL_ARGS)
+        assert (args.tool_call_id, json.loads(args.delta)) == (interrupt.id, {"amount": 5})
+        # The call gets its result; the run goes on to its end.
+        result = next(e for e in events if e.type == EventType.TOOL_CALL_RESULT)
+        assert (result.tool_call_id, result.content) == (interrupt.id, "paid")
+        assert events[-1].type == EventType.RUN_FINISHED
+        assert events[-1].run_id == "client-run-2"
+        assert events[-1].result["output"] == "Paid 7."
+        # Answering again is a conflict: nothing waits any more.
+        with pytest.raises(HTTPError) as caught:
+            await surface._resume("calc", run_input, "ann")
+        assert caught.value.status == 409
+    # The model saw the edited input run.
+    assert "paid" in json.dumps([attrs.asdict(m) for m in model.requests[-1].messages], default=str)
+
+
+async def test_a_cancelled_interrupt_denies_the_call() -> None:
+    model = ScriptedModel([Reply(tool_calls=[("pay", {"amount": 5})]), "Not paid."])
+    async with open_local_runs([Calc], model=model) as runs:
+        paused = await _stream(runs, _input("pay 5"))
+        (interrupt,) = paused[-1].outcome.interrupts
+        body = _input(resume=[{"interruptId": interrupt.id, "status": "cancelled"}])
+        answer = await AGUISurface(runs)._resume("calc", parse_run_input(body), None)
+        events = await _events_of(answer)
+        result = next(e for e in events if e.type == EventType.TOOL_CALL_RESULT)
+        assert "Denied: the person dismissed the question" in result.content
+        assert events[-1].result["output"] == "Not paid."
+
+
+@pytest.mark.parametrize(
+    ("resume", "message"),
+    [
+        ({}, "resume must be a list"),
+        ([3], "resume[0] must be an object"),
+        ([{"status": "resolved"}], "resume[0].interruptId must be the id"),
+        ([{"interruptId": "c", "status": "done"}], "status must be 'resolved' or 'cancelled'"),
+        ([{"interruptId": "c", "status": "resolved"}], "resume[0].payload must be an object"),
+        (
+            [{"interruptId": "c", "status": "resolved", "payload": {"decision": "maybe"}}],
+            "decision must be 'approve' or 'deny'",
+        ),
+        (
+            [
+                {
+                    "interruptId": "c",
+                    "status": "resolved",
+                    "payload": {"decision": "deny", "input": {}},
+                }
+            ],
+            "only on an approval",
+        ),
+        (
+            [
+                {"interruptId": "c", "status": "cancelled"},
+                {"interruptId": "c", "status": "cancelled"},
+            ],
+            "answers the call 'c' twice",
+        ),
+    ],
+)
+def test_a_bad_resume_is_a_400_naming_the_problem(resume: Any, message: str) -> None:
+    with pytest.raises(HTTPError) as caught:
+        parse_run_input({"threadId": "t", "runId": "r", "messages": [], "resume": resume})
+    assert caught.value.status == 400
+    assert message in caught.value.message
+
+
+async def test_an_answer_to_no_waiting_call_is_a_409() -> None:
+    async with open_local_runs([Calc], model=ScriptedModel([])) as runs:
+        body = _input(resume=[{"interruptId": "nope", "status": "cancelled"}])
+        with pytest.raises(HTTPError) as caught:
+            await AGUISurface(runs)._resume("calc", parse_run_input(body), None)
+    assert caught.value.status == 409
+    assert "no call 'nope' waits for a decision" in caught.value.message
+
+
+def test_a_resumed_call_started_in_an_earlier_stream_still_gets_its_result() -> None:
+    stream = AGUIStream("t", "r", resumed=["call-1"])
+    end = {"type": "ToolCallEnd", "tool_use_id": "call-1", "outcome": {"content": "ok"}}
+    (result,) = [parse(e) for e in stream.feed(end)]
+    assert (result.type, result.tool_call_id, result.content) == (
+        EventType.TOOL_CALL_RESULT,
+        "call-1",
+        "ok",
+    )
+    assert stream.feed({**end, "tool_use_id": "call-2"}) == []

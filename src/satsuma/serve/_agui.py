@@ -16,14 +16,15 @@ stream, not the run.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from ._agui_events import AGUIStream, finished_without_end, run_error
+from ._agui_resume import Answer, parse_resume
 from ._http import HTTPError, JSONAnswer, Request, ServerSentEvent, SSEAnswer
-from ._runs import Runs, UnknownAgent
+from ._runs import AlreadyDecided, BadDecision, PendingView, Runs, UnknownAgent, UnknownRun
 
 __all__ = ["AGUISurface", "RunInput", "parse_run_input"]
 
@@ -37,12 +38,15 @@ class RunInput:
     Attributes:
         thread_id: ``threadId``: the conversation (``agent_id``).
         run_id: ``runId``: echoed on RUN_STARTED and RUN_FINISHED.
-        prompt: The text of the last message, the user's.
+        prompt: The text of the last message, the user's; None on a request that
+            only answers interrupts (``resume``).
+        answers: The decisions in ``resume``, if any.
     """
 
     thread_id: str
     run_id: str
-    prompt: str
+    prompt: str | None
+    answers: tuple[Answer, ...] = ()
 
 
 def _bad(message: str) -> HTTPError:
@@ -88,6 +92,10 @@ def parse_run_input(body: Any) -> RunInput:
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise _bad("messages must be a list")
+    answers = parse_resume(body)
+    if answers:
+        # A resumed run goes on from where it paused: no new message is taken.
+        return RunInput(thread_id=thread_id, run_id=run_id, prompt=None, answers=answers)
     if not messages or not isinstance(messages[-1], Mapping):
         raise _bad("messages must end with the new user message")
     last = messages[-1]
@@ -126,7 +134,9 @@ class AGUISurface:
 
         Raises:
             HTTPError: 404 for an unknown path or agent, 405 for a method other than
-                POST, 400 for a bad body, 403 without the ``run`` scope.
+                POST, 400 for a bad body, 403 without the ``run`` scope (and
+                ``approve`` to answer interrupts), 409 for an answer to a call that
+                no longer waits.
         """
         name = request.path[len(self.prefix) :]
         if not name or "/" in name:
@@ -137,6 +147,9 @@ class AGUISurface:
             raise HTTPError(405, "method_not_allowed", "use POST", headers={"Allow": "POST"})
         request.require("run", name)
         run_input = parse_run_input(request.json())
+        if run_input.prompt is None:
+            request.require("approve", name)
+            return await self._resume(name, run_input, request.principal.name)
         try:
             view = await self._runs.start(name, run_input.thread_id, run_input.prompt)
         except UnknownAgent:
@@ -145,12 +158,70 @@ class AGUISurface:
             raise _bad(str(error)) from None
         return SSEAnswer(self._stream(run_input, view.run_id))
 
-    async def _stream(
-        self, run_input: RunInput, satsuma_run_id: str
+    async def _resume(self, name: str, run_input: RunInput, by: str | None) -> SSEAnswer:
+        """Decide the answered calls; stream the run resumed, or still waiting."""
+        waiting = {
+            call.call_id: call
+            for call in await self._runs.pending(name)
+            if call.agent_id == run_input.thread_id
+        }
+        for answer in run_input.answers:
+            if answer.call_id not in waiting:
+                raise HTTPError(
+                    409,
+                    "conflict",
+                    f"no call {answer.call_id!r} waits for a decision in this thread",
+                )
+        run_ids = {waiting[answer.call_id].run_id for answer in run_input.answers}
+        if len(run_ids) > 1:
+            raise _bad("resume answers the calls of several runs: answer one run at a time")
+        (run_id,) = run_ids
+        # The resumed run's events go on numbering after the pause's.
+        after = 0
+        async for event in self._runs.events(run_id):
+            after = event.id
+        resumed = None
+        for answer in run_input.answers:
+            try:
+                resumed = await self._runs.decide(run_id, answer.call_id, answer.to_decision(by))
+            except AlreadyDecided as error:
+                raise HTTPError(409, "conflict", str(error)) from None
+            except BadDecision as error:
+                raise _bad(str(error)) from None
+            except UnknownRun:
+                raise HTTPError(404, "not_found", f"no run {run_id!r}") from None
+        if resumed is None:
+            answered = {answer.call_id for answer in run_input.answers}
+            still = [call for call in waiting.values() if call.run_id == run_id]
+            still = [call for call in still if call.call_id not in answered]
+            return SSEAnswer(self._still_waiting(run_input, run_id, still))
+        answered_ids = [answer.call_id for answer in run_input.answers]
+        return SSEAnswer(self._stream(run_input, run_id, after=after, resumed=answered_ids))
+
+    async def _still_waiting(
+        self, run_input: RunInput, run_id: str, still: list[PendingView]
     ) -> AsyncIterator[ServerSentEvent]:
         stream = AGUIStream(run_input.thread_id, run_input.run_id)
+        yield _sse(stream.start(run_id))
+        pending = [
+            {"id": call.call_id, "tool_name": call.tool, "input": call.input, "reason": call.reason}
+            for call in still
+        ]
+        end = {"run_id": run_id, "status": "awaiting_approval", "pending": pending}
+        for out in stream.feed({"type": "RunEnd", "result": end}):
+            yield _sse(out)
+
+    async def _stream(
+        self,
+        run_input: RunInput,
+        satsuma_run_id: str,
+        *,
+        after: int = 0,
+        resumed: Sequence[str] = (),
+    ) -> AsyncIterator[ServerSentEvent]:
+        stream = AGUIStream(run_input.thread_id, run_input.run_id, resumed=resumed)
         yield _sse(stream.start(satsuma_run_id))
-        events = self._runs.events(satsuma_run_id)
+        events = self._runs.events(satsuma_run_id, after=after)
         try:
             # Read to its end (it ends after RunEnd) rather than leaving it early, so
             # that the Runs' own iterators close in order.

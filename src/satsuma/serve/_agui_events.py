@@ -17,7 +17,7 @@ time of a run went.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["APPROVAL_EVENT", "AGUIStream", "finished_without_end", "run_error"]
@@ -61,16 +61,19 @@ class AGUIStream:
     Args:
         thread_id: AG-UI's ``threadId`` (the conversation's ``agent_id``).
         run_id: AG-UI's ``runId``, as the client sent it.
+        resumed: The ids of paused calls this run was resumed with.
     """
 
-    def __init__(self, thread_id: str, run_id: str) -> None:
+    def __init__(self, thread_id: str, run_id: str, *, resumed: Iterable[str] = ()) -> None:
         self._thread_id = thread_id
         self._run_id = run_id
+        # Calls an earlier stream started and this one answers: a run resumed after
+        # their approval gives their results with no start of their own.
+        self._resumed = set(resumed)
         self._message_id: str | None = None  # the text message open, if any
         self._turn_step: str | None = None  # the model turn's step open, if any
         self._tool_steps: dict[str, str] = {}  # tool_use_id -> its open step
         self._last_message_id: str | None = None  # the turn's message: calls' parent
-        self._results = 0
         self.ended = False
 
     def start(self, satsuma_run_id: str) -> dict[str, Any]:
@@ -164,21 +167,23 @@ class AGUIStream:
     def _tool_end(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
         call_id = str(event["tool_use_id"])
         step = self._tool_steps.pop(call_id, None)
-        if step is None:
-            return []  # a call this stream never saw start (resumed after approval)
+        if step is None and call_id not in self._resumed:
+            return []  # a call this stream never saw start, nor was resumed with
+        self._resumed.discard(call_id)
         outcome = event.get("outcome") or {}
-        self._results += 1
         content = outcome.get("content", "")
-        return [
+        out: list[dict[str, Any]] = [
             {
                 "type": "TOOL_CALL_RESULT",
                 "messageId": f"{call_id}-result",
                 "toolCallId": call_id,
                 "content": content if isinstance(content, str) else json.dumps(content),
                 "role": "tool",
-            },
-            {"type": "STEP_FINISHED", "stepName": step},
+            }
         ]
+        if step is not None:
+            out.append({"type": "STEP_FINISHED", "stepName": step})
+        return out
 
     def _close_all(self) -> list[dict[str, Any]]:
         out = self._close_turn()
@@ -212,19 +217,20 @@ class AGUIStream:
                     "value": {"run_id": satsuma_run_id, "pending": pending},
                 }
             )
-            finished["outcome"] = {
-                "type": "interrupt",
-                "interrupts": [
-                    {
-                        "id": call["call_id"],
-                        "reason": "tool_approval",
-                        "message": call["reason"],
-                        "toolCallId": call["call_id"],
-                        "metadata": {"tool": call["tool"], "input": call["input"]},
-                    }
-                    for call in pending
-                ],
-            }
+            if pending:  # an interrupt outcome names at least one interrupt
+                finished["outcome"] = {
+                    "type": "interrupt",
+                    "interrupts": [
+                        {
+                            "id": call["call_id"],
+                            "reason": "tool_approval",
+                            "message": call["reason"],
+                            "toolCallId": call["call_id"],
+                            "metadata": {"tool": call["tool"], "input": call["input"]},
+                        }
+                        for call in pending
+                    ],
+                }
         elif status == "cancelled":
             finished["outcome"] = {"type": "cancelled"}
         else:
