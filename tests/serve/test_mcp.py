@@ -19,8 +19,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 import satsuma
 from satsuma import ModelError
+from satsuma.serve._http import Principal
 from satsuma.serve._local import open_local_runs
-from satsuma.serve._mcp import MCPApp, tool_arguments
+from satsuma.serve._mcp import PRINCIPAL_KEY, MCPApp, tool_arguments
 from satsuma.testing import Reply, ScriptedModel
 
 # The SDK's HTTP client leaves httpx2's async generators for the garbage collector to
@@ -56,8 +57,9 @@ class Billing(satsuma.Agent[Invoice]):
 
 
 @asynccontextmanager
-async def _serving(app: MCPApp) -> AsyncIterator[str]:
-    """``app`` on hypercorn's trio worker at 127.0.0.1, port 0; yields the /mcp URL."""
+async def _serving(app: MCPApp, principal: Principal | None = None) -> AsyncIterator[str]:
+    """``app`` on hypercorn's trio worker at 127.0.0.1, port 0; yields the /mcp URL.
+    With ``principal``, every request is made by it (as the server's app leaves it)."""
 
     async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -67,6 +69,8 @@ async def _serving(app: MCPApp) -> AsyncIterator[str]:
                 await send({"type": f"lifespan.{kind}.complete"})
                 if kind == "shutdown":
                     return
+        if principal is not None:
+            scope[PRINCIPAL_KEY] = principal
         await app(scope, receive, send)
 
     config = hypercorn.config.Config()
@@ -185,3 +189,41 @@ def test_tool_arguments_give_a_new_conversation_without_agent_id() -> None:
     _, second = tool_arguments({"prompt": "hi"})
     assert prompt == "hi" and first != second
     assert tool_arguments({"prompt": "hi", "agent_id": "x"}) == ("hi", "x")
+
+
+@attrs.frozen
+class _Token(Principal):
+    """A token's principal, deciding as the server's tokens do (admin aside)."""
+
+    def allows(self, scope: Any, agent: str | None = None) -> bool:
+        reaches = self.agents is None or agent is None or agent in self.agents
+        return scope in self.scopes and reaches
+
+
+async def test_a_token_sees_and_runs_only_what_its_scopes_and_agents_allow() -> None:
+    support = ScriptedModel(["Hello."])
+    models = {"support": support, "billing": ScriptedModel([])}
+    reader = _Token("reader", frozenset({"read"}), frozenset({"support"}))
+    async with (
+        open_local_runs([Support, Billing], model=models.__getitem__) as runs,
+        _serving(MCPApp(runs), reader) as url,
+        _client(url) as session,
+    ):
+        listed = await session.list_tools()
+        assert [tool.name for tool in listed.tools] == ["support"]
+        refused = await session.call_tool("support", {"prompt": "hi"})
+        assert refused.is_error
+        assert _text(refused) == "this token may not run 'support' (it needs the run scope)"
+        assert await runs.runs() == []
+
+    runner = _Token("runner", frozenset({"run"}), frozenset({"support"}))
+    async with (
+        open_local_runs([Support, Billing], model=models.__getitem__) as runs,
+        _serving(MCPApp(runs), runner) as url,
+        _client(url) as session,
+    ):
+        # It lists what it may run: MCP clients list the tools before calling one.
+        assert [tool.name for tool in (await session.list_tools()).tools] == ["support"]
+        assert _text(await session.call_tool("support", {"prompt": "hi"})) == "Hello."
+        other = await session.call_tool("billing", {"prompt": "hi"})
+        assert other.is_error and "may not run 'billing'" in _text(other)

@@ -188,12 +188,12 @@ class MCPApp:
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = _principal(ctx)
-        if principal is not None and not principal.allows("read"):
-            raise PermissionError("this token may not list tools (it needs the read scope)")
+        # A token that may run an agent sees its tool too: MCP clients list the tools
+        # before they call one (the SDK's client reads their schemas first).
         tools = [
             agent_tool(name, cls)
             for name, cls in sorted(self._runs.agents.items())
-            if principal is None or principal.allows("read", name)
+            if principal is None or principal.allows("read", name) or principal.allows("run", name)
         ]
         return types.ListToolsResult(tools=tools)
 
