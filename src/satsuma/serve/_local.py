@@ -122,7 +122,7 @@ class LocalRuns:
         store: Store,
         supervisor: Supervisor,
         nursery: trio.Nursery,
-        model: Model | Callable[[str], Model] | None,
+        model: Model | Mapping[str, Model] | None,
         idle_seconds: float,
         retention_seconds: float,
         event_limit: int,
@@ -171,7 +171,7 @@ class LocalRuns:
             if conversation is None:
                 sid = stored_id(agent, agent_id)
                 options: dict[str, Any] = {"agent_id": sid, "store": self._store}
-                model = self._model(agent) if callable(self._model) else self._model
+                model = self._model.get(agent) if isinstance(self._model, Mapping) else self._model
                 if model is not None:
                     options["model"] = model
                 handle = await self._supervisor.start_child(cls, id=sid, **options)
@@ -545,7 +545,7 @@ async def open_local_runs(
     agents: Sequence[type[Agent[Any]]],
     *,
     store: Store | None = None,
-    model: Model | Callable[[str], Model] | None = None,
+    model: Model | Mapping[str, Model] | None = None,
     idle_seconds: float = 300.0,
     retention_seconds: float = 600.0,
     event_limit: int = DEFAULT_EVENT_LIMIT,
@@ -556,8 +556,8 @@ async def open_local_runs(
         agents: The served classes, each by its ``Agent.name`` (unique, without ``/``).
         store: An open SQLiteStore or MemoryStore; by default a MemoryStore of this
             block's own (runs awaiting approval need a store).
-        model: The model every agent uses, or a function of the agent's name giving one
-            (tests pass ScriptedModels); by default each class's own.
+        model: The model every agent uses, or one per agent name (tests pass
+            ScriptedModels); by default each class's own.
         idle_seconds: A conversation with no run for this long has its agent closed
             (opened again on its next use).
         retention_seconds: How long a run's events stay in memory once it ended or
