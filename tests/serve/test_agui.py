@@ -16,7 +16,7 @@ import satsuma
 from satsuma import ModelError
 from satsuma.serve._agui import AGUISurface, RunInput, parse_run_input
 from satsuma.serve._agui_events import APPROVAL_EVENT, AGUIStream
-from satsuma.serve._http import HTTPError
+from satsuma.serve._http import HTTPError, Principal, Request, SSEAnswer
 from satsuma.serve._local import LocalRuns, open_local_runs
 from satsuma.testing import Reply, ScriptedModel
 
@@ -363,3 +363,68 @@ def test_a_resumed_call_started_in_an_earlier_stream_still_gets_its_result() -> 
         "ok",
     )
     assert stream.feed({**end, "tool_use_id": "call-2"}) == []
+
+
+@attrs.frozen
+class _Token(Principal):
+    """A token's principal, deciding as the server's tokens do (admin aside)."""
+
+    def allows(self, scope: Any, agent: str | None = None) -> bool:
+        reaches = self.agents is None or agent is None or agent in self.agents
+        return scope in self.scopes and reaches
+
+
+@attrs.frozen(kw_only=True)
+class _Request(Request):
+    """A request as the server's app hands it over (body read, principal known)."""
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise HTTPError(400, "bad_request", "the body is not JSON") from None
+
+    def require(self, scope: Any, agent: str | None = None) -> None:
+        if not self.principal.allows(scope, agent):
+            raise HTTPError(403, "forbidden", f"this token lacks the {scope} scope")
+
+
+def _request(path: str, body: Any, *, method: str = "POST", scopes: Any = ("run",)) -> Request:
+    return _Request(
+        method=method,
+        path=path,
+        query={},
+        headers={"content-type": "application/json"},
+        body=json.dumps(body).encode(),
+        principal=_Token("ops", frozenset(scopes)),
+    )
+
+
+async def test_handle_routes_checks_scopes_and_streams() -> None:
+    async with open_local_runs([Calc], model=ScriptedModel(["Hi.", "Paid."])) as runs:
+        surface = AGUISurface(runs)
+        assert surface.prefix == "/ag-ui/"
+        for request, status in [
+            (_request("/ag-ui/nobody", _input()), 404),
+            (_request("/ag-ui/calc/more", _input()), 404),
+            (_request("/ag-ui/", _input()), 404),
+            (_request("/ag-ui/calc", _input(), method="GET"), 405),
+            (_request("/ag-ui/calc", _input(), scopes=("read",)), 403),
+            (_request("/ag-ui/calc", {"threadId": "t"}), 400),
+            (
+                _request(
+                    "/ag-ui/calc",
+                    _input(resume=[{"interruptId": "c", "status": "cancelled"}]),
+                ),
+                403,  # answering interrupts needs approve too
+            ),
+        ]:
+            with pytest.raises(HTTPError) as caught:
+                await surface.handle(request)
+            assert caught.value.status == status, request.path
+        assert await runs.runs() == []
+
+        answer = await surface.handle(_request("/ag-ui/calc", _input("hello")))
+        assert isinstance(answer, SSEAnswer) and answer.status == 200
+        events = await _events_of(answer)
+        assert events[-1].result["output"] == "Hi."
