@@ -14,6 +14,7 @@ import hypercorn.trio
 import mcp_types as types
 import pytest
 import trio
+import trio.testing
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -113,7 +114,7 @@ async def test_tools_are_listed_and_called_through_http() -> None:
     support = ScriptedModel(["Your balance is 3 EUR."])
     billing = ScriptedModel([Reply(tool_calls=[("final_answer", {"number": "F-1", "total": 12})])])
     models = {"support": support, "billing": billing}
-    async with open_local_runs([Support, Billing], model=models.__getitem__) as runs:
+    async with open_local_runs([Support, Billing], model=models) as runs:
         async with _serving(MCPApp(runs)) as url, _client(url) as session:
             listed = await session.list_tools()
             tools = {tool.name: tool for tool in listed.tools}
@@ -205,7 +206,7 @@ async def test_a_token_sees_and_runs_only_what_its_scopes_and_agents_allow() -> 
     models = {"support": support, "billing": ScriptedModel([])}
     reader = _Token("reader", frozenset({"read"}), frozenset({"support"}))
     async with (
-        open_local_runs([Support, Billing], model=models.__getitem__) as runs,
+        open_local_runs([Support, Billing], model=models) as runs,
         _serving(MCPApp(runs), reader) as url,
         _client(url) as session,
     ):
@@ -218,7 +219,7 @@ async def test_a_token_sees_and_runs_only_what_its_scopes_and_agents_allow() -> 
 
     runner = _Token("runner", frozenset({"run"}), frozenset({"support"}))
     async with (
-        open_local_runs([Support, Billing], model=models.__getitem__) as runs,
+        open_local_runs([Support, Billing], model=models) as runs,
         _serving(MCPApp(runs), runner) as url,
         _client(url) as session,
     ):
@@ -227,3 +228,32 @@ async def test_a_token_sees_and_runs_only_what_its_scopes_and_agents_allow() -> 
         assert _text(await session.call_tool("support", {"prompt": "hi"})) == "Hello."
         other = await session.call_tool("billing", {"prompt": "hi"})
         assert other.is_error and "may not run 'billing'" in _text(other)
+
+
+async def test_a_caller_that_stops_waiting_cancels_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The model's delay passes on the virtual clock; the call is given up before it.
+    model = ScriptedModel(["Done at last."], delay=10.0)
+    async with open_local_runs([Support], model=model) as runs:
+        app = MCPApp(runs)
+        params = types.CallToolRequestParams(
+            name="support", arguments={"prompt": "slow", "agent_id": "carol"}
+        )
+        with trio.move_on_after(1.0) as waited:
+            await app._call_tool(None, params)
+        assert waited.cancelled_caught
+        (run,) = await runs.runs("support", "carol")
+        ended = await runs.wait(run.run_id)
+    assert (ended.status, ended.output) == ("completed", "Done at last.")
+
+
+async def test_the_session_manager_lives_within_run_only() -> None:
+    async with open_local_runs([Support], model=ScriptedModel([])) as runs:
+        app = MCPApp(runs)
+        async with app.run():
+            pass
+        # Its task group ended with the block: it cannot serve again.
+        with pytest.raises(RuntimeError):
+            async with app.run():
+                pass
