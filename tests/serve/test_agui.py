@@ -428,3 +428,29 @@ async def test_handle_routes_checks_scopes_and_streams() -> None:
         assert isinstance(answer, SSEAnswer) and answer.status == 200
         events = await _events_of(answer)
         assert events[-1].result["output"] == "Hi."
+
+
+@attrs.frozen
+class Invoice:
+    number: str
+    total: int
+
+
+class Billing(satsuma.Agent[Invoice]):
+    name = "billing"
+
+
+async def test_a_typed_output_is_the_result_as_json() -> None:
+    answer = Reply(
+        text="Here it is.", tool_calls=[("final_answer", {"number": "F-1", "total": 12})]
+    )
+    async with open_local_runs([Billing], model=ScriptedModel([answer])) as runs:
+        run_input = parse_run_input(_input("the invoice"))
+        view = await runs.start("billing", run_input.thread_id, run_input.prompt)
+        events = [
+            parse(sse.data) async for sse in AGUISurface(runs)._stream(run_input, view.run_id)
+        ]
+    check_order(events)
+    # The answer is the result, not a tool call of its own.
+    assert EventType.TOOL_CALL_START not in {e.type for e in events}
+    assert events[-1].result["output"] == {"number": "F-1", "total": 12}
