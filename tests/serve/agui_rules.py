@@ -35,6 +35,7 @@ def check_order(events: Iterable[Any]) -> None:
     open_calls: set[str] = set()
     ended_calls: set[str] = set()
     open_steps: set[str] = set()
+    open_reasoning: set[str] = set()
     for index, event in enumerate(events):
         kind = event.type
         if index and kind == EventType.RUN_STARTED:
@@ -45,6 +46,7 @@ def check_order(events: Iterable[Any]) -> None:
                 assert not open_messages, f"messages left open: {open_messages}"
                 assert not open_calls, f"tool calls left open: {open_calls}"
                 assert not open_steps, f"steps left open: {open_steps}"
+                assert not open_reasoning, f"reasoning left open: {open_reasoning}"
         elif kind == EventType.TEXT_MESSAGE_START:
             assert event.message_id not in open_messages
             open_messages.add(event.message_id)
@@ -63,6 +65,15 @@ def check_order(events: Iterable[Any]) -> None:
             ended_calls.add(event.tool_call_id)
         elif kind == EventType.TOOL_CALL_RESULT:
             assert event.tool_call_id in ended_calls, "a result for no ended call"
+        elif kind == EventType.REASONING_START:
+            assert event.message_id not in open_reasoning
+            open_reasoning.add(event.message_id)
+        elif kind in (EventType.REASONING_MESSAGE_START, EventType.REASONING_MESSAGE_END):
+            assert event.message_id in open_reasoning, "a reasoning message outside its block"
+        elif kind == EventType.REASONING_MESSAGE_CONTENT:
+            assert event.message_id in open_reasoning and event.delta
+        elif kind == EventType.REASONING_END:
+            open_reasoning.remove(event.message_id)
         elif kind == EventType.STEP_STARTED:
             assert event.step_name not in open_steps
             open_steps.add(event.step_name)

@@ -454,3 +454,24 @@ async def test_a_typed_output_is_the_result_as_json() -> None:
     # The answer is the result, not a tool call of its own.
     assert EventType.TOOL_CALL_START not in {e.type for e in events}
     assert events[-1].result["output"] == {"number": "F-1", "total": 12}
+
+
+async def test_thinking_is_a_reasoning_message_before_the_text() -> None:
+    model = ScriptedModel([Reply(thinking="Two and two.", text="Four.")])
+    async with open_local_runs([Calc], model=model) as runs:
+        events = await _stream(runs, _input("2+2?"))
+    assert _types(events) == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    assert events[4].delta == "Two and two."

@@ -71,6 +71,7 @@ class AGUIStream:
         # their approval gives their results with no start of their own.
         self._resumed = set(resumed)
         self._message_id: str | None = None  # the text message open, if any
+        self._reasoning_id: str | None = None  # the reasoning message open, if any
         self._turn_step: str | None = None  # the model turn's step open, if any
         self._tool_steps: dict[str, str] = {}  # tool_use_id -> its open step
         self._last_message_id: str | None = None  # the turn's message: calls' parent
@@ -91,7 +92,9 @@ class AGUIStream:
         if self.ended:
             return []
         if kind == "TextDelta":
-            return self._text(event)
+            return self._close_reasoning() + self._text(event)
+        if kind == "ThinkingDelta":
+            return self._thinking(event)
         if kind == "TurnEnd":
             return self._close_turn()
         if kind == "ToolCallStart":
@@ -100,8 +103,8 @@ class AGUIStream:
             return self._tool_end(event)
         if kind == "RunEnd":
             return self._end(event["result"])
-        # RunStart is RUN_STARTED, sent before any event; the others (thinking, model
-        # retries, approvals asked and decided, output validation) have no AG-UI
+        # RunStart is RUN_STARTED, sent before any event; the others (model retries,
+        # approvals asked and decided, output validation) have no AG-UI
         # counterpart a chat interface would draw, and the run's end carries their
         # outcome.
         return []
@@ -127,6 +130,37 @@ class AGUIStream:
         out.append({"type": "TEXT_MESSAGE_CONTENT", "messageId": self._message_id, "delta": text})
         return out
 
+    def _thinking(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
+        text = str(event.get("text", ""))
+        if not text:
+            return []
+        out = self._open_turn(int(event.get("iteration", 0)))
+        if self._reasoning_id is None:
+            self._reasoning_id = (
+                f"{event.get('run_id', self._run_id)}-{event.get('iteration', 0)}-reasoning"
+            )
+            out.append({"type": "REASONING_START", "messageId": self._reasoning_id})
+            out.append(
+                {
+                    "type": "REASONING_MESSAGE_START",
+                    "messageId": self._reasoning_id,
+                    "role": "reasoning",
+                }
+            )
+        out.append(
+            {"type": "REASONING_MESSAGE_CONTENT", "messageId": self._reasoning_id, "delta": text}
+        )
+        return out
+
+    def _close_reasoning(self) -> list[dict[str, Any]]:
+        if self._reasoning_id is None:
+            return []
+        message_id, self._reasoning_id = self._reasoning_id, None
+        return [
+            {"type": "REASONING_MESSAGE_END", "messageId": message_id},
+            {"type": "REASONING_END", "messageId": message_id},
+        ]
+
     def _close_text(self) -> list[dict[str, Any]]:
         if self._message_id is None:
             return []
@@ -134,7 +168,7 @@ class AGUIStream:
         return [{"type": "TEXT_MESSAGE_END", "messageId": message_id}]
 
     def _close_turn(self) -> list[dict[str, Any]]:
-        out = self._close_text()
+        out = self._close_reasoning() + self._close_text()
         if self._turn_step is not None:
             out.append({"type": "STEP_FINISHED", "stepName": self._turn_step})
             self._turn_step = None
