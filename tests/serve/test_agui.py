@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from contextlib import aclosing
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -18,6 +19,7 @@ from satsuma.serve._agui import AGUISurface, RunInput, parse_run_input
 from satsuma.serve._agui_events import APPROVAL_EVENT, AGUIStream
 from satsuma.serve._http import HTTPError, Principal, Request, SSEAnswer
 from satsuma.serve._local import LocalRuns, open_local_runs
+from satsuma.store import SQLiteStore
 from satsuma.testing import Reply, ScriptedModel
 
 from .agui_rules import check_order, parse
@@ -475,3 +477,37 @@ async def test_thinking_is_a_reasoning_message_before_the_text() -> None:
         "RUN_FINISHED",
     ]
     assert events[4].delta == "Two and two."
+
+
+async def test_a_pause_is_answered_after_a_restart_one_call_at_a_time(tmp_path: Path) -> None:
+    db = tmp_path / "agents.db"
+    two = Reply(tool_calls=[("pay", {"amount": 5}), ("pay", {"amount": 6})])
+    async with (
+        SQLiteStore(db) as store,
+        open_local_runs([Calc], store=store, model=ScriptedModel([two])) as runs,
+    ):
+        paused = await _stream(runs, _input("pay twice"))
+    first, second = (i.id for i in paused[-1].outcome.interrupts)
+    async with (
+        SQLiteStore(db) as store,
+        open_local_runs([Calc], store=store, model=ScriptedModel(["Both paid."])) as runs,
+    ):
+        surface = AGUISurface(runs)
+
+        def resume(call_id: str) -> RunInput:
+            entry = {
+                "interruptId": call_id,
+                "status": "resolved",
+                "payload": {"decision": "approve"},
+            }
+            return parse_run_input(_input(resume=[entry]))
+
+        # One answer of two: the run still waits, for the other call only.
+        waiting = await _events_of(await surface._resume("calc", resume(first), "ann"))
+        assert _types(waiting) == ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
+        assert [i.id for i in waiting[-1].outcome.interrupts] == [second]
+        # The second answer resumes it, in a server that never saw it start.
+        done = await _events_of(await surface._resume("calc", resume(second), "ann"))
+        assert done[-1].result["output"] == "Both paid."
+        results = [e.content for e in done if e.type == EventType.TOOL_CALL_RESULT]
+        assert results == ["paid", "paid"]
