@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import httpx
 import hypercorn.config
 import hypercorn.trio
 import mcp_types as types
@@ -257,3 +258,24 @@ async def test_the_session_manager_lives_within_run_only() -> None:
         with pytest.raises(RuntimeError):
             async with app.run():
                 pass
+
+
+# httpx leaves its request body's generator to the collector when the server answers
+# before reading it all (as it should, past the limit).
+@pytest.mark.filterwarnings("ignore:Async generator 'httpx:ResourceWarning")
+async def test_a_body_over_one_mib_is_refused_with_413() -> None:
+    async with (
+        open_local_runs([Support], model=ScriptedModel([])) as runs,
+        _serving(MCPApp(runs)) as url,
+        httpx.AsyncClient() as client,
+    ):
+        response = await client.post(
+            url,
+            content=b"x" * ((1 << 20) + 1),
+            headers={
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+            },
+        )
+        assert response.status_code == 413
+        assert await runs.runs() == []

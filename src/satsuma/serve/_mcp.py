@@ -35,7 +35,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ..agents import Agent
 from ._http import Principal
-from ._runs import Runs, RunView, UnknownAgent
+from ._runs import Busy, Runs, RunView, UnknownAgent, UnknownRun
 
 __all__ = ["PRINCIPAL_KEY", "MCPApp", "agent_tool", "run_result", "tool_arguments"]
 
@@ -172,7 +172,10 @@ class MCPApp:
         self._server: MCPServer[Any] = MCPServer(
             name, on_list_tools=self._list_tools, on_call_tool=self._call_tool
         )
-        self._manager = StreamableHTTPSessionManager(self._server, stateless=True)
+        # The server's own body limit, should this app be reached without its app.
+        self._manager = StreamableHTTPSessionManager(
+            self._server, stateless=True, max_request_body_size=1 << 20
+        )
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -214,6 +217,12 @@ class MCPApp:
             view = await self._runs.start(name, agent_id, prompt)
         except UnknownAgent:
             return _error(f"no such tool: {name!r}")
+        except Busy as error:
+            return _error(f"the conversation {agent_id!r} is busy: {error}")
         except ValueError as error:
             return _error(f"bad arguments: {error}")
-        return run_result(await self._runs.wait(view.run_id))
+        try:
+            return run_result(await self._runs.wait(view.run_id))
+        except UnknownRun:
+            # Past its retention before the wait read it: unlikely, and not the caller's.
+            return _error(f"the run {view.run_id} is no longer known")
