@@ -12,6 +12,7 @@ import attrs
 import pytest
 import trio.testing
 from ag_ui.core import EventType, RunAgentInput
+from agui_rules import check_order, parse
 
 import satsuma
 from satsuma import ModelError
@@ -21,8 +22,6 @@ from satsuma.serve._http import HTTPError, Principal, Request, SSEAnswer
 from satsuma.serve._local import LocalRuns, open_local_runs
 from satsuma.store import SQLiteStore
 from satsuma.testing import Reply, ScriptedModel
-
-from .agui_rules import check_order, parse
 
 
 @satsuma.tool
