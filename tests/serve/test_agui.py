@@ -19,7 +19,8 @@ from satsuma import ModelError
 from satsuma.serve._agui import AGUISurface, RunInput, parse_run_input
 from satsuma.serve._agui_events import APPROVAL_EVENT, AGUIStream
 from satsuma.serve._http import HTTPError, Principal, Request, SSEAnswer
-from satsuma.serve._local import LocalRuns, open_local_runs
+from satsuma.serve._local import LocalRuns
+from satsuma.serve._open_runs import open_local_runs
 from satsuma.store import SQLiteStore
 from satsuma.testing import Reply, ScriptedModel
 

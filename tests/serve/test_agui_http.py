@@ -24,7 +24,7 @@ from agui_rules import check_order, parse
 import satsuma
 from satsuma.serve._agui import AGUISurface
 from satsuma.serve._http import HTTPError, JSONAnswer, Principal, Request
-from satsuma.serve._local import open_local_runs
+from satsuma.serve._open_runs import open_local_runs
 from satsuma.testing import Reply, ScriptedModel
 
 

@@ -22,8 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 import satsuma
 from satsuma import ModelError
 from satsuma.serve._http import Principal
-from satsuma.serve._local import open_local_runs
 from satsuma.serve._mcp import PRINCIPAL_KEY, MCPApp, tool_arguments
+from satsuma.serve._open_runs import open_local_runs
 from satsuma.testing import Reply, ScriptedModel
 
 # The SDK's HTTP client leaves httpx2's async generators for the garbage collector to
