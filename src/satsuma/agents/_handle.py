@@ -442,12 +442,18 @@ async def resume_with_id(
     handle: AgentHandle[Any],
     run_id: str,
     *,
+    decisions: Mapping[str, Approve | Deny] | None = None,
     events: Callable[[AgentEvent], object] | None = None,
 ) -> tuple[RunResult[Any], StoreError | None]:
-    """``handle.resume(run_id, events=events)``, returning what ``run_with_id`` returns.
+    """``handle.resume(run_id, decisions=decisions, events=events)``, returning what
+    ``run_with_id`` returns.
 
     Raises:
-        ValueError: as ``resume`` (the run cannot be resumed).
+        ValueError, TypeError: as ``resume`` (the run cannot be resumed, or the
+            decisions do not fit it: RunNotAwaitingApproval among them).
     """
-    job = await handle._resume_job(run_id, events)
+    if decisions is not None:
+        job = Job(prompt="", run_id=run_id, sink=callback_sink(events), decisions=decisions)
+    else:
+        job = await handle._resume_job(run_id, events)
     return await handle._serve(job), job.store_error

@@ -5,7 +5,8 @@ incarnations on an ``Actor`` and a ``Mailbox`` that outlives them; a cluster's n
 queued runs under their own ids (``run_with_id``, ``resume_with_id``), and its client
 and results read agent classes (``spec_of``), typed answers and stored runs; the CLI
 reads agent classes and typed answers; the cluster writes events as the JSON-lines log
-does (``json_line``).
+does (``json_line``) and checks the decisions a paused run is resumed with
+(``check_decisions``) before it queues them.
 """
 
 from ._actor import Actor as Actor
@@ -13,6 +14,7 @@ from ._actor import Mailbox as Mailbox
 from ._actor import new_run_id as new_run_id
 from ._agent import seconds_or_none as seconds_or_none
 from ._agent import spec_of as spec_of
+from ._approval import check_decisions as check_decisions
 from ._handle import resume_with_id as resume_with_id
 from ._handle import run_with_id as run_with_id
 from ._jsonlog import json_line as json_line
@@ -27,6 +29,7 @@ from ._result import raw_output as raw_output
 __all__ = [
     "Actor",
     "Mailbox",
+    "check_decisions",
     "NO_ANSWER",
     "OutputSpec",
     "OutputT",

@@ -24,8 +24,10 @@ from .._exceptions import (
 from .._text import MESSAGE_LIMIT, describe_exception
 from ..agents import Agent, AgentHandle, RunResult, internal, open_agent
 from ..models import Model
-from ..store import PostgresStore, QueuedRun, QueuedRunStatus
+from ..store import PostgresStore, QueuedRun, QueuedRunStatus, RunRecord
 from ..store import run_queue as queue
+from ..tools import PendingCall
+from ._decisions import decode_decisions
 from ._recording import EventLog, RunRecorder
 from ._results import encode_result, failed_result, result_from_record
 
@@ -216,6 +218,8 @@ class RunAttempts:
         record = await self.node.store.get_run(run.run_id)
         if record is None:
             return await internal.run_with_id(handle, run.prompt, run.run_id, events=events)
+        if record.status == "awaiting_approval":
+            return await self._decided(handle, run, record, events)
         if record.status == "interrupted":
             # A node died (or handed it back) mid-run: finished calls keep their
             # journaled outcomes, in-doubt ones re-run only when idempotent.
@@ -227,6 +231,36 @@ class RunAttempts:
         # its class's output type, as the run's own end would have written it.
         output = internal.spec_of(self.classes[run.agent_name]).output
         return result_from_record(record, handle.history, output), None
+
+    async def _decided(
+        self,
+        handle: AgentHandle,
+        run: QueuedRun,
+        record: RunRecord,
+        events: RunRecorder | None,
+    ) -> tuple[RunResult, StoreError | None]:
+        """Resume a paused run with the decisions ``Cluster.resume`` queued with it. A
+        run whose decisions the agent refuses (an edit its tool does not take) stays
+        paused, the reason in its result's ``error``; nothing ran."""
+        coded = await queue.decisions(self.node.store, run.run_id)
+        paused = result_from_record(record, handle.history)
+        if coded is None:
+            # Handed back between its pause and the queue's record of it: it ends
+            # paused in the queue too, where a resume finds it.
+            return attrs.evolve(paused, pending=await _pending(self.node.store, run.run_id)), None
+        try:
+            return await internal.resume_with_id(
+                handle, run.run_id, decisions=decode_decisions(coded), events=events
+            )
+        except (ValueError, TypeError) as exc:
+            logger.warning(
+                "node %s: the decisions for run %s were refused: %s",
+                self.node.name,
+                run.run_id,
+                exc,
+            )
+            pending = await _pending(self.node.store, run.run_id)
+            return attrs.evolve(paused, pending=pending, error=f"decisions refused: {exc}"), None
 
     async def hand_back(
         self, run: QueuedRun, node_id: str, agent_record: Literal["keep", "auto"], delay: float
@@ -308,3 +342,13 @@ def _crash_of(exc: Exception) -> BaseException:
     if isinstance(exc, AgentCrashed):
         return exc.cause
     return exc
+
+
+async def _pending(store: PostgresStore, run_id: str) -> tuple[PendingCall, ...]:
+    """The calls a paused run waits on, as its RunResult names them."""
+    return tuple(
+        PendingCall(
+            id=call.tool_use_id, tool_name=call.tool_name, input=call.input, reason=call.reason
+        )
+        for call in await store.pending_calls(run_id)
+    )

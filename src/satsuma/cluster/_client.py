@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
 import trio
 
-from .._exceptions import StoreError, StoreUnavailable
+from .._exceptions import RunNotAwaitingApproval, StoreError, StoreUnavailable
 from ..agents import Agent, RunResult, internal
 from ..store import PostgresStore, QueuedRun, QueuedRunStatus
 from ..store import run_queue as queue
+from ..tools import Approve, Deny
+from ._decisions import encode_decisions
 from ._events import EventStream
 from ._results import encode_result, queued_result, result_from_record
 from ._shared_listen import subscribe
@@ -24,6 +26,9 @@ __all__ = ["Cluster"]
 logger = logging.getLogger("satsuma.cluster")
 
 _CANCELLED_WHILE_QUEUED: Final = "cancelled before a node started it"
+# How often resume looks again at a run whose node is writing its pause to the queue.
+_PAUSE_WRITE_POLL: Final = 0.05
+_PAUSE_WRITE_WAIT: Final = 10.0
 
 
 @final
@@ -67,6 +72,53 @@ class Cluster:
         run_id = internal.new_run_id()
         await queue.enqueue(self.store, run_id, name, agent_id, prompt)
         return run_id
+
+    async def resume(self, run_id: str, decisions: Mapping[str, Approve | Deny]) -> None:
+        """Go on with a run that paused ``awaiting_approval`` (its RunResult's
+        ``pending`` names the calls): one decision per pending call, ``Approve()``,
+        ``Approve(input={...})`` or ``Deny(reason)``, as ``AgentHandle.resume`` takes
+        them. The run goes back to the queue and returns at once; the node that claims it
+        resumes it (``result`` waits for its new end, ``events`` goes on after its
+        pause). Of two resumes sent at once, one wins; the other raises.
+
+        An edited input is checked by the node against the tool's schema; one the tool
+        refuses leaves the run paused (``result`` gives it ``awaiting_approval`` again,
+        with the reason in ``error``), and nothing runs.
+
+        Raises:
+            ValueError: no run has this id, or the decisions do not decide exactly its
+                pending calls.
+            RunNotAwaitingApproval: (a ValueError) the run is not paused awaiting
+                approval: it runs, ended, or another resume took it first.
+            TypeError: a decision is not Approve or Deny, or an edit is not JSON.
+            StoreError: the queue could not be read or written.
+        """
+        record = await self.store.get_run(run_id)
+        if record is None:
+            if await queue.outcome(self.store, run_id) is None:
+                raise ValueError(f"no run {run_id!r} in the cluster's queue")
+            raise RunNotAwaitingApproval(run_id, "queued")  # no agent has started it yet
+        if record.status != "awaiting_approval":
+            raise RunNotAwaitingApproval(run_id, record.status)
+        internal.check_decisions(run_id, await self.store.pending_calls(run_id), decisions)
+        coded = encode_decisions(decisions)
+        with trio.move_on_after(_PAUSE_WRITE_WAIT):
+            while True:
+                stood = await queue.requeue_decided(self.store, run_id, coded)
+                if stood is None:
+                    raise ValueError(f"no run {run_id!r} in the cluster's queue")
+                what, recorded = stood
+                if what == "requeued":
+                    return
+                if what == "taken":
+                    raise RunNotAwaitingApproval(run_id)
+                if what == "not paused":
+                    raise RunNotAwaitingApproval(run_id, recorded)
+                # Paused, and its node is writing that to the queue: a moment.
+                await trio.sleep(_PAUSE_WRITE_POLL)
+        # Its node stopped between the two writes; the next node to claim it ends it
+        # paused in the queue too, and a resume then goes through.
+        raise RunNotAwaitingApproval(run_id, "paused, but not yet in the queue")
 
     # The contract (DESIGN.md) names the option: a run outlives a caller's deadline, so a
     # TimeoutError that says the run goes on is clearer here than a cancelled wait.

@@ -167,7 +167,7 @@ def message_object(
     model: str,
     content: Iterable[Mapping[str, Any]],
     stop_reason: str | None,
-    usage: Mapping[str, int],
+    usage: Mapping[str, Any],
 ) -> dict[str, Any]:
     """A complete (non-streamed) ``message`` object."""
     return {
@@ -194,7 +194,7 @@ def stream_events(
     model: str,
     content: Sequence[Mapping[str, Any]],
     stop_reason: str | None,
-    usage: Mapping[str, int],
+    usage: Mapping[str, Any],
     tool_inputs: Mapping[str, str] | None = None,
     pieces: int = 3,
 ) -> list[dict[str, Any]]:

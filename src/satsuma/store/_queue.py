@@ -59,7 +59,7 @@ class QueuedRun:
             ``cancelled`` (``completed`` means the run ended: its RunResult says how).
         node_id: The node that holds it while claimed or running, else None.
         attempts: How many times a node claimed it (more than one after a failover or
-            a hand-back).
+            a hand-back), since it was submitted or last resumed after approval.
         cancel_requested: ``Cluster.cancel`` was called while it was in flight.
         submitted_at: When it was submitted (seconds since the epoch).
         claimed_at: When a node last claimed it.
@@ -138,6 +138,61 @@ async def listing(
             (agent_id, agent_id, list(statuses), list(statuses), limit),
         ).fetchall()
         return [_queued_run(row) for row in reversed(rows)]
+
+    return await store.read(work)
+
+
+Requeued = Literal["requeued", "taken", "pausing", "not paused"]
+
+
+async def requeue_decided(
+    store: PostgresStore, run_id: str, decisions: str
+) -> tuple[Requeued, str | None] | None:
+    """Put a run that paused awaiting approval back in the queue with ``decisions``
+    (JSON text), for a node to resume: atomically, so that of two resumes sent at once
+    one wins. None for an unknown run; else what happened, and the status of the
+    agent's record of the run:
+
+    - ``requeued``: it was paused (queue ``completed``, record ``awaiting_approval``);
+    - ``taken``: another resume requeued it first (its decisions wait on the row);
+    - ``pausing``: its record says paused but its node has not yet written the pause to
+      the queue (a moment: try again);
+    - ``not paused``: anything else (it runs, ended, was gone past)."""
+
+    def work(db: psycopg.Connection[Any]) -> tuple[Requeued, str | None] | None:
+        row = db.execute(
+            "SELECT q.status, q.agent_name, q.decisions IS NOT NULL, r.status FROM run_queue q "
+            "LEFT JOIN runs r ON r.run_id = q.run_id WHERE q.run_id = %s FOR UPDATE OF q",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        status, agent_name, decided, recorded = row
+        if status in ("queued", "claimed", "running") and decided:
+            return "taken", recorded
+        if recorded != "awaiting_approval":
+            return "not paused", recorded
+        if status != "completed":
+            return "pausing", recorded
+        db.execute(
+            # attempts from 0: the claim that takes the decisions up is the first of
+            # this part of the run (a stream says RunResumed only after a failover).
+            f"UPDATE run_queue SET status = 'queued', decisions = %s, available_at = {NOW}, "
+            "ended_at = NULL, result = NULL, error = NULL, attempts = 0 WHERE run_id = %s",
+            (decisions, run_id),
+        )
+        db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
+        return "requeued", recorded
+
+    return await store.transaction(work)
+
+
+async def decisions(store: PostgresStore, run_id: str) -> str | None:
+    """The decisions a paused run was requeued with (JSON text), or None."""
+
+    def work(db: psycopg.Connection[Any]) -> str | None:
+        row = db.execute("SELECT decisions FROM run_queue WHERE run_id = %s", (run_id,)).fetchone()
+        return None if row is None else row[0]
 
     return await store.read(work)
 
@@ -361,7 +416,7 @@ async def finish(
     def work(db: psycopg.Connection[Any]) -> bool:
         row = db.execute(
             f"UPDATE run_queue SET status = %s, ended_at = {NOW}, result = %s, error = %s, "
-            "node_id = NULL WHERE run_id = %s AND node_id = %s "
+            "node_id = NULL, decisions = NULL WHERE run_id = %s AND node_id = %s "
             "AND status IN ('claimed', 'running') RETURNING run_id",
             (status, result, error, run.run_id, node_id),
         ).fetchone()

@@ -235,6 +235,10 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ADD COLUMN decided_at DOUBLE PRECISION",
     ),
     6: (HOST_ID,),
+    # The decisions a paused queued run is resumed with (Cluster.resume): JSON text,
+    # kept on the row until a node has taken them to the agent, so that a node that
+    # dies before then leaves them to the next.
+    7: ("ALTER TABLE run_queue ADD COLUMN decisions TEXT",),
 }
 POSTGRES_SCHEMA_VERSION: Final = max(POSTGRES_MIGRATIONS)
 

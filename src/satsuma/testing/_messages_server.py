@@ -12,13 +12,16 @@ those of Claude on Bedrock and Vertex AI), bodies and Server-Sent Events.
 
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
+import trio
 
 from .. import models as _codec
+from ._billing import PromptCache
 from ._http import JSONAnswer, StreamAnswer, sse
 from ._script import Reply, estimate_usage, reply_blocks
 from ._server import Route, ScriptedServer
@@ -98,6 +101,15 @@ class MessagesServer(ScriptedServer):
 
     _server_name = "MessagesServer"
 
+    @functools.cached_property
+    def prompt_cache(self) -> PromptCache:
+        """The server's prompt cache: requests with ``cache_control`` breakpoints are
+        billed as the API bills them (``cache_creation_input_tokens``,
+        ``cache_read_input_tokens``; see docs/testing.md). Its ``min_tokens`` is the
+        shortest prefix it caches, 1,024 tokens as for most Claude models; set it lower
+        to see caching on a short test conversation."""
+        return PromptCache()
+
     def client(self, **options: Any) -> anthropic.AsyncAnthropic:
         """An ``AsyncAnthropic`` client for this server: a test key, no SDK retries.
 
@@ -145,7 +157,18 @@ class MessagesServer(ScriptedServer):
     ) -> JSONAnswer | StreamAnswer:
         blocks, calls = reply_blocks(reply)
         # Usage's fields are named as the API names them.
-        usage = attrs.asdict(estimate_usage(reply, prompt_chars))
+        usage: dict[str, Any] = attrs.asdict(estimate_usage(reply, prompt_chars))
+        if reply.usage is None:
+            # Billed as the API bills: what the prompt cache reads and writes.
+            bill = self.prompt_cache.bill(payload, usage["input_tokens"], trio.current_time())
+            usage["input_tokens"] = bill.input_tokens
+            usage["cache_creation_input_tokens"] = bill.cache_creation_input_tokens
+            usage["cache_read_input_tokens"] = bill.cache_read_input_tokens
+            hour = bill.written_for_an_hour
+            usage["cache_creation"] = {
+                "ephemeral_5m_input_tokens": bill.cache_creation_input_tokens - hour,
+                "ephemeral_1h_input_tokens": hour,
+            }
         message_id = f"msg_test_{next(self._message_ids)}"
         model = str(payload.get("model", ""))
         stop_reason = reply.final_stop_reason
