@@ -265,3 +265,41 @@ async def test_a_version_4_postgres_database_gains_the_decisions(postgres_dsn: s
     with psycopg.connect(postgres_dsn, autocommit=True) as raw:
         row = raw.execute("SELECT max(version) FROM satsuma_schema").fetchone()
     assert row == (POSTGRES_SCHEMA,)
+
+
+async def test_decisions_taken_one_call_at_a_time_are_kept_until_the_resume(store: Store) -> None:
+    approved = ApprovalDecision(verdict="approved", decided_by="ann", decided_at=5.0)
+    edited = ApprovalDecision(verdict="edited", input={"to": "bob", "amount": 1}, decided_at=6.0)
+    await started(store)
+    assert not await store.propose_decision("r1", "t1", approved)  # not paused yet
+    await store.pause_run("r1", [pending("t1", 1), pending("t2", 2)], usage=Usage())
+    assert await store.propose_decision("r1", "t1", approved)
+    assert not await store.propose_decision("r1", "t1", edited)  # taken: the first stands
+    assert not await store.propose_decision("r1", "t9", approved)  # no such call
+    assert await store.proposed_decisions("r1") == {"t1": approved}
+    # Still pending: a proposal decides nothing until the run is resumed with it.
+    assert [c.tool_use_id for c in await store.pending_calls("r1")] == ["t1", "t2"]
+    assert await store.propose_decision("r1", "t2", edited)
+    assert await store.proposed_decisions("r1") == {"t1": approved, "t2": edited}
+    assert await store.claim_paused_run("r1", decisions={"t1": approved, "t2": edited})
+    assert await store.proposed_decisions("r1") == {}
+    assert not await store.propose_decision("r1", "t1", approved)
+    # Paused again: its new calls have no proposals.
+    await store.pause_run("r1", [pending("t3", 3)], usage=Usage())
+    assert await store.proposed_decisions("r1") == {}
+    assert await store.propose_decision("r1", "t3", approved)
+
+
+async def test_of_two_proposals_at_once_one_is_kept(store: Store) -> None:
+    await started(store)
+    await store.pause_run("r1", [pending("t1", 1)], usage=Usage())
+    kept: list[bool] = []
+
+    async def propose(by: str) -> None:
+        decision = ApprovalDecision(verdict="approved", decided_by=by, decided_at=1.0)
+        kept.append(await store.propose_decision("r1", "t1", decision))
+
+    async with trio.open_nursery() as nursery:
+        for by in ("ann", "bob", "cy"):
+            nursery.start_soon(propose, by)
+    assert sorted(kept) == [False, False, True]

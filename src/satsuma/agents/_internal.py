@@ -6,7 +6,8 @@ queued runs under their own ids (``run_with_id``, ``resume_with_id``), and its c
 and results read agent classes (``spec_of``), typed answers and stored runs; the CLI
 reads agent classes and typed answers; the cluster writes events as the JSON-lines log
 does (``json_line``) and checks the decisions a paused run is resumed with
-(``check_decisions``) before it queues them.
+(``check_decisions``) before it queues them; a server keeps decisions taken one call
+at a time in the store (``stored_decisions``, ``decision_of``).
 """
 
 from ._actor import Actor as Actor
@@ -15,6 +16,8 @@ from ._actor import new_run_id as new_run_id
 from ._agent import seconds_or_none as seconds_or_none
 from ._agent import spec_of as spec_of
 from ._approval import check_decisions as check_decisions
+from ._approval import decision_of as decision_of
+from ._approval import stored_decisions as stored_decisions
 from ._handle import resume_with_id as resume_with_id
 from ._handle import run_with_id as run_with_id
 from ._jsonlog import json_line as json_line
@@ -30,6 +33,7 @@ __all__ = [
     "Actor",
     "Mailbox",
     "check_decisions",
+    "decision_of",
     "NO_ANSWER",
     "OutputSpec",
     "OutputT",
@@ -43,4 +47,5 @@ __all__ = [
     "seconds_or_none",
     "spec_of",
     "stored_answer",
+    "stored_decisions",
 ]

@@ -165,6 +165,21 @@ class Store(Protocol):
         transaction, and only by the caller that wins (see ``approvals``)."""
         ...
 
+    async def propose_decision(
+        self, run_id: str, tool_use_id: str, decision: ApprovalDecision
+    ) -> bool:
+        """Keep a decision taken on one pending call of a paused run ahead of its resume
+        (a service that takes decisions one call at a time, across restarts and
+        processes): True if kept, False if the call has one already or is not pending
+        (the run was resumed, gone past, or never paused). It stays a proposal: the
+        call is still pending until the run is resumed with it (``claim_paused_run``)."""
+        ...
+
+    async def proposed_decisions(self, run_id: str) -> dict[str, ApprovalDecision]:
+        """The decisions kept ahead on the run's pending calls, by call id; empty once
+        the run is no longer ``awaiting_approval``."""
+        ...
+
     async def approvals(self, run_id: str) -> list[ApprovalRecord]:
         """Every call the run paused on, in the order they were made (earlier pauses
         first), each with the decision it was resumed with, or None: who approved,

@@ -37,6 +37,7 @@ class MemoryStore(BaseStore):
         self._runs: dict[str, RunRecord] = {}
         self._calls: dict[str, dict[str, JournalEntry]] = {}
         self._approvals: dict[str, list[ApprovalRecord]] = {}
+        self._proposed: dict[str, dict[str, ApprovalDecision]] = {}
         # agent_id -> (holder or None once released, epoch, expires_at)
         self._leases: dict[str, tuple[Owner | None, int, float]] = {}
 
@@ -173,6 +174,7 @@ class MemoryStore(BaseStore):
         self._runs[run_id] = attrs.evolve(
             self._runs[run_id], status="awaiting_approval", usage=usage
         )
+        self._proposed.pop(run_id, None)  # a new pause: its calls are undecided
         decided = [a for a in self._approvals.get(run_id, ()) if a.decision is not None]
         self._approvals[run_id] = decided + [
             ApprovalRecord(
@@ -232,6 +234,22 @@ class MemoryStore(BaseStore):
             for a in self._approvals.get(run_id, ())
         ]
         return True
+
+    async def propose_decision(
+        self, run_id: str, tool_use_id: str, decision: ApprovalDecision
+    ) -> bool:
+        await trio.lowlevel.checkpoint()
+        pending = {call.tool_use_id for call in await self.pending_calls(run_id)}
+        proposed = self._proposed.setdefault(run_id, {})
+        if tool_use_id not in pending or tool_use_id in proposed:
+            return False
+        proposed[tool_use_id] = decision
+        return True
+
+    async def proposed_decisions(self, run_id: str) -> dict[str, ApprovalDecision]:
+        pending = {call.tool_use_id for call in await self.pending_calls(run_id)}
+        proposed = self._proposed.get(run_id, {})
+        return {call_id: d for call_id, d in proposed.items() if call_id in pending}
 
     async def approvals(self, run_id: str) -> list[ApprovalRecord]:
         await trio.lowlevel.checkpoint()
@@ -312,6 +330,7 @@ class MemoryStore(BaseStore):
                 del self._runs[run_id]
                 self._calls.pop(run_id, None)
                 self._approvals.pop(run_id, None)
+                self._proposed.pop(run_id, None)
             for agent_id in idle:
                 del self._messages[agent_id]
                 if agent_id in self._leases:

@@ -172,6 +172,42 @@ def decision_values(decision: ApprovalDecision) -> tuple[Any, ...]:
     return (decision.verdict, edited, decision.reason, decision.decided_by, decision.decided_at)
 
 
+def proposal_text(decision: ApprovalDecision) -> str:
+    """A decision taken ahead of a resume, as its row keeps it (JSON)."""
+    return json.dumps(
+        {
+            "verdict": decision.verdict,
+            "input": decision.input,
+            "reason": decision.reason,
+            "decided_by": decision.decided_by,
+            "decided_at": decision.decided_at,
+        }
+    )
+
+
+def proposal(run_id: str, call_id: str, text: str) -> ApprovalDecision:
+    """A decision taken ahead, from its row.
+
+    Raises:
+        Damaged: the row does not hold one.
+    """
+    try:
+        data = json.loads(text)
+        if data["verdict"] not in _VERDICTS:
+            raise ValueError(f"unknown verdict {data['verdict']!r}")
+        return ApprovalDecision(
+            verdict=data["verdict"],
+            input=data["input"],
+            reason=data["reason"],
+            decided_by=data["decided_by"],
+            decided_at=float(data["decided_at"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Damaged(
+            f"the decision taken on call {call_id!r} of run {run_id!r} cannot be read: {exc}"
+        ) from None
+
+
 def approval_record(run_id: str, row: tuple[Any, ...]) -> ApprovalRecord:
     """A call a run paused on, from a row of :data:`APPROVAL_COLUMNS`."""
     verdict, edited, reason, decided_by, decided_at = row[4:]

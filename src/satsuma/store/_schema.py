@@ -48,6 +48,10 @@ APPROVALS: Final = """CREATE TABLE approvals (
 # for a holder recorded before, which is judged by expiry.
 HOST_ID: Final = "ALTER TABLE leases ADD COLUMN host_id TEXT NOT NULL DEFAULT ''"
 
+# A decision taken on one call of a paused run ahead of the run's resume (a service
+# deciding one call at a time, Store.propose_decision): JSON, NULL until taken.
+PROPOSED: Final = "ALTER TABLE approvals ADD COLUMN proposed TEXT"
+
 # SQLite's: each entry moves the schema from the previous version to its own.
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     1: (
@@ -104,6 +108,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE approvals ADD COLUMN decided_at REAL",
     ),
     5: (HOST_ID,),
+    6: (PROPOSED,),
 }
 SQLITE_SCHEMA_VERSION: Final = max(SQLITE_MIGRATIONS)
 
@@ -239,6 +244,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     # kept on the row until a node has taken them to the agent, so that a node that
     # dies before then leaves them to the next.
     7: ("ALTER TABLE run_queue ADD COLUMN decisions TEXT",),
+    8: (PROPOSED,),
 }
 POSTGRES_SCHEMA_VERSION: Final = max(POSTGRES_MIGRATIONS)
 

@@ -38,6 +38,8 @@ from ._rows import (
     journal_entry,
     message,
     pending_approval,
+    proposal,
+    proposal_text,
     run_record,
     usage_json,
 )
@@ -54,6 +56,17 @@ _CLAIM: Final = (
     "UPDATE runs SET status = 'running' WHERE run_id = ? AND status = 'awaiting_approval'"
 )
 _CLAIM_RETURNING: Final = _CLAIM + " RETURNING run_id"
+# A decision taken ahead of a resume: kept once, and only on a call still pending.
+_PROPOSE: Final = (
+    "UPDATE approvals SET proposed = ? WHERE run_id = ? AND tool_use_id = ? AND verdict IS NULL "
+    "AND proposed IS NULL AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? "
+    "AND runs.status = 'awaiting_approval')"
+)
+_PROPOSED: Final = (
+    "SELECT tool_use_id, proposed FROM approvals WHERE run_id = ? AND verdict IS NULL "
+    "AND proposed IS NOT NULL AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? "
+    "AND runs.status = 'awaiting_approval')"
+)
 # A call run again (an idempotent one, on resume) keeps its place in the journal.
 _AGAIN: Final = (
     " ON CONFLICT (run_id, tool_use_id) DO UPDATE SET tool_name = excluded.tool_name, "
@@ -388,6 +401,29 @@ class SQLStore(BaseStore):
             return True
 
         return await self._call(work, lease)
+
+    async def propose_decision(
+        self, run_id: str, tool_use_id: str, decision: ApprovalDecision
+    ) -> bool:
+        sql = self._dialect.sql
+        values = (proposal_text(decision), run_id, tool_use_id, run_id)
+
+        def work(db: Connection) -> bool:
+            # One statement: of two proposals at once, one finds the column taken.
+            if self._dialect.returning:
+                return (
+                    db.execute(sql(_PROPOSE + " RETURNING run_id"), values).fetchone() is not None
+                )
+            return bool(db.execute(sql(_PROPOSE), values).rowcount == 1)
+
+        return await self._call(work)
+
+    async def proposed_decisions(self, run_id: str) -> dict[str, ApprovalDecision]:
+        def work(db: Connection) -> dict[str, ApprovalDecision]:
+            rows = db.execute(self._dialect.sql(_PROPOSED), (run_id, run_id)).fetchall()
+            return {call_id: proposal(run_id, call_id, text) for call_id, text in rows}
+
+        return await self._call(work, transaction=False)
 
     async def approvals(self, run_id: str) -> list[ApprovalRecord]:
         def work(db: Connection) -> list[ApprovalRecord]:
