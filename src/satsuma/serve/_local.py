@@ -15,6 +15,7 @@ The runs of one conversation run one after another, in the order they were start
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
@@ -114,7 +115,6 @@ class LocalRuns:
         self._opening: dict[tuple[str, str], trio.Lock] = {}
         self._runs: dict[str, _Run] = {}
         # Decisions taken on calls of paused runs, by run then call, until the run resumes.
-        self._decisions: dict[str, dict[str, Approve | Deny]] = {}
         self._deciding: dict[str, trio.Lock] = {}
 
     @property
@@ -392,7 +392,7 @@ class LocalRuns:
                 continue
             if agent is not None and parts[0] != agent:
                 continue
-            decided = self._decisions.get(record.run_id, {})
+            decided = await self._store.proposed_decisions(record.run_id)
             base = RunView(
                 run_id=record.run_id,
                 agent=parts[0],
@@ -418,19 +418,22 @@ class LocalRuns:
             call = next((c for c in calls if c.tool_use_id == call_id), None)
             if call is None:
                 raise BadDecision(f"run {run_id} has no call {call_id!r} waiting for a decision")
-            decided = self._decisions.setdefault(run_id, {})
-            if call_id in decided:
-                raise AlreadyDecided(f"call {call_id} of run {run_id} was decided already")
             if isinstance(decision, Approve) and decision.input is not None:
                 conversation = await self._open(view.agent, view.agent_id)
                 try:
                     conversation.handle.check_edit(call, decision.input)
                 except (ValueError, TypeError) as exc:
                     raise BadDecision(str(exc)) from None
-            decided[call_id] = decision
+            # Kept in the store as it is taken: it outlives a restart, and every process
+            # on the store sees it (Store.propose_decision takes one per call, once).
+            stored = internal.stored_decisions({call_id: decision}, time.time())[call_id]
+            if not await self._store.propose_decision(run_id, call_id, stored):
+                raise AlreadyDecided(f"call {call_id} of run {run_id} was decided already")
+            decided = await self._store.proposed_decisions(run_id)
             if any(c.tool_use_id not in decided for c in calls):
                 return None
-            return await self._resume(view, dict(decided))
+            decisions = {call: internal.decision_of(taken) for call, taken in decided.items()}
+            return await self._resume(view, decisions)
 
     async def _resume(
         self, view: RunView, decisions: dict[str, Approve | Deny], *, cancel: bool = False
@@ -449,7 +452,6 @@ class LocalRuns:
         run.log.unsettle()
         previous, conversation.tail = conversation.tail, run.done
         conversation.active += 1
-        self._decisions.pop(view.run_id, None)
         claimed = trio.Event()
         refused: list[BaseException] = []
 
