@@ -10,9 +10,10 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 from serve_agents import Greeter, scripted
 
-from satsuma.serve import Server, create_token
+from satsuma.serve import Principal, Server, create_token
 from satsuma.store import SQLiteStore
 
 
@@ -123,3 +124,54 @@ async def test_every_surface_is_behind_the_tokens(serve_http: Any, tmp_path: Pat
             assert [tool.name for tool in listed.tools] == ["greeter"]
             result = await session.call_tool("greeter", {"prompt": "Hi"})
             assert not result.is_error
+
+
+async def test_runs_in_flight_are_capped_for_every_surface(serve_http: Any, tmp_path: Path) -> None:
+    import serve_agents
+    from serve_agents import Banker
+
+    from satsuma.testing import Reply
+
+    serve_agents.gate["open"] = trio.Event()
+    tokens = tmp_path / "tokens.txt"
+    token = create_token(tokens, name="ops", scopes=["run", "read"])
+    headers = {"Authorization": f"Bearer {token}"}
+    model = scripted(Reply(tool_calls=[("slow", {"label": "a"})]), "done", "again")
+    options = {"model": model, "tokens": tokens, "max_runs_per_token": 1}
+    async with serve_http([Banker], **options) as served:
+        client = served.client
+        first = await client.post(
+            "/v1/agents/banker/a/runs", json={"prompt": "go", "wait": False}, headers=headers
+        )
+        assert first.status_code == 202, first.text
+        refused = await client.post(
+            "/v1/agents/banker/b/runs", json={"prompt": "go", "wait": False}, headers=headers
+        )
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        # AG-UI starts runs through the same runs: refused too, as its own error.
+        agui = await client.post(
+            "/ag-ui/banker",
+            json={
+                "threadId": "c",
+                "runId": "r",
+                "state": None,
+                "messages": [{"id": "m", "role": "user", "content": "go"}],
+                "tools": [],
+                "context": [],
+                "forwardedProps": None,
+            },
+            headers=headers,
+        )
+        assert agui.status_code == 429
+        assert agui.json()["error"]["type"] == "too_many_runs"
+        serve_agents.gate["open"].set()
+        run_id = first.json()["run_id"]
+        async with client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as events:
+            await events.aread()  # the stream ends with the run
+        await trio.testing.wait_all_tasks_blocked()  # the server's release of its slot
+        assert served.server.asgi.slots.in_flight(Principal("ops", frozenset())) == 0
+        again = await client.post(
+            "/v1/agents/banker/d/runs", json={"prompt": "go"}, headers=headers
+        )
+        assert again.status_code == 200, again.text

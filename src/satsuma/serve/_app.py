@@ -25,7 +25,7 @@ import trio
 
 from ._http import ASGIApp, HTTPError, JSONAnswer, Principal, Request, SSEAnswer, Surface
 from ._runs import AlreadyDecided, BadDecision, Busy, Runs, UnknownAgent, UnknownRun
-from ._slots import RunSlots
+from ._slots import CURRENT_PRINCIPAL, RunSlots
 from ._sse import KEEPALIVE_SECONDS, send_stream
 from ._tokens import TokenBook, TokenFileError
 
@@ -227,6 +227,8 @@ class App:
             return
         surface = self._surface(path)
         principal = self._authenticate(headers)
+        # Per request task (trio copies the context into each task it starts).
+        CURRENT_PRINCIPAL.set(principal)
         asgi: ASGIApp | None = getattr(surface, "asgi", None)
         if asgi is not None:
             scope[PRINCIPAL_KEY] = principal

@@ -30,7 +30,7 @@ from ._http import JSONAnswer, Request, SSEAnswer, Surface
 from ._mcp import MCPApp
 from ._open_runs import open_local_runs
 from ._runs import Runs
-from ._slots import RunSlots
+from ._slots import CappedRuns, RunSlots
 from ._tokens import TokenBook
 
 __all__ = ["SURFACES", "ServeContext", "Server", "SurfaceFactory", "is_loopback"]
@@ -43,9 +43,11 @@ class ServeContext:
     """What a surface is built from.
 
     Attributes:
-        runs: The server's runs: every surface's one way to agents.
-        slots: The cap on runs in flight per token: a surface that starts a run holds
-            one of the principal's slots while it is in flight (429 past the cap).
+        runs: The server's runs: every surface's one way to agents. Its ``start``
+            counts the run against the request's token (429 past the cap) until the
+            run ends or pauses: a surface needs to do nothing for the cap.
+        slots: The cap on runs in flight per token, for a surface that holds a slot
+            of its own.
     """
 
     runs: Runs
@@ -212,8 +214,13 @@ class Server:
     async def open_runs(self) -> AsyncIterator[Runs]:
         """Open the runs and build the surfaces over them, for the block: what ``serve``
         does before listening, for an app that mounts ``asgi`` itself."""
-        async with self._open() as runs, AsyncExitStack() as lifetimes:
-            context = ServeContext(runs=runs, slots=self.asgi.slots)
+        async with (
+            self._open() as runs,
+            trio.open_nursery() as watchers,
+            AsyncExitStack() as lifetimes,
+        ):
+            capped = CappedRuns(runs, self.asgi.slots, watchers)
+            context = ServeContext(runs=cast("Runs", capped), slots=self.asgi.slots)
             surfaces = [factory(context) for factory in self._factories]
             for surface in surfaces:
                 # A surface with a lifetime of its own (MCP's session manager) has it
@@ -228,6 +235,7 @@ class Server:
             finally:
                 self.asgi.surfaces = []
                 self.asgi.runs = cast("Runs", _NotOpen())
+                watchers.cancel_scope.cancel()
 
     @asynccontextmanager
     async def _open(self) -> AsyncIterator[Runs]:

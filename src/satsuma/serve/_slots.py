@@ -10,13 +10,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import final
+from contextvars import ContextVar
+from typing import Any, final
 
 import attrs
+import trio
 
 from ._http import HTTPError, Principal
+from ._runs import IfBusy, Runs, RunView, UnknownRun
 
-__all__ = ["RETRY_AFTER_SECONDS", "RunSlot", "RunSlots"]
+__all__ = ["CURRENT_PRINCIPAL", "RETRY_AFTER_SECONDS", "CappedRuns", "RunSlot", "RunSlots"]
+
+CURRENT_PRINCIPAL: ContextVar[Principal | None] = ContextVar(
+    "satsuma_serve_principal", default=None
+)
+"""Who sent the request being answered: set by the app around each surface's answer
+(trio's tasks inherit it), so that ``CappedRuns`` counts a run against its token
+whichever surface starts it."""
 
 # A run is usually seconds long: a client told to come back in one second neither
 # hammers the server nor waits much longer than it has to.
@@ -65,7 +75,7 @@ class RunSlots:
             raise HTTPError(
                 429,
                 "too_many_runs",
-                f"{self.per_principal} runs in flight already for this token; retry "
+                f"this token has {self.per_principal} run(s) in flight already, its cap; retry "
                 "when one has ended",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
@@ -91,3 +101,52 @@ class RunSlots:
             self._counts[key] = left
         else:
             del self._counts[key]
+
+
+@final
+@attrs.define(eq=False)
+class CappedRuns:
+    """The server's runs as every surface sees them: ``start`` takes a slot of the
+    request's principal (``CURRENT_PRINCIPAL``) and gives it back when the run ends or
+    pauses for approval; everything else is the runs' own.
+
+    A surface needs nothing to apply the cap: a 429 comes out of ``start`` as an
+    ``HTTPError``. Outside a request (no principal) nothing is counted.
+    """
+
+    runs: Runs
+    slots: RunSlots
+    nursery: trio.Nursery
+
+    @property
+    def agents(self) -> Any:
+        return self.runs.agents
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runs, name)
+
+    async def start(
+        self, agent: str, agent_id: str, prompt: str, *, if_busy: IfBusy = "enqueue"
+    ) -> RunView:
+        principal = CURRENT_PRINCIPAL.get()
+        if principal is None:
+            return await self.runs.start(agent, agent_id, prompt, if_busy=if_busy)
+        slot = self.slots.take(principal)
+        try:
+            view = await self.runs.start(agent, agent_id, prompt, if_busy=if_busy)
+        except BaseException:
+            slot.release()
+            raise
+        if view.ended or view.status == "awaiting_approval":
+            slot.release()
+        else:
+            self.nursery.start_soon(self._release_at_end, view.run_id, slot)
+        return view
+
+    async def _release_at_end(self, run_id: str, slot: RunSlot) -> None:
+        try:
+            await self.runs.wait(run_id)
+        except UnknownRun:
+            pass  # gone past its retention: not in flight either
+        finally:
+            slot.release()
