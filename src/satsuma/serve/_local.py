@@ -15,7 +15,7 @@ The runs of one conversation run one after another, in the order they were start
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -314,7 +314,7 @@ class LocalRuns:
             return attrs.evolve(view, output=internal.output_to_json(internal.raw_output(result)))
         return view
 
-    async def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[RunEvent]:
+    async def events(self, run_id: str, *, after: int = 0) -> AsyncGenerator[RunEvent, None]:
         """See ``Runs.events``. A run this server no longer holds in memory (past its
         retention, or from before a restart) gives its ``RunEnd`` alone when it ended."""
         run = self._runs.get(run_id)
