@@ -16,6 +16,8 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NoReturn
 
+import trio
+
 from ..tools import Approve, Deny
 from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAnswer
 from ._runs import (
@@ -28,6 +30,7 @@ from ._runs import (
     UnknownAgent,
     UnknownRun,
 )
+from ._slots import RunSlot, RunSlots
 
 __all__ = ["ApiSurface", "check_agent_id"]
 
@@ -60,16 +63,11 @@ def _not_found(message: str) -> NoReturn:
 
 
 def _allows(request: Request, scope: Scope, agent: str | None = None) -> bool:
-    principal = request.principal
-    if scope not in principal.scopes and "admin" not in principal.scopes:
-        return False
-    return agent is None or principal.agents is None or agent in principal.agents
+    return request.principal.allows(scope, agent)
 
 
 def _require(request: Request, scope: Scope, agent: str | None = None) -> None:
-    if not _allows(request, scope, agent):
-        where = f" on agent {agent!r}" if agent is not None else ""
-        raise HTTPError(403, "forbidden", f"this token has no {scope!r} scope{where}")
+    request.require(scope, agent)
 
 
 def _body(request: Request, fields: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
@@ -138,8 +136,10 @@ def _after(request: Request) -> int:
 class ApiSurface:
     """satsuma's own API (``/v1/``) over a ``Runs``."""
 
-    def __init__(self, runs: Runs) -> None:
+    def __init__(self, runs: Runs, *, slots: RunSlots | None = None) -> None:
+        """``slots``: the server's cap on runs in flight per token (none: no cap)."""
         self._runs = runs
+        self._slots = slots
 
     @property
     def prefix(self) -> str:
@@ -225,15 +225,33 @@ class ApiSurface:
         mode: IfBusy = if_busy
         if name not in self._runs.agents:
             raise UnknownAgent(f"no agent named {name!r} is served")
+        slot = self._slots.take(request.principal) if self._slots is not None else None
         try:
-            view = await self._runs.start(name, agent_id, prompt, if_busy=mode)
-        except (UnknownAgent, Busy):
-            raise
-        except ValueError as exc:
-            _bad(str(exc))
-        if not body.get("wait", True):
-            return JSONAnswer(202, view.to_json())
-        return JSONAnswer(200, (await self._runs.wait(view.run_id)).to_json())
+            try:
+                view = await self._runs.start(name, agent_id, prompt, if_busy=mode)
+            except (UnknownAgent, Busy):
+                raise
+            except ValueError as exc:
+                _bad(str(exc))
+            if not body.get("wait", True):
+                if slot is not None:
+                    # The run outlives this request: its slot is given back when it
+                    # ends or pauses, by a task that lives no longer than the run.
+                    trio.lowlevel.spawn_system_task(self._release_after, view.run_id, slot)
+                    slot = None
+                return JSONAnswer(202, view.to_json())
+            return JSONAnswer(200, (await self._runs.wait(view.run_id)).to_json())
+        finally:
+            if slot is not None:
+                slot.release()
+
+    async def _release_after(self, run_id: str, slot: RunSlot) -> None:
+        try:
+            await self._runs.wait(run_id)
+        except Exception:  # the run is gone (UnknownRun, a store error): it is not in flight
+            pass
+        finally:
+            slot.release()
 
     async def _events(self, request: Request, run_id: str) -> SSEAnswer:
         after = _after(request)

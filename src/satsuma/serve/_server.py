@@ -53,7 +53,7 @@ SurfaceFactory = Callable[[ServeContext], Surface]
 """Builds one surface over a server's runs (``MySurface(context)``, say)."""
 
 SURFACES: list[SurfaceFactory] = [
-    lambda context: ApiSurface(context.runs),
+    lambda context: ApiSurface(context.runs, slots=context.slots),
 ]
 """The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI
 and MCP add themselves here, one line each."""
