@@ -269,7 +269,7 @@ class ApiSurface:
             finally:
                 await _aclose(events)
 
-        return SSEAnswer(stream(), headers={"Cache-Control": "no-store"})
+        return SSEAnswer(stream())
 
     async def _decide(self, request: Request, run_id: str, call_id: str) -> JSONAnswer:
         view = await self._run(request, run_id, "approve")
