@@ -108,6 +108,11 @@ async def test_approvals_are_decided_one_call_at_a_time() -> None:
         assert (ended.status, ended.output) == ("completed", "Paid.")
         assert serve_agents.done == ["transfer 10 to bob"]
         assert await runs.pending() == []
+        decided = await runs._store.approvals(paused.run_id)
+        assert [(a.decision.verdict, a.decision.decided_by) for a in decided if a.decision] == [
+            ("approved", "ops"),
+            ("denied", None),
+        ]
         with pytest.raises(AlreadyDecided):
             await runs.decide(paused.run_id, second.call_id, Approve())
         # One log across the pause: numbers go on, a reader from 0 stops at the pause.
