@@ -12,14 +12,13 @@ as an unknown run does: a token learns nothing of runs outside its agents.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NoReturn
 
 import trio
 
 from ..tools import Approve, Deny
-from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAnswer
+from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAnswer, agent_id_from
 from ._runs import (
     AlreadyDecided,
     BadDecision,
@@ -32,26 +31,9 @@ from ._runs import (
 )
 from ._slots import RunSlot, RunSlots
 
-__all__ = ["ApiSurface", "check_agent_id"]
+__all__ = ["ApiSurface"]
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _IF_BUSY = ("enqueue", "reject", "interrupt")
-
-
-def check_agent_id(agent_id: str) -> str:
-    """``agent_id`` if it may name a conversation: 1-200 characters, no control
-    character, no ``/``.
-
-    Raises:
-        HTTPError: 400 naming what is wrong.
-    """
-    if not 1 <= len(agent_id) <= 200:
-        _bad(f"agent_id must be 1 to 200 characters, got {len(agent_id)}")
-    if "/" in agent_id:
-        _bad("agent_id must not contain '/'")
-    if _CONTROL.search(agent_id):
-        _bad("agent_id must not contain a control character")
-    return agent_id
 
 
 def _bad(message: str, kind: str = "bad_request") -> NoReturn:
@@ -165,7 +147,7 @@ class ApiSurface:
         parts = request.path.removeprefix("/v1/").split("/")
         if parts[0] == "agents" and len(parts) >= 4 and parts[-1] in ("runs", "messages"):
             name, agent_id = parts[1], "/".join(parts[2:-1])
-            check_agent_id(agent_id)
+            agent_id_from(agent_id)
             if parts[-1] == "runs":
                 self._method(request, "POST")
                 return await self._start(request, name, agent_id)
