@@ -108,6 +108,11 @@ async def test_approvals_are_decided_one_call_at_a_time() -> None:
         assert (ended.status, ended.output) == ("completed", "Paid.")
         assert serve_agents.done == ["transfer 10 to bob"]
         assert await runs.pending() == []
+        decided = await runs._store.approvals(paused.run_id)
+        assert [(a.decision.verdict, a.decision.decided_by) for a in decided if a.decision] == [
+            ("approved", "ops"),
+            ("denied", None),
+        ]
         with pytest.raises(AlreadyDecided):
             await runs.decide(paused.run_id, second.call_id, Approve())
         # One log across the pause: numbers go on, a reader from 0 stops at the pause.
@@ -257,3 +262,17 @@ async def test_many_readers_follow_one_live_run() -> None:
         log.append({"type": "RunEnd"})
         log.settle()
     assert all(ids == [1, 2, 3, 4, 5, 6] for ids in seen)
+
+
+async def test_a_new_run_goes_past_a_paused_one() -> None:
+    async with open_local_runs([Banker], model=scripted(*two_transfers(), "Hi.")) as runs:
+        paused = await runs.wait((await runs.start("banker", "t", "Pay")).run_id)
+        assert paused.status == "awaiting_approval"
+        later = await runs.wait((await runs.start("banker", "t", "Hello")).run_id)
+        assert (later.status, later.output) == ("completed", "Hi.")
+        gone = await runs.get(paused.run_id)
+        assert (gone.status, gone.pending) == ("cancelled", ())
+        assert await runs.pending() == []
+        with pytest.raises(AlreadyDecided):
+            await runs.decide(paused.run_id, paused.pending[0].call_id, Approve())
+        assert serve_agents.done == []

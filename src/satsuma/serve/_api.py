@@ -12,12 +12,13 @@ as an unknown run does: a token learns nothing of runs outside its agents.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NoReturn
 
+import trio
+
 from ..tools import Approve, Deny
-from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAnswer
+from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAnswer, agent_id_from
 from ._runs import (
     AlreadyDecided,
     BadDecision,
@@ -28,27 +29,11 @@ from ._runs import (
     UnknownAgent,
     UnknownRun,
 )
+from ._slots import RunSlot, RunSlots
 
-__all__ = ["ApiSurface", "check_agent_id"]
+__all__ = ["ApiSurface"]
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _IF_BUSY = ("enqueue", "reject", "interrupt")
-
-
-def check_agent_id(agent_id: str) -> str:
-    """``agent_id`` if it may name a conversation: 1-200 characters, no control
-    character, no ``/``.
-
-    Raises:
-        HTTPError: 400 naming what is wrong.
-    """
-    if not 1 <= len(agent_id) <= 200:
-        _bad(f"agent_id must be 1 to 200 characters, got {len(agent_id)}")
-    if "/" in agent_id:
-        _bad("agent_id must not contain '/'")
-    if _CONTROL.search(agent_id):
-        _bad("agent_id must not contain a control character")
-    return agent_id
 
 
 def _bad(message: str, kind: str = "bad_request") -> NoReturn:
@@ -60,16 +45,11 @@ def _not_found(message: str) -> NoReturn:
 
 
 def _allows(request: Request, scope: Scope, agent: str | None = None) -> bool:
-    principal = request.principal
-    if scope not in principal.scopes and "admin" not in principal.scopes:
-        return False
-    return agent is None or principal.agents is None or agent in principal.agents
+    return request.principal.allows(scope, agent)
 
 
 def _require(request: Request, scope: Scope, agent: str | None = None) -> None:
-    if not _allows(request, scope, agent):
-        where = f" on agent {agent!r}" if agent is not None else ""
-        raise HTTPError(403, "forbidden", f"this token has no {scope!r} scope{where}")
+    request.require(scope, agent)
 
 
 def _body(request: Request, fields: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
@@ -138,8 +118,10 @@ def _after(request: Request) -> int:
 class ApiSurface:
     """satsuma's own API (``/v1/``) over a ``Runs``."""
 
-    def __init__(self, runs: Runs) -> None:
+    def __init__(self, runs: Runs, *, slots: RunSlots | None = None) -> None:
+        """``slots``: the server's cap on runs in flight per token (none: no cap)."""
         self._runs = runs
+        self._slots = slots
 
     @property
     def prefix(self) -> str:
@@ -165,7 +147,7 @@ class ApiSurface:
         parts = request.path.removeprefix("/v1/").split("/")
         if parts[0] == "agents" and len(parts) >= 4 and parts[-1] in ("runs", "messages"):
             name, agent_id = parts[1], "/".join(parts[2:-1])
-            check_agent_id(agent_id)
+            agent_id_from(agent_id)
             if parts[-1] == "runs":
                 self._method(request, "POST")
                 return await self._start(request, name, agent_id)
@@ -225,15 +207,33 @@ class ApiSurface:
         mode: IfBusy = if_busy
         if name not in self._runs.agents:
             raise UnknownAgent(f"no agent named {name!r} is served")
+        slot = self._slots.take(request.principal) if self._slots is not None else None
         try:
-            view = await self._runs.start(name, agent_id, prompt, if_busy=mode)
-        except (UnknownAgent, Busy):
-            raise
-        except ValueError as exc:
-            _bad(str(exc))
-        if not body.get("wait", True):
-            return JSONAnswer(202, view.to_json())
-        return JSONAnswer(200, (await self._runs.wait(view.run_id)).to_json())
+            try:
+                view = await self._runs.start(name, agent_id, prompt, if_busy=mode)
+            except (UnknownAgent, Busy):
+                raise
+            except ValueError as exc:
+                _bad(str(exc))
+            if not body.get("wait", True):
+                if slot is not None:
+                    # The run outlives this request: its slot is given back when it
+                    # ends or pauses, by a task that lives no longer than the run.
+                    trio.lowlevel.spawn_system_task(self._release_after, view.run_id, slot)
+                    slot = None
+                return JSONAnswer(202, view.to_json())
+            return JSONAnswer(200, (await self._runs.wait(view.run_id)).to_json())
+        finally:
+            if slot is not None:
+                slot.release()
+
+    async def _release_after(self, run_id: str, slot: RunSlot) -> None:
+        try:
+            await self._runs.wait(run_id)
+        except Exception:  # the run is gone (UnknownRun, a store error): it is not in flight
+            pass
+        finally:
+            slot.release()
 
     async def _events(self, request: Request, run_id: str) -> SSEAnswer:
         after = _after(request)
@@ -251,7 +251,7 @@ class ApiSurface:
             finally:
                 await _aclose(events)
 
-        return SSEAnswer(stream(), headers={"Cache-Control": "no-store"})
+        return SSEAnswer(stream())
 
     async def _decide(self, request: Request, run_id: str, call_id: str) -> JSONAnswer:
         view = await self._run(request, run_id, "approve")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -211,12 +211,7 @@ class LocalRuns:
         self._nursery.start_soon(self._drive, conversation, run, drive)
         return run.view
 
-    async def _drive(
-        self,
-        conversation: _Conversation,
-        run: _Run,
-        body: Callable[[], Any],
-    ) -> None:
+    async def _drive(self, conversation: _Conversation, run: _Run, body: Callable[[], Any]) -> None:
         """Run ``body`` (a run or a resume) as the server's, and settle the run's view."""
         run.log.unsettle()
         result: RunResult[Any] | None = None
@@ -273,14 +268,26 @@ class LocalRuns:
         if run is None:
             return await self.get(run_id)
         await run.stopped.wait()
-        return run.view
+        return await self.get(run_id)
 
     async def get(self, run_id: str) -> RunView:
         """See ``Runs.get``."""
         run = self._runs.get(run_id)
-        if run is not None:
-            return run.view
-        return await self._stored_view(run_id)
+        if run is None:
+            return await self._stored_view(run_id)
+        if run.view.status == "awaiting_approval" and run.done.is_set():
+            # Paused, it may have been gone past (a later run of its conversation ends
+            # it cancelled) or taken up elsewhere: the store says which.
+            record = await self._store.get_run(run_id)
+            if record is not None and record.status != "awaiting_approval":
+                run.view = attrs.evolve(
+                    run.view,
+                    status=record.status,
+                    pending=(),
+                    ended_at=record.ended_at,
+                    error=error_json(record.error),
+                )
+        return run.view
 
     async def _record(self, run_id: str) -> tuple[RunRecord, str, str]:
         record = await self._store.get_run(run_id)
@@ -314,7 +321,7 @@ class LocalRuns:
             return attrs.evolve(view, output=internal.output_to_json(internal.raw_output(result)))
         return view
 
-    async def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[RunEvent]:
+    async def events(self, run_id: str, *, after: int = 0) -> AsyncGenerator[RunEvent, None]:
         """See ``Runs.events``. A run this server no longer holds in memory (past its
         retention, or from before a restart) gives its ``RunEnd`` alone when it ended."""
         run = self._runs.get(run_id)

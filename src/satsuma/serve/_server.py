@@ -79,7 +79,7 @@ class _MCPSurface:
 
 
 SURFACES: list[SurfaceFactory] = [
-    lambda context: ApiSurface(context.runs),
+    lambda context: ApiSurface(context.runs, slots=context.slots),
     lambda context: A2ASurface(context.runs, context.slots),
     lambda context: A2ACardSurface(context.runs),
     lambda context: AGUISurface(context.runs),
