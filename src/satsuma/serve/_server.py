@@ -77,8 +77,8 @@ class _MCPSurface:
 
 SURFACES: list[SurfaceFactory] = [
     lambda context: ApiSurface(context.runs),
-    lambda context: AGUISurface(context.runs),
-    lambda context: _MCPSurface(MCPApp(context.runs)),
+    lambda context: AGUISurface(context.runs, slots=context.slots),
+    lambda context: _MCPSurface(MCPApp(context.runs, slots=context.slots)),
 ]
 """The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI
 and MCP add themselves here, one line each."""
