@@ -276,7 +276,9 @@ async def test_resume_answers_the_interrupts_and_streams_the_rest_of_the_run() -
         run_input = parse_run_input(body)
         assert run_input.prompt is None
         surface = AGUISurface(runs)
-        events = await _events_of(await surface._resume("calc", run_input, _request("/ag-ui/calc", {})))
+        events = await _events_of(
+            await surface._resume("calc", run_input, _request("/ag-ui/calc", {}))
+        )
         # The resumed call shows again, with the model's arguments (as satsuma's
         # ToolCallStart carries them; the edit is the approval's).
         args = next(e for e in events if e.type == EventType.TOOL_CALL_ARGS)
@@ -301,7 +303,9 @@ async def test_a_cancelled_interrupt_denies_the_call() -> None:
         paused = await _stream(runs, _input("pay 5"))
         (interrupt,) = paused[-1].outcome.interrupts
         body = _input(resume=[{"interruptId": interrupt.id, "status": "cancelled"}])
-        answer = await AGUISurface(runs)._resume("calc", parse_run_input(body), _request("/ag-ui/calc", {}))
+        answer = await AGUISurface(runs)._resume(
+            "calc", parse_run_input(body), _request("/ag-ui/calc", {})
+        )
         events = await _events_of(answer)
         result = next(e for e in events if e.type == EventType.TOOL_CALL_RESULT)
         assert "Denied: the person dismissed the question" in result.content
@@ -350,7 +354,9 @@ async def test_an_answer_to_no_waiting_call_is_a_409() -> None:
     async with open_local_runs([Calc], model=ScriptedModel([])) as runs:
         body = _input(resume=[{"interruptId": "nope", "status": "cancelled"}])
         with pytest.raises(HTTPError) as caught:
-            await AGUISurface(runs)._resume("calc", parse_run_input(body), _request("/ag-ui/calc", {}))
+            await AGUISurface(runs)._resume(
+                "calc", parse_run_input(body), _request("/ag-ui/calc", {})
+            )
     assert caught.value.status == 409
     assert "no call 'nope' waits for a decision" in caught.value.message
 
@@ -503,11 +509,15 @@ async def test_a_pause_is_answered_after_a_restart_one_call_at_a_time(tmp_path: 
             return parse_run_input(_input(resume=[entry]))
 
         # One answer of two: the run still waits, for the other call only.
-        waiting = await _events_of(await surface._resume("calc", resume(first), _request("/ag-ui/calc", {})))
+        waiting = await _events_of(
+            await surface._resume("calc", resume(first), _request("/ag-ui/calc", {}))
+        )
         assert _types(waiting) == ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
         assert [i.id for i in waiting[-1].outcome.interrupts] == [second]
         # The second answer resumes it, in a server that never saw it start.
-        done = await _events_of(await surface._resume("calc", resume(second), _request("/ag-ui/calc", {})))
+        done = await _events_of(
+            await surface._resume("calc", resume(second), _request("/ag-ui/calc", {}))
+        )
         assert done[-1].result["output"] == "Both paid."
         results = [e.content for e in done if e.type == EventType.TOOL_CALL_RESULT]
         assert results == ["paid", "paid"]
