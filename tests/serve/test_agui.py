@@ -70,7 +70,7 @@ async def _stream(runs: LocalRuns, body: dict[str, Any]) -> list[Any]:
     view = await runs.start("calc", run_input.thread_id, run_input.prompt)
     surface = AGUISurface(runs)
     events = []
-    async for sse in surface._stream(run_input, view.run_id):
+    async for sse in surface._stream(view.agent, run_input, view.run_id):
         assert sse.id is None and sse.event is None
         events.append(parse(sse.data))
     check_order(events)
@@ -109,6 +109,7 @@ async def test_a_run_with_a_tool_call_is_a_well_formed_stream() -> None:
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_END",
         "STEP_FINISHED",
+        "MESSAGES_SNAPSHOT",
         "RUN_FINISHED",
     ]
     started, finished = events[0], events[-1]
@@ -132,6 +133,21 @@ async def test_a_run_with_a_tool_call_is_a_well_formed_stream() -> None:
     assert (result.tool_call_id, result.content) == (call.tool_call_id, "3")
     steps = [e.step_name for e in events if e.type == EventType.STEP_STARTED]
     assert steps == ["model_turn_1", f"tool_call_{call.tool_call_id}", "model_turn_2"]
+    # The conversation as the server keeps it: not the client's made-up history.
+    snapshot = events[-2]
+    assert snapshot.type == EventType.MESSAGES_SNAPSHOT
+    user, asked, answered, final = snapshot.messages
+    assert (user.role, user.content) == ("user", "add 1 and 2")
+    assert (asked.role, asked.content) == ("assistant", "Let me add.")
+    (tool_call,) = asked.tool_calls
+    assert (tool_call.id, tool_call.function.name) == (call.tool_call_id, "add")
+    assert json.loads(tool_call.function.arguments) == {"a": 1, "b": 2}
+    assert (answered.role, answered.tool_call_id, answered.content) == (
+        "tool",
+        call.tool_call_id,
+        "3",
+    )
+    assert (final.role, final.content) == ("assistant", "It is 3.")
 
 
 async def test_only_the_new_user_message_reaches_the_agent() -> None:
@@ -242,7 +258,7 @@ async def test_a_client_that_goes_away_cancels_nothing(
     async with open_local_runs([Calc], model=model) as runs:
         run_input = parse_run_input(_input("go on"))
         view = await runs.start("calc", run_input.thread_id, run_input.prompt)
-        stream = AGUISurface(runs)._stream(run_input, view.run_id)
+        stream = AGUISurface(runs)._stream(view.agent, run_input, view.run_id)
         async with aclosing(stream):
             first = await anext(stream)
         assert parse(first.data).type == EventType.RUN_STARTED
@@ -456,7 +472,8 @@ async def test_a_typed_output_is_the_result_as_json() -> None:
         run_input = parse_run_input(_input("the invoice"))
         view = await runs.start("billing", run_input.thread_id, run_input.prompt)
         events = [
-            parse(sse.data) async for sse in AGUISurface(runs)._stream(run_input, view.run_id)
+            parse(sse.data)
+            async for sse in AGUISurface(runs)._stream(view.agent, run_input, view.run_id)
         ]
     check_order(events)
     # The answer is the result, not a tool call of its own.
@@ -480,6 +497,7 @@ async def test_thinking_is_a_reasoning_message_before_the_text() -> None:
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_END",
         "STEP_FINISHED",
+        "MESSAGES_SNAPSHOT",
         "RUN_FINISHED",
     ]
     assert events[4].delta == "Two and two."

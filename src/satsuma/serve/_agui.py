@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from ._agui_events import AGUIStream, finished_without_end, run_error
+from ._agui_messages import to_agui_messages
 from ._agui_resume import Answer, parse_resume
 from ._hold import hand_back
 from ._http import HTTPError, JSONAnswer, Request, ServerSentEvent, SSEAnswer
@@ -166,7 +167,12 @@ class AGUISurface:
             if isinstance(error, ValueError):
                 raise _bad(str(error)) from None
             raise
-        return SSEAnswer(self._stream(run_input, view.run_id, slot=slot))
+        return SSEAnswer(self._stream(name, run_input, view.run_id, slot=slot))
+
+    async def _snapshot(self, agent: str, thread_id: str) -> dict[str, Any]:
+        """MESSAGES_SNAPSHOT: the conversation as the server keeps it, after the run."""
+        messages = await self._runs.messages(agent, thread_id)
+        return {"type": "MESSAGES_SNAPSHOT", "messages": to_agui_messages(thread_id, messages)}
 
     def _take(self, request: Request) -> RunSlot | None:
         """A run slot of the request's token (429 past its cap), if the server caps."""
@@ -218,7 +224,7 @@ class AGUISurface:
             return SSEAnswer(self._still_waiting(run_input, run_id, still))
         answered_ids = [answer.call_id for answer in run_input.answers]
         return SSEAnswer(
-            self._stream(run_input, run_id, after=after, resumed=answered_ids, slot=slot)
+            self._stream(name, run_input, run_id, after=after, resumed=answered_ids, slot=slot)
         )
 
     async def _still_waiting(
@@ -236,6 +242,7 @@ class AGUISurface:
 
     async def _stream(
         self,
+        agent: str,
         run_input: RunInput,
         satsuma_run_id: str,
         *,
@@ -250,8 +257,14 @@ class AGUISurface:
             try:
                 # Read to its end (it ends after RunEnd) rather than leaving it early,
                 # so that the Runs' own iterators close in order.
+                snapshot_sent = False
                 async for event in events:
                     for out in stream.feed(event.data):
+                        # The conversation as kept comes right before the run's end
+                        # (before the approval event of a pause).
+                        if out["type"] in ("CUSTOM", "RUN_FINISHED") and not snapshot_sent:
+                            snapshot_sent = True
+                            yield _sse(await self._snapshot(agent, run_input.thread_id))
                         yield _sse(out)
             except LookupError:
                 # The run went past its retention between start and the first event.
