@@ -18,6 +18,7 @@ import satsuma
 from satsuma import ModelError
 from satsuma.serve._agui import AGUISurface, RunInput, parse_run_input
 from satsuma.serve._agui_events import APPROVAL_EVENT, AGUIStream
+from satsuma.serve._agui_messages import to_agui_messages
 from satsuma.serve._http import HTTPError, Principal, Request, SSEAnswer
 from satsuma.serve._local import LocalRuns
 from satsuma.serve._open_runs import open_local_runs
@@ -539,3 +540,34 @@ async def test_a_pause_is_answered_after_a_restart_one_call_at_a_time(tmp_path: 
         assert done[-1].result["output"] == "Both paid."
         results = [e.content for e in done if e.type == EventType.TOOL_CALL_RESULT]
         assert results == ["paid", "paid"]
+
+
+def test_a_stored_conversation_becomes_valid_ag_ui_messages() -> None:
+    stored = [
+        {"role": "user", "content": "pay"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "s"},
+                {"type": "tool_use", "id": "c1", "name": "pay", "input": {"amount": 5}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "c1",
+                    "content": "Error: Denied: no",
+                    "is_error": True,
+                },
+                {"type": "text", "text": "why?"},
+            ],
+        },
+    ]
+    snapshot = parse({"type": "MESSAGES_SNAPSHOT", "messages": to_agui_messages("t", stored)})
+    user, asked, denied, again = snapshot.messages
+    assert (user.id, user.content) == ("t-0", "pay")
+    assert asked.content is None and asked.tool_calls[0].id == "c1"
+    assert (denied.role, denied.tool_call_id, denied.error) == ("tool", "c1", "Error: Denied: no")
+    assert (again.role, again.content) == ("user", "why?")
