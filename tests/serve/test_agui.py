@@ -18,6 +18,7 @@ import satsuma
 from satsuma import ModelError
 from satsuma.serve._agui import AGUISurface, RunInput, parse_run_input
 from satsuma.serve._agui_events import APPROVAL_EVENT, AGUIStream
+from satsuma.serve._agui_messages import to_agui_messages
 from satsuma.serve._http import HTTPError, Principal, Request, SSEAnswer
 from satsuma.serve._local import LocalRuns
 from satsuma.serve._open_runs import open_local_runs
@@ -70,7 +71,7 @@ async def _stream(runs: LocalRuns, body: dict[str, Any]) -> list[Any]:
     view = await runs.start("calc", run_input.thread_id, run_input.prompt)
     surface = AGUISurface(runs)
     events = []
-    async for sse in surface._stream(run_input, view.run_id):
+    async for sse in surface._stream(view.agent, run_input, view.run_id):
         assert sse.id is None and sse.event is None
         events.append(parse(sse.data))
     check_order(events)
@@ -109,6 +110,7 @@ async def test_a_run_with_a_tool_call_is_a_well_formed_stream() -> None:
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_END",
         "STEP_FINISHED",
+        "MESSAGES_SNAPSHOT",
         "RUN_FINISHED",
     ]
     started, finished = events[0], events[-1]
@@ -132,6 +134,21 @@ async def test_a_run_with_a_tool_call_is_a_well_formed_stream() -> None:
     assert (result.tool_call_id, result.content) == (call.tool_call_id, "3")
     steps = [e.step_name for e in events if e.type == EventType.STEP_STARTED]
     assert steps == ["model_turn_1", f"tool_call_{call.tool_call_id}", "model_turn_2"]
+    # The conversation as the server keeps it: not the client's made-up history.
+    snapshot = events[-2]
+    assert snapshot.type == EventType.MESSAGES_SNAPSHOT
+    user, asked, answered, final = snapshot.messages
+    assert (user.role, user.content) == ("user", "add 1 and 2")
+    assert (asked.role, asked.content) == ("assistant", "Let me add.")
+    (tool_call,) = asked.tool_calls
+    assert (tool_call.id, tool_call.function.name) == (call.tool_call_id, "add")
+    assert json.loads(tool_call.function.arguments) == {"a": 1, "b": 2}
+    assert (answered.role, answered.tool_call_id, answered.content) == (
+        "tool",
+        call.tool_call_id,
+        "3",
+    )
+    assert (final.role, final.content) == ("assistant", "It is 3.")
 
 
 async def test_only_the_new_user_message_reaches_the_agent() -> None:
@@ -242,7 +259,7 @@ async def test_a_client_that_goes_away_cancels_nothing(
     async with open_local_runs([Calc], model=model) as runs:
         run_input = parse_run_input(_input("go on"))
         view = await runs.start("calc", run_input.thread_id, run_input.prompt)
-        stream = AGUISurface(runs)._stream(run_input, view.run_id)
+        stream = AGUISurface(runs)._stream(view.agent, run_input, view.run_id)
         async with aclosing(stream):
             first = await anext(stream)
         assert parse(first.data).type == EventType.RUN_STARTED
@@ -276,7 +293,9 @@ async def test_resume_answers_the_interrupts_and_streams_the_rest_of_the_run() -
         run_input = parse_run_input(body)
         assert run_input.prompt is None
         surface = AGUISurface(runs)
-        events = await _events_of(await surface._resume("calc", run_input, "ann"))
+        events = await _events_of(
+            await surface._resume("calc", run_input, _request("/ag-ui/calc", {}))
+        )
         # The resumed call shows again, with the model's arguments (as satsuma's
         # ToolCallStart carries them; the edit is the approval's).
         args = next(e for e in events if e.type == EventType.TOOL_CALL_ARGS)
@@ -289,7 +308,7 @@ async def test_resume_answers_the_interrupts_and_streams_the_rest_of_the_run() -
         assert events[-1].result["output"] == "Paid 7."
         # Answering again is a conflict: nothing waits any more.
         with pytest.raises(HTTPError) as caught:
-            await surface._resume("calc", run_input, "ann")
+            await surface._resume("calc", run_input, _request("/ag-ui/calc", {}))
         assert caught.value.status == 409
     # The model saw the edited input run.
     assert "paid" in json.dumps([attrs.asdict(m) for m in model.requests[-1].messages], default=str)
@@ -301,7 +320,9 @@ async def test_a_cancelled_interrupt_denies_the_call() -> None:
         paused = await _stream(runs, _input("pay 5"))
         (interrupt,) = paused[-1].outcome.interrupts
         body = _input(resume=[{"interruptId": interrupt.id, "status": "cancelled"}])
-        answer = await AGUISurface(runs)._resume("calc", parse_run_input(body), None)
+        answer = await AGUISurface(runs)._resume(
+            "calc", parse_run_input(body), _request("/ag-ui/calc", {})
+        )
         events = await _events_of(answer)
         result = next(e for e in events if e.type == EventType.TOOL_CALL_RESULT)
         assert "Denied: the person dismissed the question" in result.content
@@ -350,7 +371,9 @@ async def test_an_answer_to_no_waiting_call_is_a_409() -> None:
     async with open_local_runs([Calc], model=ScriptedModel([])) as runs:
         body = _input(resume=[{"interruptId": "nope", "status": "cancelled"}])
         with pytest.raises(HTTPError) as caught:
-            await AGUISurface(runs)._resume("calc", parse_run_input(body), None)
+            await AGUISurface(runs)._resume(
+                "calc", parse_run_input(body), _request("/ag-ui/calc", {})
+            )
     assert caught.value.status == 409
     assert "no call 'nope' waits for a decision" in caught.value.message
 
@@ -450,7 +473,8 @@ async def test_a_typed_output_is_the_result_as_json() -> None:
         run_input = parse_run_input(_input("the invoice"))
         view = await runs.start("billing", run_input.thread_id, run_input.prompt)
         events = [
-            parse(sse.data) async for sse in AGUISurface(runs)._stream(run_input, view.run_id)
+            parse(sse.data)
+            async for sse in AGUISurface(runs)._stream(view.agent, run_input, view.run_id)
         ]
     check_order(events)
     # The answer is the result, not a tool call of its own.
@@ -474,6 +498,7 @@ async def test_thinking_is_a_reasoning_message_before_the_text() -> None:
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_END",
         "STEP_FINISHED",
+        "MESSAGES_SNAPSHOT",
         "RUN_FINISHED",
     ]
     assert events[4].delta == "Two and two."
@@ -503,11 +528,46 @@ async def test_a_pause_is_answered_after_a_restart_one_call_at_a_time(tmp_path: 
             return parse_run_input(_input(resume=[entry]))
 
         # One answer of two: the run still waits, for the other call only.
-        waiting = await _events_of(await surface._resume("calc", resume(first), "ann"))
+        waiting = await _events_of(
+            await surface._resume("calc", resume(first), _request("/ag-ui/calc", {}))
+        )
         assert _types(waiting) == ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
         assert [i.id for i in waiting[-1].outcome.interrupts] == [second]
         # The second answer resumes it, in a server that never saw it start.
-        done = await _events_of(await surface._resume("calc", resume(second), "ann"))
+        done = await _events_of(
+            await surface._resume("calc", resume(second), _request("/ag-ui/calc", {}))
+        )
         assert done[-1].result["output"] == "Both paid."
         results = [e.content for e in done if e.type == EventType.TOOL_CALL_RESULT]
         assert results == ["paid", "paid"]
+
+
+def test_a_stored_conversation_becomes_valid_ag_ui_messages() -> None:
+    stored = [
+        {"role": "user", "content": "pay"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "s"},
+                {"type": "tool_use", "id": "c1", "name": "pay", "input": {"amount": 5}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "c1",
+                    "content": "Error: Denied: no",
+                    "is_error": True,
+                },
+                {"type": "text", "text": "why?"},
+            ],
+        },
+    ]
+    snapshot = parse({"type": "MESSAGES_SNAPSHOT", "messages": to_agui_messages("t", stored)})
+    user, asked, denied, again = snapshot.messages
+    assert (user.id, user.content) == ("t-0", "pay")
+    assert asked.content is None and asked.tool_calls[0].id == "c1"
+    assert (denied.role, denied.tool_call_id, denied.error) == ("tool", "c1", "Error: Denied: no")
+    assert (again.role, again.content) == ("user", "why?")

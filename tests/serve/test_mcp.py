@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
+import httpx2
 import hypercorn.config
 import hypercorn.trio
 import mcp_types as types
@@ -20,7 +22,9 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 import satsuma
+from conftest import ServeHTTP
 from satsuma import ModelError
+from satsuma.serve import create_token
 from satsuma.serve._http import Principal
 from satsuma.serve._mcp import PRINCIPAL_KEY, MCPApp, tool_arguments
 from satsuma.serve._open_runs import open_local_runs
@@ -279,3 +283,70 @@ async def test_a_body_over_one_mib_is_refused_with_413() -> None:
         )
         assert response.status_code == 413
         assert await runs.runs() == []
+
+
+gate = {"open": trio.Event()}
+
+
+@satsuma.tool
+async def wait_for_gate() -> str:
+    """Wait until the test opens the gate."""
+    await gate["open"].wait()
+    return "opened"
+
+
+class Waiter(satsuma.Agent):
+    """Waits for the gate."""
+
+    name = "waiter"
+    tools = [wait_for_gate]
+
+
+@asynccontextmanager
+async def _token_client(url: str, token: str) -> AsyncIterator[ClientSession]:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def test_through_the_server_a_token_reaches_its_agents_and_its_cap(
+    serve_http: ServeHTTP, tmp_path: Path
+) -> None:
+    gate["open"] = trio.Event()
+    tokens = tmp_path / "tokens.txt"
+    token = create_token(tokens, name="ops", scopes=["run"], agents=["waiter", "support"])
+    models = {
+        "waiter": ScriptedModel([Reply(tool_calls=[("wait_for_gate", {})]), "Through."]),
+        "support": ScriptedModel([]),
+        "billing": ScriptedModel([]),
+    }
+    options = {"model": models, "tokens": tokens, "max_runs_per_token": 1}
+    async with (
+        serve_http([Waiter, Support, Billing], **options) as served,
+        _token_client(served.url, token) as session,
+    ):
+        listed = await session.list_tools()
+        assert [tool.name for tool in listed.tools] == ["support", "waiter"]
+        other = await session.call_tool("billing", {"prompt": "hi"})
+        assert other.is_error and "may not run 'billing'" in _text(other)
+
+        results: list[types.CallToolResult] = []
+
+        async def call_waiter() -> None:
+            results.append(await session.call_tool("waiter", {"prompt": "wait"}))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call_waiter)
+            # Once the waiter's run is in flight, a second run of the token is refused.
+            while not await served.server.asgi.runs.runs("waiter"):
+                await trio.testing.wait_all_tasks_blocked()
+            capped = await session.call_tool("support", {"prompt": "hi"})
+            assert capped.is_error
+            assert "1 runs in flight already for this token" in _text(capped)
+            gate["open"].set()
+        (waited,) = results
+        assert _text(waited) == "Through."

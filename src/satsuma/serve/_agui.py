@@ -22,9 +22,12 @@ from typing import Any
 import attrs
 
 from ._agui_events import AGUIStream, finished_without_end, run_error
+from ._agui_messages import to_agui_messages
 from ._agui_resume import Answer, parse_resume
+from ._hold import hand_back
 from ._http import HTTPError, JSONAnswer, Request, ServerSentEvent, SSEAnswer
 from ._runs import AlreadyDecided, BadDecision, PendingView, Runs, UnknownAgent, UnknownRun
+from ._slots import RunSlot, RunSlots
 
 __all__ = ["AGUISurface", "RunInput", "parse_run_input"]
 
@@ -119,10 +122,13 @@ class AGUISurface:
 
     Args:
         runs: Where the runs happen.
+        slots: The server's cap on runs in flight per token (None: no cap). A run
+            holds a slot until it ends or pauses, though its client goes away.
     """
 
-    def __init__(self, runs: Runs) -> None:
+    def __init__(self, runs: Runs, *, slots: RunSlots | None = None) -> None:
         self._runs = runs
+        self._slots = slots
 
     @property
     def prefix(self) -> str:
@@ -149,17 +155,32 @@ class AGUISurface:
         run_input = parse_run_input(request.json())
         if run_input.prompt is None:
             request.require("approve", name)
-            return await self._resume(name, run_input, request.principal.name)
+            return await self._resume(name, run_input, request)
+        slot = self._take(request)
         try:
             view = await self._runs.start(name, run_input.thread_id, run_input.prompt)
-        except UnknownAgent:
-            raise HTTPError(404, "not_found", f"no served agent is named {name!r}") from None
-        except ValueError as error:
-            raise _bad(str(error)) from None
-        return SSEAnswer(self._stream(run_input, view.run_id))
+        except BaseException as error:
+            if slot is not None:
+                slot.release()  # no run: nothing in flight
+            if isinstance(error, UnknownAgent):
+                raise HTTPError(404, "not_found", f"no served agent is named {name!r}") from None
+            if isinstance(error, ValueError):
+                raise _bad(str(error)) from None
+            raise
+        return SSEAnswer(self._stream(name, run_input, view.run_id, slot=slot))
 
-    async def _resume(self, name: str, run_input: RunInput, by: str | None) -> SSEAnswer:
+    async def _snapshot(self, agent: str, thread_id: str) -> dict[str, Any]:
+        """MESSAGES_SNAPSHOT: the conversation as the server keeps it, after the run."""
+        messages = await self._runs.messages(agent, thread_id)
+        return {"type": "MESSAGES_SNAPSHOT", "messages": to_agui_messages(thread_id, messages)}
+
+    def _take(self, request: Request) -> RunSlot | None:
+        """A run slot of the request's token (429 past its cap), if the server caps."""
+        return self._slots.take(request.principal) if self._slots is not None else None
+
+    async def _resume(self, name: str, run_input: RunInput, request: Request) -> SSEAnswer:
         """Decide the answered calls; stream the run resumed, or still waiting."""
+        by = request.principal.name
         waiting = {
             call.call_id: call
             for call in await self._runs.pending(name)
@@ -181,22 +202,30 @@ class AGUISurface:
         async for event in self._runs.events(run_id):
             after = event.id
         resumed = None
-        for answer in run_input.answers:
-            try:
-                resumed = await self._runs.decide(run_id, answer.call_id, answer.to_decision(by))
-            except AlreadyDecided as error:
-                raise HTTPError(409, "conflict", str(error)) from None
-            except BadDecision as error:
-                raise _bad(str(error)) from None
-            except UnknownRun:
-                raise HTTPError(404, "not_found", f"no run {run_id!r}") from None
+        # The last answer resumes the run: in flight again, it holds a slot.
+        slot = self._take(request)
+        try:
+            for answer in run_input.answers:
+                decision = answer.to_decision(by)
+                resumed = await self._runs.decide(run_id, answer.call_id, decision)
+        except AlreadyDecided as error:
+            raise HTTPError(409, "conflict", str(error)) from None
+        except BadDecision as error:
+            raise _bad(str(error)) from None
+        except UnknownRun:
+            raise HTTPError(404, "not_found", f"no run {run_id!r}") from None
+        finally:
+            if slot is not None and resumed is None:
+                slot.release()
         if resumed is None:
             answered = {answer.call_id for answer in run_input.answers}
             still = [call for call in waiting.values() if call.run_id == run_id]
             still = [call for call in still if call.call_id not in answered]
             return SSEAnswer(self._still_waiting(run_input, run_id, still))
         answered_ids = [answer.call_id for answer in run_input.answers]
-        return SSEAnswer(self._stream(run_input, run_id, after=after, resumed=answered_ids))
+        return SSEAnswer(
+            self._stream(name, run_input, run_id, after=after, resumed=answered_ids, slot=slot)
+        )
 
     async def _still_waiting(
         self, run_input: RunInput, run_id: str, still: list[PendingView]
@@ -213,28 +242,40 @@ class AGUISurface:
 
     async def _stream(
         self,
+        agent: str,
         run_input: RunInput,
         satsuma_run_id: str,
         *,
         after: int = 0,
         resumed: Sequence[str] = (),
+        slot: RunSlot | None = None,
     ) -> AsyncIterator[ServerSentEvent]:
         stream = AGUIStream(run_input.thread_id, run_input.run_id, resumed=resumed)
-        yield _sse(stream.start(satsuma_run_id))
-        events = self._runs.events(satsuma_run_id, after=after)
         try:
-            # Read to its end (it ends after RunEnd) rather than leaving it early, so
-            # that the Runs' own iterators close in order.
-            async for event in events:
-                for out in stream.feed(event.data):
-                    yield _sse(out)
-        except LookupError:
-            # The run went past its retention between start and the first event.
-            yield _sse(run_error("the run is no longer known", "not_found"))
-            return
+            yield _sse(stream.start(satsuma_run_id))
+            events = self._runs.events(satsuma_run_id, after=after)
+            try:
+                # Read to its end (it ends after RunEnd) rather than leaving it early,
+                # so that the Runs' own iterators close in order.
+                snapshot_sent = False
+                async for event in events:
+                    for out in stream.feed(event.data):
+                        # The conversation as kept comes right before the run's end
+                        # (before the approval event of a pause).
+                        if out["type"] in ("CUSTOM", "RUN_FINISHED") and not snapshot_sent:
+                            snapshot_sent = True
+                            yield _sse(await self._snapshot(agent, run_input.thread_id))
+                        yield _sse(out)
+            except LookupError:
+                # The run went past its retention between start and the first event.
+                yield _sse(run_error("the run is no longer known", "not_found"))
+                return
+            finally:
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if not stream.ended:
+                yield _sse(finished_without_end(run_input.thread_id, run_input.run_id))
         finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        if not stream.ended:
-            yield _sse(finished_without_end(run_input.thread_id, run_input.run_id))
+            # A client gone before the end leaves the run in flight: its slot with it.
+            hand_back(self._runs, satsuma_run_id, slot, run_over=stream.ended)

@@ -34,13 +34,13 @@ from mcp.server.lowlevel import Server as MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ..agents import Agent
-from ._http import Principal
+from ._app import PRINCIPAL_KEY
+from ._hold import hand_back
+from ._http import HTTPError, Principal
 from ._runs import Busy, Runs, RunView, UnknownAgent, UnknownRun
+from ._slots import RunSlots
 
 __all__ = ["PRINCIPAL_KEY", "MCPApp", "agent_tool", "run_result", "tool_arguments"]
-
-PRINCIPAL_KEY = "satsuma.principal"
-"""The ASGI scope key under which the server's app leaves the caller's Principal."""
 
 _INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -165,10 +165,13 @@ class MCPApp:
     Args:
         runs: Where the runs happen.
         name: The MCP server's name, as ``initialize`` answers it.
+        slots: The server's cap on runs in flight per token (None: no cap); past it a
+            call is an error result saying to retry.
     """
 
-    def __init__(self, runs: Runs, *, name: str = "satsuma") -> None:
+    def __init__(self, runs: Runs, *, name: str = "satsuma", slots: RunSlots | None = None) -> None:
         self._runs = runs
+        self._slots = slots
         self._server: MCPServer[Any] = MCPServer(
             name, on_list_tools=self._list_tools, on_call_tool=self._call_tool
         )
@@ -213,16 +216,33 @@ class MCPApp:
             prompt, agent_id = tool_arguments(params.arguments)
         except BadArguments as error:
             return _error(f"bad arguments: {error}")
+        slot = None
+        if self._slots is not None and principal is not None:
+            try:
+                slot = self._slots.take(principal)
+            except HTTPError as error:
+                return _error(error.message)
         try:
             view = await self._runs.start(name, agent_id, prompt)
-        except UnknownAgent:
-            return _error(f"no such tool: {name!r}")
-        except Busy as error:
-            return _error(f"the conversation {agent_id!r} is busy: {error}")
-        except ValueError as error:
-            return _error(f"bad arguments: {error}")
+        except BaseException as error:
+            if slot is not None:
+                slot.release()  # no run: nothing in flight
+            if isinstance(error, UnknownAgent):
+                return _error(f"no such tool: {name!r}")
+            if isinstance(error, Busy):
+                return _error(f"the conversation {agent_id!r} is busy: {error}")
+            if isinstance(error, ValueError):
+                return _error(f"bad arguments: {error}")
+            raise
+        over = False
         try:
-            return run_result(await self._runs.wait(view.run_id))
+            ended = await self._runs.wait(view.run_id)
+            over = True
+            return run_result(ended)
         except UnknownRun:
             # Past its retention before the wait read it: unlikely, and not the caller's.
+            over = True
             return _error(f"the run {view.run_id} is no longer known")
+        finally:
+            # A caller gone before the end leaves the run in flight: its slot with it.
+            hand_back(self._runs, view.run_id, slot, run_over=over)
