@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
 from serve_agents import Banker, Greeter, done, gate, scripted, two_transfers
 
+import satsuma
 from satsuma.serve import TokenBook, create_token
 from satsuma.testing import Reply
 
@@ -333,3 +335,58 @@ async def test_the_0_3_names_answer_in_0_3_shapes(serve_http: Any) -> None:
         kinds = [r.result.kind for r in results]  # type: ignore[union-attr]
         assert kinds[0] == "task" and kinds[-2:] == ["artifact-update", "status-update"]
         assert results[-1].result.final is True  # type: ignore[union-attr]
+
+
+@attrs.frozen
+class Refund:
+    amount: float
+    reason: str
+
+
+class Refunder(satsuma.Agent[Refund]):
+    """Decides refunds."""
+
+    name = "refunder"
+
+
+async def test_a_typed_output_is_a_data_artifact(serve_http: Any) -> None:
+    answer = Reply(tool_calls=[("final_answer", {"amount": 12.5, "reason": "late"})])
+    async with serve_http([Refunder], model=scripted(answer)) as served:
+        card = (await served.client.get("/.well-known/agent-card.json")).json()
+        assert card["description"] == "Decides refunds."
+        got = await result(served.client, "/a2a/refunder", "SendMessage", {"message": user("?")})
+        [artifact] = got["task"]["artifacts"]
+        assert artifact["name"] == "output"
+        assert artifact["parts"] == [
+            {"data": {"amount": 12.5, "reason": "late"}, "mediaType": "application/json"}
+        ]
+
+
+async def test_a_client_that_leaves_a_stream_cancels_nothing(serve_http: Any) -> None:
+    gate["open"] = trio.Event()
+    model = scripted(Reply(tool_calls=[("slow", {"label": "c"})]), "Finished anyway.")
+    async with serve_http([Banker], model=model) as served:
+        body = json.dumps(rpc("SendStreamingMessage", {"message": user("go")})).encode()
+        host, port = served.url.removeprefix("http://").split(":")
+        # A raw connection, to leave it as a client that goes away does: mid-stream.
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(
+            b"POST /a2a/banker HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        seen = b""
+        while b"\n\n" not in seen.partition(b"data:")[2]:
+            seen += await stream.receive_some()
+        await stream.aclose()
+        first = seen.partition(b"data:")[2].partition(b"\n\n")[0]
+        task_id = json.loads(first)["result"]["task"]["id"]
+        # Gone; the run goes on, and ends when its tool does.
+        gate["open"].set()
+        run = await served.client.get(f"/v1/runs/{task_id}")
+        while run.json()["status"] not in ("completed", "cancelled", "failed"):
+            await trio.sleep(0.01)
+            run = await served.client.get(f"/v1/runs/{task_id}")
+        got = await result(served.client, "/a2a/banker", "GetTask", {"id": task_id})
+        assert got["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert got["artifacts"][0]["parts"] == [{"text": "Finished anyway."}]

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
 from typing import Any, Final
 
 import trio
@@ -388,15 +389,16 @@ class _Call:
         async def events() -> AsyncIterator[ServerSentEvent]:
             try:
                 yield event(task_of(first))
-                async for item in _follow(runs, first):
-                    yield event(item)
+                async with aclosing(_follow(runs, first)) as items:
+                    async for item in items:
+                        yield event(item)
             finally:
                 release()
 
         return SSEAnswer(events(), headers={**_HEADERS, "Cache-Control": "no-store"})
 
 
-async def _follow(runs: Runs, first: RunView) -> AsyncIterator[wire.StreamItem]:
+async def _follow(runs: Runs, first: RunView) -> AsyncGenerator[wire.StreamItem, None]:
     """A run's progress as task events, until it ends or waits for input: a working
     status as it starts and as each tool is called, then the output's artifact and the
     final status."""
