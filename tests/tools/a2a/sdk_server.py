@@ -13,7 +13,12 @@ What the agent does depends on the first word of the user's message:
 - ``headers``: completes with the request's Authorization header as its text.
 - ``echo``: completes with the task and context ids it was given, and the text.
 
-Usage: ``python sdk_server.py LOG_FILE [--no-streaming] [--bad-card]``.
+With ``--fault`` the card sends calls to ``/fault`` instead, which answers what no good
+server would, named by the message's first word: ``http503``, ``rpc-error``,
+``not-json``, ``short-stream`` (a stream that ends while the task works), ``bad-event``
+(a stream event that is not JSON), ``silent`` (nothing, ever).
+
+Usage: ``python sdk_server.py LOG_FILE [--no-streaming] [--bad-card] [--fault]``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -129,6 +134,27 @@ class Executor(AgentExecutor):
         await event_queue.enqueue_event(event)
 
 
+async def fault(request: Request) -> Response:
+    """Answers as no good A2A server would, as the message's first word says."""
+    body = await request.json()
+    word = body["params"]["message"]["parts"][0]["text"].split()[0]
+    rpc = {"jsonrpc": "2.0", "id": body["id"]}
+    if word == "http503":
+        return PlainTextResponse("overloaded, come back later", status_code=503)
+    if word == "rpc-error":
+        return JSONResponse({**rpc, "error": {"code": -32004, "message": "not today"}})
+    if word == "not-json":
+        return HTMLResponse("<html>a login page</html>")
+    if word == "silent":
+        await asyncio.sleep(3600)
+    if word == "bad-event":
+        return Response("data: {oops\n\n", media_type="text/event-stream")
+    # short-stream: the task starts working, and the stream ends there.
+    task = {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_WORKING"}}
+    event = json.dumps({**rpc, "result": {"task": task}})
+    return Response(f"data: {event}\n\n", media_type="text/event-stream")
+
+
 def main() -> None:
     log = sys.argv[1]
     streaming = "--no-streaming" not in sys.argv
@@ -143,7 +169,7 @@ def main() -> None:
         version="1.0.0",
         supported_interfaces=[
             AgentInterface(
-                url=f"http://127.0.0.1:{port}/",
+                url=f"http://127.0.0.1:{port}/{'fault' if '--fault' in sys.argv else ''}",
                 protocol_binding="JSONRPC",
                 protocol_version="1.0",
             )
@@ -154,7 +180,10 @@ def main() -> None:
         skills=[AgentSkill(id="books", name="books", description="Bookkeeping", tags=["books"])],
     )
     handler = DefaultRequestHandler(Executor(log), InMemoryTaskStore(), card)
-    routes: list[Any] = [*create_jsonrpc_routes(handler, "/")]
+    routes: list[Any] = [
+        *create_jsonrpc_routes(handler, "/"),
+        Route("/fault", fault, methods=["POST"]),
+    ]
     if "--bad-card" in sys.argv:
 
         async def garbage(request: Request) -> PlainTextResponse:

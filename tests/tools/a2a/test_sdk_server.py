@@ -288,3 +288,42 @@ async def test_under_a_supervisor(remote: Remote) -> None:
         )
     assert outcome.content.startswith("the answer is 42")
     assert remote_agent.state.value == "stopped"
+
+
+async def test_a_task_the_remote_does_not_know_is_its_json_rpc_error_named(
+    remote: Remote,
+) -> None:
+    async with A2AAgent(remote.url) as agent:
+        (outcome,) = await satsuma.ToolRunner([agent]).execute(
+            [tool_call("ledger", {"message": "more", "task_id": "no-such-task"})]
+        )
+    assert outcome.is_error
+    assert outcome.content.startswith(
+        "Error: A2A agent ledger answered with a JSON-RPC error: TaskNotFoundError (-32001)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("word", "problem"),
+    [
+        ("http503", "answered HTTP 503: overloaded, come back later"),
+        (
+            "rpc-error",
+            "answered with a JSON-RPC error: UnsupportedOperationError (-32004): not today",
+        ),
+        ("not-json", "answered something that is not JSON: <html>a login page</html>"),
+        ("short-stream", "the stream ended before the task did (its last state: working)"),
+        ("bad-event", "sent a stream event that is not JSON: {oops"),
+        ("silent", "went silent: nothing came for 1s"),
+    ],
+)
+async def test_what_no_good_server_answers_is_a_clear_error(
+    remote_factory: Callable[..., Any], word: str, problem: str
+) -> None:
+    remote = await remote_factory("--fault")
+    async with A2AAgent(remote.url, read_timeout=1.0) as agent:
+        (outcome,) = await satsuma.ToolRunner([agent], timeout=30).execute(
+            [tool_call("ledger", {"message": word})]
+        )
+    assert outcome.is_error
+    assert outcome.content == f"Error: A2A agent ledger {problem}"
