@@ -16,7 +16,8 @@ What the agent does depends on the first word of the user's message:
 With ``--fault`` the card sends calls to ``/fault`` instead, which answers what no good
 server would, named by the message's first word: ``http503``, ``rpc-error``,
 ``not-json``, ``short-stream`` (a stream that ends while the task works), ``bad-event``
-(a stream event that is not JSON), ``silent`` (nothing, ever).
+(a stream event that is not JSON), ``silent`` (nothing, ever), ``stuck`` (the task
+starts working and nothing more comes; its ``CancelTask`` is recorded, never answered).
 
 Usage: ``python sdk_server.py LOG_FILE [--no-streaming] [--bad-card] [--fault]``.
 """
@@ -28,12 +29,19 @@ import json
 import os
 import socket
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -137,6 +145,9 @@ class Executor(AgentExecutor):
 async def fault(request: Request) -> Response:
     """Answers as no good A2A server would, as the message's first word says."""
     body = await request.json()
+    if body["method"] == "CancelTask":
+        record(request.app.state.log, {"cancel-unanswered": body["params"]["id"]})
+        await asyncio.sleep(3600)
     word = body["params"]["message"]["parts"][0]["text"].split()[0]
     rpc = {"jsonrpc": "2.0", "id": body["id"]}
     if word == "http503":
@@ -152,6 +163,13 @@ async def fault(request: Request) -> Response:
     # short-stream: the task starts working, and the stream ends there.
     task = {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_WORKING"}}
     event = json.dumps({**rpc, "result": {"task": task}})
+    if word == "stuck":
+
+        async def forever() -> AsyncIterator[str]:
+            yield f"data: {event}\n\n"
+            await asyncio.sleep(3600)
+
+        return StreamingResponse(forever(), media_type="text/event-stream")
     return Response(f"data: {event}\n\n", media_type="text/event-stream")
 
 
@@ -192,7 +210,9 @@ def main() -> None:
         routes.append(Route("/.well-known/agent-card.json", garbage))
     else:
         routes.extend(create_agent_card_routes(card))
-    app = Recorder(Starlette(routes=routes), log)
+    starlette = Starlette(routes=routes)
+    starlette.state.log = log
+    app = Recorder(starlette, log)
     config = uvicorn.Config(app, log_level="warning", lifespan="off")
     sys.stdout.write(f"port {port}\n")
     sys.stdout.flush()

@@ -327,3 +327,16 @@ async def test_what_no_good_server_answers_is_a_clear_error(
         )
     assert outcome.is_error
     assert outcome.content == f"Error: A2A agent ledger {problem}"
+
+
+async def test_a_remote_that_never_answers_cancel_task_cannot_hold_the_call(
+    remote_factory: Callable[..., Any],
+) -> None:
+    remote = await remote_factory("--fault")
+    async with A2AAgent(remote.url, cancel_timeout=0.5) as agent:
+        with trio.fail_after(20):  # not a measure: only that the call ends at all
+            (outcome,) = await satsuma.ToolRunner([agent], timeout=1.0).execute(
+                [tool_call("ledger", {"message": "stuck"})]
+            )
+    assert outcome.error_kind == "timeout"
+    assert await remote.wait_for("cancel-unanswered") == "t1"
