@@ -17,7 +17,9 @@ With ``--fault`` the card sends calls to ``/fault`` instead, which answers what 
 server would, named by the message's first word: ``http503``, ``rpc-error``,
 ``not-json``, ``short-stream`` (a stream that ends while the task works), ``bad-event``
 (a stream event that is not JSON), ``silent`` (nothing, ever), ``stuck`` (the task
-starts working and nothing more comes; its ``CancelTask`` is recorded, never answered).
+starts working and nothing more comes; its ``CancelTask`` is recorded, never answered),
+``poll`` (``SendMessage`` answers a working task; ``GetTask`` then answers it working,
+then completed).
 
 Usage: ``python sdk_server.py LOG_FILE [--no-streaming] [--bad-card] [--fault]``.
 """
@@ -142,14 +144,36 @@ class Executor(AgentExecutor):
         await event_queue.enqueue_event(event)
 
 
+def polled(asked: int) -> dict[str, Any]:
+    """The ``poll`` task as ``GetTask`` answers it the n-th time (0: when it is sent)."""
+    words = ["queued", "halfway", "done"][min(asked, 2)]
+    task: dict[str, Any] = {
+        "id": "p1",
+        "contextId": "c1",
+        "status": {
+            "state": "TASK_STATE_COMPLETED" if asked >= 2 else "TASK_STATE_WORKING",
+            "message": {"messageId": str(asked), "role": "ROLE_AGENT", "parts": [{"text": words}]},
+        },
+    }
+    if asked >= 2:
+        task["artifacts"] = [{"artifactId": "a", "parts": [{"text": "polled answer"}]}]
+    return task
+
+
 async def fault(request: Request) -> Response:
     """Answers as no good A2A server would, as the message's first word says."""
     body = await request.json()
+    rpc = {"jsonrpc": "2.0", "id": body["id"]}
     if body["method"] == "CancelTask":
         record(request.app.state.log, {"cancel-unanswered": body["params"]["id"]})
         await asyncio.sleep(3600)
+    if body["method"] == "GetTask":
+        asked = request.app.state.asked = getattr(request.app.state, "asked", 0) + 1
+        record(request.app.state.log, {"get": body["params"]["id"]})
+        return JSONResponse({**rpc, "result": polled(asked)})
     word = body["params"]["message"]["parts"][0]["text"].split()[0]
-    rpc = {"jsonrpc": "2.0", "id": body["id"]}
+    if word == "poll":
+        return JSONResponse({**rpc, "result": {"task": polled(0)}})
     if word == "http503":
         return PlainTextResponse("overloaded, come back later", status_code=503)
     if word == "rpc-error":

@@ -340,3 +340,17 @@ async def test_a_remote_that_never_answers_cancel_task_cannot_hold_the_call(
             )
     assert outcome.error_kind == "timeout"
     assert await remote.wait_for("cancel-unanswered") == "t1"
+
+
+async def test_a_task_answered_before_it_ends_is_asked_after_until_it_does(
+    remote_factory: Callable[..., Any],
+) -> None:
+    remote = await remote_factory("--fault", "--no-streaming")
+    events = EventRecorder()
+    async with A2AAgent(remote.url) as agent:
+        (outcome,) = await satsuma.ToolRunner([agent], timeout=30).execute(
+            [tool_call("ledger", {"message": "poll"})], events=events
+        )
+    assert outcome.content == "polled answer\n\n(context_id: c1)"
+    assert [event.text for event in events.of_type(satsuma.ToolProgress)] == ["halfway"]
+    assert [entry["get"] for entry in remote.entries() if "get" in entry] == ["p1", "p1"]

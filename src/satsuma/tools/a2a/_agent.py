@@ -43,6 +43,8 @@ function (sync or async) called before each request, for tokens that expire."""
 CARD_PATH: Final = ".well-known/agent-card.json"
 _NAME_INVALID: Final = re.compile(r"[^a-zA-Z0-9_-]")
 _EXCERPT: Final = 300  # characters of a remote's unreadable answer quoted in an error
+_POLL_FIRST: Final = 0.5  # seconds before a task left working is first asked after
+_POLL_MOST: Final = 5.0
 
 INPUT_SCHEMA: Final[Mapping[str, Any]] = {
     "type": "object",
@@ -304,7 +306,7 @@ class A2AAgent:
             if self.streaming:
                 await self._stream(client, params, view, ctx)
             else:
-                await self._send(client, params, view)
+                await self._send(client, params, view, ctx)
         except _Failed as failure:
             await self._cancel_remote(client, view)
             return ToolResult(f"Error: {failure}", is_error=True, details=self._details(view))
@@ -314,15 +316,38 @@ class A2AAgent:
         return self._result(view)
 
     async def _send(
-        self, client: httpx2.AsyncClient, params: Mapping[str, Any], view: TaskView
+        self,
+        client: httpx2.AsyncClient,
+        params: Mapping[str, Any],
+        view: TaskView,
+        ctx: ToolContext,
     ) -> None:
-        body = _wire.request(_wire.SEND, params)
+        envelope = await self._post(client, _wire.request(_wire.SEND, params))
+        self._apply(view, envelope)
+        # A server may answer before the task ends (it chose not to block): the task is
+        # then asked after, more and more slowly, until it ends or asks for input.
+        wait = _POLL_FIRST
+        while not view.finished:
+            if not view.task_id:
+                raise _Failed(self._problem("answered a task without an id"))
+            await trio.sleep(wait)
+            wait = min(wait * 2, _POLL_MOST)
+            before = view.status_text
+            envelope = await self._post(client, _wire.request(_wire.GET, {"id": view.task_id}))
+            try:
+                view.apply_task(_wire.result_of(envelope))
+            except WireError as exc:
+                raise _Failed(self._problem(str(exc))) from None
+            if view.state == "working" and view.status_text and view.status_text != before:
+                ctx.progress(view.status_text)
+
+    async def _post(self, client: httpx2.AsyncClient, body: Mapping[str, Any]) -> Any:
         try:
             response = await client.post(self.endpoint, json=body, headers=await self._headers())
         except httpx2.HTTPError as exc:
             raise _Failed(self._lost(exc)) from None
         self._check_status(response)
-        self._apply(view, _json(response, self._problem))
+        return _json(response, self._problem)
 
     async def _stream(
         self,
@@ -409,7 +434,10 @@ class A2AAgent:
         details = self._details(view)
         state = view.state
         if view.answer is not None:
-            return ToolResult(view.answer or "(an empty answer)", details=details)
+            text = view.answer or "(an empty answer)"
+            if view.context_id:
+                text += f"\n\n(context_id: {view.context_id})"
+            return ToolResult(text, details=details)
         ids = f"task_id={view.task_id}, context_id={view.context_id}"
         if state == "completed":
             text = view.result_text() or "(the task completed without output)"

@@ -19,6 +19,7 @@ PROTOCOL_VERSION: Final = "1.0"
 SEND: Final = "SendMessage"
 SEND_STREAMING: Final = "SendStreamingMessage"
 CANCEL: Final = "CancelTask"
+GET: Final = "GetTask"
 
 # The states a task stops in: it ended, or it waits for its client.
 TERMINAL: Final = frozenset({"completed", "failed", "canceled", "rejected"})
@@ -183,6 +184,14 @@ class TaskView:
             self._artifact(update.get("artifact"), append=bool(update.get("append")))
             return None
         raise WireError(f"answered an event that is not A2A: {_excerpt(result)}")
+
+    def apply_task(self, result: Mapping[str, Any]) -> None:
+        """Takes in the answer to ``GetTask``: a task itself, not wrapped.
+
+        Raises:
+            WireError: it is not a task.
+        """
+        self._task(result.get("task", result))
 
     def result_text(self) -> str:
         """The task's output: its artifacts' text, else its latest status text."""
