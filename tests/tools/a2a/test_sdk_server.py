@@ -354,3 +354,18 @@ async def test_a_task_answered_before_it_ends_is_asked_after_until_it_does(
     assert outcome.content == "polled answer\n\n(context_id: c1)"
     assert [event.text for event in events.of_type(satsuma.ToolProgress)] == ["halfway"]
     assert [entry["get"] for entry in remote.entries() if "get" in entry] == ["p1", "p1"]
+
+
+async def test_an_agent_whose_remote_has_a_bad_card_does_not_start(
+    remote_factory: Callable[..., Any],
+) -> None:
+    remote = await remote_factory("--bad-card")
+
+    class Clerk(satsuma.Agent):
+        name = "clerk"
+        tools = [A2AAgent(remote.url, name="books")]
+        system = "You keep accounts."
+
+    with pytest.raises(A2AAgentError, match="is not an A2A agent card"):
+        async with satsuma.open_agent(Clerk, model=ScriptedModel(["unused"])):
+            pass  # pragma: no cover
