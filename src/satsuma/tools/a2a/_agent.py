@@ -28,6 +28,7 @@ import trio
 from ..._exceptions import A2AAgentError
 from .. import Tool, ToolContext, ToolResult
 from . import _wire
+from ._card import CARD_PATH, INPUT_SCHEMA, endpoint, tool_description, tool_name
 from ._wire import TaskView, WireError
 
 __all__ = ["A2AAgent", "A2ATool", "Headers"]
@@ -40,29 +41,9 @@ Headers: TypeAlias = (
 """Headers for every request to the remote (``Authorization``, say): a mapping, or a
 function (sync or async) called before each request, for tokens that expire."""
 
-CARD_PATH: Final = ".well-known/agent-card.json"
-_NAME_INVALID: Final = re.compile(r"[^a-zA-Z0-9_-]")
 _EXCERPT: Final = 300  # characters of a remote's unreadable answer quoted in an error
 _POLL_FIRST: Final = 0.5  # seconds before a task left working is first asked after
 _POLL_MOST: Final = 5.0
-
-INPUT_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
-        "message": {"type": "string", "description": "What to tell or ask the agent."},
-        "context_id": {
-            "type": "string",
-            "description": "Continue an earlier conversation: the context_id an earlier "
-            "answer gave. Leave it out to start a new one.",
-        },
-        "task_id": {
-            "type": "string",
-            "description": "Answer a task that asked for input: the task_id it gave.",
-        },
-    },
-    "required": ["message"],
-    "additionalProperties": False,
-}
 
 
 class State(enum.Enum):
@@ -251,26 +232,13 @@ class A2AAgent:
         self.card = card
         capabilities = card.get("capabilities")
         self.streaming = isinstance(capabilities, dict) and capabilities.get("streaming") is True
-        self.endpoint = _endpoint(card, self.url)
+        self.endpoint = endpoint(card, self.url)
         self._tools = [self._make_tool(card)]
         self.generation += 1
 
     def _make_tool(self, card: Mapping[str, Any]) -> A2ATool:
-        name = self.name or (_NAME_INVALID.sub("_", card["name"]) or "a2a_agent")[:64]
-        description = str(card.get("description") or f"The remote agent {card['name']}.")
-        skills = [
-            f"- {skill.get('name') or skill.get('id')}: {skill.get('description') or ''}".rstrip(
-                ": "
-            )
-            for skill in card.get("skills") or []
-            if isinstance(skill, dict)
-        ]
-        if skills:
-            description += "\nSkills:\n" + "\n".join(skills)
-        description += (
-            "\nA remote agent (A2A): send it a message. Its answer names a context_id; "
-            "pass it back to go on with the same conversation."
-        )
+        name = self.name or tool_name(card)
+        description = tool_description(card)
         namespace = {
             "name": name,
             "description": description,
@@ -470,19 +438,6 @@ class A2AAgent:
             "context_id": view.context_id,
             "state": view.state,
         }
-
-
-def _endpoint(card: Mapping[str, Any], fallback: str) -> str:
-    """The card's JSON-RPC endpoint (1.0: ``supportedInterfaces``; 0.3: ``url``)."""
-    for interface in card.get("supportedInterfaces") or []:
-        if (
-            isinstance(interface, dict)
-            and str(interface.get("protocolBinding", "")).upper() == "JSONRPC"
-            and isinstance(interface.get("url"), str)
-        ):
-            return str(interface["url"])
-    url = card.get("url")
-    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else fallback
 
 
 async def _sse_data(response: httpx2.Response) -> AsyncGenerator[str, None]:
