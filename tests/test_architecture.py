@@ -35,6 +35,8 @@ KERNEL = frozenset(
         "_public",
         "_shapes",
         "_toolcall",
+        "_a2a",
+        "_a2a_values",
     }
 )
 # The CLI: the ``satsuma`` command and its top-level helpers, one room.

@@ -12,6 +12,8 @@ body says only "internal error" (the traceback goes to the log, never to the cli
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Literal, Protocol
 
@@ -26,6 +28,7 @@ __all__ = [
     "SSEAnswer",
     "ServerSentEvent",
     "Surface",
+    "agent_id_from",
 ]
 
 Scope = Literal["run", "read", "approve", "admin"]
@@ -53,7 +56,9 @@ class Principal:
 
     def allows(self, scope: Scope, agent: str | None = None) -> bool:
         """True if it holds ``scope`` (and reaches ``agent`` when given)."""
-        raise NotImplementedError
+        if scope not in self.scopes and "admin" not in self.scopes:
+            return False
+        return agent is None or self.agents is None or agent in self.agents
 
 
 class HTTPError(Exception):
@@ -97,12 +102,27 @@ class Request:
         Raises:
             HTTPError: 400 when the body is not JSON (or not UTF-8).
         """
-        raise NotImplementedError
+        if not self.body:
+            raise HTTPError(400, "bad_request", "the body is empty: expected JSON")
+        try:
+            return json.loads(self.body.decode("utf-8"), parse_constant=_no_constant)
+        except UnicodeDecodeError:
+            raise HTTPError(400, "bad_request", "the body is not UTF-8") from None
+        except RecursionError:
+            # A body of 1 MiB can nest deeper than the parser's recursion allows.
+            raise HTTPError(400, "bad_request", "the body's JSON nests too deep") from None
+        except ValueError as error:
+            raise HTTPError(400, "bad_request", f"the body is not JSON: {error}") from None
 
     def require(self, scope: Scope, agent: str | None = None) -> None:
         """Raise ``HTTPError`` 403 unless the principal holds ``scope`` (and reaches
         ``agent``)."""
-        raise NotImplementedError
+        if self.principal.allows(scope, agent):
+            return
+        who = f"token {self.principal.name!r}" if self.principal.name else "this token"
+        if not self.principal.allows(scope):
+            raise HTTPError(403, "forbidden", f"{who} lacks the scope {scope!r}")
+        raise HTTPError(403, "forbidden", f"{who} does not reach the agent {agent!r}")
 
 
 @attrs.frozen
@@ -150,3 +170,31 @@ class Surface(Protocol):
             HTTPError: for any answer other than success.
         """
         ...
+
+
+MAX_AGENT_ID = 200
+
+
+def agent_id_from(text: str) -> str:
+    """``text`` as an ``agent_id`` taken from a path: 1 to 200 characters, none of them
+    a control character or ``/``.
+
+    Raises:
+        HTTPError: 400 naming what is wrong (the id itself is not quoted: it may be
+            anything a client sent).
+    """
+    if not 1 <= len(text) <= MAX_AGENT_ID:
+        raise HTTPError(
+            400, "bad_request", f"an agent_id is 1 to {MAX_AGENT_ID} characters, got {len(text)}"
+        )
+    if "/" in text:
+        raise HTTPError(400, "bad_request", "an agent_id may not contain '/'")
+    if any(unicodedata.category(char) == "Cc" for char in text):
+        raise HTTPError(400, "bad_request", "an agent_id may not contain a control character")
+    return text
+
+
+def _no_constant(name: str) -> Any:
+    # NaN and Infinity are Python's extension, not JSON: a body holding them is refused
+    # rather than carried into a run where json.dumps would write them back out.
+    raise ValueError(f"{name} is not JSON")

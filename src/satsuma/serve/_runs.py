@@ -83,7 +83,15 @@ class PendingView:
 
     def to_json(self) -> dict[str, Any]:
         """The call as satsuma's API answers it (``GET /v1/approvals``)."""
-        raise NotImplementedError
+        return {
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "agent_id": self.agent_id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "input": self.input,
+            "reason": self.reason,
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -124,8 +132,22 @@ class RunView:
         return self.status in ENDED
 
     def to_json(self) -> dict[str, Any]:
-        """The run as satsuma's API answers it (``GET /v1/runs/{run_id}``)."""
-        raise NotImplementedError
+        """The run as satsuma's API answers it (``GET /v1/runs/{run_id}``): DESIGN's
+        fields, and ``prompt``, ``started_at`` and ``ended_at``, which a client showing
+        a run needs. ``pending`` is a list (empty unless ``awaiting_approval``)."""
+        return {
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "agent_id": self.agent_id,
+            "status": self.status,
+            "prompt": self.prompt,
+            "output": self.output,
+            "error": dict(self.error) if self.error is not None else None,
+            "usage": dict(self.usage),
+            "pending": [call.to_json() for call in self.pending],
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
 
 
 @attrs.frozen

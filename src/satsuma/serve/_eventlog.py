@@ -1,0 +1,101 @@
+"""The numbered events of one run, kept in memory for every reader of it.
+
+One list and one ``trio.Event`` per run, however many read it: a reader is an index into
+the list, so a thousand subscribers cost a thousand small generators, not a thousand
+channels. The list is bounded (``limit``): past it the oldest events are dropped, and a
+reader asking for them is first given one ``EventsLost`` event (numbered as the last
+event lost, so that resuming from its id goes on without a repeat) saying which ids it
+missed. A run that a person's decision resumes appends to the same log, so its numbers go
+on where they left off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import trio
+
+from ._runs import RunEvent
+
+__all__ = ["DEFAULT_EVENT_LIMIT", "EventLog"]
+
+DEFAULT_EVENT_LIMIT = 10_000
+"""Events kept per run: far past a long run's (text deltas come a few per word)."""
+
+
+class EventLog:
+    """The events of one run, numbered 1, 2, 3, ... and followed by any number of readers.
+
+    Args:
+        limit: How many events are kept; past it the oldest are dropped.
+    """
+
+    def __init__(self, limit: int = DEFAULT_EVENT_LIMIT) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got: {limit}")
+        self._limit = limit
+        self._events: list[RunEvent] = []
+        self._first = 1  # the id of self._events[0]
+        self._next = 1
+        self._changed = trio.Event()
+        # True while the run is not going on (ended, or paused awaiting approval): a
+        # reader that has read everything then stops instead of waiting.
+        self._settled = False
+
+    @property
+    def last_id(self) -> int:
+        """The id of the newest event, 0 before any."""
+        return self._next - 1
+
+    @property
+    def last_type(self) -> str | None:
+        """The type of the newest event, None before any."""
+        return self._events[-1].type if self._events else None
+
+    def append(self, data: Mapping[str, Any]) -> RunEvent:
+        """Add one event (``event_to_json``'s dict) and wake every reader."""
+        event = RunEvent(self._next, data)
+        self._next += 1
+        self._events.append(event)
+        if len(self._events) > self._limit:
+            # Dropping in blocks keeps appends O(1) amortised on a very long run.
+            drop = max(1, self._limit // 10)
+            del self._events[:drop]
+            self._first += drop
+        self._wake()
+        return event
+
+    def settle(self) -> None:
+        """The run stopped (ended or paused): readers that are done stop waiting."""
+        self._settled = True
+        self._wake()
+
+    def unsettle(self) -> None:
+        """The run goes on again (resumed after approval)."""
+        self._settled = False
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def follow(self, after: int = 0) -> AsyncGenerator[RunEvent, None]:
+        """The events numbered above ``after``, then each as it comes; it ends after a
+        ``RunEnd`` (the run ended or paused), or at once when the run has stopped and
+        nothing is newer than ``after``."""
+        after = max(0, after)
+        while True:
+            if after < self._first - 1:
+                lost = self._first - 1
+                yield RunEvent(lost, {"type": "EventsLost", "first_id": after + 1, "last_id": lost})
+                after = lost
+            if after < self.last_id:
+                event = self._events[after + 1 - self._first]
+                after = event.id
+                yield event
+                if event.type == "RunEnd":
+                    return
+                continue
+            if self._settled:
+                return
+            await self._changed.wait()

@@ -1,0 +1,252 @@
+"""``Server``: agents served over HTTP on hypercorn's trio worker, a supervisable child.
+
+It puts the pieces together: the agents' ``Runs``, the surfaces built over them, the
+ASGI ``App`` in front, and hypercorn listening. Leaving ``serve`` (a cancel, or
+``shutdown`` and its drain) closes every connection and stops every run task it
+started: nothing of it outlives its scope.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
+from typing import Any, cast, final
+
+import attrs
+import trio
+
+from ..agents import Agent, internal
+from ..models import Model
+from ..store import Store
+from ._api import ApiSurface
+from ._app import MAX_BODY, App
+from ._http import Surface
+from ._open_runs import open_local_runs
+from ._runs import Runs
+from ._slots import RunSlots
+from ._tokens import TokenBook
+
+__all__ = ["SURFACES", "ServeContext", "Server", "SurfaceFactory", "is_loopback"]
+
+log = logging.getLogger("satsuma.serve")
+
+
+@attrs.frozen
+class ServeContext:
+    """What a surface is built from.
+
+    Attributes:
+        runs: The server's runs: every surface's one way to agents.
+        slots: The cap on runs in flight per token: a surface that starts a run holds
+            one of the principal's slots while it is in flight (429 past the cap).
+    """
+
+    runs: Runs
+    slots: RunSlots
+
+
+SurfaceFactory = Callable[[ServeContext], Surface]
+"""Builds one surface over a server's runs (``MySurface(context)``, say)."""
+
+SURFACES: list[SurfaceFactory] = [
+    lambda context: ApiSurface(context.runs),
+]
+"""The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI
+and MCP add themselves here, one line each."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host that only this machine can reach (``localhost``, 127.0.0.0/8,
+    ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _served(agents: Iterable[type[Agent[Any]]]) -> dict[str, type[Agent[Any]]]:
+    by_name: dict[str, type[Agent[Any]]] = {}
+    for agent in agents:
+        name = internal.spec_of(agent).name
+        if name in by_name and by_name[name] is not agent:
+            raise ValueError(
+                f"two agent classes are named {name!r} ({by_name[name].__qualname__} and "
+                f"{agent.__qualname__}): each served class needs its own Agent.name"
+            )
+        by_name[name] = agent
+    return by_name
+
+
+RunsFactory = Callable[[], AbstractAsyncContextManager[Runs]]
+
+
+@final
+class Server:
+    """Agents served over HTTP: satsuma's API, A2A, AG-UI and MCP (docs/serve.md).
+
+    ``await sup.start_child(server)`` serves until the supervisor stops it;
+    ``server.asgi`` is the ASGI app, to mount in another trio ASGI app (its runs then
+    need ``server.open_runs()`` held around it).
+
+    Args:
+        agents: The agent classes served, each by its ``Agent.name``.
+        store: Where conversations, runs and approvals are kept (a memory store when
+            None: nothing survives a restart).
+        model: The model every agent uses, or one per agent name; by default each
+            class's own.
+        tokens: A token file's path (or a ``TokenBook``); None serves everyone with
+            every scope, and then only on a loopback host unless ``insecure``.
+        host: The address to listen on.
+        port: The port; 0 for any free one (``url`` says which, once serving).
+        insecure: Allow a host other than loopback without tokens.
+        cors_origins: Origins whose browser pages may call the server.
+        certfile: A TLS certificate (PEM) to serve HTTPS with, and its ``keyfile``.
+        max_body: Bodies longer than this many bytes are refused (413).
+        max_runs_per_token: Runs in flight per token at most (429 past it).
+        max_subscribers: SSE streams open at once at most (503 past it).
+        runs: Serve these runs instead of the agents in this process (a test's, or a
+            cluster's); ``agents`` and ``store`` are then ignored.
+        surfaces: The surfaces' factories (default: ``SURFACES``).
+
+    Raises:
+        ValueError: two classes with one name; a host beyond loopback without tokens
+            (and without ``insecure``); a certificate without its key.
+        TokenFileError: the token file cannot be read or is wrong.
+    """
+
+    def __init__(
+        self,
+        agents: Sequence[type[Agent[Any]]] = (),
+        *,
+        store: Store | None = None,
+        model: Model | Mapping[str, Model] | None = None,
+        tokens: str | os.PathLike[str] | TokenBook | None = None,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        insecure: bool = False,
+        cors_origins: Iterable[str] = (),
+        certfile: str | os.PathLike[str] | None = None,
+        keyfile: str | os.PathLike[str] | None = None,
+        max_body: int = MAX_BODY,
+        max_runs_per_token: int = 16,
+        max_subscribers: int = 1000,
+        runs: Runs | RunsFactory | None = None,
+        surfaces: Sequence[SurfaceFactory] | None = None,
+    ) -> None:
+        self.agents = _served(agents)
+        book = TokenBook.from_file(tokens) if isinstance(tokens, (str, os.PathLike)) else tokens
+        if book is None and not insecure and not is_loopback(host):
+            raise ValueError(
+                f"refusing to serve on {host} without tokens: give a token file "
+                "(satsuma serve token create), or insecure=True (--insecure) to serve "
+                "anyone who can reach it"
+            )
+        if (certfile is None) != (keyfile is None):
+            raise ValueError("a TLS certificate needs its key: give certfile and keyfile")
+        self.host = host
+        self.port = port
+        self.certfile = certfile
+        self.keyfile = keyfile
+        self.store = store
+        self.model = model
+        self._runs_given = runs
+        self._factories = list(SURFACES if surfaces is None else surfaces)
+        self._stop = trio.Event()
+        self._urls: list[str] = []
+        self.asgi = App(
+            surfaces=[],
+            runs=cast("Runs", _NotOpen()),
+            tokens=book,
+            cors_origins=frozenset(cors_origins),
+            max_body=max_body,
+            slots=RunSlots(max_runs_per_token),
+            max_subscribers=max_subscribers,
+        )
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT`` (or https) once serving, with the real port.
+
+        Raises:
+            RuntimeError: not serving yet.
+        """
+        if not self._urls:
+            raise RuntimeError("the server is not serving yet")
+        return self._urls[0]
+
+    @asynccontextmanager
+    async def open_runs(self) -> AsyncIterator[Runs]:
+        """Open the runs and build the surfaces over them, for the block: what ``serve``
+        does before listening, for an app that mounts ``asgi`` itself."""
+        async with self._open() as runs:
+            context = ServeContext(runs=runs, slots=self.asgi.slots)
+            self.asgi.runs = runs
+            self.asgi.surfaces = [factory(context) for factory in self._factories]
+            try:
+                yield runs
+            finally:
+                self.asgi.surfaces = []
+                self.asgi.runs = cast("Runs", _NotOpen())
+
+    @asynccontextmanager
+    async def _open(self) -> AsyncIterator[Runs]:
+        given = self._runs_given
+        if given is None:
+            async with open_local_runs(
+                list(self.agents.values()), store=self.store, model=self.model
+            ) as runs:
+                yield runs
+        elif callable(given) and not hasattr(given, "start"):
+            async with given() as runs:
+                yield runs
+        else:
+            yield given  # type: ignore[misc]
+
+    def shutdown(self) -> None:
+        """Drain: stop accepting, end the SSE streams, let requests in flight finish
+        (within hypercorn's graceful timeout), then return from ``serve``."""
+        self._stop.set()
+        self.asgi.stopping.set()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled or ``shutdown``; ``task_status.started()`` once it
+        accepts connections (``url`` is then known)."""
+        from hypercorn.config import Config
+        from hypercorn.trio import serve
+
+        config = Config()
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        config.bind = [f"{host}:{self.port}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("satsuma.serve.hypercorn")
+        if self.certfile is not None:
+            config.certfile = os.fspath(self.certfile)
+            config.keyfile = os.fspath(self.keyfile) if self.keyfile is not None else None
+        async with self.open_runs(), trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(
+                partial(
+                    serve,
+                    cast("Any", self.asgi),  # hypercorn types its app by its own scope TypedDicts
+                    config,
+                    shutdown_trigger=self._stop.wait,
+                    mode="asgi",
+                )
+            )
+            self._urls = binds
+            task_status.started()
+
+
+class _NotOpen:
+    """The runs of a server not serving yet: ``/readyz`` says not ready."""
+
+    async def ready(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("the server's runs are not open: serve() or open_runs() first")

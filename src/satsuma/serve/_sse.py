@@ -1,0 +1,147 @@
+"""Server-sent events over ASGI: the framing of one event, and the sending of a stream
+with keep-alives, that stops when the client goes away or the server drains.
+
+Every SSE answer of every surface goes through ``send_stream``, so the rules are kept in
+one place: each data line framed on its own (the spec splits on CR, LF and CRLF), no
+``id:`` or ``event:`` line able to break the frame, a comment every ``keepalive``
+seconds so that proxies keep the connection, and the events' iterator closed whatever
+ends the stream. Closing it cancels nothing else: a run belongs to the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ._http import HTTPError, ServerSentEvent, SSEAnswer
+
+__all__ = ["KEEPALIVE_SECONDS", "frame", "send_stream"]
+
+KEEPALIVE_SECONDS = 15.0
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# An id or event name is one field of one line: anything that would end the line (or a
+# NUL, which makes a client ignore the id) is dropped rather than allowed to forge a frame.
+_NOT_IN_FIELD = re.compile(r"[\r\n\x00]")
+_KEEPALIVE = b": keep-alive\n\n"
+
+log = logging.getLogger("satsuma.serve")
+
+Receive = Callable[[], Awaitable[Any]]
+Send = Callable[[Any], Awaitable[None]]
+StartAnswer = Callable[[int, list[tuple[bytes, bytes]]], Awaitable[None]]
+
+
+def frame(event: ServerSentEvent) -> bytes:
+    """One event as its bytes on the wire, ending with the blank line that ends it."""
+    lines = []
+    if event.event is not None:
+        lines.append(f"event: {_NOT_IN_FIELD.sub('', event.event)}")
+    if event.id is not None:
+        lines.append(f"id: {_NOT_IN_FIELD.sub('', event.id)}")
+    lines.extend(f"data: {line}" for line in _LINE_BREAK.split(event.data))
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def _error_frame(error: HTTPError) -> bytes:
+    import json
+
+    body = json.dumps({"error": {"type": error.kind, "message": error.message}})
+    return frame(ServerSentEvent(body, event="error"))
+
+
+async def send_stream(
+    answer: SSEAnswer,
+    *,
+    start: StartAnswer,
+    send: Send,
+    receive: Receive,
+    headers: list[tuple[bytes, bytes]],
+    stopping: trio.Event,
+    to_error: Callable[[Exception], HTTPError],
+    keepalive: float = KEEPALIVE_SECONDS,
+) -> None:
+    """Send ``answer``'s events until they end, the client goes away or ``stopping`` is
+    set; close the iterator in every case.
+
+    The status line and headers go out at once, so that a client knows its stream is
+    open before the first event. A failure of the iterator then ends the stream with an
+    ``error`` event (``{"error": {"type", "message"}}``): a surface that can fail at
+    once (an unknown run) checks that before it answers with a stream.
+
+    Args:
+        start: Sends the status and headers (``headers`` and the stream's own).
+        to_error: The HTTP error an exception of the iterator stands for; it raises
+            what it does not map (a bug, logged by the caller).
+    """
+    send_events, receive_events = trio.open_memory_channel[ServerSentEvent](0)
+    failure: list[Exception] = []
+    gone = False
+
+    async def begin() -> None:
+        await start(
+            answer.status,
+            [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+                # nginx buffers answers unless told not to: an event would wait there.
+                (b"x-accel-buffering", b"no"),
+                *headers,
+            ],
+        )
+
+    async def pump(events: AsyncIterator[ServerSentEvent]) -> None:
+        async with send_events:
+            try:
+                async for event in events:
+                    await send_events.send(event)
+            except Exception as error:  # told to the client below, as JSON or an event
+                failure.append(error)
+            finally:
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    with trio.CancelScope(shield=True):
+                        await aclose()
+
+    async def watch(scope: trio.CancelScope) -> None:
+        # The body was read whole before: what the server hears now is the disconnect.
+        nonlocal gone
+        while True:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                gone = True
+                scope.cancel()
+                return
+
+    async def watch_stopping(scope: trio.CancelScope) -> None:
+        await stopping.wait()
+        scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        sending = trio.CancelScope()
+        nursery.start_soon(pump, answer.events)
+        nursery.start_soon(watch, sending)
+        nursery.start_soon(watch_stopping, sending)
+        await begin()
+        with sending:
+            while True:
+                event: ServerSentEvent | None = None
+                with trio.move_on_after(keepalive if keepalive > 0 else math.inf):
+                    try:
+                        event = await receive_events.receive()
+                    except trio.EndOfChannel:
+                        break
+                # Sent outside the keep-alive's scope: a deadline never cuts a frame.
+                body = _KEEPALIVE if event is None else frame(event)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        nursery.cancel_scope.cancel()  # the pump (its iterator closed) and the watchers
+    if gone:
+        return
+    if failure:
+        error = to_error(failure[0])
+        await send({"type": "http.response.body", "body": _error_frame(error), "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

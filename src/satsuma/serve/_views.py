@@ -1,0 +1,85 @@
+"""How agents' and the store's values become the server's views of them: the stored id of
+a served conversation, usage and errors as JSON, pending calls as ``PendingView``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..store import PendingApproval
+from ..tools import PendingCall
+from ._runs import PendingView, RunView
+
+__all__ = [
+    "epoch_now",
+    "error_json",
+    "json_values",
+    "pending_view",
+    "split_stored_id",
+    "stored_id",
+    "usage_json",
+]
+
+
+def stored_id(agent: str, agent_id: str) -> str:
+    """The id a served conversation is kept under in the store (see the module)."""
+    return f"{agent}/{agent_id}"
+
+
+def split_stored_id(stored: str) -> tuple[str, str] | None:
+    """``(name, agent_id)`` of a stored id that ``stored_id`` made, else None."""
+    agent, sep, agent_id = stored.partition("/")
+    return (agent, agent_id) if sep and agent_id else None
+
+
+def usage_json(result_usage: Any) -> dict[str, int]:
+    """A ``Usage`` as the API answers it."""
+    return {
+        "input_tokens": result_usage.input_tokens,
+        "output_tokens": result_usage.output_tokens,
+        "cache_creation_input_tokens": result_usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": result_usage.cache_read_input_tokens,
+    }
+
+
+def error_json(text: str | None) -> dict[str, str] | None:
+    """A run's error text (``Kind: message``) as ``{"type", "message"}``."""
+    if text is None:
+        return None
+    kind, sep, message = text.partition(": ")
+    if sep and kind.isidentifier():
+        return {"type": kind, "message": message}
+    return {"type": "Error", "message": text}
+
+
+def json_values(value: Any) -> Any:
+    """A stored value (frozen mappings and tuples) as plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): json_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_values(v) for v in value]
+    return value
+
+
+def epoch_now() -> float:
+    """Seconds since the epoch (trio's clock is for deadlines, not for records)."""
+    return time.time()
+
+
+def pending_view(view: RunView, call: PendingCall | PendingApproval) -> PendingView:
+    """A call of ``view``'s run waiting for a decision, from the agent's or the store's
+    value of it."""
+    if isinstance(call, PendingCall):
+        call_id, tool = call.id, call.tool_name
+    else:
+        call_id, tool = call.tool_use_id, call.tool_name
+    return PendingView(
+        run_id=view.run_id,
+        agent=view.agent,
+        agent_id=view.agent_id,
+        call_id=call_id,
+        tool=tool,
+        input=json_values(call.input),
+        reason=call.reason,
+    )
