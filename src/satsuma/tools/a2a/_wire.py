@@ -1,9 +1,9 @@
-"""What an A2A client reads and writes: JSON-RPC envelopes, task states, parts, errors.
+"""What the A2A client reads and writes, on the shared kernel's A2A wire module.
 
-The A2A 1.0 JSON-RPC binding writes the protocol's messages as their protobuf JSON form
-(``TASK_STATE_COMPLETED``, ``ROLE_USER``, a part is ``{"text": ...}`` or ``{"data":
-...}``); 0.3 servers wrote lower-case states and ``kind``-tagged parts. Both are read, so
-that a task from either reads the same; requests are written in 1.0.
+``satsuma._a2a`` parses and builds the protocol's values (1.0 written, 1.0 and 0.3
+read); this module adds what only a client needs: the JSON-RPC envelope of a request and
+the reading of a response's, the error codes' names for the model to read, and a task's
+state followed event by event into the tool's result.
 """
 
 from __future__ import annotations
@@ -15,32 +15,35 @@ from typing import Any, Final
 
 import attrs
 
-PROTOCOL_VERSION: Final = "1.0"
+from ... import _a2a
+
+PROTOCOL_VERSION: Final = _a2a.PROTOCOL_VERSION
 SEND: Final = "SendMessage"
 SEND_STREAMING: Final = "SendStreamingMessage"
 CANCEL: Final = "CancelTask"
 GET: Final = "GetTask"
 
-# The states a task stops in: it ended, or it waits for its client.
+# The states a task stops in: it ended, or it waits for its client (in prose form).
 TERMINAL: Final = frozenset({"completed", "failed", "canceled", "rejected"})
 INTERRUPTED: Final = frozenset({"input-required", "auth-required"})
 
-# JSON-RPC's own codes and A2A's (the specification's "Error Handling" section).
+# JSON-RPC's own codes and A2A's (the specification's "Error Handling" section), named
+# as the specification names them, for the model and the logs to read.
 ERROR_NAMES: Final[Mapping[int, str]] = {
-    -32700: "JSON parse error",
-    -32600: "invalid request",
-    -32601: "method not found",
-    -32602: "invalid params",
-    -32603: "internal error",
-    -32001: "TaskNotFoundError",
-    -32002: "TaskNotCancelableError",
-    -32003: "PushNotificationNotSupportedError",
-    -32004: "UnsupportedOperationError",
-    -32005: "ContentTypeNotSupportedError",
-    -32006: "InvalidAgentResponseError",
-    -32007: "ExtendedAgentCardNotConfiguredError",
-    -32008: "ExtensionSupportRequiredError",
-    -32009: "VersionNotSupportedError",
+    _a2a.PARSE_ERROR: "JSON parse error",
+    _a2a.INVALID_REQUEST: "invalid request",
+    _a2a.METHOD_NOT_FOUND: "method not found",
+    _a2a.INVALID_PARAMS: "invalid params",
+    _a2a.INTERNAL_ERROR: "internal error",
+    _a2a.TASK_NOT_FOUND: "TaskNotFoundError",
+    _a2a.TASK_NOT_CANCELABLE: "TaskNotCancelableError",
+    _a2a.PUSH_NOTIFICATION_NOT_SUPPORTED: "PushNotificationNotSupportedError",
+    _a2a.UNSUPPORTED_OPERATION: "UnsupportedOperationError",
+    _a2a.CONTENT_TYPE_NOT_SUPPORTED: "ContentTypeNotSupportedError",
+    _a2a.INVALID_AGENT_RESPONSE: "InvalidAgentResponseError",
+    _a2a.EXTENDED_CARD_NOT_CONFIGURED: "ExtendedAgentCardNotConfiguredError",
+    _a2a.EXTENSION_SUPPORT_REQUIRED: "ExtensionSupportRequiredError",
+    _a2a.VERSION_NOT_SUPPORTED: "VersionNotSupportedError",
 }
 
 
@@ -55,27 +58,20 @@ def request(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
 
 def user_message(text: str, task_id: str | None, context_id: str | None) -> dict[str, Any]:
     """A user's text message; the ids continue an earlier task or conversation."""
-    message: dict[str, Any] = {
-        "messageId": uuid.uuid4().hex,
-        "role": "ROLE_USER",
-        "parts": [{"text": text}],
-    }
-    if task_id:
-        message["taskId"] = task_id
-    if context_id:
-        message["contextId"] = context_id
-    return message
+    message = _a2a.Message(
+        role="ROLE_USER",
+        parts=(_a2a.Part.of_text(text),),
+        task_id=task_id or None,
+        context_id=context_id or None,
+    )
+    return message.to_json()
 
 
 def describe_error(error: object) -> str:
     """A JSON-RPC error object as one line: its code's name, code and message."""
-    if not isinstance(error, Mapping):
-        return f"a malformed error: {_excerpt(error)}"
-    code = error.get("code")
-    message = error.get("message")
-    name = ERROR_NAMES.get(code, "error") if isinstance(code, int) else "error"
-    text = f"{name} ({code})"
-    return f"{text}: {message}" if isinstance(message, str) and message else text
+    read = _a2a.A2AError.from_json(error)
+    text = f"{ERROR_NAMES.get(read.code, 'error')} ({read.code})"
+    return f"{text}: {read.message}" if read.message else text
 
 
 def result_of(envelope: object) -> Mapping[str, Any]:
@@ -103,36 +99,27 @@ def state_name(raw: object) -> str:
     return "canceled" if name == "cancelled" else name
 
 
-def parts_text(parts: object) -> str:
-    """The text of a list of parts: text as it is, data as JSON, files named."""
-    if not isinstance(parts, list):
-        return ""
-    pieces = [_part_text(part) for part in parts if isinstance(part, Mapping)]
-    return "\n".join(piece for piece in pieces if piece)
+def parts_text(parts: tuple[_a2a.Part, ...] | list[_a2a.Part]) -> str:
+    """The text of parts: text as it is, data as JSON, files named."""
+    return "\n".join(piece for piece in map(_part_text, parts) if piece)
 
 
-def _part_text(part: Mapping[str, Any]) -> str:
-    if isinstance(part.get("text"), str):
-        return str(part["text"])
-    if "data" in part:
-        data = part["data"]
-        # 0.3 wrote {"kind": "data", "data": {...}}; 1.0 writes {"data": ...} directly.
-        return json.dumps(data, ensure_ascii=False, sort_keys=True)
-    name = part.get("filename") or part.get("name") or "unnamed"
-    media = part.get("mediaType") or "unknown type"
-    if isinstance(part.get("url"), str):
-        return f"[file {name} ({media}) at {part['url']}]"
-    if "raw" in part:
-        return f"[file {name} ({media}), {len(str(part['raw']))} characters of base64]"
-    if isinstance(part.get("file"), Mapping):  # 0.3
-        file = part["file"]
-        return f"[file {file.get('name') or 'unnamed'} ({file.get('mimeType') or media})]"
-    return ""
+def _part_text(part: _a2a.Part) -> str:
+    kind = part.kind
+    if kind == "text":
+        return part.text or ""
+    if kind == "data":
+        return json.dumps(part.data, ensure_ascii=False, sort_keys=True)
+    name = part.filename or "unnamed"
+    media = part.media_type or "unknown type"
+    if kind == "url":
+        return f"[file {name} ({media}) at {part.url}]"
+    return f"[file {name} ({media}), {len(part.raw or b'')} bytes]"
 
 
-def message_text(message: object) -> str:
+def message_text(message: _a2a.Message | None) -> str:
     """The text of a message (a status's, or a whole answer)."""
-    return parts_text(message.get("parts")) if isinstance(message, Mapping) else ""
+    return parts_text(message.parts) if message is not None else ""
 
 
 @attrs.define
@@ -152,7 +139,7 @@ class TaskView:
     context_id: str = ""
     state: str = "submitted"
     status_text: str = ""
-    artifacts: dict[str, list[Any]] = attrs.field(factory=dict)
+    artifacts: dict[str, list[_a2a.Part]] = attrs.field(factory=dict)
     answer: str | None = None
 
     @property
@@ -166,24 +153,21 @@ class TaskView:
         Raises:
             WireError: it is neither a task, a message nor an update.
         """
-        if "task" in result or result.get("kind") == "task":
-            self._task(result.get("task", result))
+        try:
+            item = _a2a.parse_stream_response(result)
+        except _a2a.A2AError as exc:
+            raise WireError(f"answered an event that is not A2A: {exc.message}") from None
+        if isinstance(item, _a2a.Task):
+            self._task(item)
             return None
-        if "message" in result or result.get("kind") == "message":
-            message = result.get("message", result)
-            self._ids(message)
-            self.answer = message_text(message)
+        self._ids(item.task_id, item.context_id)
+        if isinstance(item, _a2a.Message):
+            self.answer = message_text(item)
             return None
-        if "statusUpdate" in result or result.get("kind") == "status-update":
-            update = result.get("statusUpdate", result)
-            self._ids(update)
-            return self._status(update.get("status"))
-        if "artifactUpdate" in result or result.get("kind") == "artifact-update":
-            update = result.get("artifactUpdate", result)
-            self._ids(update)
-            self._artifact(update.get("artifact"), append=bool(update.get("append")))
-            return None
-        raise WireError(f"answered an event that is not A2A: {_excerpt(result)}")
+        if isinstance(item, _a2a.StatusUpdate):
+            return self._status(item.state, item.message)
+        self._artifact(item.artifact, append=item.append)
+        return None
 
     def apply_task(self, result: Mapping[str, Any]) -> None:
         """Takes in the answer to ``GetTask``: a task itself, not wrapped.
@@ -191,7 +175,11 @@ class TaskView:
         Raises:
             WireError: it is not a task.
         """
-        self._task(result.get("task", result))
+        try:
+            task = _a2a.Task.from_json(result.get("task", result))
+        except _a2a.A2AError as exc:
+            raise WireError(f"answered a task that is not A2A: {exc.message}") from None
+        self._task(task)
 
     def result_text(self) -> str:
         """The task's output: its artifacts' text, else its latest status text."""
@@ -201,45 +189,33 @@ class TaskView:
         text = "\n".join(t for t in texts if t)
         return text or self.status_text
 
-    def _ids(self, item: object) -> None:
-        if not isinstance(item, Mapping):
-            raise WireError(f"answered an event that is not A2A: {_excerpt(item)}")
-        task_id = item.get("taskId") or item.get("id")
-        if isinstance(task_id, str) and task_id and not self.task_id:
+    def _ids(self, task_id: str | None, context_id: str | None) -> None:
+        if task_id and not self.task_id:
             self.task_id = task_id
-        context_id = item.get("contextId")
-        if isinstance(context_id, str) and context_id:
+        if context_id:
             self.context_id = context_id
 
-    def _task(self, task: object) -> None:
-        self._ids(task)
-        assert isinstance(task, Mapping)
-        self._status(task.get("status"))
-        artifacts = task.get("artifacts")
-        if isinstance(artifacts, list):
+    def _task(self, task: _a2a.Task) -> None:
+        self._ids(task.id, task.context_id)
+        self._status(task.state, task.message)
+        if task.artifacts:
             self.artifacts.clear()
-            for artifact in artifacts:
+            for artifact in task.artifacts:
                 self._artifact(artifact, append=False)
 
-    def _status(self, status: object) -> str | None:
-        if not isinstance(status, Mapping):
-            raise WireError(f"answered a task status that is not A2A: {_excerpt(status)}")
-        self.state = state_name(status.get("state"))
-        text = message_text(status.get("message"))
+    def _status(self, state: str, message: _a2a.Message | None) -> str | None:
+        self.state = state_name(state)
+        text = message_text(message)
         if text:
             self.status_text = text
         return text or None
 
-    def _artifact(self, artifact: object, *, append: bool) -> None:
-        if not isinstance(artifact, Mapping):
-            raise WireError(f"answered an artifact that is not A2A: {_excerpt(artifact)}")
-        key = str(artifact.get("artifactId") or len(self.artifacts))
-        parts = artifact.get("parts")
-        parts = list(parts) if isinstance(parts, list) else []
+    def _artifact(self, artifact: _a2a.Artifact, *, append: bool) -> None:
+        key = artifact.artifact_id
         if append and key in self.artifacts:
-            self.artifacts[key].extend(parts)
+            self.artifacts[key].extend(artifact.parts)
         else:
-            self.artifacts[key] = parts
+            self.artifacts[key] = list(artifact.parts)
 
 
 def _excerpt(value: object, limit: int = 200) -> str:
