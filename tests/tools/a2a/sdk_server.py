@@ -21,7 +21,8 @@ starts working and nothing more comes; its ``CancelTask`` is recorded, never ans
 ``poll`` (``SendMessage`` answers a working task; ``GetTask`` then answers it working,
 then completed).
 
-Usage: ``python sdk_server.py LOG_FILE [--no-streaming] [--bad-card] [--fault]``.
+Usage: ``python sdk_server.py LOG_FILE [--no-streaming] [--bad-card] [--grpc-only]
+[--fault]``.
 """
 
 from __future__ import annotations
@@ -212,7 +213,8 @@ def main() -> None:
         supported_interfaces=[
             AgentInterface(
                 url=f"http://127.0.0.1:{port}/{'fault' if '--fault' in sys.argv else ''}",
-                protocol_binding="JSONRPC",
+                # --grpc-only: a card whose one interface is not JSON-RPC.
+                protocol_binding="GRPC" if "--grpc-only" in sys.argv else "JSONRPC",
                 protocol_version="1.0",
             )
         ],

@@ -369,3 +369,16 @@ async def test_an_agent_whose_remote_has_a_bad_card_does_not_start(
     with pytest.raises(A2AAgentError, match="is not an A2A agent card"):
         async with satsuma.open_agent(Clerk, model=ScriptedModel(["unused"])):
             pass  # pragma: no cover
+
+
+async def test_a_card_without_a_json_rpc_interface_is_a_start_error(
+    remote_factory: Callable[..., Any],
+) -> None:
+    remote = await remote_factory("--grpc-only")
+    with pytest.raises(A2AAgentError) as caught:
+        async with A2AAgent(remote.url):
+            pass  # pragma: no cover
+    assert str(caught.value) == (
+        f"A2A agent ledger at {remote.url}/.well-known/agent-card.json: "
+        "is not a usable A2A agent card: the agent card names no JSON-RPC endpoint"
+    )

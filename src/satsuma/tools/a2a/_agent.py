@@ -25,10 +25,11 @@ from urllib.parse import urljoin
 import httpx2
 import trio
 
+from ... import _a2a
 from ..._exceptions import A2AAgentError
 from .. import Tool, ToolContext, ToolResult
 from . import _wire
-from ._card import CARD_PATH, INPUT_SCHEMA, endpoint, tool_description, tool_name
+from ._card import CARD_PATH, INPUT_SCHEMA, tool_description, tool_name
 from ._wire import TaskView, WireError
 
 __all__ = ["A2AAgent", "A2ATool", "Headers"]
@@ -230,9 +231,14 @@ class A2AAgent:
                 f"is not an A2A agent card (a JSON object with a name): {_body(response)}",
             )
         self.card = card
-        capabilities = card.get("capabilities")
-        self.streaming = isinstance(capabilities, dict) and capabilities.get("streaming") is True
-        self.endpoint = endpoint(card, self.url)
+        try:
+            read = _a2a.AgentCard.from_json(card)
+        except _a2a.A2AError as exc:
+            raise A2AAgentError(
+                self._label, self.card_url, f"is not a usable A2A agent card: {exc.message}"
+            ) from None
+        self.streaming = read.streaming
+        self.endpoint = read.url
         self._tools = [self._make_tool(card)]
         self.generation += 1
 

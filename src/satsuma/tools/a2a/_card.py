@@ -1,8 +1,7 @@
-"""What an A2A agent card tells a client: where to send calls, and the tool it makes.
+"""The tool an A2A agent card makes: its name, description and input schema.
 
-A card is read leniently (only ``name`` is required): the tool's description comes from
-the card's description and skills, and calls go to its JSON-RPC interface (1.0:
-``supportedInterfaces``; 0.3: ``url``), else to the URL the card was found under.
+Where calls go and whether the agent streams are read from the card by the shared
+kernel's wire module (``satsuma._a2a.AgentCard``); this is what the model reads.
 """
 
 from __future__ import annotations
@@ -53,16 +52,3 @@ def tool_description(card: Mapping[str, Any]) -> str:
         "\nA remote agent (A2A): send it a message. Its answer names a context_id; "
         "pass it back to go on with the same conversation."
     )
-
-
-def endpoint(card: Mapping[str, Any], fallback: str) -> str:
-    """The card's JSON-RPC endpoint (1.0: ``supportedInterfaces``; 0.3: ``url``)."""
-    for interface in card.get("supportedInterfaces") or []:
-        if (
-            isinstance(interface, dict)
-            and str(interface.get("protocolBinding", "")).upper() == "JSONRPC"
-            and isinstance(interface.get("url"), str)
-        ):
-            return str(interface["url"])
-    url = card.get("url")
-    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else fallback
