@@ -180,7 +180,9 @@ def test_the_agent_card_is_read_by_the_sdk_and_back() -> None:
         skills=[{"id": "support", "name": "support", "description": "d", "tags": ["chat"]}],
         bearer=True,
     )
-    card = sdk_parse(written, a2a_pb2.AgentCard())
+    from a2a.client.card_resolver import parse_agent_card
+
+    card = parse_agent_card(dict(written))
     assert card.supported_interfaces[0].protocol_binding == "JSONRPC"
     assert card.capabilities.streaming and not card.capabilities.push_notifications
     assert "bearer" in card.security_schemes

@@ -57,6 +57,7 @@ CLI = frozenset(
         "_runs_command",
         "_chat_command",
         "_fake_server",
+        "_serve_command",
     }
 )
 PACKAGES = ("models", "agents", "supervisor", "store", "cluster", "serve", "evals", "testing")

@@ -184,6 +184,106 @@ def parse_stream_response(value: Any) -> StreamItem:
     raise A2AError(INVALID_AGENT_RESPONSE, "the result is no task, message or task event")
 
 
+# -- the 0.3 dialect ----------------------------------------------------------------
+# A request named by its 0.3 method name is answered in 0.3's shapes: each object says
+# its ``kind``, states and roles are lower-case, a part is ``{"kind": ...}``, a result
+# is the task or message itself (not under ``task``/``message``), and a status update
+# says whether it is ``final``.
+
+_STATE_0_3: Final[Mapping[str, str]] = {
+    "TASK_STATE_SUBMITTED": "submitted",
+    "TASK_STATE_WORKING": "working",
+    "TASK_STATE_INPUT_REQUIRED": "input-required",
+    "TASK_STATE_AUTH_REQUIRED": "auth-required",
+    "TASK_STATE_COMPLETED": "completed",
+    "TASK_STATE_CANCELED": "canceled",
+    "TASK_STATE_FAILED": "failed",
+    "TASK_STATE_REJECTED": "rejected",
+    "TASK_STATE_UNSPECIFIED": "unknown",
+}
+_ROLE_0_3: Final[Mapping[str, str]] = {"ROLE_USER": "user", "ROLE_AGENT": "agent"}
+
+
+def _part_0_3(part: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any]
+    if "text" in part:
+        out = {"kind": "text", "text": part["text"]}
+    elif "data" in part:
+        data = part["data"]
+        # 0.3's data part holds an object only: another value goes under "value".
+        out = {"kind": "data", "data": data if isinstance(data, Mapping) else {"value": data}}
+    else:
+        file: dict[str, Any] = (
+            {"uri": part["url"]} if "url" in part else {"bytes": part.get("raw", "")}
+        )
+        if "mediaType" in part:
+            file["mimeType"] = part["mediaType"]
+        if "filename" in part:
+            file["name"] = part["filename"]
+        out = {"kind": "file", "file": file}
+    if "metadata" in part:
+        out["metadata"] = part["metadata"]
+    return out
+
+
+def _message_0_3(message: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **message,
+        "kind": "message",
+        "role": _ROLE_0_3.get(message.get("role", ""), "agent"),
+        "parts": [_part_0_3(p) for p in message.get("parts", ())],
+    }
+
+
+def _status_0_3(status: Mapping[str, Any]) -> dict[str, Any]:
+    out = {**status, "state": _STATE_0_3.get(status.get("state", ""), "unknown")}
+    if "message" in status:
+        out["message"] = _message_0_3(status["message"])
+    return out
+
+
+def _artifact_0_3(artifact: Mapping[str, Any]) -> dict[str, Any]:
+    return {**artifact, "parts": [_part_0_3(p) for p in artifact.get("parts", ())]}
+
+
+def _task_0_3(task: Mapping[str, Any]) -> dict[str, Any]:
+    out = {**task, "kind": "task", "status": _status_0_3(task["status"])}
+    if "artifacts" in task:
+        out["artifacts"] = [_artifact_0_3(a) for a in task["artifacts"]]
+    if "history" in task:
+        out["history"] = [_message_0_3(m) for m in task["history"]]
+    return out
+
+
+def result_0_3(method: str, result: Any) -> Any:
+    """A 1.0 result of ``method`` (its 1.0 name) in 0.3's shapes."""
+    if method in ("GetTask", "CancelTask"):
+        return _task_0_3(result)
+    if method == "ListTasks":
+        return {**result, "tasks": [_task_0_3(t) for t in result.get("tasks", ())]}
+    if "task" in result:
+        return _task_0_3(result["task"])
+    if "message" in result:
+        return _message_0_3(result["message"])
+    if "statusUpdate" in result:
+        update = result["statusUpdate"]
+        state = update["status"].get("state")
+        return {
+            **update,
+            "kind": "status-update",
+            "status": _status_0_3(update["status"]),
+            "final": state in TERMINAL_STATES or state == "TASK_STATE_INPUT_REQUIRED",
+        }
+    if "artifactUpdate" in result:
+        update = result["artifactUpdate"]
+        return {
+            **update,
+            "kind": "artifact-update",
+            "artifact": _artifact_0_3(update["artifact"]),
+        }
+    return result
+
+
 # -- the agent card -----------------------------------------------------------------
 
 
@@ -207,6 +307,11 @@ def agent_card(
         "supportedInterfaces": [
             {"url": url, "protocolBinding": JSONRPC_BINDING, "protocolVersion": PROTOCOL_VERSION}
         ],
+        # 0.3's connection fields, for 0.3 clients: the same endpoint answers 0.3's
+        # method names in 0.3's shapes. A 1.0 client reads supportedInterfaces.
+        "url": url,
+        "preferredTransport": JSONRPC_BINDING,
+        "protocolVersion": "0.3.0",
         "capabilities": {"streaming": streaming, "pushNotifications": False},
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["command_parser"]
+__all__ = ["command_parser", "token_parser"]
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -122,6 +122,63 @@ def command_parser() -> argparse.ArgumentParser:
         type=_seconds,
         help="how often to look for work besides the database's notifications (default: 2)",
     )
+    serve = commands.add_parser(
+        "serve",
+        help="serve agent classes over HTTP (satsuma's API, A2A, AG-UI, MCP) until SIGTERM "
+        "or Ctrl-C; `satsuma serve token create` makes a token",
+        description="Serve agent classes over HTTP until SIGTERM or Ctrl-C, which drain it. "
+        "Make a token with: satsuma serve token create --token-file tokens.txt --scopes "
+        "run,read [--agents NAME,...] --name NAME",
+    )
+    serve.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="MODULE:AgentClass or path/to/file.py:AgentClass, one for each class served",
+    )
+    serve.add_argument(
+        "--store",
+        help="where conversations, runs and approvals are kept: a SQLite file (default: "
+        "in memory, lost when the server stops)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=_port, default=8000, help="the port (default: 8000; 0 for any free one)"
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        help="the bearer tokens accepted (their hashes, from `satsuma serve token create`); "
+        "without it every request has every scope, and only loopback is served",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a host other than loopback without tokens: anyone who reaches it may "
+        "run the agents",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let browser pages from this origin call the server, e.g. "
+        "https://app.example.com (repeat for more; none by default)",
+    )
+    serve.add_argument("--certfile", type=Path, help="serve HTTPS with this certificate (PEM)")
+    serve.add_argument("--keyfile", type=Path, help="the certificate's private key (PEM)")
+    serve.add_argument(
+        "--node",
+        action="store_true",
+        help="also serve a cluster's queued runs in this process (with a PostgreSQL --store)",
+    )
+    serve.add_argument(
+        "--model",
+        help="a model alias or id, instead of the classes'; 'fake' for the offline fake "
+        "model (no key, no network)",
+    )
     cluster = commands.add_parser("cluster", help="look at a cluster: cluster status")
     cluster_commands = cluster.add_subparsers(
         dest="cluster_command", required=True, metavar="COMMAND"
@@ -223,6 +280,37 @@ def command_parser() -> argparse.ArgumentParser:
 
 
 _CAPABILITIES = ("read", "write", "shell", "network")
+
+
+def token_parser() -> argparse.ArgumentParser:
+    """The parser of ``satsuma serve token create`` (apart from ``serve``'s, whose
+    positional targets would take ``token`` for an agent)."""
+    parser = argparse.ArgumentParser(
+        prog="satsuma serve token",
+        description="Make a bearer token for `satsuma serve`: it is printed once, on "
+        "stdout, and only its hash is appended to the token file.",
+    )
+    commands = parser.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
+    create = commands.add_parser(
+        "create", help="make a token, print it once and append its hash to the token file"
+    )
+    create.add_argument(
+        "--token-file", type=Path, required=True, help="the file (created, mode 0600)"
+    )
+    create.add_argument(
+        "--scopes",
+        required=True,
+        help="what it may do, comma-separated: run, read, approve, admin (admin: all)",
+    )
+    create.add_argument(
+        "--agents",
+        default="*",
+        help="the agent names it reaches, comma-separated (default: *, every agent)",
+    )
+    create.add_argument(
+        "--name", required=True, help="its name, in logs and errors (unique in the file)"
+    )
+    return parser
 
 
 def _installed_version() -> str:

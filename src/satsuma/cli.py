@@ -1,5 +1,6 @@
 """The ``satsuma`` command: ``demo``, ``run``, ``chat``, ``runs``, ``resume``,
-``fake-server``, ``store prune``, and for a cluster ``node`` and ``cluster status``.
+``fake-server``, ``store prune``, ``serve`` (and ``serve token create``), and for a
+cluster ``node`` and ``cluster status``.
 
 Errors a user can cause print one line on stderr and exit non-zero, never a traceback:
 2 for a mistake on the command line (bad target, no key, bad option), 1 for a run that
@@ -23,7 +24,10 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status."""
-    args = command_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:2] == ["serve", "token"]:
+        return _token(words[2:])
+    args = command_parser().parse_args(words)
     # Imported after parsing, so that `satsuma --help` answers at once.
     import trio
     from rich.console import Console
@@ -64,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return served
         if args.command == "node":
             return _node(args, console, errors)
+        if args.command == "serve":
+            from ._serve_command import serve_command
+
+            return serve_command(args, console, errors)
         if args.command == "cluster":
             from ._cluster_commands import show_status
 
@@ -162,6 +170,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(errors, _traceback(error))
         return 1
     return _ended(result, errors, target, where.shown if where else None)
+
+
+def _token(argv: list[str]) -> int:
+    from rich.console import Console
+
+    from ._command_error import CommandError
+    from ._serve_command import create_token_command
+    from ._terminal import say
+
+    try:
+        return create_token_command(argv)
+    except CommandError as error:
+        say(Console(stderr=True), f"satsuma: error: {error}")
+        return 2
 
 
 def _traceback(error: BaseException) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from serve_agents import Greeter, scripted
 
@@ -90,3 +91,35 @@ async def test_leaving_serve_stops_every_task(tmp_path: Path) -> None:
             pass
         else:
             raise AssertionError("the server still answers")
+
+
+# The MCP SDK's client leaves its response streams to the garbage collector on close,
+# which trio reports as a ResourceWarning (an SDK matter, as in test_mcp.py).
+@pytest.mark.filterwarnings("ignore:Async generator 'httpx2:ResourceWarning")
+@pytest.mark.filterwarnings("ignore:Async generator 'httpcore2:ResourceWarning")
+async def test_every_surface_is_behind_the_tokens(serve_http: Any, tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    tokens = tmp_path / "tokens.txt"
+    token = create_token(tokens, name="ops", scopes=["run", "read"])
+    async with serve_http([Greeter], model=scripted("Hello!"), tokens=tokens) as served:
+        for method, path in [
+            ("POST", "/mcp"),
+            ("POST", "/ag-ui/greeter"),
+            ("GET", "/v1/approvals"),
+        ]:
+            refused = await served.client.request(method, path, json={})
+            assert refused.status_code == 401, path
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(f"{served.url}/mcp", http_client=http) as (read, write, *_),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = await session.list_tools()
+            assert [tool.name for tool in listed.tools] == ["greeter"]
+            result = await session.call_tool("greeter", {"prompt": "Hi"})
+            assert not result.is_error

@@ -12,7 +12,7 @@ import ipaddress
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Any, cast, final
 
@@ -22,9 +22,12 @@ import trio
 from ..agents import Agent, internal
 from ..models import Model
 from ..store import Store
+from ._a2a import A2ACardSurface, A2ASurface
+from ._agui import AGUISurface
 from ._api import ApiSurface
 from ._app import MAX_BODY, App
-from ._http import Surface
+from ._http import JSONAnswer, Request, SSEAnswer, Surface
+from ._mcp import MCPApp
 from ._open_runs import open_local_runs
 from ._runs import Runs
 from ._slots import RunSlots
@@ -52,8 +55,33 @@ class ServeContext:
 SurfaceFactory = Callable[[ServeContext], Surface]
 """Builds one surface over a server's runs (``MySurface(context)``, say)."""
 
+
+@final
+@attrs.frozen
+class _MCPSurface:
+    """``/mcp``: the MCP SDK's own ASGI app behind the server's app (which reads no body
+    for it, but keeps the limit and leaves the principal in the scope)."""
+
+    app: MCPApp
+    prefix: str = "/mcp"
+
+    @property
+    def asgi(self) -> Any:
+        return self.app
+
+    def open(self) -> AbstractAsyncContextManager[None]:
+        return self.app.run()
+
+    async def handle(self, request: Request) -> JSONAnswer | SSEAnswer:
+        raise AssertionError("an ASGI surface is called through asgi")  # pragma: no cover
+
+
 SURFACES: list[SurfaceFactory] = [
     lambda context: ApiSurface(context.runs),
+    lambda context: A2ASurface(context.runs, context.slots),
+    lambda context: A2ACardSurface(context.runs),
+    lambda context: AGUISurface(context.runs),
+    lambda context: _MCPSurface(MCPApp(context.runs)),
 ]
 """The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI
 and MCP add themselves here, one line each."""
@@ -184,10 +212,17 @@ class Server:
     async def open_runs(self) -> AsyncIterator[Runs]:
         """Open the runs and build the surfaces over them, for the block: what ``serve``
         does before listening, for an app that mounts ``asgi`` itself."""
-        async with self._open() as runs:
+        async with self._open() as runs, AsyncExitStack() as lifetimes:
             context = ServeContext(runs=runs, slots=self.asgi.slots)
+            surfaces = [factory(context) for factory in self._factories]
+            for surface in surfaces:
+                # A surface with a lifetime of its own (MCP's session manager) has it
+                # within the runs' own.
+                opener = getattr(surface, "open", None)
+                if opener is not None:
+                    await lifetimes.enter_async_context(opener())
             self.asgi.runs = runs
-            self.asgi.surfaces = [factory(context) for factory in self._factories]
+            self.asgi.surfaces = surfaces
             try:
                 yield runs
             finally:
