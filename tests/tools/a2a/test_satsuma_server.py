@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import trio
 
@@ -98,3 +99,41 @@ async def test_without_the_token_the_start_names_the_401(tmp_path: Path) -> None
         'agent card not fetched: HTTP 401: {"error": {"type": "unauthorized", '
         '"message": "a bearer token is required: Authorization: Bearer TOKEN"}}'
     )
+
+
+@satsuma.tool
+async def audit(year: int) -> str:
+    """Audit a year's books (it never ends: the caller's deadline ends it).
+
+    Args:
+        year: Which year.
+    """
+    await trio.sleep_forever()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class Auditor(satsuma.Agent):
+    name = "auditor"
+    tools = [audit]
+
+
+async def test_the_deadline_cancels_the_served_run() -> None:
+    script = [Reply(tool_calls=[("audit", {"year": 2025})]), "never said"]
+    server = Server([Auditor], model=ScriptedModel(script), port=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        async with A2AAgent(f"{server.url}/a2a/auditor") as remote:
+            (outcome,) = await satsuma.ToolRunner([remote], timeout=2.0).execute(
+                [tool_call("auditor", {"message": "audit 2025"})]
+            )
+            # The timed-out outcome carries no task id: the server's one task is it.
+            async with httpx2.AsyncClient() as client:
+                answer = await client.post(
+                    f"{server.url}/a2a/auditor",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}},
+                    headers={"A2A-Version": "1.0"},
+                )
+        nursery.cancel_scope.cancel()
+    assert outcome.error_kind == "timeout"
+    (task,) = answer.json()["result"]["tasks"]
+    assert task["status"]["state"] == "TASK_STATE_CANCELED"
