@@ -62,7 +62,17 @@ CLI = frozenset(
 )
 PACKAGES = ("models", "agents", "supervisor", "store", "cluster", "serve", "evals", "testing")
 _BELOW_SERVE = frozenset(
-    {"tools", "tools.builtin", "tools.mcp", "models", "agents", "supervisor", "store", "cluster"}
+    {
+        "tools",
+        "tools.builtin",
+        "tools.mcp",
+        "tools.a2a",
+        "models",
+        "agents",
+        "supervisor",
+        "store",
+        "cluster",
+    }
 )
 # Room -> the other rooms it may import (the kernel always; its own room always). The
 # arrows of DESIGN.md "Layout": a room may use those below it, never one above or beside.
@@ -71,6 +81,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "tools": frozenset(),
     "tools.builtin": frozenset({"tools"}),
     "tools.mcp": frozenset({"tools"}),
+    "tools.a2a": frozenset({"tools"}),
     "models": frozenset(),
     "store": frozenset(),
     # The store sits below the agents (it knows only the kernel's messages): an agent
@@ -121,7 +132,11 @@ def room_of(module: str) -> str | None:
     if not parts:
         return "satsuma"
     if parts[0] == "tools":
-        return "tools." + parts[1] if len(parts) > 1 and parts[1] in ("builtin", "mcp") else "tools"
+        return (
+            "tools." + parts[1]
+            if len(parts) > 1 and parts[1] in ("builtin", "mcp", "a2a")
+            else "tools"
+        )
     if parts[0] in PACKAGES:
         return parts[0]
     if len(parts) == 1 and parts[0] in KERNEL:
@@ -420,6 +435,7 @@ def test_an_allowed_private_import_is_not_reported(
         ("satsuma._commands", "cli"),
         ("satsuma.tools._runner", "tools"),
         ("satsuma.tools.mcp._server", "tools.mcp"),
+        ("satsuma.tools.a2a._agent", "tools.a2a"),
         ("satsuma.tools.builtin", "tools.builtin"),
         ("satsuma.models._anthropic", "models"),
         ("satsuma._codec", None),

@@ -18,6 +18,7 @@ The hierarchy::
     ├── RunNotAwaitingApproval resume with decisions, on a run no longer paused (also a ValueError)
     ├── NoOutput               ``result.output`` of a typed run that did not complete (no answer)
     ├── MCPServerError         an MCP server could not start, or exited under ``serve``
+    ├── A2AAgentError          a remote A2A agent's card could not be fetched or read
     └── SupervisorFailed       a supervisor gave up (restart intensity) or a child failed to start
 
 Each exception keeps its data as attributes and builds its own message, so every fixed
@@ -47,6 +48,7 @@ __all__ = [
     "RunNotAwaitingApproval",
     "NoOutput",
     "MCPServerError",
+    "A2AAgentError",
     "SupervisorFailed",
     "missing_api_key",
 ]
@@ -367,3 +369,24 @@ class MCPServerError(SatsumaError):
         self.server = server
         self.problem = problem
         super().__init__(f"MCP server {server} {problem}")
+
+
+class A2AAgentError(SatsumaError):
+    """A remote A2A agent could not be reached as a tool: its agent card could not be
+    fetched, or what came back is not a card.
+
+    Raised when an ``A2AAgent`` starts (``async with``, ``serve``, or the agent that lists
+    it). Calls do not raise: a remote that fails mid-call answers the model with an error
+    result that names the problem.
+
+    Attributes:
+        agent: The name the remote agent was given, or its URL.
+        url: The URL that was asked.
+        problem: What went wrong.
+    """
+
+    def __init__(self, agent: str, url: str, problem: str) -> None:
+        self.agent = agent
+        self.url = url
+        self.problem = problem
+        super().__init__(f"A2A agent {agent} at {url}: {problem}")
