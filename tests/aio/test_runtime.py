@@ -415,3 +415,24 @@ def test_keyboard_interrupt_in_trio_stops_the_loop() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(main())
+
+
+def test_an_open_agent_can_be_stopped_before_the_runtime_closes() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            agent = await rt.open_agent(Helper, model=stuck_then())
+            started = asyncio.Event()
+            task = asyncio.create_task(
+                agent.run("go", events=lambda e: isinstance(e, ToolCallStart) and started.set())
+            )
+            await started.wait()
+            await agent.aclose()
+            assert (await task).status == "cancelled"
+            with pytest.raises(AgentUnavailable):
+                await agent.run("again")
+            await agent.aclose()  # harmless
+            supervised = await rt.start_child(Helper, model=ScriptedModel([]))
+            with pytest.raises(TypeError, match="terminate_child"):
+                await supervised.aclose()
+
+    run_async(main)

@@ -19,7 +19,7 @@ from ..tools import Approve, Deny
 from ._bridge import wait_out
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from .._messages import Message
     from ._bridge import Bridge
@@ -44,9 +44,16 @@ class AsyncioAgentHandle(Generic[OutputT]):
     run. Errors arrive as the same exceptions ``satsuma.AgentHandle`` raises.
     """
 
-    def __init__(self, bridge: Bridge, handle: AgentHandle[OutputT]) -> None:
+    def __init__(
+        self,
+        bridge: Bridge,
+        handle: AgentHandle[OutputT],
+        *,
+        stop: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._bridge = bridge
         self._handle = handle
+        self._stop = stop
 
     @property
     def name(self) -> str:
@@ -168,6 +175,22 @@ class AsyncioAgentHandle(Generic[OutputT]):
     async def reset(self) -> None:
         """Forget the conversation, after the runs queued before this call."""
         await self._bridge.call(self._handle.reset)
+
+    async def aclose(self) -> None:
+        """Stop an agent of ``Runtime.open_agent`` before the runtime closes: a run in
+        progress ends ``cancelled``; returns once the agent has stopped. Later calls
+        raise ``AgentUnavailable``. Stopping it twice is harmless.
+
+        Raises:
+            TypeError: the agent is supervised (``start_child``): stop it through
+                ``rt.supervisor.terminate_child(id)``, or its supervisor would restart it.
+        """
+        if self._stop is None:
+            raise TypeError(
+                f"agent {self.agent_id} is supervised: stop it with "
+                "rt.supervisor.terminate_child(id), not aclose()"
+            )
+        await self._bridge.call(self._stop)
 
     def __repr__(self) -> str:
         return f"<satsuma.aio agent {self.name} {self.agent_id}>"

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar, final
 
+import attrs
 import trio
 
 from ..agents import Agent, AgentHandle, open_agent
@@ -29,6 +30,15 @@ logger = logging.getLogger("satsuma.aio")
 
 T = TypeVar("T")
 OutputT = TypeVar("OutputT")
+
+
+@attrs.frozen
+class _Held:
+    """An agent of ``open_agent`` as its holding task hands it over: its handle, and how
+    to stop it (cancel the holder, and wait until the agent has stopped)."""
+
+    handle: AgentHandle[Any]
+    stop: Callable[[], Awaitable[None]]
 
 
 @final
@@ -123,32 +133,40 @@ class Runtime:
                 ``satsuma.open_agent`` does, the agent not started.
             RuntimeClosed: the runtime is not running.
         """
-        handle: AgentHandle[OutputT] = await self._bridge.call(self._open, agent, options)
-        return AsyncioAgentHandle(self._bridge, handle)
+        held: _Held = await self._bridge.call(self._open, agent, options)
+        return AsyncioAgentHandle(self._bridge, held.handle, stop=held.stop)
 
-    async def _open(self, agent: type[Agent[Any]], options: dict[str, Any]) -> AgentHandle[Any]:
-        nursery = self._bridge.nursery
-        handle: AgentHandle[Any] = await nursery.start(self._hold_agent, agent, options)
-        return handle
+    async def _open(self, agent: type[Agent[Any]], options: dict[str, Any]) -> _Held:
+        held: _Held = await self._bridge.nursery.start(self._hold_agent, agent, options)
+        return held
 
     async def _hold_agent(
         self,
         agent: type[Agent[Any]],
         options: dict[str, Any],
-        task_status: trio.TaskStatus[AgentHandle[Any]] = trio.TASK_STATUS_IGNORED,
+        task_status: trio.TaskStatus[_Held] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         started = False
+        stopped = trio.Event()
         try:
-            async with open_agent(agent, **options) as handle:
-                task_status.started(handle)
-                started = True
-                await trio.sleep_forever()
+            with trio.CancelScope() as scope:
+
+                async def stop() -> None:
+                    scope.cancel()
+                    await stopped.wait()
+
+                async with open_agent(agent, **options) as handle:
+                    task_status.started(_Held(handle, stop))
+                    started = True
+                    await trio.sleep_forever()
         except Exception as exc:
             if not started:
                 raise  # to open_agent's caller, through nursery.start
             # The agent crashed; its callers were told (AgentCrashed), and later ones
             # get AgentUnavailable. The runtime and its other agents go on.
             logger.error("%s; it is not supervised, so it stays stopped", exc)
+        finally:
+            stopped.set()
 
     async def start_child(self, child: object, **options: Any) -> Any:
         """``rt.supervisor.start_child``: start a supervised agent (restarted after a
