@@ -21,6 +21,7 @@ import contextlib
 import enum
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
@@ -37,7 +38,9 @@ T = TypeVar("T")
 
 # One guest run per loop: a second would be a second trio run in the same thread, and
 # trio's run context is one per thread (start_guest_run refuses it, less clearly).
-_LOOPS_IN_USE: Final[set[int]] = set()
+# Weak: a loop closed with its runtime never left (a program that never exits the block)
+# is forgotten with the loop rather than kept alive.
+_LOOPS_IN_USE: Final[weakref.WeakSet[asyncio.AbstractEventLoop]] = weakref.WeakSet()
 
 
 class RuntimeClosed(SatsumaError, RuntimeError):
@@ -167,7 +170,7 @@ class Bridge:
                 "`async with Runtime()` inside asyncio code (asyncio.run, uvicorn, ...); "
                 "under trio, use satsuma directly"
             ) from None
-        if id(loop) in _LOOPS_IN_USE:
+        if loop in _LOOPS_IN_USE:
             raise RuntimeError(
                 "this asyncio loop already runs a satsuma.aio Runtime: share that one "
                 "(one trio guest run per loop)"
@@ -175,7 +178,7 @@ class Bridge:
         self._state = _State.STARTING
         self._loop, self._thread = loop, threading.get_ident()
         self._ready, self._ended = loop.create_future(), loop.create_future()
-        _LOOPS_IN_USE.add(id(loop))
+        _LOOPS_IN_USE.add(loop)
         try:
             trio.lowlevel.start_guest_run(
                 self._run,
@@ -187,7 +190,7 @@ class Bridge:
                 host_uses_signal_set_wakeup_fd=True,
             )
         except BaseException:
-            _LOOPS_IN_USE.discard(id(loop))
+            _LOOPS_IN_USE.discard(loop)
             self._state = _State.CLOSED
             raise
         try:
@@ -292,7 +295,7 @@ class Bridge:
         """trio's done_callback, on the loop's thread once the run has ended."""
         assert self._ended is not None and self._ready is not None and self._loop is not None
         self._state = _State.CLOSED
-        _LOOPS_IN_USE.discard(id(self._loop))
+        _LOOPS_IN_USE.discard(self._loop)
         if isinstance(ended, outcome.Error):
             # The runtime's nurseries wrap what failed in groups of one: the caller of
             # ``async with Runtime()`` gets the failure itself where there is one.
