@@ -436,3 +436,40 @@ def test_an_open_agent_can_be_stopped_before_the_runtime_closes() -> None:
                 await supervised.aclose()
 
     run_async(main)
+
+
+def test_a_stream_dropped_after_break_is_closed_by_asyncio(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "a.db")
+
+    async def main() -> None:
+        async with Runtime() as rt:
+            agent = await rt.open_agent(
+                Helper, model=stuck_then("Back."), store=store, agent_id="b"
+            )
+            async for event in agent.stream("go"):
+                if isinstance(event, ToolCallStart):
+                    break
+            # No aclose: the generator, dropped, is closed by asyncio's finalizer hook
+            # in a task of its own; the run ends cancelled once that task has run.
+            while [r.status for r in await rt.run(store.runs, "b")] != ["cancelled"]:
+                await asyncio.sleep(0.01)
+            assert (await agent.run("again")).output == "Back."
+
+    run_async(main)
+
+
+def test_a_supervisor_that_gives_up_ends_the_runtime_with_its_failure() -> None:
+    async def main() -> None:
+        with pytest.raises(satsuma.SupervisorFailed):
+            async with Runtime(max_restarts=0) as rt:
+                agent = await rt.start_child(Helper, model=ScriptedModel([RuntimeError("bug")]))
+                with pytest.raises(AgentCrashed):
+                    await agent.run("go")
+                # The supervisor gave up: the runtime ends, and says why.
+                while rt.state != "closed":
+                    await asyncio.sleep(0.01)
+                with pytest.raises(RuntimeClosed) as closed:
+                    await rt.run(trio.lowlevel.checkpoint)
+                assert isinstance(closed.value.__cause__, satsuma.SupervisorFailed)
+
+    run_async(main)

@@ -23,14 +23,14 @@ import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, Literal, TypeAlias, TypeVar, final
 
 import outcome
 import trio
 
 from .._exceptions import SatsumaError
 
-__all__ = ["Bridge", "Call", "RuntimeClosed", "wait_out"]
+__all__ = ["Bridge", "Call", "RuntimeClosed", "RuntimeState", "wait_out"]
 
 logger = logging.getLogger("satsuma.aio")
 
@@ -51,6 +51,9 @@ class RuntimeClosed(SatsumaError, RuntimeError):
     def __init__(self, what: str) -> None:
         self.what = what
         super().__init__(f"the satsuma.aio Runtime is not running: {what}")
+
+
+RuntimeState: TypeAlias = Literal["new", "starting", "running", "closing", "closed"]
 
 
 class _State(enum.Enum):
@@ -125,6 +128,9 @@ class Bridge:
         self._ready: asyncio.Future[None] | None = None
         self._ended: asyncio.Future[outcome.Outcome[None]] | None = None
         self._failure: BaseException | None = None
+        # Calls whose future is not settled yet: the run's end settles any left (none
+        # should be; this makes a bug in the bridge an error rather than a hang).
+        self._pending: set[Call] = set()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -139,7 +145,7 @@ class Bridge:
         return self._thread
 
     @property
-    def state(self) -> str:
+    def state(self) -> RuntimeState:
         """new, starting, running, closing or closed."""
         return self._state.value
 
@@ -258,6 +264,8 @@ class Bridge:
         self.check()
         assert self._loop is not None
         call = Call(fn, args, self._loop.create_future())
+        self._pending.add(call)
+        call.future.add_done_callback(lambda _: self._pending.discard(call))
         self._run_in_trio(self._spawn, call)
         return call
 
@@ -307,6 +315,10 @@ class Bridge:
             else:
                 self._ready.set_exception(RuntimeClosed("it ended while starting"))
             self._ready.exception()
+        for call in list(self._pending):
+            error = RuntimeClosed("it ended before the call did")
+            error.__cause__ = self._failure
+            call.settle(outcome.Error(error))
         self._ended.set_result(ended)
         interrupt = _interrupt(self._failure)
         if interrupt is not None:
@@ -327,12 +339,17 @@ class Bridge:
         """Serve calls until asked to stop; ``main`` awaits this inside what it holds."""
         assert self._stop is not None and self._ready is not None
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            if not self._ready.done():
-                self._ready.set_result(None)
-            await self._stop.wait()
-            nursery.cancel_scope.cancel()
-        self._nursery = None
+            try:
+                self._nursery = nursery
+                if not self._ready.done():
+                    self._ready.set_result(None)
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+            finally:
+                # Before the nursery closes to new tasks, whatever ended its body (our
+                # stop, or a cancel from outside: the supervisor gave up): a call
+                # arriving later is refused (RuntimeClosed), not dropped.
+                self._nursery = None
 
     def _request_stop(self) -> None:
         if self._stop is not None:
@@ -340,9 +357,7 @@ class Bridge:
 
     def _spawn(self, call: Call) -> None:
         if self._nursery is None:
-            error = RuntimeClosed("it closed before the call started")
-            error.__cause__ = self._failure
-            call.settle(outcome.Error(error))
+            call.settle(outcome.Error(RuntimeClosed("it closed before the call started")))
             return
         self._nursery.start_soon(self._serve_call, call)
 

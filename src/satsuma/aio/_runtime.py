@@ -21,7 +21,7 @@ import trio
 
 from ..agents import Agent, AgentHandle, open_agent
 from ..supervisor import Backoff, Supervisor, SupervisorEvent, SupervisorStrategy
-from ._bridge import Bridge, RuntimeClosed
+from ._bridge import Bridge, RuntimeClosed, RuntimeState
 from ._handles import AsyncioAgentHandle, AsyncioSupervisor
 
 __all__ = ["Runtime"]
@@ -109,6 +109,12 @@ class Runtime:
     def supervisor(self) -> AsyncioSupervisor:
         """The runtime's supervisor: ``await rt.supervisor.start_child(Agent, ...)``."""
         return self._facade
+
+    @property
+    def state(self) -> RuntimeState:
+        """``new``, ``starting``, ``running``, ``closing`` or ``closed``. A runtime
+        whose supervisor gave up is ``closed`` (leaving its block raises why)."""
+        return self._bridge.state
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
