@@ -451,7 +451,8 @@ def test_a_stream_dropped_after_break_is_closed_by_asyncio(tmp_path: Path) -> No
                     break
             # No aclose: the generator, dropped, is closed by asyncio's finalizer hook
             # in a task of its own; the run ends cancelled once that task has run.
-            while [r.status for r in await rt.run(store.runs, "b")] != ["cancelled"]:
+            # Nothing to wait on but the store (bounded by run_async's timeout).
+            while [r.status for r in await rt.run(store.runs, "b")] != ["cancelled"]:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
             assert (await agent.run("again")).output == "Back."
 
@@ -466,7 +467,8 @@ def test_a_supervisor_that_gives_up_ends_the_runtime_with_its_failure() -> None:
                 with pytest.raises(AgentCrashed):
                     await agent.run("go")
                 # The supervisor gave up: the runtime ends, and says why.
-                while rt.state != "closed":
+                # The runtime's end has no event of its own (bounded by run_async's timeout).
+                while rt.state != "closed":  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
                 with pytest.raises(RuntimeClosed) as closed:
                     await rt.run(trio.lowlevel.checkpoint)
