@@ -26,7 +26,7 @@ def _hang_guard() -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def busy_threads() -> Iterator[None]:
     """After the test, no thread but the main one and trio's idle thread cache runs."""
     yield

@@ -59,7 +59,7 @@ def stuck_then(*after: Any) -> ScriptedModel:
     return ScriptedModel([Reply(tool_calls=[("wait_forever", {})]), *after])
 
 
-def test_runs_and_history(busy_threads: None) -> None:
+def test_runs_and_history() -> None:
     async def main() -> None:
         async with Runtime() as rt:
             model = ScriptedModel(
