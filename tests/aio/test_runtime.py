@@ -475,3 +475,21 @@ def test_a_supervisor_that_gives_up_ends_the_runtime_with_its_failure() -> None:
                 assert isinstance(closed.value.__cause__, satsuma.SupervisorFailed)
 
     run_async(main)
+
+
+def test_cancelled_while_entering_stops_what_started() -> None:
+    async def enter() -> None:
+        async with Runtime():
+            await asyncio.sleep(BOUND)
+
+    async def main() -> None:
+        task = asyncio.create_task(enter())
+        await asyncio.sleep(0)  # the task is now waiting for trio to be ready
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with Runtime() as rt:  # the loop is free for a runtime again
+            assert rt.state == "running"
+        assert rt.state == "closed"
+
+    run_async(main)
