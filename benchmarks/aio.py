@@ -7,7 +7,9 @@ The same workloads, in one run, against the same loopback Messages API server (s
    (``reset`` after each, so that every run is the same): runs per second;
 2. 200 agents at once, each opened, run once on a 3-turn conversation, and closed:
    wall time;
-3. the loop's responsiveness: a ticker that wants to wake every 10 ms, while agents run
+3. a crossing: ``await rt.run(trio.lowlevel.checkpoint)`` from asyncio, against the
+   checkpoint awaited in trio itself: what each call from asyncio pays on its own;
+4. the loop's responsiveness: a ticker that wants to wake every 10 ms, while agents run
    20 parallel tool calls (each sleeping 200 ms) a turn, one run after another: how late
    each tick wakes, p50, p99 and max. Under plain trio the ticker is a trio task; under
    satsuma.aio it is an asyncio task on the loop trio is a guest of; and, as the floor,
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.lowlevel
 from _conversation import FINAL_TEXT, prompt
 from _harness import header, median, ratio, spread, table
 from _servers import serve
@@ -114,6 +117,11 @@ async def _trio_workloads(url: str, settings: dict[str, int]) -> dict[str, Any]:
             nursery.start_soon(one)
     out["many_wall"] = time.perf_counter() - start
 
+    start = time.perf_counter()
+    for _ in range(settings["crossings"]):
+        await trio.lowlevel.checkpoint()
+    out["crossing"] = (time.perf_counter() - start) / settings["crossings"]
+
     wakes: list[float] = []
     parallel = prompt(2, [("sleep", 20)])
     async with trio.open_nursery() as nursery:
@@ -159,6 +167,11 @@ async def _aio_workloads(url: str, settings: dict[str, int]) -> dict[str, Any]:
         start = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(settings["agents"])))
         out["many_wall"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        for _ in range(settings["crossings"]):
+            await rt.run(trio.lowlevel.checkpoint)
+        out["crossing"] = (time.perf_counter() - start) / settings["crossings"]
 
         wakes: list[float] = []
 
@@ -231,9 +244,15 @@ def main() -> None:
         child_main(mode, url, json.loads(settings))
         return
     settings = (
-        {"conversation_runs": 5, "agents": 20, "lag_runs": 2, "repeats": 1}
+        {"conversation_runs": 5, "agents": 20, "lag_runs": 2, "repeats": 1, "crossings": 100}
         if args.quick
-        else {"conversation_runs": 100, "agents": 200, "lag_runs": 10, "repeats": 5}
+        else {
+            "conversation_runs": 100,
+            "agents": 200,
+            "lag_runs": 10,
+            "repeats": 5,
+            "crossings": 5000,
+        }
     )
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     with serve() as servers:
@@ -270,6 +289,16 @@ def _report(results: dict[str, list[dict[str, Any]]], settings: dict[str, int]) 
             f"{aio_wall:.2f} ({spread(walls['aio'], digits=2)})",
             ratio(aio_wall, trio_wall),
             _verdict(aio_wall / trio_wall <= 1.3, "<= 1.3x"),
+        ]
+    )
+    crossing = {mode: [r["crossing"] * 1e6 for r in results[mode]] for mode in MODES}
+    rows.append(
+        [
+            "a call from asyncio, round trip (µs)",
+            f"{median(crossing['trio']):.1f}",
+            f"{median(crossing['aio']):.1f}",
+            "",
+            "trio: the checkpoint awaited in trio",
         ]
     )
     lag = {mode: [x for r in results[mode] for x in r["lag"]] for mode in MODES}
