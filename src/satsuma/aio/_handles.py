@@ -8,11 +8,11 @@ are those of ``satsuma.AgentHandle`` and ``satsuma.Supervisor``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
 import trio
 
-from ..agents import AgentEvent, AgentHandle, RunResult
+from ..agents import Agent, AgentEvent, AgentHandle, RunResult
 from ..store import RunRecord
 from ..supervisor import ChildInfo, Supervisor
 from ..tools import Approve, Deny
@@ -28,6 +28,8 @@ __all__ = ["AsyncioAgentHandle", "AsyncioSupervisor"]
 
 # The agent's output type, as satsuma.AgentHandle[OutputT] has it.
 OutputT = TypeVar("OutputT")
+# The output type a run asks for instead of its agent's (run(..., output_type=X)).
+RunOutputT = TypeVar("RunOutputT")
 
 
 @final
@@ -82,6 +84,35 @@ class AsyncioAgentHandle(Generic[OutputT]):
         self._bridge.check()
         return self._handle.interrupted
 
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        events: Callable[[AgentEvent], object] | None = None,
+        output_retries: int | None = None,
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        output_type: type[RunOutputT],
+        events: Callable[[AgentEvent], object] | None = None,
+        output_retries: int | None = None,
+    ) -> RunResult[RunOutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        output_type: object,
+        events: Callable[[AgentEvent], object] | None = None,
+        output_retries: int | None = None,
+    ) -> RunResult[Any]: ...
+
     async def run(
         self,
         prompt: str,
@@ -91,7 +122,9 @@ class AsyncioAgentHandle(Generic[OutputT]):
         output_retries: int | None = None,
     ) -> RunResult[Any]:
         """Run the agent on ``prompt`` and return how the run ended (see
-        ``satsuma.AgentHandle.run``). ``events`` is called on the loop's thread.
+        ``satsuma.AgentHandle.run``): ``RunResult[Invoice]`` for an agent declared
+        ``satsuma.Agent[Invoice]``, or for ``output_type=Invoice``. ``events`` is called
+        on the loop's thread.
 
         Raises:
             AgentUnavailable, AgentCrashed, TypeError, ValueError: as
@@ -210,6 +243,14 @@ class AsyncioSupervisor:
     def name(self) -> str:
         """The supervisor's name."""
         return self._supervisor.name
+
+    @overload
+    async def start_child(
+        self, child: type[Agent[RunOutputT]], **options: Any
+    ) -> AsyncioAgentHandle[RunOutputT]: ...
+
+    @overload
+    async def start_child(self, child: object, **options: Any) -> Any: ...
 
     async def start_child(self, child: object, **options: Any) -> Any:
         """Start a child and return its handle once it runs: an

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar, final, overload
 
 import attrs
 import trio
@@ -173,6 +173,14 @@ class Runtime:
             logger.error("%s; it is not supervised, so it stays stopped", exc)
         finally:
             stopped.set()
+
+    @overload
+    async def start_child(
+        self, child: type[Agent[OutputT]], **options: Any
+    ) -> AsyncioAgentHandle[OutputT]: ...
+
+    @overload
+    async def start_child(self, child: object, **options: Any) -> Any: ...
 
     async def start_child(self, child: object, **options: Any) -> Any:
         """``rt.supervisor.start_child``: start a supervised agent (restarted after a
