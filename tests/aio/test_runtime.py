@@ -493,3 +493,37 @@ def test_cancelled_while_entering_stops_what_started() -> None:
         assert rt.state == "closed"
 
     run_async(main)
+
+
+class Transfer(satsuma.Tool):
+    name = "transfer"
+    description = "Move money."
+    requires_approval = True
+
+    async def run(self, ctx: satsuma.ToolContext, amount: int) -> str:
+        return f"moved {amount}"
+
+
+class Banker(satsuma.Agent):
+    name = "banker"
+    tools = [Transfer]
+
+
+def test_steer_reset_result_and_resume_with_decisions(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "a.db")
+
+    async def main() -> None:
+        async with Runtime() as rt:
+            model = ScriptedModel([Reply(tool_calls=[("transfer", {"amount": 10})]), "Paid."])
+            agent = await rt.open_agent(Banker, model=model, store=store, agent_id="bank")
+            paused = await agent.run("Pay Bob 10")
+            assert paused.status == "awaiting_approval"
+            [call] = paused.pending
+            done = await agent.resume(paused.run_id, decisions={call.id: satsuma.Approve()})
+            assert (done.status, done.output) == ("completed", "Paid.")
+            assert (await agent.result(done.run_id)).output == "Paid."
+            await agent.steer("By the way: hello.")  # goes with the next run's prompt
+            await agent.reset()
+            assert agent.history == ()
+
+    run_async(main)
