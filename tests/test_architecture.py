@@ -60,7 +60,9 @@ CLI = frozenset(
         "_serve_command",
     }
 )
-PACKAGES = ("models", "agents", "supervisor", "store", "cluster", "serve", "evals", "testing")
+PACKAGES = (
+    "models", "agents", "supervisor", "store", "cluster", "serve", "evals", "testing", "aio"
+)  # fmt: skip
 _BELOW_SERVE = frozenset(
     {
         "tools",
@@ -92,6 +94,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "testing": frozenset({"models", "agents", "tools"}),
     "serve": _BELOW_SERVE,
     "evals": _BELOW_SERVE,
+    # satsuma inside asyncio: it may use every room below it, as serve does; nothing
+    # imports it (users do).
+    "aio": _BELOW_SERVE,
     "cli": _BELOW_SERVE | {"serve", "evals", "testing", "satsuma"},
     # The front door re-exports the rooms (the cluster is loaded by name, on first use).
     "satsuma": frozenset({"tools", "models", "agents", "supervisor", "store"}),

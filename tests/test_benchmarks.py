@@ -307,3 +307,18 @@ def test_model_limits_quick_run_prints_the_table_and_leaks_nothing() -> None:
     for name in ("leaked slots", "waiters left after cancels"):
         measured = rows[name][len(name) :].split()[0]
         assert measured == "0", rows[name]
+
+
+AIO_SCRIPT = ROOT / "benchmarks" / "aio.py"
+AIO_ROW_NAMES = (
+    "10-turn conversation (runs/s)",
+    "20 agents at once (wall s)",
+    "10 ms ticker, 20 parallel calls: lateness p99 (ms)",
+    "idle asyncio loop",
+)
+
+
+def test_aio_quick_run_prints_both_modes_side_by_side() -> None:
+    rows = _quick_rows(AIO_SCRIPT, AIO_ROW_NAMES)
+    for name in AIO_ROW_NAMES[:3]:
+        assert rows[name].endswith(("target met", "target MISSED")), rows[name]

@@ -208,6 +208,7 @@ def test_every_public_name_is_in_the_reference() -> None:
         flags=re.MULTILINE,
     )
     assert sorted(entries) == sorted(set(entries)), "a name is documented twice"
-    # ::: satsuma.store, ::: satsuma.testing and ::: satsuma.cluster: whole modules
-    modules = {"store", "testing", "cluster"}
+    # ::: satsuma.store, ::: satsuma.testing, ::: satsuma.cluster, ::: satsuma.aio: whole
+    # modules
+    modules = {"store", "testing", "cluster", "aio"}
     assert set(entries) - modules == set(satsuma.__all__)

@@ -176,6 +176,7 @@ PUBLIC_PACKAGES = (
     "satsuma.tools.mcp",
     "satsuma.store",
     "satsuma.cluster",
+    "satsuma.aio",
 )
 SRC = Path(satsuma.__file__).parent
 

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 USAGE = ROOT / "tests" / "typed" / "usage_tools.py"
 # Typed answers: Agent[Invoice] gives AgentHandle[Invoice] and RunResult[Invoice].
 USAGE_OUTPUT = ROOT / "tests" / "typed" / "usage_output.py"
+# satsuma.aio's handles carry the output type too.
+USAGE_AIO = ROOT / "tests" / "typed" / "usage_aio.py"
 
 # Each line marked "# error: CODE[, CODE]" must be reported with those codes, and no other
 # line.
@@ -134,8 +136,8 @@ def test_usage_type_checks_and_misuse_does_not(
     # The cache outlives the run (see tests/test_docs.py): only a cold run reads the SDK.
     pytest_cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     cache = pytest_cache.mkdir("mypy") if pytest_cache is not None else tmp_path / "cache"
-    found, report = mypy_errors([USAGE, USAGE_OUTPUT, misuse, misuse_output], cache)
-    for usage in (USAGE, USAGE_OUTPUT):
+    found, report = mypy_errors([USAGE, USAGE_OUTPUT, USAGE_AIO, misuse, misuse_output], cache)
+    for usage in (USAGE, USAGE_OUTPUT, USAGE_AIO):
         assert {key: codes for key, codes in found.items() if key[0] == usage.name} == {}, report
     for name, text in (("misuse.py", MISUSE), ("misuse_output.py", MISUSE_OUTPUT)):
         expected = {
@@ -150,6 +152,7 @@ def test_usage_runs() -> None:
     # The same files at run time: the signatures mypy accepted are the ones that work.
     runpy.run_path(str(USAGE), run_name="satsuma_typed_usage")
     runpy.run_path(str(USAGE_OUTPUT), run_name="satsuma_typed_usage")
+    runpy.run_path(str(USAGE_AIO), run_name="satsuma_typed_usage")
 
 
 def test_a_type_checker_sees_every_public_name_with_its_type(
