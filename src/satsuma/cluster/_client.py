@@ -73,6 +73,22 @@ class Cluster:
         await queue.enqueue(self.store, run_id, name, agent_id, prompt)
         return run_id
 
+    async def lookup(self, run_id: str) -> tuple[QueuedRun, RunResult[Any] | None] | None:
+        """The run as the queue has it now, with its result once it ended (or paused:
+        a result ``awaiting_approval`` naming its pending calls); None for a run the
+        queue does not hold (unknown, or past its retention). It waits for nothing.
+
+        Raises:
+            StoreError: the queue could not be read.
+        """
+        found = await queue.outcome(self.store, run_id)
+        if found is None:
+            return None
+        run, text = found
+        if run.status not in ("completed", "failed", "cancelled"):
+            return run, None
+        return run, queued_result(run, text)
+
     async def resume(self, run_id: str, decisions: Mapping[str, Approve | Deny]) -> None:
         """Go on with a run that paused ``awaiting_approval`` (its RunResult's
         ``pending`` names the calls): one decision per pending call, ``Approve()``,

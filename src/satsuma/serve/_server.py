@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import sys
 import os
+import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -21,12 +21,14 @@ import attrs
 import trio
 
 from ..agents import Agent, internal
+from ..cluster import Node
 from ..models import Model
-from ..store import Store
+from ..store import PostgresStore, Store
 from ._a2a import A2ACardSurface, A2ASurface
 from ._agui import AGUISurface
 from ._api import ApiSurface
 from ._app import MAX_BODY, App
+from ._cluster_runs import ClusterRuns
 from ._http import JSONAnswer, Request, SSEAnswer, Surface
 from ._mcp import MCPApp
 from ._open_runs import open_local_runs
@@ -130,7 +132,8 @@ class Server:
     Args:
         agents: The agent classes served, each by its ``Agent.name``.
         store: Where conversations, runs and approvals are kept (a memory store when
-            None: nothing survives a restart).
+            None: nothing survives a restart); a ``PostgresStore`` makes the server a
+            front of a cluster (docs/serve.md, "In a cluster").
         model: The model every agent uses, or one per agent name; by default each
             class's own.
         tokens: A token file's path (or a ``TokenBook``); None serves everyone with
@@ -146,6 +149,9 @@ class Server:
         runs: Serve these runs instead of the agents in this process (a test's, or a
             cluster's); ``agents`` and ``store`` are then ignored.
         surfaces: The surfaces' factories (default: ``SURFACES``).
+        node: With a ``PostgresStore`` (a cluster front: runs go through the cluster's
+            queue, and any front answers for any run), also run a node serving the
+            agents in this process.
 
     Raises:
         ValueError: two classes with one name; a host beyond loopback without tokens
@@ -171,6 +177,7 @@ class Server:
         max_subscribers: int = 1000,
         runs: Runs | RunsFactory | None = None,
         surfaces: Sequence[SurfaceFactory] | None = None,
+        node: bool = False,
     ) -> None:
         self.agents = _served(agents)
         book = TokenBook.from_file(tokens) if isinstance(tokens, (str, os.PathLike)) else tokens
@@ -189,6 +196,13 @@ class Server:
         self.store = store
         self.model = model
         self._runs_given = runs
+        if node and not isinstance(store, PostgresStore):
+            raise ValueError(
+                "node=True runs a cluster node beside the front: it needs a PostgresStore"
+            )
+        if node and isinstance(model, Mapping):
+            raise ValueError("node=True takes one model for every agent, not one per agent")
+        self.node = node
         self._factories = list(SURFACES if surfaces is None else surfaces)
         self._stop = trio.Event()
         self._urls: list[str] = []
@@ -243,7 +257,18 @@ class Server:
     @asynccontextmanager
     async def _open(self) -> AsyncIterator[Runs]:
         given = self._runs_given
-        if given is None:
+        if given is None and isinstance(self.store, PostgresStore):
+            # A cluster front: runs go through the cluster's queue; with node=True a node
+            # serving these classes runs here too.
+            await self.store.open()
+            async with trio.open_nursery() as nursery:
+                if self.node:
+                    model = None if isinstance(self.model, Mapping) else self.model
+                    node = Node(self.store, agents=list(self.agents.values()), model=model)
+                    await nursery.start(node.serve)
+                yield ClusterRuns(list(self.agents.values()), self.store)
+                nursery.cancel_scope.cancel()
+        elif given is None:
             async with open_local_runs(
                 list(self.agents.values()), store=self.store, model=self.model
             ) as runs:
