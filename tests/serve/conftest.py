@@ -198,3 +198,17 @@ def echo() -> Echo:
 @pytest.fixture
 def tiny_runs() -> TinyRuns:
     return TinyRuns()
+
+
+# --- PostgreSQL, for the cluster front's tests -------------------------------------------
+# The store tests' server fixtures (tests/store/conftest.py), loaded as tests/cluster does.
+import importlib.util as _importlib_util  # noqa: E402
+
+_spec = _importlib_util.spec_from_file_location(
+    "_satsuma_store_conftest_serve", Path(__file__).parent.parent / "store" / "conftest.py"
+)
+assert _spec is not None and _spec.loader is not None
+_store_conftest = _importlib_util.module_from_spec(_spec)
+_spec.loader.exec_module(_store_conftest)
+postgres_server = _store_conftest.postgres_server
+postgres_dsn = _store_conftest.postgres_dsn
