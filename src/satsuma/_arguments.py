@@ -138,8 +138,9 @@ def command_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--store",
-        help="where conversations, runs and approvals are kept: a SQLite file (default: "
-        "in memory, lost when the server stops)",
+        help="where conversations, runs and approvals are kept: a SQLite file, or a "
+        "postgresql:// URL, which makes this server a front of the cluster on that "
+        "database (default: in memory, lost when the server stops)",
     )
     serve.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"

@@ -1,9 +1,9 @@
 """``satsuma serve`` and ``satsuma serve token create``: agents over HTTP from the command
 line, and the tokens that reach them.
 
-Every mistake a user can make here (the serve extra missing, a PostgreSQL store or
-``--node`` before the cluster front exists, a host beyond loopback without tokens, a
-bad token file, a port taken) is a ``CommandError`` with one line of explanation;
+Every mistake a user can make here (the serve extra missing, ``--node`` without a
+PostgreSQL store, a host beyond loopback without tokens, a bad token file, a port
+taken) is a ``CommandError`` with one line of explanation;
 cli.py prints it without a traceback.
 """
 
@@ -65,10 +65,9 @@ def serve_command(args: argparse.Namespace, console: Console, errors: Console) -
     """``satsuma serve TARGET...``: serve until SIGTERM or SIGINT, which drain; exit 0."""
     _check_extra()
     where = store_option(args.store) if args.store is not None else None
-    if args.node or (where is not None and where.postgres):
+    if args.node and (where is None or not where.postgres):
         raise CommandError(
-            "satsuma serve does not front a cluster yet (--node, a postgresql:// --store): "
-            "serve with a SQLite --store, and run `satsuma node` beside it"
+            "--node runs a cluster node beside this front: it needs --store postgresql://..."
         )
     options = RunOptions(model=args.model)
     agents = [load_agent(target, options) for target in args.targets]
@@ -82,11 +81,12 @@ def serve_command(args: argparse.Namespace, console: Console, errors: Console) -
         "cors_origins": args.cors_origin,
         "certfile": args.certfile,
         "keyfile": args.keyfile,
+        "node": args.node,
     }
     try:
         # Built before the store is opened or a key is asked for: its refusals (a host
         # beyond loopback without tokens, two classes with one name) come first.
-        Server(agents, **settings)
+        Server(agents, **{**settings, "node": False})
     except (ValueError, TokenFileError) as error:
         raise CommandError(str(error)) from None
     for path in (args.certfile, args.keyfile):

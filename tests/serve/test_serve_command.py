@@ -50,8 +50,9 @@ def test_token_create_prints_only_the_token(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--host", "0.0.0.0"], "refusing to serve on 0.0.0.0 without tokens"),
-        (["--node"], "does not front a cluster yet"),
-        (["--store", "postgresql://db/x"], "does not front a cluster yet"),
+        (["--node"], "needs --store postgresql://"),
+        (["--node", "--store", "agents.db"], "needs --store postgresql://"),
+        (["--store", "sqlite:///x.db"], "by its path"),
         (["--token-file", "missing.txt"], "cannot read the token file missing.txt"),
         (["--certfile", "c.pem"], "certfile and keyfile"),
     ],
