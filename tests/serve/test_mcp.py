@@ -346,7 +346,7 @@ async def test_through_the_server_a_token_reaches_its_agents_and_its_cap(
                 await trio.testing.wait_all_tasks_blocked()
             capped = await session.call_tool("support", {"prompt": "hi"})
             assert capped.is_error
-            assert "1 runs in flight already for this token" in _text(capped)
+            assert "this token has 1 run(s) in flight already" in _text(capped)
             gate["open"].set()
         (waited,) = results
         assert _text(waited) == "Through."

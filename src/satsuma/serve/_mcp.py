@@ -187,8 +187,15 @@ class MCPApp:
             yield
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        """Answer one ASGI request (``http`` only)."""
-        await self._manager.handle_request(scope, receive, send)
+        """Answer one ASGI request (``http`` only). The endpoint is ``/mcp`` itself, and
+        it takes POST: the session manager is stateless, so there is no stream of the
+        server's own to GET, and a GET would be held open with nothing to send."""
+        if scope["path"].rstrip("/") != "/mcp":
+            await _refuse(send, 404, "not_found", "the MCP endpoint is /mcp")
+        elif scope["method"] != "POST":
+            await _refuse(send, 405, "method_not_allowed", "the MCP endpoint takes POST")
+        else:
+            await self._manager.handle_request(scope, receive, send)
 
     async def _list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
@@ -233,6 +240,8 @@ class MCPApp:
                 return _error(f"the conversation {agent_id!r} is busy: {error}")
             if isinstance(error, ValueError):
                 return _error(f"bad arguments: {error}")
+            if isinstance(error, HTTPError):  # the token's cap on runs in flight (CappedRuns)
+                return _error(error.message)
             raise
         over = False
         try:
@@ -246,3 +255,13 @@ class MCPApp:
         finally:
             # A caller gone before the end leaves the run in flight: its slot with it.
             hand_back(self._runs, view.run_id, slot, run_over=over)
+
+
+async def _refuse(send: Any, status: int, kind: str, message: str) -> None:
+    """A JSON error, as the server's app writes them."""
+    body = json.dumps({"error": {"type": kind, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 405:
+        headers.append((b"allow", b"POST"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
