@@ -322,3 +322,18 @@ def test_aio_quick_run_prints_both_modes_side_by_side() -> None:
     rows = _quick_rows(AIO_SCRIPT, AIO_ROW_NAMES)
     for name in AIO_ROW_NAMES[:3]:
         assert rows[name].endswith(("target met", "target MISSED")), rows[name]
+
+
+SERVE_SCRIPT = ROOT / "benchmarks" / "serve.py"
+SERVE_ROWS = (
+    "one run, p50 (ms)",
+    "5 conversations at once (runs/s)",
+    "20 event streams held: server RSS per stream (KiB)",
+    "an event reaching them all, p99 (ms)",
+)
+
+
+def test_serve_quick_run_prints_every_figure_with_its_bar() -> None:
+    rows = _quick_rows(SERVE_SCRIPT, SERVE_ROWS)
+    for name in SERVE_ROWS:
+        assert rows[name].endswith(("target met", "target MISSED")), rows[name]
