@@ -114,26 +114,27 @@ class CappedRuns:
     ``HTTPError``. Outside a request (no principal) nothing is counted.
     """
 
-    runs: Runs
+    # Named so that no method of ``Runs`` is shadowed (``Runs.runs`` is one).
+    inner: Runs
     slots: RunSlots
     nursery: trio.Nursery
 
     @property
     def agents(self) -> Any:
-        return self.runs.agents
+        return self.inner.agents
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.runs, name)
+        return getattr(self.inner, name)
 
     async def start(
         self, agent: str, agent_id: str, prompt: str, *, if_busy: IfBusy = "enqueue"
     ) -> RunView:
         principal = CURRENT_PRINCIPAL.get()
         if principal is None:
-            return await self.runs.start(agent, agent_id, prompt, if_busy=if_busy)
+            return await self.inner.start(agent, agent_id, prompt, if_busy=if_busy)
         slot = self.slots.take(principal)
         try:
-            view = await self.runs.start(agent, agent_id, prompt, if_busy=if_busy)
+            view = await self.inner.start(agent, agent_id, prompt, if_busy=if_busy)
         except BaseException:
             slot.release()
             raise
@@ -145,7 +146,7 @@ class CappedRuns:
 
     async def _release_at_end(self, run_id: str, slot: RunSlot) -> None:
         try:
-            await self.runs.wait(run_id)
+            await self.inner.wait(run_id)
         except UnknownRun:
             pass  # gone past its retention: not in flight either
         finally:
