@@ -116,7 +116,12 @@ class Cluster:
             raise RunNotAwaitingApproval(run_id, "queued")  # no agent has started it yet
         if record.status != "awaiting_approval":
             raise RunNotAwaitingApproval(run_id, record.status)
-        internal.check_decisions(run_id, await self.store.pending_calls(run_id), decisions)
+        pending = await self.store.pending_calls(run_id)
+        if not pending:
+            # A paused run has a pending call: none means another resume took it between
+            # the two reads (its node has claimed it already).
+            raise RunNotAwaitingApproval(run_id)
+        internal.check_decisions(run_id, pending, decisions)
         coded = encode_decisions(decisions)
         with trio.move_on_after(_PAUSE_WRITE_WAIT):
             while True:
