@@ -150,8 +150,9 @@ class LocalRuns:
         conversation.last_used = trio.current_time()
         return conversation
 
-    async def _close_idle(self) -> None:
-        """Close the agents idle past ``idle_seconds`` and forget runs past retention."""
+    async def close_idle_agents(self) -> None:
+        """Close the agents idle past ``idle_seconds`` and forget runs past retention, for
+        as long as it runs (``open_local_runs`` runs it beside the runs)."""
         while True:
             await trio.sleep(max(min(self._idle, self._retention) / 4, 0.01))
             now = trio.current_time()

@@ -67,7 +67,7 @@ async def open_local_runs(
             retention_seconds=retention_seconds,
             event_limit=event_limit,
         )
-        nursery.start_soon(runs._close_idle)
+        nursery.start_soon(runs.close_idle_agents)
         try:
             yield runs
         finally:
