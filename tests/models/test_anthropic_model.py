@@ -5,6 +5,7 @@ refuses."""
 from __future__ import annotations
 
 import gc
+import json
 import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -132,7 +133,7 @@ async def test_a_tool_input_that_does_not_parse_fails_only_that_call() -> None:
     ]
 
 
-async def test_the_request_is_streamed_and_caches_system_and_tools() -> None:
+async def test_the_request_is_streamed_and_caches_system_tools_and_conversation() -> None:
     tools = (
         {"name": "a", "description": "A", "input_schema": {"type": "object"}},
         {"name": "b", "description": "B", "input_schema": {"type": "object"}},
@@ -156,12 +157,22 @@ async def test_the_request_is_streamed_and_caches_system_and_tools() -> None:
         None,
         {"type": "ephemeral"},
     ]
+    # The conversation: the API's automatic breakpoint (on the last block), and one at
+    # the end of the previous turn, where the last request's cache entry ends.
+    assert cached["cache_control"] == {"type": "ephemeral"}
     assert cached["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "Hello"}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hello", "cache_control": {"type": "ephemeral"}}],
+        },
         {"role": "assistant", "content": [{"type": "text", "text": "Hi"}]},
         {"role": "user", "content": [{"type": "text", "text": "Again"}]},
     ]
+    # The history's own blocks were copied, not marked.
+    assert all("cache_control" not in block for m in history for block in m.content)
     assert "system" not in uncached
+    assert "cache_control" not in uncached
+    assert "cache_control" not in json.dumps(uncached["messages"])
     assert all("cache_control" not in tool for tool in uncached["tools"])
     # The request's own definitions were copied, not marked.
     assert all("cache_control" not in tool for tool in tools)

@@ -36,6 +36,8 @@ from ._limiter import ModelLimiter as ModelLimiter
 from ._limiter import Permit as Permit
 from ._limits import ModelLimits as ModelLimits
 from ._limits import estimate_input_tokens as estimate_input_tokens
+from ._model import CACHE_MODES as CACHE_MODES
+from ._model import CacheMode as CacheMode
 from ._model import Model as Model
 from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest

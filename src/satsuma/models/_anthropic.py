@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, final
 from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import message_param
 from ._clients import Provider
-from ._codec import StreamAccumulator, error_status, request_params
+from ._codec import StreamAccumulator, conversation_breakpoints, error_status, request_params
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._retries import check_retry_settings, retryable_status
@@ -129,6 +129,9 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
             owns_client = False
         # Bedrock streams the API's events in AWS's event-stream encoding, not as SSE.
         self._bedrock = isinstance(client, anthropic.AsyncAnthropicBedrock)
+        # Anthropic's own API takes the top-level (automatic) cache_control; Bedrock and
+        # Vertex AI take breakpoints on blocks only.
+        self._automatic_cache = isinstance(client, anthropic.AsyncAnthropic)
         self._use(
             client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )
@@ -140,9 +143,12 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
             messages=(),
             tools=request.tools,
             max_tokens=request.max_tokens,
-            cache=request.cache,
+            cache=request.cache is not None,
+            ttl=request.cache,
         )
         params["messages"] = [message_param(message) for message in request.messages]
+        if request.cache is not None:
+            conversation_breakpoints(params, ttl=request.cache, automatic=self._automatic_cache)
         return params
 
     async def _whole(

@@ -9,7 +9,7 @@ makes. ``AnthropicModel`` is the implementation for the Anthropic Messages API;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -17,7 +17,7 @@ from .._frozen import FrozenDict, freeze
 from .._messages import Message, Usage
 from .._toolcall import ToolCall
 
-__all__ = ["Model", "ModelListener", "ModelRequest", "ModelResponse"]
+__all__ = ["CACHE_MODES", "CacheMode", "Model", "ModelListener", "ModelRequest", "ModelResponse"]
 
 
 def _frozen_tools(tools: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
@@ -26,6 +26,25 @@ def _frozen_tools(tools: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any]
     if type(tools) is tuple and all(type(tool) is FrozenDict for tool in tools):
         return tools
     return tuple(map(freeze, tools))
+
+
+CacheMode: TypeAlias = Literal["auto", "1h"]
+"""Prompt caching of a request: ``"auto"`` (breakpoints on the tools, the system prompt
+and the conversation's prefix, moving with it, for 5 minutes) or ``"1h"`` (the same,
+written for an hour)."""
+
+CACHE_MODES: tuple[CacheMode, ...] = ("auto", "1h")
+
+
+def _cache_mode(value: object) -> CacheMode | None:
+    # True and False were this field's values before the modes: kept as "auto" and None.
+    if value is True:
+        return "auto"
+    if value is False or value is None:
+        return None
+    if value in CACHE_MODES:
+        return value
+    raise ValueError(f'cache must be "auto", "1h" or None, got: {value!r}')
 
 
 @attrs.frozen(kw_only=True)
@@ -41,7 +60,10 @@ class ModelRequest:
             dicts and lists raise TypeError when changed. ``copy.deepcopy`` gives a plain
             copy to change.
         max_tokens: The most tokens the response may have.
-        cache: Ask for prompt caching of the system prompt and tool definitions.
+        cache: Prompt caching: ``"auto"`` (the default) marks the tools, the system
+            prompt and the conversation's prefix, the last moving with it, for 5
+            minutes; ``"1h"`` the same for an hour; None sends no breakpoint. (True
+            and False are taken as ``"auto"`` and None.)
     """
 
     model: str
@@ -49,7 +71,7 @@ class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_frozen_tools)
     max_tokens: int = 4096
-    cache: bool = True
+    cache: CacheMode | None = attrs.field(default="auto", converter=_cache_mode)
 
 
 @attrs.frozen(kw_only=True)
