@@ -9,6 +9,7 @@ import trio
 
 import satsuma
 from satsuma import AgentTool, KeepLastExchanges, NestedEvent, TokenBudget, Usage
+from satsuma.agents._history import TrimMemo, choose
 from satsuma.testing import FunctionModel, Reply, ScriptedModel, check_conversation
 
 
@@ -132,7 +133,7 @@ def conversation(exchanges: int) -> list[satsuma.Message]:
 
 def test_keep_last_exchanges_cuts_only_between_exchanges() -> None:
     messages = conversation(5)
-    kept = KeepLastExchanges(2).process(messages, None)
+    kept = KeepLastExchanges(2, cut_to=1).process(messages, None)
     assert len(kept) == 8
     assert kept[0].text == "question 3"
     check_conversation(kept)
@@ -142,17 +143,20 @@ def test_keep_last_exchanges_cuts_only_between_exchanges() -> None:
 def test_token_budget_drops_the_oldest_exchanges_using_reported_usage() -> None:
     messages = conversation(6)
     chars = sum(len(str(block)) for m in messages for block in m.content)
-    # The API said the whole thing was 2 characters a token: 3 exchanges fit in the budget.
+    # The API said the whole thing, sent last time, was 2 characters a token: 3
+    # exchanges fit in the budget. (The agent keeps a memo of what it sent.)
+    memo = TrimMemo()
+    memo.sent_chars = chars
     usage = Usage(input_tokens=chars // 2)
     budget = (chars // 2) // 2
-    kept = TokenBudget(budget).process(messages, usage)
+    kept = choose(TokenBudget(budget, cut_to=1), messages, usage, memo, 0)
     check_conversation(kept)
     assert kept[0].role == "user"
     assert kept[0].text.startswith("question")
     assert 0 < len(kept) < len(messages)
     kept_chars = sum(len(str(block)) for m in kept for block in m.content)
     assert kept_chars / 2 <= budget
-    assert TokenBudget(10**9).process(messages, usage) == messages
+    assert choose(TokenBudget(10**9), messages, usage, TrimMemo(), 0) == messages
 
 
 def test_token_budget_keeps_the_newest_exchange_even_if_it_alone_is_too_big() -> None:

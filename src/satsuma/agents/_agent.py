@@ -12,7 +12,7 @@ import attrs
 
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from .._frozen import freeze
-from ..models import model_problem
+from ..models import CACHE_MODES, CacheMode, model_problem
 from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver, ToolRunner, as_strategy
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
@@ -48,6 +48,8 @@ class AgentSpec:
     approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT
     output: OutputSpec | None = None  # the compiled output_type; None: the final text
     output_retries: int = 2
+    cache: CacheMode | None = "auto"
+    origin: str = ""  # the class's module and qualified name (for warnings about it)
 
     @property
     def tool_sources(self) -> tuple[object, ...]:
@@ -91,6 +93,10 @@ class Agent(Generic[OutputT]):
       calls, the same arguments) the next such request is refused with an explanation,
       and one more ends the run as failed (default 3; None turns it off);
     - ``history``: a HistoryProcessor (default KeepAll());
+    - ``cache``: prompt caching, ``"auto"`` (the default: the tools, the system prompt
+      and the conversation's prefix, the last breakpoint moving with it, kept 5
+      minutes), ``"1h"`` (the same, kept an hour) or None (no breakpoint). See
+      docs/agents.md.
     - ``mailbox_size``: how many requests may wait for the agent (default 16);
     - ``resume_interrupted``: with a store, resume the runs a crash or a kill
       interrupted when the agent starts again (default False);
@@ -127,6 +133,7 @@ class Agent(Generic[OutputT]):
     hooks: ClassVar[Any] = None
     loop_guard: ClassVar[int | None] = 3
     history: ClassVar[HistoryProcessor] = KeepAll()
+    cache: ClassVar[CacheMode | None] = "auto"
     mailbox_size: ClassVar[int] = 16
     resume_interrupted: ClassVar[bool] = False
     approver: ClassVar[Approver | None] = None
@@ -189,6 +196,8 @@ def _declare(cls: type[Agent[Any]]) -> AgentSpec:
         )
     if not callable(getattr(cls.history, "process", None)):
         raise fail(f"history must be a HistoryProcessor, got: {cls.history!r}")
+    if cls.cache is not None and (not isinstance(cls.cache, str) or cls.cache not in CACHE_MODES):
+        raise fail(f'cache must be "auto", "1h" or None, got: {cls.cache!r}')
     if isinstance(cls.tools, (str, bytes)) or not isinstance(cls.tools, Sequence):
         raise fail(f"tools must be a list, got: {type(cls.tools).__name__}")
     if isinstance(cls.verifiers, (str, bytes)) or not isinstance(cls.verifiers, Sequence):
@@ -225,6 +234,8 @@ def _declare(cls: type[Agent[Any]]) -> AgentSpec:
         approval_timeout=None if cls.approval_timeout is None else float(cls.approval_timeout),
         output=output,
         output_retries=cls.output_retries,
+        cache=cls.cache,
+        origin=f"{cls.__module__}.{cls.__qualname__}",
     )
     try:
         as_strategy(cls.strategy)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from .._messages import Message, Usage
+from ._history import TrimMemo
 
 if TYPE_CHECKING:
     from ._persist import Persistence
@@ -24,12 +25,13 @@ __all__ = ["Conversation", "Steering"]
 class Conversation:
     """The messages, and what changed since the store last wrote them."""
 
-    __slots__ = ("last_usage", "messages", "persistence")
+    __slots__ = ("last_usage", "messages", "persistence", "trim")
 
     def __init__(self, messages: list[Message], persistence: Persistence | None) -> None:
         self.messages = messages
         self.persistence = persistence
         self.last_usage: Usage | None = None
+        self.trim = TrimMemo()  # where the history processor last cut, for the cache
 
     def commit(self, message: Message) -> None:
         if self.persistence is not None:

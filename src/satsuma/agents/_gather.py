@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from ..models import ModelRequest, ModelResponse, checked_response, estimate_input_tokens
 from . import _tracing
 from ._events import ModelRetry, ModelWaitEnd, ModelWaitStart, TextDelta, ThinkingDelta, TurnEnd
+from ._history import choose, fixed_size
 from ._ids import unique_ids
+from ._prefix import watch_system
 
 if TYPE_CHECKING:
     from ..models import ModelLimiter, Permit
@@ -83,18 +85,28 @@ async def gather(run: Run) -> ModelResponse:
     ctx = run.ctx
     spec = ctx.spec
     conversation = ctx.conversation
-    messages = spec.history.process(tuple(conversation.messages), conversation.last_usage)
     tools_box = ctx.tools
     tools_box.refresh()  # an MCP server may have announced new tools since
     tools: tuple[Mapping[str, Any], ...] = tools_box.schemas
     if run.output_spec is not None:
         tools = (*tools, run.output_spec.tool)
+    memo = conversation.trim
+    messages = choose(
+        spec.history,
+        tuple(conversation.messages),
+        conversation.last_usage,
+        memo,
+        fixed_size(memo, spec.system, tools),
+    )
+    if spec.cache is not None:
+        watch_system(spec.origin, spec.name, spec.system)
     request = ModelRequest(
         model=ctx.model_id,
         system=spec.system,
         messages=tuple(messages),
         tools=tools,
         max_tokens=spec.max_tokens,
+        cache=spec.cache,
     )
     # Without limits, no limiter: nothing awaited or allocated for them.
     permit = None if ctx.limiter is None else await _admit(run, ctx.limiter, request)

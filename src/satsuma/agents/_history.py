@@ -4,18 +4,35 @@ The agent keeps its whole conversation; a processor chooses, before each call, t
 sent to the model. Every processor cuts only at the start of an exchange (a user message
 holding no tool results), so a ``tool_use`` is never separated from its ``tool_result``
 and the messages sent always begin with a user message.
+
+A trimmer cuts in steps, never one exchange a turn: once the conversation passes its
+limit it drops old exchanges until what is left is ``cut_to`` of the limit (60 % by
+default), then keeps that first message for as many turns as the limit allows. The
+messages sent then begin the same way from turn to turn, and the prompt cache (a prefix
+read back byte for byte) serves them; a cut every turn would write it again every turn.
+Where a cut is remembered between calls, a ``TrimMemo`` per conversation, kept by the
+agent, holds it (``choose``); ``process`` alone starts afresh each time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Protocol, final
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, final
 
 import attrs
 
 from .._messages import Message, Usage, message_size
 
-__all__ = ["HistoryProcessor", "KeepAll", "KeepLastExchanges", "TokenBudget"]
+__all__ = [
+    "HistoryProcessor",
+    "KeepAll",
+    "KeepLastExchanges",
+    "TokenBudget",
+    "TrimMemo",
+    "choose",
+    "fixed_size",
+]
 
 
 class HistoryProcessor(Protocol):
@@ -51,6 +68,85 @@ def _starts_from_the_end(messages: Sequence[Message]) -> Iterator[int]:
 
 
 @final
+class TrimMemo:
+    """What a conversation's trimmer remembers between model calls: where the messages
+    of the last request began (an index, and that message, to tell that the history was
+    not rewritten since), the size of that request in characters (what the API's
+    usage for it calibrates), and the size of the tool definitions last measured."""
+
+    __slots__ = ("first", "sent_chars", "start", "tools", "tools_chars")
+
+    def __init__(self) -> None:
+        self.start = 0
+        self.first: Message | None = None
+        self.sent_chars = 0
+        self.tools: object = None
+        self.tools_chars = 0
+
+    def start_in(self, messages: Sequence[Message]) -> int:
+        """The remembered start, or 0 when the history changed under it (a restart, a
+        roll-back)."""
+        start = self.start
+        if 0 < start < len(messages) and messages[start] is self.first:
+            return start
+        return 0
+
+    def keep(self, messages: Sequence[Message], start: int) -> int:
+        self.start = start
+        self.first = messages[start] if start < len(messages) else None
+        return start
+
+    def rate(self, last_usage: Usage | None) -> float:
+        """Tokens per character: of the last request, as the API counted it, or 0.25."""
+        if last_usage is not None and last_usage.total_input_tokens > 0 and self.sent_chars:
+            return last_usage.total_input_tokens / self.sent_chars
+        return 0.25
+
+
+def fixed_size(memo: TrimMemo, system: str | None, tools: Sequence[Mapping[str, Any]]) -> int:
+    """Characters of what every request carries besides its messages (the system prompt
+    and the tool definitions), measured as messages are; the tools measured again only
+    when they change (an MCP server announced new ones)."""
+    if memo.tools is not tools:
+        memo.tools = tools
+        memo.tools_chars = sum(len(str(tool)) for tool in tools)
+    return len(system or "") + memo.tools_chars
+
+
+def choose(
+    processor: HistoryProcessor,
+    messages: Sequence[Message],
+    last_usage: Usage | None,
+    memo: TrimMemo,
+    fixed_chars: int,
+) -> Sequence[Message]:
+    """The messages to send with a call: by satsuma's trimmers with the conversation's
+    memo and the size of the system prompt and tools (they count the whole request);
+    by any other processor through ``process``."""
+    if isinstance(processor, (TokenBudget, KeepLastExchanges)):
+        start = processor.cut(messages, last_usage, memo, fixed_chars)
+        sent = messages[start:]
+        memo.sent_chars = fixed_chars + _chars(sent)
+        return sent
+    return processor.process(messages, last_usage)
+
+
+def _chars(messages: Sequence[Message]) -> int:
+    # Sizes are measured once per message (they are cached on it).
+    return sum(message_size(message) for message in messages)
+
+
+def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not 0 < value <= 1
+    ):
+        raise ValueError(f"{attribute.name} must be a number above 0 and at most 1, got: {value!r}")
+
+
+@final
 @attrs.frozen
 class KeepAll:
     """Send the whole conversation (the default)."""
@@ -67,51 +163,84 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
 @final
 @attrs.frozen
 class KeepLastExchanges:
-    """Send only the last ``count`` exchanges (a user prompt and everything after it)."""
+    """Send at most the last ``count`` exchanges (a user prompt and everything after it).
+
+    Past ``count``, the oldest are dropped down to ``cut_to`` of it (60 %, at least one
+    exchange), so that the messages sent begin the same way for several turns and the
+    prompt cache keeps serving them.
+    """
 
     count: int = attrs.field(validator=_positive)
+    cut_to: float = attrs.field(default=0.6, validator=_fraction, kw_only=True)
 
     def process(self, messages: Sequence[Message], last_usage: Usage | None) -> Sequence[Message]:
-        kept = 0
-        for seen, start in enumerate(_starts_from_the_end(messages)):
-            if seen == self.count:  # an older exchange exists: drop it and what precedes
-                return messages[kept:]
-            kept = start
-        return messages
+        return messages[self.cut(messages, last_usage, TrimMemo(), 0) :]
+
+    def cut(
+        self,
+        messages: Sequence[Message],
+        last_usage: Usage | None,
+        memo: TrimMemo,
+        fixed_chars: int,
+    ) -> int:
+        """Where the messages sent begin (``choose`` calls it, with the memo)."""
+        start = memo.start_in(messages)
+        starts: list[int] = []
+        for index in _starts_from_the_end(messages):
+            if index < start:
+                break
+            starts.append(index)
+            if len(starts) > self.count:
+                keep = max(1, math.floor(self.count * self.cut_to))
+                return memo.keep(messages, starts[keep - 1])
+        return memo.keep(messages, start)
 
 
 @final
 @attrs.frozen
 class TokenBudget:
-    """Keep the conversation under ``max_tokens`` input tokens by dropping the oldest
-    exchanges.
+    """Keep each request under ``max_tokens`` input tokens (tools, system prompt and
+    messages together) by dropping the oldest exchanges.
+
+    Past the limit, old exchanges are dropped until the request is ``cut_to`` of it (60 %
+    by default); the messages sent then begin the same way until the limit is reached
+    again, so that the prompt cache keeps serving them.
 
     Token counts come from the usage the API reported for the previous call: the
-    characters of each message are converted at that call's tokens-per-character rate
-    (four characters a token before the first call). The newest exchange is always kept;
-    if it alone is over the budget, the API's "prompt is too long" answer fails the run.
+    characters of each message, of the system prompt and of the tool definitions are
+    converted at that request's tokens-per-character rate (four characters a token
+    before the first call). The newest exchange is always kept; if it alone is over the
+    budget, the API's "prompt is too long" answer fails the run.
     """
 
     max_tokens: int = attrs.field(validator=_positive)
+    cut_to: float = attrs.field(default=0.6, validator=_fraction, kw_only=True)
 
     def process(self, messages: Sequence[Message], last_usage: Usage | None) -> Sequence[Message]:
-        # Sizes are measured once per message (they are cached on it), so summing them is
-        # the only work here that grows with the conversation.
-        total_chars = sum(message_size(message) for message in messages) or 1
-        if last_usage is not None and last_usage.total_input_tokens > 0:
-            rate = last_usage.total_input_tokens / total_chars
-        else:
-            rate = 0.25
-        if total_chars * rate <= self.max_tokens:
-            return messages
-        # Walk back from the newest message, keeping whole exchanges while they fit.
+        return messages[self.cut(messages, last_usage, TrimMemo(), 0) :]
+
+    def cut(
+        self,
+        messages: Sequence[Message],
+        last_usage: Usage | None,
+        memo: TrimMemo,
+        fixed_chars: int,
+    ) -> int:
+        """Where the messages sent begin (``choose`` calls it, with the memo)."""
+        rate = memo.rate(last_usage)
+        start = memo.start_in(messages)
+        if (fixed_chars + _chars(messages[start:])) * rate <= self.max_tokens:
+            return memo.keep(messages, start)
+        # Walk back from the newest message, keeping whole exchanges while they fit in
+        # the lower mark; it stops before the old start, which no longer fits at all.
+        target = self.max_tokens * self.cut_to
         kept = None
-        chars = 0
+        chars = fixed_chars
         end = len(messages)
-        for start in _starts_from_the_end(messages):
-            chars += sum(message_size(message) for message in messages[start:end])
-            end = start
-            if kept is not None and chars * rate > self.max_tokens:
+        for index in _starts_from_the_end(messages):
+            chars += _chars(messages[index:end])
+            end = index
+            if kept is not None and chars * rate > target:
                 break
-            kept = start
-        return messages[kept:] if kept is not None else messages
+            kept = index
+        return memo.keep(messages, kept if kept is not None else start)
