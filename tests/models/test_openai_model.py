@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import openai
 import pytest
 import trio
 import trio.lowlevel
@@ -410,3 +411,25 @@ async def test_limits_bound_the_agents_sharing_the_model() -> None:
     assert peak == 1
     with pytest.raises(TypeError, match=r"limits must be a satsuma\.ModelLimits"):
         OpenAIModel(limits=1)  # type: ignore[arg-type]
+
+
+async def test_prompt_cache_key_goes_to_openai_only_and_is_stable_per_prefix() -> None:
+    # The loopback server is not OpenAI's API: no key unless asked for.
+    async with open_harness(["one"]) as h:
+        await h.respond()
+    assert "prompt_cache_key" not in h.server.requests[0]
+    tools = ({"name": "a", "description": "A", "input_schema": {"type": "object"}},)
+    async with open_harness(["1", "2", "3", "4"], prompt_cache_key=True) as h:
+        await h.respond(make_request(tools=tools))
+        await h.respond(make_request(tools=tools, messages=(Message.user("Other"),)))
+        await h.respond(make_request(tools=tools, system="Another prompt."))
+        await h.respond(make_request(tools=tools, cache=None))
+    first, second, other, uncached = h.server.requests
+    assert first["prompt_cache_key"].startswith("satsuma-")
+    assert second["prompt_cache_key"] == first["prompt_cache_key"]  # the same prefix
+    assert other["prompt_cache_key"] != first["prompt_cache_key"]
+    assert "prompt_cache_key" not in uncached
+    async with openai.AsyncOpenAI(api_key="k") as client:  # OpenAI's own base URL
+        assert OpenAIModel(client).prompt_cache_key is True
+        with pytest.raises(ValueError, match="prompt_cache_key must be"):
+            OpenAIModel(client, prompt_cache_key="yes")  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ off), each one reported to the listener.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import urllib.parse
@@ -31,7 +32,7 @@ from ._sdk_model import MALFORMED, Reading, SDKModel, check_limits, malformed_de
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OPENAI", "OpenAIModel", "import_openai", "missing_openai_key"]
+__all__ = ["OPENAI", "OpenAIModel", "import_openai", "missing_openai_key", "prompt_cache_key"]
 
 
 @final
@@ -59,11 +60,17 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
         max_tokens_param: The request parameter that carries ``max_tokens``:
             ``"max_completion_tokens"`` (OpenAI's current name, which its reasoning models
             require) or ``"max_tokens"`` (for servers that know only the older one).
+        prompt_cache_key: Send ``prompt_cache_key`` (OpenAI's hint that routes requests
+            sharing a prefix to the same cache) with each request whose ``cache`` is
+            not None: a digest of the model, system prompt and tool definitions, the
+            same for every call of an agent. None (the default): only when the
+            client's base URL is OpenAI's own API, as other servers may refuse it.
         limits: Limits on this model's calls (a ModelLimits), for every agent of the trio
             run that uses this model object, as for AnthropicModel (docs/limits.md).
 
     Raises:
-        ValueError: A negative retry count or backoff, or an unknown ``max_tokens_param``.
+        ValueError: A negative retry count or backoff, an unknown ``max_tokens_param``,
+            or a ``prompt_cache_key`` that is not a bool or None.
         TypeError: ``limits`` is not a ModelLimits or None.
         ConfigurationError: No ``OPENAI_API_KEY`` in the environment (without a client),
             or the ``openai`` package is not installed.
@@ -84,8 +91,13 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
         stream: bool | None = None,
         max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
         limits: ModelLimits | None = None,
+        prompt_cache_key: bool | None = None,
     ) -> None:
         check_retry_settings(max_retries, backoff_base, backoff_cap)
+        if prompt_cache_key not in (None, True, False):
+            raise ValueError(
+                f"prompt_cache_key must be True, False or None, got: {prompt_cache_key!r}"
+            )
         if max_tokens_param not in ("max_completion_tokens", "max_tokens"):
             raise ValueError(
                 'max_tokens_param must be "max_completion_tokens" or "max_tokens", '
@@ -99,13 +111,21 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
                 raise missing_openai_key()
             client = sdk.AsyncOpenAI()
         self.max_tokens_param = max_tokens_param
+        if prompt_cache_key is None:
+            # Only OpenAI's own API is known to take it; another server may refuse a
+            # parameter it does not know.
+            prompt_cache_key = urllib.parse.urlsplit(str(client.base_url)).hostname == (
+                "api.openai.com"
+            )
+        self.prompt_cache_key = prompt_cache_key
+        self._last_key: tuple[object, str | None, str, str] | None = None
         self._use(
             client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         try:
-            return request_params(
+            params = request_params(
                 model=request.model,
                 system=request.system,
                 messages=request.messages,
@@ -115,6 +135,24 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
             )
         except UnsupportedContent as exc:
             raise ModelError(f"cannot send this conversation to Chat Completions: {exc}") from exc
+        if self.prompt_cache_key and request.cache is not None:
+            # Made again only when the prefix changes: an agent class's tools are one
+            # tuple, sent with each of its calls.
+            last = self._last_key
+            if not (
+                last is not None
+                and last[0] is request.tools
+                and last[1] == request.system
+                and last[2] == request.model
+            ):
+                last = self._last_key = (
+                    request.tools,
+                    request.system,
+                    request.model,
+                    prompt_cache_key(request),
+                )
+            params["prompt_cache_key"] = last[3]
+        return params
 
     async def _whole(
         self,
@@ -258,3 +296,15 @@ OPENAI = Provider(
     _check_openai,
     _build_openai,
 )
+
+
+def prompt_cache_key(request: ModelRequest) -> str:
+    """The ``prompt_cache_key`` of a request: a digest of what begins every request of
+    an agent (its model, system prompt and tool definitions), so that its calls share a
+    cache and those of agents with another prefix do not crowd it."""
+    digest = hashlib.sha256()
+    digest.update(request.model.encode())
+    digest.update(b"\0" + (request.system or "").encode())
+    for tool in request.tools:
+        digest.update(b"\0" + json.dumps(tool, sort_keys=True, default=str).encode())
+    return "satsuma-" + digest.hexdigest()[:32]
