@@ -337,3 +337,18 @@ def test_serve_quick_run_prints_every_figure_with_its_bar() -> None:
     rows = _quick_rows(SERVE_SCRIPT, SERVE_ROWS)
     for name in SERVE_ROWS:
         assert rows[name].endswith(("target met", "target MISSED")), rows[name]
+
+
+COST_SCRIPT = ROOT / "benchmarks" / "cost.py"
+COST_ROW_NAMES = (
+    "cache=None (input tokens)",
+    'cache="auto" (input tokens)',
+    'cache="auto" / cache=None',
+    "TokenBudget(",
+)
+
+
+def test_cost_quick_run_prints_every_figure_with_its_bar() -> None:
+    rows = _quick_rows(COST_SCRIPT, COST_ROW_NAMES)
+    for name in COST_ROW_NAMES[2:]:
+        assert "target met" in rows[name] or "target MISSED" in rows[name], rows[name]
