@@ -3,6 +3,7 @@ with events as the API sends them, including block types satsuma does not know).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -251,3 +252,27 @@ def test_a_block_nested_past_the_quick_copy_is_copied_whole() -> None:
         assert set(copied) == {"a"}
         copied = copied["a"]
     assert copied == {"leaf": 1}
+
+
+def test_conversation_breakpoints_skip_an_empty_text_block() -> None:
+    params = _codec.request_params(
+        model="m",
+        system="sys",
+        messages=[
+            Message.user(""),
+            Message(role="assistant", content=[{"type": "text", "text": "a"}]),
+            Message.user(""),
+        ],
+        max_tokens=10,
+        cache=True,
+    )
+    _codec.conversation_breakpoints(params, ttl=None, automatic=False)
+    # The API refuses cache_control on an empty text block: none is put there.
+    assert "cache_control" not in json.dumps(params["messages"])
+    params["messages"][-1] = {"role": "user", "content": [{"type": "text", "text": "q"}]}
+    _codec.conversation_breakpoints(params, ttl="1h", automatic=False)
+    assert params["messages"][-1]["content"][-1]["cache_control"] == {
+        "type": "ephemeral",
+        "ttl": "1h",
+    }
+    assert "cache_control" not in params["messages"][0]["content"][-1]

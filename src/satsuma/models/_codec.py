@@ -145,7 +145,7 @@ def conversation_breakpoints(params: dict[str, Any], *, ttl: str | None, automat
     only) the last message's last block gets one. Either way the end of the previous
     turn gets one too, while the 4 allow it (tools and system take up to 2)."""
     messages: list[Mapping[str, Any]] = params["messages"]
-    if not messages or not messages[-1]["content"]:
+    if not messages or not _markable(messages[-1]):
         return
     used = sum(1 for key in ("system", "tools") if params.get(key))
     if automatic:
@@ -154,8 +154,18 @@ def conversation_breakpoints(params: dict[str, Any], *, ttl: str | None, automat
         messages[-1] = mark_message(messages[-1], ttl)
     used += 1
     previous = previous_turn_end(messages)
-    if previous is not None and used < 4:
+    if previous is not None and used < 4 and _markable(messages[previous]):
         messages[previous] = mark_message(messages[previous], ttl)
+
+
+def _markable(message: Mapping[str, Any]) -> bool:
+    """Whether a message's last block may carry a breakpoint: the API refuses one on
+    an empty text block (and there is nothing to mark in an empty message)."""
+    content = message["content"]
+    if not content:
+        return False
+    last = content[-1]
+    return not (last.get("type") == "text" and not last.get("text"))
 
 
 def request_params(
