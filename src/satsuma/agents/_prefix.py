@@ -26,17 +26,22 @@ class SystemPromptChanged(UserWarning):
     defeats prompt caching (``cache = "auto"``)."""
 
 
-_last: dict[str, bytes] = {}
+# Per agent class: the last system prompt sent (the string itself, to skip hashing when
+# the same object comes again, as it does for every call of a class) and its digest.
+_last: dict[str, tuple[str | None, bytes]] = {}
 
 
 def watch_system(origin: str, agent: str, system: str | None) -> None:
     """Remember the system prompt the agent class ``origin`` (named ``agent``) sends,
     and warn if it changed since the last call of that class in this process."""
-    # A digest, not the text: a long system prompt is not kept twice.
-    digest = hashlib.blake2b((system or "").encode(), digest_size=16).digest()
     key = f"{origin}:{agent}"
     previous = _last.get(key)
-    if previous == digest:
+    if previous is not None and previous[0] is system:
+        return
+    # Compared by digest: a class declared per request keeps only its latest prompt.
+    digest = hashlib.blake2b((system or "").encode(), digest_size=16).digest()
+    if previous is not None and previous[1] == digest:
+        _last[key] = (system, digest)
         return
     if previous is not None:
         warnings.warn(
@@ -50,4 +55,4 @@ def watch_system(origin: str, agent: str, system: str | None) -> None:
         )
     elif len(_last) >= _MAX_NAMES:
         del _last[next(iter(_last))]
-    _last[key] = digest
+    _last[key] = (system, digest)
