@@ -264,3 +264,18 @@ def test_the_memo_forgets_a_cut_when_the_history_changed() -> None:
 def test_bad_settings_are_refused_naming_the_field(make: object, field: str) -> None:
     with pytest.raises(ValueError, match=f"^{field} must be"):
         make()  # type: ignore[operator]
+
+
+def test_the_memo_measures_only_new_messages_and_agrees_with_a_full_sum() -> None:
+    memo = TrimMemo()
+    history: list[Message] = []
+    for index in range(20):
+        history += _turn(index, 100 + index)
+        for start in (0, 4, 0, 8):  # the same start again, then another one
+            assert memo.chars_from(history, start) == sum(_chars(m) for m in history[start:])
+    counted = _Counting(list(history))
+    memo.chars_from(counted, 8)
+    counted.messages.append(Message.user("one more"))
+    counted.read.clear()
+    assert memo.chars_from(counted, 8) == sum(_chars(m) for m in counted.messages[8:])
+    assert counted.read <= {len(history) - 1, len(history)}  # the last known, the new one

@@ -74,7 +74,17 @@ class TrimMemo:
     not rewritten since), the size of that request in characters (what the API's
     usage for it calibrates), and the size of the tool definitions last measured."""
 
-    __slots__ = ("first", "sent_chars", "start", "tools", "tools_chars")
+    __slots__ = (
+        "counted",
+        "counted_chars",
+        "counted_last",
+        "counted_start",
+        "first",
+        "sent_chars",
+        "start",
+        "tools",
+        "tools_chars",
+    )
 
     def __init__(self) -> None:
         self.start = 0
@@ -82,6 +92,29 @@ class TrimMemo:
         self.sent_chars = 0
         self.tools: object = None
         self.tools_chars = 0
+        # The characters of messages[counted_start:counted] when last measured (and the
+        # last of them, to tell that they are still there): the next call adds only the
+        # new messages, so a long kept history is not summed again at every call.
+        self.counted_start = 0
+        self.counted = 0
+        self.counted_chars = 0
+        self.counted_last: Message | None = None
+
+    def chars_from(self, messages: Sequence[Message], start: int) -> int:
+        """Characters of ``messages[start:]``, measuring only what was added since the
+        last time when the start is the same."""
+        end = self.counted
+        if (
+            self.counted_start == start
+            and start < end <= len(messages)
+            and messages[end - 1] is self.counted_last
+        ):
+            chars = self.counted_chars + _chars(messages[end:])
+        else:
+            chars = _chars(messages[start:])
+        self.counted_start, self.counted, self.counted_chars = start, len(messages), chars
+        self.counted_last = messages[-1] if messages else None
+        return chars
 
     def start_in(self, messages: Sequence[Message]) -> int:
         """The remembered start, or 0 when the history changed under it (a restart, a
@@ -125,9 +158,9 @@ def choose(
     by any other processor through ``process``."""
     if isinstance(processor, (TokenBudget, KeepLastExchanges)):
         start = processor.cut(messages, last_usage, memo, fixed_chars)
-        sent = messages[start:]
-        memo.sent_chars = fixed_chars + _chars(sent)
-        return sent
+        # What the API's usage for this call will calibrate (TokenBudget's next call).
+        memo.sent_chars = fixed_chars + memo.chars_from(messages, start)
+        return messages[start:]
     return processor.process(messages, last_usage)
 
 
@@ -229,7 +262,7 @@ class TokenBudget:
         """Where the messages sent begin (``choose`` calls it, with the memo)."""
         rate = memo.rate(last_usage)
         start = memo.start_in(messages)
-        if (fixed_chars + _chars(messages[start:])) * rate <= self.max_tokens:
+        if (fixed_chars + memo.chars_from(messages, start)) * rate <= self.max_tokens:
             return memo.keep(messages, start)
         # Walk back from the newest message, keeping whole exchanges while they fit in
         # the lower mark; it stops before the old start, which no longer fits at all.
