@@ -18,7 +18,6 @@ import json
 import logging
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, ClassVar, Final, TypeAlias, cast, final
 from urllib.parse import urljoin
 
@@ -27,7 +26,7 @@ import trio
 
 from ... import _a2a
 from ..._exceptions import A2AAgentError
-from .. import Tool, ToolContext, ToolResult
+from .. import Tool, ToolContext, ToolResult, ToolServer
 from . import _wire
 from ._card import CARD_PATH, INPUT_SCHEMA, tool_description, tool_name
 from ._wire import TaskView, WireError
@@ -70,7 +69,7 @@ class _Failed(Exception):
 
 
 @final
-class A2AAgent:
+class A2AAgent(ToolServer):
     """A remote A2A agent that a satsuma agent or a ToolRunner can call as a tool.
 
     Run it as ``async with A2AAgent(url) as remote:``, as a supervised child (``serve``),
@@ -88,8 +87,6 @@ class A2AAgent:
             stream events, or before a whole answer) before the call fails.
         cancel_timeout: Seconds given to ``CancelTask`` when a call is cancelled.
     """
-
-    __satsuma_tool_source__: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -120,8 +117,6 @@ class A2AAgent:
         self.streaming = False
         self._client: httpx2.AsyncClient | None = None
         self._tools: list[A2ATool] = []
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
         return f"<A2AAgent {self._label} {self.url} {self.state.value}>"
@@ -149,30 +144,6 @@ class A2AAgent:
         return list(self._tools)
 
     # --- running ------------------------------------------------------------------------
-
-    async def __aenter__(self) -> A2AAgent:
-        stack = contextlib.AsyncExitStack()
-        nursery = await stack.enter_async_context(trio.open_nursery())
-        try:
-            await nursery.start(self.serve)
-        except BaseException:
-            nursery.cancel_scope.cancel()
-            await stack.aclose()
-            raise
-        self._stack, self._nursery = stack, nursery
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        stack, nursery = self._stack, self._nursery
-        self._stack = self._nursery = None
-        assert stack is not None and nursery is not None
-        nursery.cancel_scope.cancel()
-        await stack.__aexit__(exc_type, exc, traceback)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch the card, then hold the HTTP client until cancelled (a supervisor's child).
