@@ -17,8 +17,8 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from typing import Any, ClassVar, Final, TypeAlias, cast, final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, Final, TypeAlias, final
 from urllib.parse import urljoin
 
 import httpx2
@@ -26,6 +26,7 @@ import trio
 
 from ... import _a2a
 from ..._exceptions import A2AAgentError
+from ..._sse import sse_data
 from .. import Tool, ToolContext, ToolResult, ToolServer
 from . import _wire
 from ._card import CARD_PATH, INPUT_SCHEMA, tool_description, tool_name
@@ -317,7 +318,7 @@ class A2AAgent(ToolServer):
                     self._apply(view, _json(response, self._problem))
                     return
                 # Closed here, not by the garbage collector, when the task ends mid-stream.
-                async with contextlib.aclosing(_sse_data(response)) as events:
+                async with contextlib.aclosing(sse_data(response.aiter_lines())) as events:
                     async for data in events:
                         try:
                             envelope = json.loads(data)
@@ -415,23 +416,6 @@ class A2AAgent(ToolServer):
             "context_id": view.context_id,
             "state": view.state,
         }
-
-
-async def _sse_data(response: httpx2.Response) -> AsyncGenerator[str, None]:
-    """The data of each server-sent event (its ``data:`` lines joined)."""
-    data: list[str] = []
-    # httpx2's line iterator is a generator too: closed with the stream, not later.
-    lines_iterator = cast("AsyncGenerator[str, None]", response.aiter_lines())
-    async with contextlib.aclosing(lines_iterator) as lines:
-        async for line in lines:
-            if not line:
-                if data:
-                    yield "\n".join(data)
-                    data = []
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-    if data:
-        yield "\n".join(data)
 
 
 def _json(response: httpx2.Response, problem: Callable[[str], str]) -> Any:
