@@ -45,10 +45,10 @@ log = logging.getLogger("satsuma.serve")
 # is a ValueError, and ValueError (what Runs raises for bad input) comes last.
 _RUNS_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (UnknownRun, 404, "not_found"),
-    (UnknownAgent, 404, "not_found"),
+    (UnknownAgent, 404, "unknown_agent"),
     (Busy, 409, "busy"),
-    (AlreadyDecided, 409, "conflict"),
-    (BadDecision, 400, "bad_request"),
+    (AlreadyDecided, 409, "already_decided"),
+    (BadDecision, 400, "bad_decision"),
     (ValueError, 400, "bad_request"),
 )
 _CORS_METHODS = b"GET, POST, DELETE, OPTIONS"
