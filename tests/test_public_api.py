@@ -177,6 +177,7 @@ PUBLIC_PACKAGES = (
     "satsuma.store",
     "satsuma.cluster",
     "satsuma.aio",
+    "satsuma.evals",
 )
 SRC = Path(satsuma.__file__).parent
 
