@@ -59,6 +59,7 @@ CLI = frozenset(
         "_chat_command",
         "_fake_server",
         "_serve_command",
+        "_eval_command",
     }
 )
 PACKAGES = (

@@ -308,6 +308,30 @@ def test_redact_runs_on_every_case_and_reports_load_only_reports(tmp_path: Path)
     assert [c.prompt for c in clean] == ["my card is ****", "hi"]
     with pytest.raises(TypeError, match="not a Case"):
         dataset.redact(lambda case: None)  # type: ignore[arg-type,return-value]
-    (tmp_path / "r.json").write_text('{"version": 1}')
-    with pytest.raises(ReportError, match="not a satsuma evals report"):
-        Report.load(tmp_path / "r.json")
+    for text in ('{"version": 1}', "[]", '{"version": 1, "cases": [1]}', "null"):
+        (tmp_path / "r.json").write_text(text)
+        with pytest.raises(ReportError, match="not a satsuma evals report"):
+            Report.load(tmp_path / "r.json")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"id": "a", "prompt": "x", "metadata": 5},
+        {"id": "a", "prompt": "x", "metadata": "text"},
+        {"id": "a", "prompt": "x", "history": "text"},
+        {"id": "a", "prompt": "x", "history": 5},
+        {"id": "a", "prompt": "x", "recorded": 5},
+        {"id": "a", "prompt": "x", "recorded": [{"name": "t", "input": float("nan")}]},
+        {"id": "a", "prompt": "x", "recorded": [{"name": "t", "content": 5}]},
+        {"id": "a", "prompt": "x", "expected_tools": [1]},
+        {"id": 5, "prompt": "x"},
+        {"id": "a", "prompt": ""},
+        {"id": "a", "prompt": ["x"]},
+        {"id": "a", "prompt": "x", "history": [{"role": "user", "content": [5]}]},
+    ],
+)
+def test_every_odd_shape_in_a_file_is_a_dataset_error(tmp_path: Path, case: dict[str, Any]) -> None:
+    (tmp_path / "cases.json").write_text(json.dumps([case]))
+    with pytest.raises(DatasetError, match=r"cases\[0\]"):
+        Dataset.load(tmp_path / "cases.json")

@@ -211,7 +211,7 @@ class Report:
             raise ReportError(f"{where}: line {exc.lineno}: not JSON ({exc.msg})") from None
         try:
             return _report_from(data)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportError(
                 f"{where}: not a satsuma evals report of version {REPORT_VERSION} ({exc!r})"
             ) from None
@@ -259,7 +259,9 @@ def _run_json(run: CaseRun) -> dict[str, Any]:
     }
 
 
-def _report_from(data: Mapping[str, Any]) -> Report:
+def _report_from(data: Any) -> Report:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a report is a JSON object, got: {type(data).__name__}")
     if data.get("version") != REPORT_VERSION:
         raise ValueError(f"version {data.get('version')!r}")
     cases = []
