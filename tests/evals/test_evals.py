@@ -15,6 +15,7 @@ from satsuma.evals import (
     Dataset,
     DatasetError,
     Evaluator,
+    Judge,
     MaxTokens,
     OutputMatches,
     RecordedCall,
@@ -335,3 +336,45 @@ def test_every_odd_shape_in_a_file_is_a_dataset_error(tmp_path: Path, case: dict
     (tmp_path / "cases.json").write_text(json.dumps([case]))
     with pytest.raises(DatasetError, match=r"cases\[0\]"):
         Dataset.load(tmp_path / "cases.json")
+
+
+def verdict(score: float, reason: str) -> Reply:
+    return Reply(tool_calls=[("final_answer", {"score": score, "reason": reason})])
+
+
+async def test_a_judge_scores_with_a_typed_verdict_and_a_judge_that_fails_never_passes() -> None:
+    case = Case(id="c", prompt="refund A1", expected_output="Refunded.")
+    answer = lambda _: ScriptedModel(["Refunded A1, sorry for the trouble."])  # noqa: E731
+    judge_model = ScriptedModel([verdict(0.9, "polite and correct")])
+    report = await evaluate(
+        Support,
+        [case],
+        [Judge("Polite, and says what was refunded.", model=judge_model)],
+        model=answer,
+    )
+    assert report.passed
+    assert report.cases[0].runs[0].scores["judge"] == (0.9, "polite and correct")
+    # The judge read the rubric, the request, the answer and the reference answer.
+    asked = judge_model.requests[0].messages[0].text
+    for text in (
+        "Polite, and says what was refunded.",
+        "refund A1",
+        "Refunded A1, sorry",
+        '"Refunded."',
+    ):
+        assert text in asked
+
+    for judge_model, reason in [
+        (ScriptedModel([verdict(1.5, "too generous")]), "the judge's score 1.5 is not in [0, 1]"),
+        (
+            ScriptedModel([satsuma.ModelError("overloaded", retryable=False)]),
+            "the judge's run ended failed",
+        ),
+    ]:
+        failed = await evaluate(
+            Support, [case], [Judge("Polite.", model=judge_model, threshold=0.0)], model=answer
+        )
+        value, why = failed.cases[0].runs[0].scores["judge"]
+        assert (
+            value == 0.0 and reason in why and why.startswith("the evaluator failed: JudgeFailed")
+        )

@@ -19,6 +19,9 @@ from ._evaluators import MaxTokens as MaxTokens
 from ._evaluators import OutputMatches as OutputMatches
 from ._evaluators import Score as Score
 from ._evaluators import ToolTrajectory as ToolTrajectory
+from ._judge import Grade as Grade
+from ._judge import Judge as Judge
+from ._judge import JudgeFailed as JudgeFailed
 from ._report import CaseReport as CaseReport
 from ._report import CaseRun as CaseRun
 from ._report import Comparison as Comparison
@@ -33,6 +36,8 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "Evaluator",
+    "Judge",
+    "JudgeFailed",
     "MaxLatency",
     "MaxTokens",
     "OutputMatches",
@@ -41,6 +46,7 @@ __all__ = [
     "ReportError",
     "Score",
     "ToolTrajectory",
+    "Grade",
     "evaluate",
 ]
 _public_names(__name__, globals())

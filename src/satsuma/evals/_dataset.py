@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._exceptions import SatsumaError
 from .._messages import Message
 from ..store import Store
 from ._case import Case, RecordedCall
@@ -28,7 +29,7 @@ _CASE_FIELDS = frozenset(
 )
 
 
-class DatasetError(ValueError):
+class DatasetError(SatsumaError, ValueError):
     """A dataset file, or a case in it, that cannot be read: the message names where."""
 
 

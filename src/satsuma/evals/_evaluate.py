@@ -8,6 +8,7 @@ that crashes fails its case, not the evaluation.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from ._case import Case
 from ._dataset import Dataset
 from ._evaluators import Evaluator, Score
 from ._replay import RECORDING_KEY, Recording, replaying, tool_calls
-from ._report import CaseReport, CaseRun, Report, summary_reasons
+from ._report import EVALUATOR_FAILED, CaseReport, CaseRun, Report, summary_reasons
 
 __all__ = ["evaluate"]
 
@@ -94,7 +95,7 @@ async def evaluate(
     async def one(case: Case, index: int) -> None:
         async with limit:
             run = await _run_case(evaluated, case, index, model, where, context or {}, tools)
-        scored = _scored(run, case, evaluators)
+        scored = await _scored(run, case, evaluators)
         runs[case.id][index] = scored
         done = runs[case.id]
         if all(r is not None for r in done):
@@ -162,16 +163,18 @@ async def _run_case(
     )
 
 
-def _scored(run: CaseRun, case: Case, evaluators: Sequence[Evaluator]) -> CaseRun:
+async def _scored(run: CaseRun, case: Case, evaluators: Sequence[Evaluator]) -> CaseRun:
     scores: dict[str, tuple[float, str]] = {}
     for evaluator in evaluators:
         try:
             score = evaluator.score(case, run)
+            if inspect.isawaitable(score):
+                score = await score
             if not isinstance(score, Score):
                 raise TypeError(f"returned {type(score).__name__}, not a Score")
             scores[evaluator.name] = (score.value, score.reason)
         except Exception as exc:  # an evaluator that fails scores 0, said why: never a pass
-            scores[evaluator.name] = (0.0, f"the evaluator failed: {type(exc).__name__}: {exc}")
+            scores[evaluator.name] = (0.0, f"{EVALUATOR_FAILED}{type(exc).__name__}: {exc}")
     return CaseRun(
         status=run.status,
         output=run.output,

@@ -9,7 +9,7 @@ and what the run cost in tokens and time (``MaxTokens``, ``MaxLatency``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -49,8 +49,8 @@ class Evaluator:
         """Names the evaluator in reports (unique in an evaluation)."""
         raise NotImplementedError
 
-    def score(self, case: Case, run: CaseRun) -> Score:
-        """The run's score, and why."""
+    def score(self, case: Case, run: CaseRun) -> Score | Awaitable[Score]:
+        """The run's score, and why (or an awaitable of it: a judge asks a model)."""
         raise NotImplementedError
 
 

@@ -13,14 +13,17 @@ from typing import Any
 
 import attrs
 
+from .._exceptions import SatsumaError
 from .._messages import Usage
 
 __all__ = ["CaseReport", "CaseRun", "Comparison", "Report", "ReportError"]
 
 REPORT_VERSION = 1
+EVALUATOR_FAILED = "the evaluator failed: "
+"""How the reason of a score starts when its evaluator raised: such a run never passes it."""
 
 
-class ReportError(ValueError):
+class ReportError(SatsumaError, ValueError):
     """A report file that cannot be read: the message names the file and the problem."""
 
 
@@ -305,11 +308,17 @@ def summary_reasons(
             f"{len(unfinished)} of {len(runs)} runs did not complete ({first.status}{why})"
         )
     for name, threshold in evaluators:
-        passing = sum(1 for run in runs if name in run.scores and run.scores[name][0] >= threshold)
+        passes = [_passes(run, name, threshold) for run in runs]
+        passing = sum(passes)
         if passing < share * len(runs) - 1e-9:
-            failing = next(
-                run for run in runs if not (name in run.scores and run.scores[name][0] >= threshold)
-            )
+            failing = runs[passes.index(False)]
             why = failing.scores[name][1] if name in failing.scores else "not scored"
             reasons.append(f"{name}: {passing} of {len(runs)} runs reached {threshold:g} ({why})")
     return not reasons, tuple(reasons)
+
+
+def _passes(run: CaseRun, name: str, threshold: float) -> bool:
+    if name not in run.scores:
+        return False
+    value, reason = run.scores[name]
+    return value >= threshold and not reason.startswith(EVALUATOR_FAILED)
