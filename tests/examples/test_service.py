@@ -3,8 +3,10 @@ its offline model, and is driven over HTTP through satsuma's API.
 
 One conversation's agent crashes mid-run while runs of it and of other conversations are
 in flight: that run ends ``failed`` with a clear ``AgentCrashed`` error, every other run
-completes, and the agent is restarted for the next run. Then SIGTERM arrives while a slow
-run is in flight: it still gets its answer, and the service exits 0.
+completes (those queued behind the crash on the restarted agent), and the conversation
+goes on without the turn that crashed. /healthz and /readyz answer before and after.
+Then SIGTERM arrives while a slow run is in flight: it still gets its answer, and the
+service exits 0.
 
 The service's log (its stdout) is how the test knows what happens inside: it waits for
 lines, never for time.
@@ -125,14 +127,17 @@ def _completed(response: httpx2.Response, agent_id: str, prompt: str) -> None:
 
 
 async def _crash_one_of_many(client: httpx2.AsyncClient, log: ServiceLog) -> None:
-    """16 runs (the server's cap on runs in flight for a client without a token): 3
-    slow ones in conversations of their own, then, once those are with their agents, 13
-    more at once: 6 quick ones and the crash in conversation ``crashy``, 6 quick ones in
-    conversations of their own."""
-    slow = {f"slow-{number}": f"SLOW question {number}" for number in range(3)}
-    crashy = [f"question {number}" for number in range(6)]
-    crashy.insert(3, CRASH_PROMPT)
-    others = {f"other-{number}": f"other question {number}" for number in range(6)}
+    """16 runs (the server's cap on runs in flight for a client without a token).
+
+    Three slow runs are first with their agents, one of them in conversation ``crashy``.
+    Behind it the crash is queued in ``crashy`` (without waiting), then 6 quick runs
+    behind the crash, and 6 quick runs in conversations of their own, all at once: the
+    crash fails its own run only, and the runs queued behind it in its conversation are
+    served by the restarted agent.
+    """
+    slow = {"slow-0": "SLOW question 0", "slow-1": "SLOW question 1", CRASHY: "SLOW first"}
+    quick = [(CRASHY, f"question {number}") for number in range(6)]
+    quick += [(f"other-{number}", f"other question {number}") for number in range(6)]
     responses: dict[tuple[str, str], httpx2.Response] = {}
 
     async def ask(agent_id: str, prompt: str) -> None:
@@ -143,40 +148,43 @@ async def _crash_one_of_many(client: httpx2.AsyncClient, log: ServiceLog) -> Non
         for agent_id, prompt in slow.items():
             nursery.start_soon(ask, agent_id, prompt)
             await log.wait_for(_model_line(prompt))
-        for prompt in crashy:
-            nursery.start_soon(ask, CRASHY, prompt)
-        for agent_id, prompt in others.items():
+        started = await client.post(runs_path(CRASHY), json={"prompt": CRASH_PROMPT, "wait": False})
+        assert started.status_code == 202, started.text
+        assert started.json()["status"] == "queued", started.text  # behind "SLOW first"
+        for agent_id, prompt in quick:
             nursery.start_soon(ask, agent_id, prompt)
 
-    assert len(responses) == 16
-    failed = responses.pop((CRASHY, CRASH_PROMPT))
-    # A run that failed is still a run: 200, its status and error saying what happened.
-    assert failed.status_code == 200, failed.text
-    run = failed.json()
-    assert (run["agent_id"], run["status"], run["output"]) == (CRASHY, "failed", None), run
-    assert run["error"] == CRASH_ERROR
+    assert len(responses) == 15
     for (agent_id, prompt), response in responses.items():
         _completed(response, agent_id, prompt)
-    # The run can be read again by its id, as it ended.
-    again = await client.get(f"/v1/runs/{run['run_id']}")
+    # The crashed run, read by its id: it ended before the runs queued behind it ran.
+    crashed = await client.get(f"/v1/runs/{started.json()['run_id']}")
+    assert crashed.status_code == 200, crashed.text
+    run = crashed.json()
+    assert (run["agent_id"], run["prompt"]) == (CRASHY, CRASH_PROMPT), run
+    assert (run["status"], run["output"], run["error"]) == ("failed", None, CRASH_ERROR), run
+    # A run that failed waiting is still a run: 200, its status and error saying so.
+    again = await client.post(runs_path("crashy-2"), json={"prompt": CRASH_PROMPT})
     assert again.status_code == 200, again.text
-    assert (again.json()["status"], again.json()["error"]) == ("failed", CRASH_ERROR)
+    assert (again.json()["status"], again.json()["error"]["type"]) == ("failed", "AgentCrashed")
 
 
 async def _agent_is_back(client: httpx2.AsyncClient, log: ServiceLog) -> None:
     prompt = "are you back?"
     _completed(await client.post(runs_path(CRASHY), json={"prompt": prompt}), CRASHY, prompt)
-    # Only the crashed conversation's agent crashed, once: the supervisor logs each crash.
+    # Only the agents given the crash crashed, once each: the supervisor logs each crash.
     crashes = [line for line in log.lines if " crashed: " in line]
     assert crashes == [
-        f"satsuma.supervisor: the root supervisor: child assistant/{CRASHY} crashed: "
+        f"satsuma.supervisor: the root supervisor: child assistant/{agent_id} crashed: "
         "RuntimeError: injected fault: the prompt contains CRASH"
+        for agent_id in (CRASHY, "crashy-2")
     ]
-    # The restarted agent kept the conversation, but not the turn that crashed it: the
-    # prompt is not sent again with the next one.
+    # The restarted agent kept the conversation (the run before the crash, those after
+    # it), but not the turn that crashed it: that prompt is not sent again.
     messages = (await client.get(f"/v1/agents/assistant/{CRASHY}/messages")).json()["messages"]
     said = [block["text"] for message in messages for block in message["content"]]
-    assert prompt in said and f"You said: {prompt}" in said
+    asked = ["SLOW first", *(f"question {number}" for number in range(6)), prompt]
+    assert {*asked, *(f"You said: {text}" for text in asked)} <= set(said), said
     assert not any("CRASH" in text for text in said), said
     await _healthy(client)
 
