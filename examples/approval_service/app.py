@@ -116,7 +116,6 @@ async def serve(options: argparse.Namespace, model: satsuma.Model | None) -> Non
                 store=store,
                 model=model,
                 tokens=options.token_file,
-                host=options.host,
                 port=options.port,
             )
             await nursery.start(server.serve)
@@ -141,7 +140,6 @@ async def main(options: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Payments that wait for a person, over HTTP.")
     parser.add_argument("--store", default="approvals.db", help="the SQLite file")
-    parser.add_argument("--host", default="127.0.0.1", help="another needs --token-file")
     parser.add_argument("--port", type=int, default=8000, help="0: any free port")
     parser.add_argument("--token-file", help="bearer tokens (satsuma serve token create)")
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(name)s: %(message)s")
