@@ -337,3 +337,8 @@ def test_serve_quick_run_prints_every_figure_with_its_bar() -> None:
     rows = _quick_rows(SERVE_SCRIPT, SERVE_ROWS)
     for name in SERVE_ROWS:
         assert rows[name].endswith(("target met", "target MISSED")), rows[name]
+
+
+def test_evals_quick_run_prints_the_table() -> None:
+    rows = _quick_rows(ROOT / "benchmarks" / "evals.py", ("wall time per case", "peak RSS"))
+    assert rows["wall time per case"].endswith(("target met", "target MISSED"))
