@@ -38,7 +38,6 @@ from ._a2a_tasks import (
 )
 from ._http import HTTPError, JSONAnswer, Request, ServerSentEvent, SSEAnswer, agent_id_from
 from ._runs import AlreadyDecided, BadDecision, Runs, RunView, UnknownRun
-from ._slots import RunSlots
 
 __all__ = ["A2ASurface", "A2ACardSurface"]
 
@@ -82,9 +81,8 @@ def _card(agents: Mapping[str, type[Any]], name: str, request: Request) -> dict[
 class A2ASurface:
     """A2A over a ``Runs`` (``/a2a/``)."""
 
-    def __init__(self, runs: Runs, slots: RunSlots) -> None:
+    def __init__(self, runs: Runs) -> None:
         self._runs = runs
-        self._slots = slots
 
     @property
     def prefix(self) -> str:
@@ -108,7 +106,7 @@ class A2ASurface:
                 f"{request.path} answers POST (JSON-RPC)",
                 headers={"Allow": "POST"},
             )
-        return await _Call(self._runs, self._slots, request, name).answer()
+        return await _Call(self._runs, request, name).answer()
 
     def _card(self, request: Request, name: str) -> JSONAnswer:
         if request.method not in ("GET", "HEAD"):
@@ -152,9 +150,8 @@ class A2ACardSurface:
 class _Call:
     """One JSON-RPC request to one agent."""
 
-    def __init__(self, runs: Runs, slots: RunSlots, request: Request, name: str) -> None:
+    def __init__(self, runs: Runs, request: Request, name: str) -> None:
         self.runs = runs
-        self.slots = slots
         self.request = request
         self.name = name
         self.id: Any = None
@@ -352,23 +349,14 @@ class _Call:
 
     async def _send(self, params: Mapping[str, Any]) -> Any:
         message, wait = self._message(params)
-        if not wait:
-            view = await self._submit(message)
-            return {"task": task_of(view).to_json()}
-        async with self.slots.admit(self.request.principal):
-            view = await self._submit(message)
+        view = await self._submit(message)
+        if wait:
             view = await self.runs.wait(view.run_id)
         return {"task": task_of(view).to_json()}
 
     async def _send_streaming(self, params: Mapping[str, Any]) -> SSEAnswer:
         message, _ = self._message(params)
-        slot = self.slots.take(self.request.principal)
-        try:
-            view = await self._submit(message)
-        except BaseException:
-            slot.release()
-            raise
-        return self._stream(view, release=slot.release)
+        return self._stream(await self._submit(message))
 
     async def _subscribe(self, params: Mapping[str, Any]) -> SSEAnswer:
         view = await self._task(params, "read")
@@ -377,9 +365,9 @@ class _Call:
                 wire.UNSUPPORTED_OPERATION,
                 f"the task has ended ({task_of(view).state}): there is nothing to follow",
             )
-        return self._stream(view, release=lambda: None)
+        return self._stream(view)
 
-    def _stream(self, first: RunView, *, release: Callable[[], None]) -> SSEAnswer:
+    def _stream(self, first: RunView) -> SSEAnswer:
         runs, request_id, shaped = self.runs, self.id, self._shaped
 
         def event(item: wire.StreamItem) -> ServerSentEvent:
@@ -387,13 +375,10 @@ class _Call:
             return ServerSentEvent(json.dumps(body, default=str))
 
         async def events() -> AsyncIterator[ServerSentEvent]:
-            try:
-                yield event(task_of(first))
-                async with aclosing(_follow(runs, first)) as items:
-                    async for item in items:
-                        yield event(item)
-            finally:
-                release()
+            yield event(task_of(first))
+            async with aclosing(_follow(runs, first)) as items:
+                async for item in items:
+                    yield event(item)
 
         return SSEAnswer(events(), headers={**_HEADERS, "Cache-Control": "no-store"})
 
