@@ -189,3 +189,4 @@ def test_the_agent_card_is_read_by_the_sdk_and_back() -> None:
     read = wire.AgentCard.from_json(json_format.MessageToDict(card))
     assert read.url == "http://127.0.0.1:8000/a2a/support"
     assert read.protocol_version == "1.0" and read.streaming
+    assert read.bearer_required  # as the SDK writes it back, too

@@ -14,8 +14,9 @@ kernel's ``satsuma._a2a``, and every run goes through ``Runs``. A JSON-RPC error
 HTTP 200 whose body is the error response, as the binding says; what the app refuses
 before (a missing token: 401, a body over the limit: 413) keeps its HTTP status.
 Scopes: ``run`` to send and cancel, ``read`` to get, list and subscribe, ``approve``
-(besides ``run``) to answer an input-required task with decisions; the card needs only a
-valid token.
+(besides ``run``) to answer an input-required task with decisions. The cards need no
+token: clients discover a server through them (they name no task and no conversation);
+on a server with tokens each card declares the bearer scheme its endpoint requires.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def _invalid(message: str) -> wire.A2AError:
 
 
 def _base_url(request: Request) -> str:
-    """The server's URL as the client reached it (a proxy's ``X-Forwarded-*`` first)."""
+    """The server's URL as the client reached it: the host it asked for and the scheme
+    it used (https under TLS), a proxy's ``X-Forwarded-Host``/``-Proto`` first."""
     host = request.headers.get("x-forwarded-host") or request.headers.get("host") or "localhost"
-    scheme = request.headers.get("x-forwarded-proto", "http")
+    scheme = request.headers.get("x-forwarded-proto") or request.scheme
     return f"{scheme.split(',')[0].strip()}://{host.split(',')[0].strip()}"
 
 
@@ -74,7 +76,7 @@ def _card(agents: Mapping[str, type[Any]], name: str, request: Request) -> dict[
         version="1.0.0",
         skills=[{"id": name, "name": name, "description": doc, "tags": ["satsuma"]}],
         streaming=True,
-        bearer=request.principal.name is not None,
+        bearer=request.tokens_required,
     )
 
 
@@ -88,6 +90,11 @@ class A2ASurface:
     def prefix(self) -> str:
         """The path prefix it answers."""
         return "/a2a/"
+
+    def is_public(self, path: str) -> bool:
+        """True for an agent card's path: a client reads it before it holds a token."""
+        name, _, tail = path.removeprefix("/a2a/").partition("/")
+        return bool(name) and "/" + tail == wire.CARD_PATH
 
     async def handle(self, request: Request) -> JSONAnswer | SSEAnswer:
         """Answer one request (see the module)."""
@@ -113,9 +120,6 @@ class A2ASurface:
             raise HTTPError(
                 405, "method_not_allowed", "the card answers GET", headers={"Allow": "GET"}
             )
-        reached = request.principal.agents
-        if reached is not None and name not in reached:
-            raise HTTPError(404, "unknown_agent", "no agent of that name is served over A2A")
         return JSONAnswer(200, _card(self._runs.agents, name, request), _HEADERS)
 
 
@@ -132,6 +136,10 @@ class A2ACardSurface:
     def prefix(self) -> str:
         """The path it answers (as a prefix: nothing else lies under it)."""
         return wire.CARD_PATH
+
+    def is_public(self, path: str) -> bool:
+        """True: the card is read before a token is held (and nothing else is here)."""
+        return True
 
     async def handle(self, request: Request) -> JSONAnswer | SSEAnswer:
         """Answer the card, or 404."""
