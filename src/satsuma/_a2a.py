@@ -319,9 +319,16 @@ def agent_card(
     }
     if bearer:
         card["securitySchemes"] = {
-            "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}},
+            # 1.0's oneof, and beside it 0.3's type-tagged fields: a 0.3 client (whose
+            # scheme is a union on "type") reads the card too, as it reads "url".
+            "bearer": {
+                "httpAuthSecurityScheme": {"scheme": "Bearer"},
+                "type": "http",
+                "scheme": "Bearer",
+            },
         }
         card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+        card["security"] = [{"bearer": []}]  # 0.3's name for the requirements
     return card
 
 

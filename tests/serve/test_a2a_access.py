@@ -98,10 +98,12 @@ async def test_the_cards_need_no_token_and_declare_the_bearer_scheme(
                 answer = await client.get(card_path, headers=headers)
                 assert answer.status_code == 200, answer.text
                 card = answer.json()
-                assert card["securitySchemes"] == {
-                    "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}
-                }
+                scheme = card["securitySchemes"]["bearer"]
+                assert scheme["httpAuthSecurityScheme"] == {"scheme": "Bearer"}
                 assert card["securityRequirements"] == [{"schemes": {"bearer": {"list": []}}}]
+                # 0.3's shapes beside them, for 0.3 clients.
+                assert scheme["type"] == "http" and scheme["scheme"] == "Bearer"
+                assert card["security"] == [{"bearer": []}]
         # Everything else under /a2a still asks for a token.
         for method, where in (("POST", "/a2a/greeter"), ("GET", "/a2a/greeter/tasks")):
             assert (await client.request(method, where)).status_code == 401
@@ -114,7 +116,7 @@ async def test_the_cards_need_no_token_and_declare_the_bearer_scheme(
 
     async with serve_http([Greeter], model=scripted()) as served:
         card = (await served.client.get(CARD)).json()
-        assert "securitySchemes" not in card and "securityRequirements" not in card
+        assert not {"securitySchemes", "securityRequirements", "security"} & set(card)
 
 
 async def test_the_card_names_the_host_the_client_used(serve_http: Any) -> None:
