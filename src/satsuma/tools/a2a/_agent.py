@@ -209,6 +209,14 @@ class A2AAgent(ToolServer):
             raise A2AAgentError(
                 self._label, self.card_url, f"is not a usable A2A agent card: {exc.message}"
             ) from None
+        if read.bearer_required and not any(k.lower() == "authorization" for k in headers):
+            # The card is public; every call without the token would be a 401.
+            raise A2AAgentError(
+                self._label,
+                self.card_url,
+                "requires a bearer token (its agent card's security requirements): give "
+                "headers={'Authorization': 'Bearer TOKEN'}",
+            )
         self.streaming = read.streaming
         self.endpoint = read.url
         self._tools = [self._make_tool(card)]
