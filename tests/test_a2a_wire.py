@@ -189,3 +189,17 @@ def test_the_agent_card_is_read_by_the_sdk_and_back() -> None:
     read = wire.AgentCard.from_json(json_format.MessageToDict(card))
     assert read.url == "http://127.0.0.1:8000/a2a/support"
     assert read.protocol_version == "1.0" and read.streaming
+    assert read.bearer_required  # as the SDK writes it back, too
+
+
+def test_a_0_3_client_reads_the_card_and_its_bearer_scheme() -> None:
+    from a2a.compat.v0_3 import types as v03
+
+    written = wire.agent_card(
+        name="support", description="d", url="http://127.0.0.1:8000/a2a/s", version="1", bearer=True
+    )
+    card = v03.AgentCard.model_validate(written)
+    assert card.url == "http://127.0.0.1:8000/a2a/s"
+    scheme = card.security_schemes["bearer"].root
+    assert isinstance(scheme, v03.HTTPAuthSecurityScheme) and scheme.scheme == "Bearer"
+    assert card.security == [{"bearer": []}]

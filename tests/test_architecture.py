@@ -37,6 +37,7 @@ KERNEL = frozenset(
         "_toolcall",
         "_a2a",
         "_a2a_values",
+        "_sse",
     }
 )
 # The CLI: the ``satsuma`` command and its top-level helpers, one room.
@@ -58,6 +59,7 @@ CLI = frozenset(
         "_chat_command",
         "_fake_server",
         "_serve_command",
+        "_eval_command",
     }
 )
 PACKAGES = (

@@ -339,6 +339,11 @@ def test_serve_quick_run_prints_every_figure_with_its_bar() -> None:
         assert rows[name].endswith(("target met", "target MISSED")), rows[name]
 
 
+def test_evals_quick_run_prints_the_table() -> None:
+    rows = _quick_rows(ROOT / "benchmarks" / "evals.py", ("wall time per case", "peak RSS"))
+    assert rows["wall time per case"].endswith(("target met", "target MISSED"))
+
+
 COST_SCRIPT = ROOT / "benchmarks" / "cost.py"
 COST_ROW_NAMES = (
     "cache=None (input tokens)",

@@ -64,7 +64,7 @@ TOOLS_FOR_OTHER_ROOMS = {
     "Content", "DEFAULT_APPROVAL_TIMEOUT", "Deferral", "INTERRUPTED_TEXT", "ObjectNode",
     "Property", "StringNode", "as_strategy", "cancelled_text", "check_arguments",
     "compile_hint", "content_text", "denied_text", "error_outcome", "gated", "structure",
-    "structure_errors", "unstructure", "validate_common",
+    "structure_errors", "unstructure", "validate_common", "ToolServer",
 }  # fmt: skip
 
 
@@ -177,6 +177,7 @@ PUBLIC_PACKAGES = (
     "satsuma.store",
     "satsuma.cluster",
     "satsuma.aio",
+    "satsuma.evals",
 )
 SRC = Path(satsuma.__file__).parent
 

@@ -319,9 +319,16 @@ def agent_card(
     }
     if bearer:
         card["securitySchemes"] = {
-            "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}},
+            # 1.0's oneof, and beside it 0.3's type-tagged fields: a 0.3 client (whose
+            # scheme is a union on "type") reads the card too, as it reads "url".
+            "bearer": {
+                "httpAuthSecurityScheme": {"scheme": "Bearer"},
+                "type": "http",
+                "scheme": "Bearer",
+            },
         }
         card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+        card["security"] = [{"bearer": []}]  # 0.3's name for the requirements
     return card
 
 
@@ -335,6 +342,7 @@ class AgentCard:
     url: str
     protocol_version: str
     streaming: bool
+    bearer_required: bool = False
 
     @classmethod
     def from_json(cls, value: Any) -> AgentCard:
@@ -365,4 +373,36 @@ class AgentCard:
             url=url,
             protocol_version=str(version or PROTOCOL_VERSION),
             streaming=streaming,
+            bearer_required=_bearer_required(value),
         )
+
+
+def _is_bearer(scheme: Any) -> bool:
+    """An HTTP bearer scheme: 1.0's ``{"httpAuthSecurityScheme": {"scheme": "Bearer"}}``
+    or 0.3's ``{"type": "http", "scheme": "bearer"}``."""
+    if not isinstance(scheme, Mapping):
+        return False
+    http = scheme.get("httpAuthSecurityScheme")
+    if isinstance(http, Mapping):
+        return str(http.get("scheme", "")).lower() == "bearer"
+    return scheme.get("type") == "http" and str(scheme.get("scheme", "")).lower() == "bearer"
+
+
+def _bearer_required(card: Mapping[str, Any]) -> bool:
+    """Whether every way the card lets a client in is a bearer token (1.0's
+    ``securityRequirements``, 0.3's ``security``). A card that also admits anonymous
+    callers (an empty requirement) or other schemes does not require one."""
+    schemes = card.get("securitySchemes")
+    requirements = card.get("securityRequirements", card.get("security"))
+    if not isinstance(schemes, Mapping) or not isinstance(requirements, list) or not requirements:
+        return False
+    for requirement in requirements:
+        if not isinstance(requirement, Mapping):
+            return False
+        # 1.0 wraps the names in "schemes"; 0.3 names them at the top level.
+        named = requirement.get("schemes", requirement)
+        if not isinstance(named, Mapping) or not named:
+            return False
+        if not all(_is_bearer(schemes.get(name)) for name in named):
+            return False
+    return True

@@ -197,6 +197,53 @@ def command_parser() -> argparse.ArgumentParser:
         default=20,
         help="leases and runs in flight listed at most (default: 20; all are counted)",
     )
+    evals = commands.add_parser(
+        "eval",
+        help="evaluate an agent on cases (a file, or a store's runs replayed without side "
+        "effects): exit 1 when a case fails or regresses",
+    )
+    evals.add_argument("target", help="MODULE:AgentClass or path/to/file.py:AgentClass")
+    source = evals.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", type=Path, help="a file of cases (JSON, or YAML)")
+    source.add_argument(
+        "--from-store", metavar="STORE", help="a SQLite file or a postgresql:// URL"
+    )
+    evals.add_argument(
+        "--agent-id",
+        action="append",
+        default=[],
+        help="with --from-store: a conversation whose completed runs are the cases "
+        "(repeat for more; default: the agent's name)",
+    )
+    evals.add_argument("--limit", type=_positive, help="with --from-store: the newest N runs")
+    evals.add_argument("--repeat", type=_positive, default=1, help="runs per case (default 1)")
+    evals.add_argument(
+        "--pass-share",
+        type=_share,
+        default=1.0,
+        help="the share of a case's runs that must pass each check (default 1.0)",
+    )
+    evals.add_argument(
+        "--check",
+        action="append",
+        choices=_CHECKS,
+        default=[],
+        help="what each run is scored on (repeat for more; default: tools and output)",
+    )
+    evals.add_argument(
+        "--tools",
+        choices=("replay", "live"),
+        default="replay",
+        help="replay: answer tool calls from the record and run nothing (default); live: "
+        "run the tools",
+    )
+    evals.add_argument("--concurrency", type=_positive, default=8, help="runs at once")
+    evals.add_argument("--baseline", type=Path, help="a report to compare with")
+    evals.add_argument("--report", type=Path, help="where to write this report (JSON)")
+    evals.add_argument(
+        "--model",
+        help="a model alias or id, instead of the class's; 'fake' for the offline fake model",
+    )
     store = commands.add_parser("store", help="look after a store: store prune")
     store_commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     prune = store_commands.add_parser(
@@ -281,6 +328,14 @@ def command_parser() -> argparse.ArgumentParser:
 
 
 _CAPABILITIES = ("read", "write", "shell", "network")
+_CHECKS = (
+    "tools",
+    "tools-inputs",
+    "tools-in-order",
+    "tools-any-order",
+    "output",
+    "output-contains",
+)
 
 
 def token_parser() -> argparse.ArgumentParser:
@@ -342,6 +397,16 @@ def _port(text: str) -> int:
     value = _integer(text, "port number")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0 to 65535, got: {value}")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 1, got: {text}")
     return value
 
 

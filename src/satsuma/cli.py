@@ -1,5 +1,5 @@
 """The ``satsuma`` command: ``demo``, ``run``, ``chat``, ``runs``, ``resume``,
-``fake-server``, ``store prune``, ``serve`` (and ``serve token create``), and for a
+``fake-server``, ``store prune``, ``eval``, ``serve`` (and ``serve token create``), and for a
 cluster ``node`` and ``cluster status``.
 
 Errors a user can cause print one line on stderr and exit non-zero, never a traceback:
@@ -72,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._serve_command import serve_command
 
             return serve_command(args, console, errors)
+        if args.command == "eval":
+            from ._eval_command import eval_command
+
+            return eval_command(args, console, errors)
         if args.command == "cluster":
             from ._cluster_commands import show_status
 

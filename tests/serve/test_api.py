@@ -15,6 +15,7 @@ import trio
 from serve_agents import Banker, Greeter, scripted, two_transfers
 
 from satsuma.serve._api import ApiSurface
+from satsuma.serve._app import error_for
 from satsuma.serve._http import HTTPError, JSONAnswer, Principal, Request, SSEAnswer
 from satsuma.serve._open_runs import open_local_runs
 from satsuma.store import SQLiteStore
@@ -57,7 +58,10 @@ def request(
 
 async def call(surface: ApiSurface, *args: Any, **kwargs: Any) -> tuple[int, Any]:
     try:
-        answer = await surface.handle(request(*args, **kwargs))
+        try:
+            answer = await surface.handle(request(*args, **kwargs))
+        except Exception as error:
+            raise error_for(error) from error  # as the app maps every surface's errors
     except HTTPError as exc:
         return exc.status, {"error": {"type": exc.kind, "message": exc.message}}
     assert isinstance(answer, JSONAnswer)

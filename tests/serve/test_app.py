@@ -71,10 +71,10 @@ async def test_routing_and_json_errors(serve_http: Any, echo: Any, tiny_runs: An
     ("what", "status", "kind"),
     [
         ("unknown-run", 404, "not_found"),
-        ("unknown-agent", 404, "not_found"),
+        ("unknown-agent", 404, "unknown_agent"),
         ("busy", 409, "busy"),
-        ("decided", 409, "conflict"),
-        ("bad-decision", 400, "bad_request"),
+        ("decided", 409, "already_decided"),
+        ("bad-decision", 400, "bad_decision"),
         ("value", 400, "bad_request"),
         ("teapot", 418, "teapot"),
     ],

@@ -194,8 +194,8 @@ class Actor:
                 # Tool servers not already running start with the agent and stop with
                 # it; one that cannot start fails the agent's start.
                 for source in self.tools.sources:
-                    if not getattr(source, "running", False):
-                        await background.start(source.serve_quietly)  # type: ignore[attr-defined]
+                    if not source.running:
+                        await background.start(source.serve_quietly)
                 self.tools.refresh()
                 try:
                     await self._serve_mailbox(task_status)

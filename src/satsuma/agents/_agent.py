@@ -13,7 +13,7 @@ import attrs
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from .._frozen import freeze
 from ..models import CACHE_MODES, CacheMode, model_problem
-from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver, ToolRunner, as_strategy
+from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver, ToolRunner, ToolServer, as_strategy
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
 from ._result import OutputT
@@ -52,9 +52,9 @@ class AgentSpec:
     origin: str = ""  # the class's module and qualified name (for warnings about it)
 
     @property
-    def tool_sources(self) -> tuple[object, ...]:
-        """The tools entries that are servers of tools (MCP servers), not tools."""
-        return tuple(item for item in self.tools if is_tool_source(item))
+    def tool_sources(self) -> tuple[ToolServer, ...]:
+        """The tools entries that are servers of tools (MCP servers, A2A agents)."""
+        return tuple(item for item in self.tools if isinstance(item, ToolServer))
 
     @functools.cached_property
     def tool_schemas(self) -> tuple[Mapping[str, Any], ...]:
@@ -68,14 +68,10 @@ class AgentSpec:
         """A fresh runner, with fresh instances of tool classes, for one agent.
         ``with_sources=False`` leaves out the tools of tool servers (which list their
         tools only once running)."""
-        tools = self.tools if with_sources else [t for t in self.tools if not is_tool_source(t)]
+        tools = (
+            self.tools if with_sources else [t for t in self.tools if not isinstance(t, ToolServer)]
+        )
         return ToolRunner(tools, timeout=self.tool_timeout, **self.runner_options)
-
-
-def is_tool_source(item: object) -> bool:
-    """Whether ``item`` is a server of tools (an MCPServer) rather than a tool: it
-    lists its tools once it runs, and an agent starts it unless it is running already."""
-    return getattr(type(item), "__satsuma_tool_source__", False) is True
 
 
 class Agent(Generic[OutputT]):

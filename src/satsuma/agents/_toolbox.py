@@ -24,7 +24,7 @@ class Toolbox:
 
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
-        self.sources: tuple[object, ...] = spec.tool_sources
+        self.sources = spec.tool_sources
         self.generations: tuple[int, ...] | None = None
         self.runner: ToolRunner = spec.make_runner(with_sources=not self.sources)
         self.schemas: tuple[Mapping[str, Any], ...] = spec.tool_schemas
@@ -34,7 +34,7 @@ class Toolbox:
         first call, once the servers run)."""
         if not self.sources:
             return
-        generations = tuple(getattr(source, "generation", 0) for source in self.sources)
+        generations = tuple(source.generation for source in self.sources)
         if generations == self.generations:
             return
         self.runner = self.spec.make_runner()

@@ -16,11 +16,11 @@ import hashlib
 import json
 import os
 import urllib.parse
-from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from .._exceptions import ConfigurationError, ModelError
+from .._sse import sse_data
 from ._chat_codec import ChatAccumulator
 from ._chat_requests import UnsupportedContent, request_params
 from ._clients import Provider
@@ -176,7 +176,7 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
             self._api.chat.completions.with_streaming_response.create(
                 **params, stream=True, stream_options={"include_usage": True}
             ) as response,
-            aclosing(_sse_data(response.iter_lines())) as events,
+            aclosing(sse_data(response.iter_lines())) as events,
         ):
             async for data in events:
                 # Read to the end, past [DONE] and past a failure, so that the connection
@@ -201,27 +201,6 @@ class OpenAIModel(SDKModel["openai.AsyncOpenAI", ChatAccumulator]):
             if isinstance(message, str) and message:
                 return message
         return exc.message
-
-
-async def _sse_data(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
-    """The ``data`` of each Server-Sent Event, from the body's lines (Chat Completions
-    sends data-only events; multi-line data is joined as the SSE rules say). Closing it
-    closes ``lines``."""
-    data: list[str] = []
-    try:
-        async for line in lines:
-            if not line:
-                if data:
-                    yield "\n".join(data)
-                    data = []
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-        if data:
-            yield "\n".join(data)
-    finally:
-        close = getattr(lines, "aclose", None)
-        if close is not None:
-            await close()
 
 
 def _malformed(what: str, exc: Exception) -> ModelError:

@@ -14,8 +14,9 @@ kernel's ``satsuma._a2a``, and every run goes through ``Runs``. A JSON-RPC error
 HTTP 200 whose body is the error response, as the binding says; what the app refuses
 before (a missing token: 401, a body over the limit: 413) keeps its HTTP status.
 Scopes: ``run`` to send and cancel, ``read`` to get, list and subscribe, ``approve``
-(besides ``run``) to answer an input-required task with decisions; the card needs only a
-valid token.
+(besides ``run``) to answer an input-required task with decisions. The cards need no
+token: clients discover a server through them (they name no task and no conversation);
+on a server with tokens each card declares the bearer scheme its endpoint requires.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from ._a2a_tasks import (
 )
 from ._http import HTTPError, JSONAnswer, Request, ServerSentEvent, SSEAnswer, agent_id_from
 from ._runs import AlreadyDecided, BadDecision, Runs, RunView, UnknownRun
-from ._slots import RunSlots
 
 __all__ = ["A2ASurface", "A2ACardSurface"]
 
@@ -60,9 +60,10 @@ def _invalid(message: str) -> wire.A2AError:
 
 
 def _base_url(request: Request) -> str:
-    """The server's URL as the client reached it (a proxy's ``X-Forwarded-*`` first)."""
+    """The server's URL as the client reached it: the host it asked for and the scheme
+    it used (https under TLS), a proxy's ``X-Forwarded-Host``/``-Proto`` first."""
     host = request.headers.get("x-forwarded-host") or request.headers.get("host") or "localhost"
-    scheme = request.headers.get("x-forwarded-proto", "http")
+    scheme = request.headers.get("x-forwarded-proto") or request.scheme
     return f"{scheme.split(',')[0].strip()}://{host.split(',')[0].strip()}"
 
 
@@ -75,21 +76,25 @@ def _card(agents: Mapping[str, type[Any]], name: str, request: Request) -> dict[
         version="1.0.0",
         skills=[{"id": name, "name": name, "description": doc, "tags": ["satsuma"]}],
         streaming=True,
-        bearer=request.principal.name is not None,
+        bearer=request.tokens_required,
     )
 
 
 class A2ASurface:
     """A2A over a ``Runs`` (``/a2a/``)."""
 
-    def __init__(self, runs: Runs, slots: RunSlots) -> None:
+    def __init__(self, runs: Runs) -> None:
         self._runs = runs
-        self._slots = slots
 
     @property
     def prefix(self) -> str:
         """The path prefix it answers."""
         return "/a2a/"
+
+    def is_public(self, path: str) -> bool:
+        """True for an agent card's path: a client reads it before it holds a token."""
+        name, _, tail = path.removeprefix("/a2a/").partition("/")
+        return bool(name) and "/" + tail == wire.CARD_PATH
 
     async def handle(self, request: Request) -> JSONAnswer | SSEAnswer:
         """Answer one request (see the module)."""
@@ -108,16 +113,13 @@ class A2ASurface:
                 f"{request.path} answers POST (JSON-RPC)",
                 headers={"Allow": "POST"},
             )
-        return await _Call(self._runs, self._slots, request, name).answer()
+        return await _Call(self._runs, request, name).answer()
 
     def _card(self, request: Request, name: str) -> JSONAnswer:
         if request.method not in ("GET", "HEAD"):
             raise HTTPError(
                 405, "method_not_allowed", "the card answers GET", headers={"Allow": "GET"}
             )
-        reached = request.principal.agents
-        if reached is not None and name not in reached:
-            raise HTTPError(404, "unknown_agent", "no agent of that name is served over A2A")
         return JSONAnswer(200, _card(self._runs.agents, name, request), _HEADERS)
 
 
@@ -134,6 +136,10 @@ class A2ACardSurface:
     def prefix(self) -> str:
         """The path it answers (as a prefix: nothing else lies under it)."""
         return wire.CARD_PATH
+
+    def is_public(self, path: str) -> bool:
+        """True: the card is read before a token is held (and nothing else is here)."""
+        return True
 
     async def handle(self, request: Request) -> JSONAnswer | SSEAnswer:
         """Answer the card, or 404."""
@@ -152,9 +158,8 @@ class A2ACardSurface:
 class _Call:
     """One JSON-RPC request to one agent."""
 
-    def __init__(self, runs: Runs, slots: RunSlots, request: Request, name: str) -> None:
+    def __init__(self, runs: Runs, request: Request, name: str) -> None:
         self.runs = runs
-        self.slots = slots
         self.request = request
         self.name = name
         self.id: Any = None
@@ -352,23 +357,14 @@ class _Call:
 
     async def _send(self, params: Mapping[str, Any]) -> Any:
         message, wait = self._message(params)
-        if not wait:
-            view = await self._submit(message)
-            return {"task": task_of(view).to_json()}
-        async with self.slots.admit(self.request.principal):
-            view = await self._submit(message)
+        view = await self._submit(message)
+        if wait:
             view = await self.runs.wait(view.run_id)
         return {"task": task_of(view).to_json()}
 
     async def _send_streaming(self, params: Mapping[str, Any]) -> SSEAnswer:
         message, _ = self._message(params)
-        slot = self.slots.take(self.request.principal)
-        try:
-            view = await self._submit(message)
-        except BaseException:
-            slot.release()
-            raise
-        return self._stream(view, release=slot.release)
+        return self._stream(await self._submit(message))
 
     async def _subscribe(self, params: Mapping[str, Any]) -> SSEAnswer:
         view = await self._task(params, "read")
@@ -377,9 +373,9 @@ class _Call:
                 wire.UNSUPPORTED_OPERATION,
                 f"the task has ended ({task_of(view).state}): there is nothing to follow",
             )
-        return self._stream(view, release=lambda: None)
+        return self._stream(view)
 
-    def _stream(self, first: RunView, *, release: Callable[[], None]) -> SSEAnswer:
+    def _stream(self, first: RunView) -> SSEAnswer:
         runs, request_id, shaped = self.runs, self.id, self._shaped
 
         def event(item: wire.StreamItem) -> ServerSentEvent:
@@ -387,13 +383,10 @@ class _Call:
             return ServerSentEvent(json.dumps(body, default=str))
 
         async def events() -> AsyncIterator[ServerSentEvent]:
-            try:
-                yield event(task_of(first))
-                async with aclosing(_follow(runs, first)) as items:
-                    async for item in items:
-                        yield event(item)
-            finally:
-                release()
+            yield event(task_of(first))
+            async with aclosing(_follow(runs, first)) as items:
+                async for item in items:
+                    yield event(item)
 
         return SSEAnswer(events(), headers={**_HEADERS, "Cache-Control": "no-store"})
 

@@ -20,14 +20,11 @@ import trio
 from ..tools import Approve, Deny
 from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAnswer, agent_id_from
 from ._runs import (
-    AlreadyDecided,
-    BadDecision,
     Busy,
     IfBusy,
     Runs,
     RunView,
     UnknownAgent,
-    UnknownRun,
 )
 from ._slots import RunSlot, RunSlots
 
@@ -129,19 +126,9 @@ class ApiSurface:
         return "/v1/"
 
     async def handle(self, request: Request) -> JSONAnswer | SSEAnswer:
-        """Answer one request (see the module and docs/serve.md)."""
-        try:
-            return await self._route(request)
-        except UnknownAgent as exc:
-            raise HTTPError(404, "unknown_agent", str(exc)) from None
-        except UnknownRun as exc:
-            raise HTTPError(404, "not_found", str(exc)) from None
-        except Busy as exc:
-            raise HTTPError(409, "busy", str(exc)) from None
-        except AlreadyDecided as exc:
-            raise HTTPError(409, "already_decided", str(exc)) from None
-        except BadDecision as exc:
-            raise HTTPError(400, "bad_decision", str(exc)) from None
+        """Answer one request (see the module and docs/serve.md); the runs'
+        exceptions become HTTP errors in the app, as for every surface."""
+        return await self._route(request)
 
     async def _route(self, request: Request) -> JSONAnswer | SSEAnswer:
         parts = request.path.removeprefix("/v1/").split("/")

@@ -3,9 +3,9 @@
 In order: ``/healthz`` and ``/readyz`` (no token needed: they say nothing but whether
 the server is up); a CORS preflight from a listed origin; the body, read in chunks and
 refused past the limit (413, never buffered past it; a ``Content-Length`` far over it
-refused without reading); the
-token (401); the surface whose prefix the path starts with (404 for none). Whatever a
-surface raises becomes a JSON error here, in one place for every surface: its
+refused without reading); the token (401; not asked on a surface's public paths, such
+as A2A's agent cards); the surface whose prefix the path starts with (404 for none).
+Whatever a surface raises becomes a JSON error here, in one place for every surface: its
 ``HTTPError``, the ``Runs`` exceptions by the table below, and anything else a 500 that
 says only "internal error" (its traceback goes to the ``satsuma.serve`` log, never to
 the client; no token is in a request the log describes).
@@ -23,7 +23,16 @@ from urllib.parse import parse_qsl
 import attrs
 import trio
 
-from ._http import ASGIApp, HTTPError, JSONAnswer, Principal, Request, SSEAnswer, Surface
+from ._http import (
+    NOBODY,
+    ASGIApp,
+    HTTPError,
+    JSONAnswer,
+    Principal,
+    Request,
+    SSEAnswer,
+    Surface,
+)
 from ._runs import AlreadyDecided, BadDecision, Busy, Runs, UnknownAgent, UnknownRun
 from ._slots import CURRENT_PRINCIPAL, RunSlots
 from ._sse import KEEPALIVE_SECONDS, send_stream
@@ -45,10 +54,10 @@ log = logging.getLogger("satsuma.serve")
 # is a ValueError, and ValueError (what Runs raises for bad input) comes last.
 _RUNS_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (UnknownRun, 404, "not_found"),
-    (UnknownAgent, 404, "not_found"),
+    (UnknownAgent, 404, "unknown_agent"),
     (Busy, 409, "busy"),
-    (AlreadyDecided, 409, "conflict"),
-    (BadDecision, 400, "bad_request"),
+    (AlreadyDecided, 409, "already_decided"),
+    (BadDecision, 400, "bad_decision"),
     (ValueError, 400, "bad_request"),
 )
 _CORS_METHODS = b"GET, POST, DELETE, OPTIONS"
@@ -226,7 +235,11 @@ class App:
             await send({"type": "http.response.body", "body": b""})
             return
         surface = self._surface(path)
-        principal = self._authenticate(headers)
+        is_public = getattr(surface, "is_public", None)
+        if self.tokens is not None and is_public is not None and is_public(path):
+            principal = NOBODY
+        else:
+            principal = self._authenticate(headers)
         # Per request task (trio copies the context into each task it starts).
         CURRENT_PRINCIPAL.set(principal)
         asgi: ASGIApp | None = getattr(surface, "asgi", None)
@@ -241,7 +254,14 @@ class App:
             )
         )
         request = Request(
-            method=method, path=path, query=query, headers=headers, body=body, principal=principal
+            method=method,
+            path=path,
+            query=query,
+            headers=headers,
+            body=body,
+            principal=principal,
+            scheme=str(scope.get("scheme", "http")),
+            tokens_required=self.tokens is not None,
         )
         answer = await surface.handle(request)
         if isinstance(answer, JSONAnswer):

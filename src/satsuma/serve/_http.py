@@ -5,7 +5,7 @@ disconnects, SSE framing and keep-alives, CORS) live here once, under every surf
 
 A surface (satsuma's API, A2A, AG-UI, the console) is a ``Surface``: the server's app
 finds it by the path's prefix, authenticates the request (401 before any surface sees
-it), and calls ``handle``. The surface checks scopes with ``request.require`` (403) and
+it; a ``PublicPaths`` surface's public paths excepted), and calls ``handle``. The surface checks scopes with ``request.require`` (403) and
 raises ``HTTPError`` for everything else; an exception of any other type is a 500 whose
 body says only "internal error" (the traceback goes to the log, never to the client).
 """
@@ -22,8 +22,10 @@ import attrs
 __all__ = [
     "ASGIApp",
     "HTTPError",
+    "NOBODY",
     "JSONAnswer",
     "Principal",
+    "PublicPaths",
     "Request",
     "SSEAnswer",
     "ServerSentEvent",
@@ -61,6 +63,11 @@ class Principal:
         return agent is None or self.agents is None or agent in self.agents
 
 
+NOBODY = Principal(None, frozenset())
+"""Who sent a request to a public path (an agent card) of a server with tokens: no
+token was asked for, so it holds no scope."""
+
+
 class HTTPError(Exception):
     """An answer other than success: ``{"error": {"type": kind, "message": message}}``
     with ``status`` (and ``headers``, e.g. ``Retry-After`` on a 429)."""
@@ -86,7 +93,11 @@ class Request:
         query: The query string's parameters (the last value of each).
         headers: Lower-case names; repeated headers joined with ``", "``.
         body: The body's bytes.
-        principal: Who sent it (already authenticated).
+        principal: Who sent it (already authenticated; ``NOBODY`` on a public path
+            of a server with tokens).
+        scheme: ``http``, or ``https`` when the server runs under TLS.
+        tokens_required: Whether the server asks for a bearer token (it has tokens):
+            what an agent card declares.
     """
 
     method: str
@@ -95,6 +106,8 @@ class Request:
     headers: Mapping[str, str]
     body: bytes
     principal: Principal
+    scheme: str = "http"
+    tokens_required: bool = False
 
     def json(self) -> Any:
         """The body as JSON.
@@ -169,6 +182,15 @@ class Surface(Protocol):
         Raises:
             HTTPError: for any answer other than success.
         """
+        ...
+
+
+class PublicPaths(Protocol):
+    """A surface some of whose paths need no token (an A2A agent card: clients
+    discover a server through it before they hold one)."""
+
+    def is_public(self, path: str) -> bool:
+        """True when ``path`` is answered without authenticating the request."""
         ...
 
 

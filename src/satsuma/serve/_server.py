@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -83,9 +82,7 @@ class _MCPSurface:
 
 SURFACES: list[SurfaceFactory] = [
     lambda context: ApiSurface(context.runs),
-    # The cap on a token's runs is the runs' own (CappedRuns): A2A's slots count nothing
-    # more, so that one A2A run takes one slot, as every other surface's does.
-    lambda context: A2ASurface(context.runs, RunSlots(sys.maxsize)),
+    lambda context: A2ASurface(context.runs),
     lambda context: A2ACardSurface(context.runs),
     lambda context: AGUISurface(context.runs),
     lambda context: _MCPSurface(MCPApp(context.runs)),

@@ -47,7 +47,8 @@ from ._tool import tool as tool
 # runner's own fixed texts and outcomes, checks the model's calls through the same JSON
 # gate, defers approvals, and declares typed output and AgentTool with the machinery of
 # tool parameters (schema nodes, type hints, cattrs structuring, the declaration checks);
-# the supervisor and the agent share the approval timeout's default; the cluster's
+# the supervisor and the agent share the approval timeout's default; MCP servers and
+# remote A2A agents are servers of tools (ToolServer) that an agent starts; the cluster's
 # events and the demo read tool content.
 from ._approval import DEFAULT_APPROVAL_TIMEOUT as DEFAULT_APPROVAL_TIMEOUT
 from ._approval import Deferral as Deferral
@@ -58,6 +59,7 @@ from ._hints import unstructure as unstructure
 from ._results import Content as Content
 from ._results import content_text as content_text
 from ._results import error_outcome as error_outcome
+from ._server import ToolServer as ToolServer
 from ._spec import ObjectNode as ObjectNode
 from ._spec import Property as Property
 from ._spec import StringNode as StringNode

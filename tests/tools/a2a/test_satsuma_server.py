@@ -88,16 +88,18 @@ async def test_a_bearer_token_in_the_headers_reaches_a_served_agent(tmp_path: Pa
     assert outcome.content.startswith("paid"), outcome.content
 
 
-async def test_without_the_token_the_start_names_the_401(tmp_path: Path) -> None:
+async def test_without_the_token_the_start_names_what_the_card_requires(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.txt"
     create_token(tokens, name="caller", scopes=["run", "read"], agents=["billing"])
     async with serving(["unused"], tokens=tokens) as server:
         with pytest.raises(A2AAgentError) as caught:
             async with A2AAgent(f"{server.url}/a2a/billing", name="billing"):
                 pass  # pragma: no cover
+    # The card is public (clients discover the agent through it); it declares the bearer
+    # scheme, so the tool refuses to start without the header every call would need.
     assert caught.value.problem == (
-        'agent card not fetched: HTTP 401: {"error": {"type": "unauthorized", '
-        '"message": "a bearer token is required: Authorization: Bearer TOKEN"}}'
+        "requires a bearer token (its agent card's security requirements): give "
+        "headers={'Authorization': 'Bearer TOKEN'}"
     )
 
 

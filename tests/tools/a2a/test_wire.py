@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from satsuma import _a2a
 from satsuma.tools.a2a import _wire
 from satsuma.tools.a2a._wire import TaskView, WireError
 
@@ -110,3 +111,40 @@ def test_json_rpc_errors_are_named_by_the_specification() -> None:
         )
     with pytest.raises(WireError, match=r"error \(7\)$"):
         _wire.result_of({"error": {"code": 7}})
+
+
+_BEARER_1_0 = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
+_BEARER_0_3 = {"jwt": {"type": "http", "scheme": "bearer"}}
+
+
+@pytest.mark.parametrize(
+    "security,required",
+    [
+        ({}, False),
+        ({"securitySchemes": _BEARER_1_0, "securityRequirements": []}, False),
+        (
+            {
+                "securitySchemes": _BEARER_1_0,
+                "securityRequirements": [{"schemes": {"bearer": {"list": []}}}],
+            },
+            True,
+        ),
+        ({"securitySchemes": _BEARER_0_3, "security": [{"jwt": []}]}, True),
+        # Anonymous callers are let in too (an empty requirement): no token required.
+        ({"securitySchemes": _BEARER_0_3, "security": [{"jwt": []}, {}]}, False),
+        # Another scheme may do instead: the card does not require a bearer token.
+        (
+            {
+                "securitySchemes": {**_BEARER_0_3, "key": {"type": "apiKey", "in": "header"}},
+                "security": [{"jwt": []}, {"key": []}],
+            },
+            False,
+        ),
+        ({"securitySchemes": _BEARER_0_3, "security": [{"missing": []}]}, False),
+    ],
+)
+def test_a_card_requires_a_bearer_token_when_every_way_in_is_one(
+    security: dict[str, Any], required: bool
+) -> None:
+    card = {"name": "a", "url": "http://127.0.0.1:1/a2a/a", **security}
+    assert _a2a.AgentCard.from_json(card).bearer_required is required

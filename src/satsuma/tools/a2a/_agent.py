@@ -17,9 +17,8 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import Any, ClassVar, Final, TypeAlias, cast, final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, Final, TypeAlias, final
 from urllib.parse import urljoin
 
 import httpx2
@@ -27,7 +26,8 @@ import trio
 
 from ... import _a2a
 from ..._exceptions import A2AAgentError
-from .. import Tool, ToolContext, ToolResult
+from ..._sse import sse_data
+from .. import Tool, ToolContext, ToolResult, ToolServer
 from . import _wire
 from ._card import CARD_PATH, INPUT_SCHEMA, tool_description, tool_name
 from ._wire import TaskView, WireError
@@ -70,7 +70,7 @@ class _Failed(Exception):
 
 
 @final
-class A2AAgent:
+class A2AAgent(ToolServer):
     """A remote A2A agent that a satsuma agent or a ToolRunner can call as a tool.
 
     Run it as ``async with A2AAgent(url) as remote:``, as a supervised child (``serve``),
@@ -88,8 +88,6 @@ class A2AAgent:
             stream events, or before a whole answer) before the call fails.
         cancel_timeout: Seconds given to ``CancelTask`` when a call is cancelled.
     """
-
-    __satsuma_tool_source__: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -120,8 +118,6 @@ class A2AAgent:
         self.streaming = False
         self._client: httpx2.AsyncClient | None = None
         self._tools: list[A2ATool] = []
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
         return f"<A2AAgent {self._label} {self.url} {self.state.value}>"
@@ -149,30 +145,6 @@ class A2AAgent:
         return list(self._tools)
 
     # --- running ------------------------------------------------------------------------
-
-    async def __aenter__(self) -> A2AAgent:
-        stack = contextlib.AsyncExitStack()
-        nursery = await stack.enter_async_context(trio.open_nursery())
-        try:
-            await nursery.start(self.serve)
-        except BaseException:
-            nursery.cancel_scope.cancel()
-            await stack.aclose()
-            raise
-        self._stack, self._nursery = stack, nursery
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        stack, nursery = self._stack, self._nursery
-        self._stack = self._nursery = None
-        assert stack is not None and nursery is not None
-        nursery.cancel_scope.cancel()
-        await stack.__aexit__(exc_type, exc, traceback)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch the card, then hold the HTTP client until cancelled (a supervisor's child).
@@ -237,6 +209,14 @@ class A2AAgent:
             raise A2AAgentError(
                 self._label, self.card_url, f"is not a usable A2A agent card: {exc.message}"
             ) from None
+        if read.bearer_required and not any(k.lower() == "authorization" for k in headers):
+            # The card is public; every call without the token would be a 401.
+            raise A2AAgentError(
+                self._label,
+                self.card_url,
+                "requires a bearer token (its agent card's security requirements): give "
+                "headers={'Authorization': 'Bearer TOKEN'}",
+            )
         self.streaming = read.streaming
         self.endpoint = read.url
         self._tools = [self._make_tool(card)]
@@ -346,7 +326,7 @@ class A2AAgent:
                     self._apply(view, _json(response, self._problem))
                     return
                 # Closed here, not by the garbage collector, when the task ends mid-stream.
-                async with contextlib.aclosing(_sse_data(response)) as events:
+                async with contextlib.aclosing(sse_data(response.aiter_lines())) as events:
                     async for data in events:
                         try:
                             envelope = json.loads(data)
@@ -444,23 +424,6 @@ class A2AAgent:
             "context_id": view.context_id,
             "state": view.state,
         }
-
-
-async def _sse_data(response: httpx2.Response) -> AsyncGenerator[str, None]:
-    """The data of each server-sent event (its ``data:`` lines joined)."""
-    data: list[str] = []
-    # httpx2's line iterator is a generator too: closed with the stream, not later.
-    lines_iterator = cast("AsyncGenerator[str, None]", response.aiter_lines())
-    async with contextlib.aclosing(lines_iterator) as lines:
-        async for line in lines:
-            if not line:
-                if data:
-                    yield "\n".join(data)
-                    data = []
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-    if data:
-        yield "\n".join(data)
 
 
 def _json(response: httpx2.Response, problem: Callable[[str], str]) -> Any:

@@ -17,7 +17,6 @@ import os
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar, Final, final
 
 import httpx2
@@ -27,7 +26,7 @@ from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from ..._exceptions import MCPServerError
 from ..._text import leaf_exceptions
-from .. import Tool, ToolContext, ToolDefinitionError, ToolResult
+from .. import Tool, ToolContext, ToolDefinitionError, ToolResult, ToolServer
 from ._content import convert_result
 from ._ending import EndWatcher, describe_end
 
@@ -61,7 +60,7 @@ class MCPTool(Tool, abstract=True):
 
 
 @final
-class MCPServer:
+class MCPServer(ToolServer):
     """A Model Context Protocol server whose tools an agent or a ToolRunner can use.
 
     Run it as ``async with MCPServer(...) as srv:`` (if the server dies, its calls answer
@@ -79,8 +78,6 @@ class MCPServer:
         prefix: If set, each tool is named ``<prefix>__<tool>`` (``git__git_status``).
         start_timeout: Seconds for the server to start and list its tools.
     """
-
-    __satsuma_tool_source__: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -110,8 +107,6 @@ class MCPServer:
         self._stderr_tail = ""
         self._lost = trio.Event()
         self._stderr_done = trio.Event()
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
         self._started = False
         self._tasks: trio.Nursery | None = None
         self._refreshed = trio.Event()
@@ -197,30 +192,6 @@ class MCPServer:
         return f"MCP server {self.name} exited: {detail}"
 
     # --- running ------------------------------------------------------------------------
-
-    async def __aenter__(self) -> MCPServer:
-        stack = contextlib.AsyncExitStack()
-        nursery = await stack.enter_async_context(trio.open_nursery())
-        try:
-            await nursery.start(self._run, False)
-        except BaseException:
-            nursery.cancel_scope.cancel()
-            await stack.aclose()
-            raise
-        self._stack, self._nursery = stack, nursery
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        stack, nursery = self._stack, self._nursery
-        self._stack = self._nursery = None
-        assert stack is not None and nursery is not None
-        nursery.cancel_scope.cancel()
-        await stack.__aexit__(exc_type, exc, traceback)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the server until cancelled, as a supervisor's child.

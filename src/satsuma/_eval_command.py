@@ -1,0 +1,131 @@
+"""``satsuma eval``: evaluate an agent on a dataset file or on a store's completed runs,
+print the table, write the report, compare with a baseline.
+
+Exit status: 0 when every case passed and none regressed against the baseline, 1 when
+one failed or regressed (a CI gate), 2 for a mistake on the command line or in a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import trio
+from rich.console import Console
+
+from ._command_error import CommandError
+from ._commands import FAKE_MODEL, RunOptions, check_key, load_agent
+from ._store_option import open_store, store_option
+from ._terminal import say, visible
+from .evals import (
+    CaseReport,
+    Dataset,
+    DatasetError,
+    Evaluator,
+    OutputMatches,
+    Report,
+    ReportError,
+    ToolTrajectory,
+    evaluate,
+)
+from .models import Model
+from .testing import FakeModel
+
+__all__ = ["eval_command"]
+
+_EVALUATORS: dict[str, Evaluator] = {
+    "tools": ToolTrajectory(),
+    "tools-inputs": ToolTrajectory(inputs=True),
+    "tools-in-order": ToolTrajectory(mode="in_order"),
+    "tools-any-order": ToolTrajectory(mode="any_order"),
+    "output": OutputMatches(),
+    "output-contains": OutputMatches(mode="contains"),
+}
+
+
+def eval_command(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    """Run ``satsuma eval``; its exit status."""
+    agent = load_agent(args.target, RunOptions(model=args.model))
+    baseline = _baseline(args)
+    model: Model | None = None
+    if args.model == FAKE_MODEL:
+        model = FakeModel()
+    elif ":" not in str(agent.model):  # Anthropic's API, by alias or id: it needs a key
+        check_key()
+    checks = args.check or ["tools", "output"]
+    evaluators = [_EVALUATORS[name] for name in dict.fromkeys(checks)]
+    dataset = trio.run(_dataset, args, agent.name)
+    if not len(dataset):
+        raise CommandError("the dataset has no cases: nothing to evaluate")
+    done = 0
+
+    def progress(case: CaseReport) -> None:
+        nonlocal done
+        done += 1
+        verdict = "passed" if case.passed else "FAILED: " + "; ".join(case.reasons)
+        say(errors, f"[{done}/{len(dataset)}] {visible(case.case_id)}: {visible(verdict)}")
+
+    try:
+        report = trio.run(
+            lambda: evaluate(
+                agent,
+                dataset,
+                evaluators,
+                repeat=args.repeat,
+                tools=args.tools,
+                max_concurrency=args.concurrency,
+                model=model,
+                pass_share=args.pass_share,
+                on_case=progress,
+            )
+        )
+    except ValueError as error:  # a tool server under --tools replay, say
+        raise CommandError(str(error)) from None
+    console.print(visible(report.markdown()), markup=False, highlight=False)
+    if args.report is not None:
+        try:
+            report.save(args.report)
+        except OSError as error:
+            raise CommandError(f"cannot write the report to {args.report}: {error}") from None
+    failed = not report.passed
+    if baseline is not None:
+        comparison = report.compare(baseline)
+        for what, ids in (
+            ("regressed", comparison.regressed),
+            ("improved", comparison.improved),
+            ("new", comparison.new),
+            ("missing", comparison.missing),
+        ):
+            if ids:
+                say(console, f"{what}: {visible(', '.join(ids))}")
+        failed = failed or not comparison.ok
+    return 1 if failed else 0
+
+
+def _baseline(args: argparse.Namespace) -> Report | None:
+    if args.baseline is None:
+        return None
+    try:
+        return Report.load(args.baseline)
+    except ReportError as error:
+        raise CommandError(str(error)) from None
+
+
+async def _dataset(args: argparse.Namespace, name: str) -> Dataset:
+    if args.dataset is not None:
+        if args.agent_id or args.limit is not None:
+            raise CommandError("--agent-id and --limit go with --from-store, not --dataset")
+        try:
+            return Dataset.load(args.dataset)
+        except DatasetError as error:
+            raise CommandError(str(error)) from None
+    where = store_option(args.from_store)
+    if not where.postgres and not await trio.Path(where.path).is_file():
+        raise CommandError(f"no such store: {where.shown}")
+    store = await open_store(where)
+    try:
+        ids: Any = args.agent_id or [name]
+        return await Dataset.from_store(store, ids, limit=args.limit)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()

@@ -1,0 +1,271 @@
+"""Datasets: cases written by hand, read from a file, or taken from a store's runs.
+
+A file is JSON (or YAML, when PyYAML is installed): a list of cases, or an object
+``{"version": 1, "cases": [...]}``. Each case is an object with ``id`` and ``prompt``
+and, optionally, ``expected_output``, ``expected_tools`` (tool names, in order),
+``history`` (messages ``{"role", "content"}`` before the prompt) and ``recorded`` (calls
+``{"name", "input", "content", "is_error"}`` a replay answers). A bad file is refused
+whole, with the case and the field named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._exceptions import SatsumaError
+from .._messages import Message
+from ..store import Store
+from ._case import Case, RecordedCall
+
+__all__ = ["Dataset", "DatasetError"]
+
+FORMAT_VERSION = 1
+_CASE_FIELDS = frozenset(
+    {"id", "prompt", "expected_output", "expected_tools", "history", "recorded", "metadata"}
+)
+
+
+class DatasetError(SatsumaError, ValueError):
+    """A dataset file, or a case in it, that cannot be read: the message names where."""
+
+
+class Dataset:
+    """Cases to evaluate an agent on, in order; ids are unique.
+
+    Raises:
+        DatasetError: two cases share an id.
+    """
+
+    def __init__(self, cases: Iterable[Case]) -> None:
+        self.cases: tuple[Case, ...] = tuple(cases)
+        seen: set[str] = set()
+        for case in self.cases:
+            if not isinstance(case, Case):
+                raise TypeError(f"a Dataset holds Case objects, got: {type(case).__name__}")
+            if case.id in seen:
+                raise DatasetError(f"two cases have the id {case.id!r}; ids name cases in reports")
+            seen.add(case.id)
+
+    def __iter__(self) -> Iterator[Case]:
+        return iter(self.cases)
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def __repr__(self) -> str:
+        return f"<Dataset of {len(self.cases)} cases>"
+
+    def redact(self, fn: Callable[[Case], Case]) -> Dataset:
+        """A dataset of ``fn(case)`` for each case: to remove personal data before a case
+        is written anywhere (a report, a file). ``fn`` must return a Case."""
+        redacted = []
+        for case in self.cases:
+            new = fn(case)
+            if not isinstance(new, Case):
+                raise TypeError(f"redact's function returned {type(new).__name__}, not a Case")
+            redacted.append(new)
+        return Dataset(redacted)
+
+    # --- files ---------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Dataset:
+        """Read a dataset file (``.json``, or ``.yaml``/``.yml`` with PyYAML installed).
+
+        Raises:
+            DatasetError: the file cannot be read or parsed, or a case is not valid
+                (the message names the file, the case and the field).
+        """
+        where = Path(path)
+        try:
+            text = where.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DatasetError(f"{where}: cannot be read ({exc})") from None
+        if where.suffix.lower() in (".yaml", ".yml"):
+            data = _yaml(where, text)
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(
+                    f"{where}: line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})"
+                ) from None
+        return cls(_cases(where, data))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the dataset as JSON that ``load`` reads back."""
+        Path(path).write_text(
+            json.dumps(
+                {"version": FORMAT_VERSION, "cases": [case_json(c) for c in self.cases]},
+                indent=2,
+                ensure_ascii=False,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+
+    # --- stores -------------------------------------------------------------------------
+
+    @classmethod
+    async def from_store(
+        cls,
+        store: Store,
+        agent_id: str | Sequence[str],
+        *,
+        limit: int | None = None,
+        since: float | None = None,
+    ) -> Dataset:
+        """The completed runs of one conversation (or several) in ``store``, oldest
+        first: each a case with the conversation before it, its prompt, its output and
+        its recorded tool calls. ``limit`` keeps the newest so many; ``since`` (seconds
+        since the epoch) the runs started at or after it.
+
+        Raises:
+            ValueError: a bad ``limit``.
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive int or None, got: {limit!r}")
+        ids = [agent_id] if isinstance(agent_id, str) else list(agent_id)
+        cases: list[Case] = []
+        for one in ids:
+            cases.extend(await _stored_cases(store, one, since))
+        cases.sort(key=lambda case: case.metadata["started_at"])
+        if limit is not None:
+            cases = cases[-limit:]
+        return cls(cases)
+
+
+async def _stored_cases(store: Store, agent_id: str, since: float | None) -> list[Case]:
+    records = await store.runs(agent_id)
+    messages = await store.load_messages(agent_id)
+    starts = sorted(r.position for r in records if r.position is not None)
+    cases = []
+    for record in records:
+        if record.status != "completed" or record.position is None:
+            continue
+        if since is not None and record.started_at < since:
+            continue
+        later = [p for p in starts if p > record.position]
+        end = later[0] if later else len(messages)
+        added = messages[record.position + 1 : end]
+        output = next((m.text for m in reversed(added) if m.role == "assistant"), "")
+        recorded = [
+            RecordedCall(entry.tool_name, entry.input, entry.content, bool(entry.is_error))
+            for entry in await store.calls(record.run_id)
+            if entry.finished
+        ]
+        cases.append(
+            Case(
+                id=record.run_id,
+                prompt=record.prompt,
+                history=messages[: record.position],
+                recorded=recorded,
+                output=output,
+                metadata={"agent_id": agent_id, "started_at": record.started_at},
+            )
+        )
+    return cases
+
+
+def _yaml(where: Path, text: str) -> Any:
+    try:
+        import yaml  # type: ignore[import-untyped]
+    except ImportError:
+        raise DatasetError(
+            f"{where}: reading YAML needs PyYAML (pip install pyyaml), or give the cases as JSON"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise DatasetError(f"{where}: {at}not YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def _cases(where: Path, data: Any) -> list[Case]:
+    if isinstance(data, Mapping):
+        version = data.get("version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise DatasetError(f"{where}: version {version!r} is not one this satsuma reads (1)")
+        data = data.get("cases")
+    if not isinstance(data, list):
+        raise DatasetError(f'{where}: expected a list of cases (or {{"cases": [...]}})')
+    return [_case(f"{where}: cases[{index}]", item) for index, item in enumerate(data)]
+
+
+def _case(at: str, item: Any) -> Case:
+    if not isinstance(item, Mapping):
+        raise DatasetError(f"{at}: a case is an object, got: {type(item).__name__}")
+    if "id" in item and isinstance(item["id"], str):
+        at = f"{at} ({item['id']!r})"
+    unknown = sorted(set(item) - _CASE_FIELDS)
+    if unknown:
+        raise DatasetError(
+            f"{at}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_CASE_FIELDS))})"
+        )
+    for name in ("id", "prompt"):
+        if name not in item:
+            raise DatasetError(f"{at}: field {name!r} is missing")
+    try:
+        history = [_message(i, m) for i, m in enumerate(item.get("history") or ())]
+        recorded = [_recorded(i, r) for i, r in enumerate(item.get("recorded") or ())]
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(f"{at}: {exc}") from None
+    fields = {
+        k: item[k] for k in ("id", "prompt", "expected_output", "expected_tools") if k in item
+    }
+    try:
+        return Case(
+            **fields, history=history, recorded=recorded, metadata=dict(item.get("metadata") or {})
+        )
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(f"{at}: {exc}") from None
+
+
+def _message(index: int, value: Any) -> Message:
+    if not isinstance(value, Mapping) or value.get("role") not in ("user", "assistant"):
+        raise ValueError(
+            f"history[{index}] must be {{'role': 'user' | 'assistant', 'content': ...}}"
+        )
+    content = value.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not all(
+        isinstance(b, Mapping) and "type" in b for b in content
+    ):
+        raise ValueError(f"history[{index}].content must be a str or a list of content blocks")
+    return Message(role=value["role"], content=content)
+
+
+def _recorded(index: int, value: Any) -> RecordedCall:
+    if not isinstance(value, Mapping) or not isinstance(value.get("name"), str):
+        raise ValueError(f"recorded[{index}] must be {{'name': str, 'input': ..., 'content': ...}}")
+    content = value.get("content", "")
+    if not isinstance(content, (str, list)):
+        raise ValueError(f"recorded[{index}].content must be a str or a list of content blocks")
+    is_error = value.get("is_error", False)
+    if not isinstance(is_error, bool):
+        raise ValueError(f"recorded[{index}].is_error must be true or false")
+    return RecordedCall(value["name"], value.get("input", {}), content, is_error)
+
+
+def case_json(case: Case) -> dict[str, Any]:
+    """A case as the JSON a dataset file holds."""
+    return {
+        "id": case.id,
+        "prompt": case.prompt,
+        "expected_output": case.expected_output,
+        "expected_tools": list(case.expected_tools) if case.expected_tools is not None else None,
+        "history": [
+            {"role": m.role, "content": [dict(b) for b in m.content]} for m in case.history
+        ],
+        "recorded": [
+            {"name": r.name, "input": r.input, "content": r.content, "is_error": r.is_error}
+            for r in case.recorded
+        ],
+        "metadata": dict(case.metadata),
+    }
