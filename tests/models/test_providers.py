@@ -299,6 +299,14 @@ async def test_one_agent_class_runs_alike_on_all_four_providers(
         assert vertex_request.headers["authorization"] == "Bearer ya29.loopback-1"
     assert isinstance(vertex_request.body["anthropic_version"], str)
     assert "model" not in vertex_request.body
+    # Caching the conversation: Anthropic's API takes the automatic (top-level)
+    # breakpoint; Bedrock and Vertex AI take breakpoints on blocks only.
+    assert anthropic_request.body["cache_control"] == {"type": "ephemeral"}
+    for name in ("bedrock", "vertex"):
+        for request in runs[name]["received"]:
+            assert "cache_control" not in request.body
+            last_block = request.body["messages"][-1]["content"][-1]
+            assert last_block["cache_control"] == {"type": "ephemeral"}
     # It got the token as from Google's endpoint: a JWT signed with the account's key.
     [token_request] = vertex.token_requests
     assert token_request.body["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
