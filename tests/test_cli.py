@@ -205,7 +205,8 @@ async def test_run_shows_the_run_and_its_answer(project: Path) -> None:
     ]
     assert re.fullmatch(r"  ✓ add  \d\.\d\ds  ok  5", out.splitlines()[3])
     assert re.fullmatch(
-        r"calc run completed after 2 model calls, \d+ in / \d+ out tokens", out.splitlines()[5]
+        r"calc run completed after 2 model calls, \d+ in / \d+ out tokens, \$0\.\d{6}",
+        out.splitlines()[5],
     )
     assert server.requests[0]["model"] == satsuma.MODEL_ALIASES["sonnet"]
     assert err == ""
