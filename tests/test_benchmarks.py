@@ -337,3 +337,12 @@ def test_serve_quick_run_prints_every_figure_with_its_bar() -> None:
     rows = _quick_rows(SERVE_SCRIPT, SERVE_ROWS)
     for name in SERVE_ROWS:
         assert rows[name].endswith(("target met", "target MISSED")), rows[name]
+
+
+def test_prices_quick_run_prints_every_case_with_its_bar() -> None:
+    rows = _quick_rows(
+        ROOT / "benchmarks" / "prices.py",
+        ("sum only", "dated id", "alias", "bedrock id", "no prices"),
+    )
+    for name in ("dated id", "alias", "bedrock id", "no prices"):
+        assert rows[name].endswith(("target met", "target MISSED")), rows[name]
