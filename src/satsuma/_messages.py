@@ -91,6 +91,8 @@ class Usage:
         output_tokens: Output tokens.
         cache_creation_input_tokens: Input tokens written to the prompt cache.
         cache_read_input_tokens: Input tokens read from the prompt cache.
+        cache_creation_1h_input_tokens: Of ``cache_creation_input_tokens``, those
+            written for an hour (``cache="1h"``), which cost more than 5 minutes' writes.
         cost_usd: What the tokens cost in US dollars, priced by the model's prices
             (``satsuma.set_prices`` overrides them); None when the cost is unknown: a
             model without prices (a local model on an OpenAI-compatible endpoint, a
@@ -101,6 +103,7 @@ class Usage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
     cost_usd: float | None = None
 
     def __add__(self, other: Usage) -> Usage:
@@ -110,6 +113,8 @@ class Usage:
             cache_creation_input_tokens=self.cache_creation_input_tokens
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_1h_input_tokens=self.cache_creation_1h_input_tokens
+            + other.cache_creation_1h_input_tokens,
             cost_usd=_summed_cost(self, other),
         )
 

@@ -262,3 +262,33 @@ def test_the_table_agrees_with_genai_prices(model: str) -> None:
     assert theirs(input_tokens=1000, cache_write_tokens=1000) * 1000 == pytest.approx(
         prices.cache_write
     )
+
+
+# --- the hour's cache writes -----------------------------------------------------------
+
+
+def test_writes_for_an_hour_cost_the_hours_price_and_the_rest_the_five_minutes() -> None:
+    usage = satsuma.Usage(
+        input_tokens=1000,
+        output_tokens=100,
+        cache_creation_input_tokens=3000,
+        cache_creation_1h_input_tokens=2000,
+        cache_read_input_tokens=10_000,
+    )
+    assert HAIKU.cost(usage) == pytest.approx(
+        (1000 * 1 + 100 * 5 + 1000 * 1.25 + 2000 * 2 + 10_000 * 0.1) / 1_000_000
+    )
+
+
+async def test_a_call_that_wrote_for_an_hour_is_priced_so_through_the_real_client() -> None:
+    written = satsuma.Usage(
+        input_tokens=50, output_tokens=10, cache_creation_input_tokens=400,
+        cache_creation_1h_input_tokens=300,
+    )  # fmt: skip
+    async with MessagesServer([Reply(text="Hi.", usage=written)]) as server:
+        (usage,), (result,) = await run_turns(Summer, AnthropicModel(server.client()), ["go"])
+    # The API's split (cache_creation.ephemeral_1h_input_tokens) reached the usage.
+    assert usage.cache_creation_1h_input_tokens == 300
+    assert usage.cost_usd == pytest.approx((50 * 1 + 10 * 5 + 100 * 1.25 + 300 * 2) / 1_000_000)
+    assert result.usage.cache_creation_1h_input_tokens == 300
+    assert result.usage.cost_usd == usage.cost_usd

@@ -86,15 +86,14 @@ class ModelPrices:
         return self.input
 
     def cost(self, usage: Usage) -> float:
-        """What ``usage`` costs at these prices, in US dollars.
-
-        Cache writes are priced at the 5-minute rate: the usage satsuma reads does not
-        yet tell the hour's writes apart (``cache_write_1h`` is kept for when it does).
-        """
+        """What ``usage`` costs at these prices, in US dollars: cache writes at the hour's
+        price for those written for an hour, at the 5 minutes' for the rest."""
+        hour = min(usage.cache_creation_1h_input_tokens, usage.cache_creation_input_tokens)
         return (
             usage.input_tokens * self.input
             + usage.output_tokens * self.output
-            + usage.cache_creation_input_tokens * self.cache_write
+            + (usage.cache_creation_input_tokens - hour) * self.cache_write
+            + hour * self.cache_write_1h
             + usage.cache_read_input_tokens * self.cache_read
         ) / _MILLION
 

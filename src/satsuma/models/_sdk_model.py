@@ -204,6 +204,7 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
                         output_tokens=message.output_tokens,
                         cache_creation_input_tokens=message.cache_creation_input_tokens,
                         cache_read_input_tokens=message.cache_read_input_tokens,
+                        cache_creation_1h_input_tokens=message.cache_creation_1h_input_tokens,
                     ),
                     model,
                     message.model,
