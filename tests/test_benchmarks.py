@@ -357,3 +357,12 @@ def test_cost_quick_run_prints_every_figure_with_its_bar() -> None:
     rows = _quick_rows(COST_SCRIPT, COST_ROW_NAMES)
     for name in COST_ROW_NAMES[2:]:
         assert "target met" in rows[name] or "target MISSED" in rows[name], rows[name]
+
+
+def test_prices_quick_run_prints_every_case_with_its_bar() -> None:
+    rows = _quick_rows(
+        ROOT / "benchmarks" / "prices.py",
+        ("sum only", "dated id", "alias", "bedrock id", "no prices"),
+    )
+    for name in ("dated id", "alias", "bedrock id", "no prices"):
+        assert rows[name].endswith(("target met", "target MISSED")), rows[name]

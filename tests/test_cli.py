@@ -134,6 +134,9 @@ async def test_the_demo_runs_offline_and_shows_what_satsuma_is_for() -> None:
     assert table_row(out, "model calls") == "5"
     assert table_row(out, "agent crashes") == "1 (1 restarted)"
     assert re.fullmatch(r"\d+ in, \d+ out", table_row(out, "tokens"))
+    # Offline, the demo plays the Messages API in process: its calls are priced as the
+    # API would price the tokens the loopback server reports.
+    assert re.fullmatch(r"\$0\.\d{4,6}", table_row(out, "cost"))
     assert "Traceback" not in out + err
 
 
@@ -149,6 +152,8 @@ async def test_with_a_key_the_demo_uses_the_api_it_is_pointed_at() -> None:
     systems = {str(request["system"]) for request in server.requests}
     assert len(systems) == 2  # both agents
     assert "writer: Title: Lisbon offsite — sunny, 19°C" in out
+    # On the API the calls are priced: the summary sums what they cost.
+    assert re.fullmatch(r"\$0\.\d{4,6}", table_row(out, "cost"))
 
 
 async def test_the_demo_with_a_bad_key_says_so_in_one_line() -> None:
@@ -205,7 +210,8 @@ async def test_run_shows_the_run_and_its_answer(project: Path) -> None:
     ]
     assert re.fullmatch(r"  ✓ add  \d\.\d\ds  ok  5", out.splitlines()[3])
     assert re.fullmatch(
-        r"calc run completed after 2 model calls, \d+ in / \d+ out tokens", out.splitlines()[5]
+        r"calc run completed after 2 model calls, \d+ in / \d+ out tokens, \$0\.\d{6}",
+        out.splitlines()[5],
     )
     assert server.requests[0]["model"] == satsuma.MODEL_ALIASES["sonnet"]
     assert err == ""

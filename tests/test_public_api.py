@@ -29,7 +29,7 @@ EXPECTED_SATSUMA = {
     # agents
     "MODEL_ALIASES", "Agent", "AgentCrashed", "AgentDefinitionError", "SupervisorFailed", "StoreError", "MCPServerError", "AgentEvent", "AgentHandle", "AgentTool", "AnthropicModel", "OpenAIModel",
     "AgentUnavailable", "HistoryProcessor", "JsonLinesLog", "KeepAll", "KeepLastExchanges", "Message", "Model",
-    "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "ModelLimits", "ModelWaitStart", "ModelWaitEnd", "set_model_limits", "NoOutput", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
+    "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "ModelLimits", "ModelPrices", "ModelWaitStart", "ModelWaitEnd", "set_model_limits", "set_prices", "NoOutput", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
     "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
     # supervision

@@ -206,6 +206,8 @@ async def test_a_run_is_one_invoke_agent_span_with_chat_and_tool_children(
     assert first_attributes["gen_ai.response.model"] == "claude-sonnet-5-5"
     assert first_attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
     assert "gen_ai.response.id" not in first_attributes  # a scripted model has none
+    # ... nor prices: its cost is unknown, left out rather than 0.
+    assert "satsuma.cost_usd" not in first_attributes
     assert attributes(chats[1])["gen_ai.response.finish_reasons"] == ("end_turn",)
     assert sum(attributes(chat)["gen_ai.usage.output_tokens"] for chat in chats) == (
         result.usage.output_tokens
@@ -287,6 +289,11 @@ async def test_retries_are_events_of_the_chat_span_with_the_response_id(
     assert str(attributes(chat)["gen_ai.response.id"]).startswith("msg_test_")
     assert attributes(chat)["gen_ai.response.model"] == "claude-sonnet-5-5"
     assert attributes(chat)["gen_ai.usage.input_tokens"] == result.usage.total_input_tokens
+    # Priced from the table: the call's cost, and the run's (one call) the same.
+    assert result.usage.cost_usd is not None and result.usage.cost_usd > 0
+    assert attributes(chat)["satsuma.cost_usd"] == result.usage.cost_usd
+    run = only(spans.get_finished_spans(), "invoke_agent calculator")
+    assert attributes(run)["satsuma.cost_usd"] == result.usage.cost_usd
 
 
 async def test_a_run_out_of_iterations_is_an_error(

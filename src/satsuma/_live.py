@@ -64,7 +64,7 @@ from .tools import (
     ToolProgress,
 )
 
-__all__ = ["LiveView", "open_live_view", "outcome_style"]
+__all__ = ["LiveView", "cost_text", "open_live_view", "outcome_style"]
 
 # One style per outcome kind; a kind not listed here is shown as a failure.
 _STYLES: Final[dict[str, str]] = {
@@ -90,6 +90,14 @@ _REFRESH: Final = 1 / 8
 _ARGUMENTS_SHOWN: Final = 60
 _RESULT_SHOWN: Final = 80
 _PROMPT_SHOWN: Final = 120
+
+
+def cost_text(cost_usd: float | None) -> str:
+    """A cost as the terminal shows it: ``$0.0123``, to a millionth of a dollar below a
+    cent, or ``cost unknown`` for a model without prices (never a made-up $0)."""
+    if cost_usd is None:
+        return "cost unknown"
+    return f"${cost_usd:.4f}" if cost_usd >= 0.01 else f"${cost_usd:.6f}"
 
 
 def outcome_kind(outcome: ToolOutcome) -> str:
@@ -276,7 +284,8 @@ class LiveView:
                     " run ",
                     (result.status, _RUN_STYLES.get(result.status, "red")),
                     f" after {result.iterations} model call{'s' * (result.iterations != 1)},"
-                    f" {usage.input_tokens} in / {usage.output_tokens} out tokens",
+                    f" {usage.input_tokens} in / {usage.output_tokens} out tokens,"
+                    f" {cost_text(usage.cost_usd)}",
                     f": {visible(str(result.error))}" if result.error else "",
                     (f"; waiting for a decision on {waiting}", "yellow") if waiting else "",
                 )

@@ -84,12 +84,27 @@ def _block(block: Mapping[str, Any] | str) -> Mapping[str, Any]:
 
 @attrs.frozen(kw_only=True)
 class Usage:
-    """Tokens counted by the API, per turn or summed per run."""
+    """Tokens counted by the API, and what they cost, per turn or summed per run.
+
+    Attributes:
+        input_tokens: Input tokens neither written to nor read from the prompt cache.
+        output_tokens: Output tokens.
+        cache_creation_input_tokens: Input tokens written to the prompt cache.
+        cache_read_input_tokens: Input tokens read from the prompt cache.
+        cache_creation_1h_input_tokens: Of ``cache_creation_input_tokens``, those
+            written for an hour (``cache="1h"``), which cost more than 5 minutes' writes.
+        cost_usd: What the tokens cost in US dollars, priced by the model's prices
+            (``satsuma.set_prices`` overrides them); None when the cost is unknown: a
+            model without prices (a local model on an OpenAI-compatible endpoint, a
+            scripted one), or a sum with such a call in it. Never a made-up 0.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
+    cost_usd: float | None = None
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -98,9 +113,34 @@ class Usage:
             cache_creation_input_tokens=self.cache_creation_input_tokens
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_1h_input_tokens=self.cache_creation_1h_input_tokens
+            + other.cache_creation_1h_input_tokens,
+            cost_usd=_summed_cost(self, other),
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        """No token at all: a usage that adds nothing to a sum, its cost known or not."""
+        return not (
+            self.input_tokens
+            or self.output_tokens
+            or self.cache_creation_input_tokens
+            or self.cache_read_input_tokens
         )
 
     @property
     def total_input_tokens(self) -> int:
         """Every input token, cached or not: the size of the prompt the API read."""
         return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+
+def _summed_cost(a: Usage, b: Usage) -> float | None:
+    """The cost of two usages together: unknown when either has tokens of unknown cost.
+
+    An empty usage (the start of a run's sum, a run that made no call) has no cost of its
+    own, so it neither makes a sum unknown nor turns an unknown one into 0."""
+    if a.cost_usd is None:
+        return b.cost_usd if a.is_empty else None
+    if b.cost_usd is None:
+        return a.cost_usd if b.is_empty else None
+    return a.cost_usd + b.cost_usd

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from ._command_error import CommandError
 from ._commands import FAKE_MODEL, RunOptions, check_key, tools_context
-from ._live import open_live_view
+from ._live import cost_text, open_live_view
 from ._store_option import open_store
 from ._terminal import json_safe, say, visible
 from .agents import Agent, AgentHandle, JsonLinesLog, RunResult, internal
@@ -118,7 +118,8 @@ async def _paused_text(
 async def run_lines(record: RunRecord, store: Store) -> list[str]:
     """A run of ``satsuma runs``: id, status, when, the prompt; for a run that did not
     end, its calls in doubt (started, no outcome recorded: they may or may not have
-    happened); for a run awaiting approval, its pending calls and why they wait.
+    happened); for a run awaiting approval, its pending calls and why they wait; last,
+    its tokens and their cost (once it paused or ended having called the model).
     Each field from the store is one line, made ``visible``."""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
     prompt = _shortened(record.prompt, 60)
@@ -136,6 +137,13 @@ async def run_lines(record: RunRecord, store: Store) -> list[str]:
                 f"      pending   {_call_text(pending.tool_name, pending.input)}  "
                 f"{visible(pending.tool_use_id)}  ({visible(pending.reason)})"
             )
+    usage = record.usage  # as of its pause or end
+    if not usage.is_empty:
+        lines.append(
+            f"      {usage.input_tokens} in / {usage.output_tokens} out tokens"
+            f" ({usage.cache_creation_input_tokens} written to the cache,"
+            f" {usage.cache_read_input_tokens} read), {cost_text(usage.cost_usd)}"
+        )
     return lines
 
 

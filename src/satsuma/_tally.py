@@ -7,7 +7,8 @@ from collections import Counter
 import attrs
 from rich.table import Table
 
-from ._live import outcome_kind, outcome_style
+from ._live import cost_text, outcome_kind, outcome_style
+from ._messages import Usage
 from .agents import AgentEvent, RunEnd, TurnEnd
 from .supervisor import ChildCrashed, ChildRestarted, SupervisorEvent
 from .tools import ToolCallEnd
@@ -17,13 +18,16 @@ __all__ = ["Tally"]
 
 @attrs.define(eq=False)
 class Tally:
-    """Runs by status, tool calls by outcome kind, model calls, tokens, crashes."""
+    """Runs by status, tool calls by outcome kind, model calls, tokens and their cost,
+    crashes."""
 
     runs: Counter[str] = attrs.Factory(Counter)
     tool_calls: Counter[str] = attrs.Factory(Counter)
     model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    # The model calls' usage summed, for its cost (unknown once a call's is).
+    usage: Usage = attrs.Factory(Usage)
     crashes: int = 0
     restarts: int = 0
 
@@ -35,6 +39,7 @@ class Tally:
             self.model_calls += 1
             self.input_tokens += event.usage.input_tokens
             self.output_tokens += event.usage.output_tokens
+            self.usage = self.usage + event.usage
         elif isinstance(event, RunEnd):
             self.runs[event.result.status] += 1
 
@@ -58,6 +63,7 @@ class Tally:
         )
         table.add_row("tool calls", f"{sum(self.tool_calls.values())}  ({calls or 'none'})")
         table.add_row("tokens", f"{self.input_tokens} in, {self.output_tokens} out")
+        table.add_row("cost", cost_text(self.usage.cost_usd))
         table.add_row("agent crashes", f"{self.crashes} ({self.restarts} restarted)")
         table.add_row("wall time", f"{wall_time:.2f}s")
         return table

@@ -273,11 +273,16 @@ def set_on_current_span(attributes: Mapping[str, AttributeValue]) -> None:
 
 
 def usage_attributes(usage: Usage) -> dict[str, AttributeValue]:
-    """Token counts in the GenAI conventions' names. As the conventions ask for
-    Anthropic, ``input_tokens`` counts every input token, cached ones included."""
-    return {
+    """Token counts in the GenAI conventions' names, and ``satsuma.cost_usd`` when the
+    cost is known. As the conventions ask for Anthropic, ``input_tokens`` counts every
+    input token, cached ones included."""
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.usage.input_tokens": usage.total_input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
         "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
         "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
     }
+    # An unknown cost is left out: an attribute cannot be None, and 0 would be a lie.
+    if usage.cost_usd is not None:
+        attributes["satsuma.cost_usd"] = usage.cost_usd
+    return attributes

@@ -106,6 +106,8 @@ async def test_a_run_waited_for_then_read_then_its_events() -> None:
             "pending": [],
         }
         assert set(run) >= {"run_id", "error", "usage"}
+        # A scripted model has no prices: its cost is unknown, null rather than 0.
+        assert run["usage"]["cost_usd"] is None and run["usage"]["output_tokens"] > 0
         assert await call(surface, "GET", f"/v1/runs/{run['run_id']}") == (200, run)
         events = await sse(surface, f"/v1/runs/{run['run_id']}/events")
         assert [e[0] for e in events] == list(range(1, len(events) + 1))
@@ -277,3 +279,25 @@ async def test_bad_decisions_and_resume_ids() -> None:
                 request("GET", f"/v1/runs/{run['run_id']}/events", headers={"last-event-id": "x"})
             )
         assert caught.value.status == 400
+
+
+async def test_a_served_runs_usage_carries_its_cost_in_usd() -> None:
+    from satsuma import AnthropicModel
+    from satsuma.models import prices_for
+    from satsuma.testing import MessagesServer
+
+    async with (
+        MessagesServer(["Hello."]) as server,
+        open_local_runs([Greeter], model=AnthropicModel(server.client())) as runs,
+    ):
+        status, run = await call(
+            ApiSurface(runs), "POST", "/v1/agents/greeter/t-1/runs", {"prompt": "Hi"}
+        )
+    assert status == 200 and run["status"] == "completed"
+    usage = run["usage"]
+    prices = prices_for(server.requests[0]["model"])
+    assert prices is not None
+    assert usage["cost_usd"] == pytest.approx(
+        (usage["input_tokens"] * prices.input + usage["output_tokens"] * prices.output) / 1_000_000
+    )
+    assert usage["cost_usd"] > 0

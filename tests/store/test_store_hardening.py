@@ -74,6 +74,10 @@ async def stored_conversation(path: Path, agent_id: str = "a") -> None:
         ("UPDATE runs SET usage = '[1, 2]' WHERE prompt = 'second'", "run '"),
         ("UPDATE runs SET usage = 'nope' WHERE prompt = 'first'", "run '"),
         ("UPDATE runs SET usage = '[1, 2, 3, \"x\"]' WHERE prompt = 'first'", "run '"),
+        ("UPDATE runs SET usage = '[1, 2, 3, 4, -0.5]' WHERE prompt = 'first'", "run '"),
+        ("UPDATE runs SET usage = '[1, 2, 3, 4, \"x\"]' WHERE prompt = 'first'", "run '"),
+        ("UPDATE runs SET usage = '[1, 2, 3, 4, 0.5, 6, 7]' WHERE prompt = 'first'", "run '"),
+        ("UPDATE runs SET usage = '[1, 2, 3, 4, 0.5, -6]' WHERE prompt = 'first'", "run '"),
         ("UPDATE runs SET status = 'weird' WHERE prompt = 'first'", "run '"),
     ],
 )

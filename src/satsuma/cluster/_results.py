@@ -37,6 +37,8 @@ def encode_result(result: RunResult) -> str:
                 "output_tokens": result.usage.output_tokens,
                 "cache_creation_input_tokens": result.usage.cache_creation_input_tokens,
                 "cache_read_input_tokens": result.usage.cache_read_input_tokens,
+                "cache_creation_1h_input_tokens": result.usage.cache_creation_1h_input_tokens,
+                "cost_usd": result.usage.cost_usd,
             },
             "iterations": result.iterations,
             "error": result.error,

@@ -7,8 +7,9 @@ endpoint. Both are an ``SDKModel`` (``_sdk_model``) that speaks its wire through
 of its own (``_codec``; ``_chat_requests`` and ``_chat_codec``), retries with the same
 policy (``_retries``) and checks its responses (``_responses``); the agent loop sends
 each call through the limiter of its configuration (``_limits``, ``_limiter``,
-``_run_limiters``). An agent that names its model by a string gets a model shared per
-trio run and configuration (``_clients``, ``_pool``).
+``_run_limiters``). Each call's usage is priced in US dollars (``_prices``). An
+agent that names its model by a string gets a model shared per trio run and
+configuration (``_clients``, ``_pool``).
 
 Adding a provider is one new module and one line: the module defines the Model and a
 ``_clients.Provider`` (how its shared model is checked and built from the environment;
@@ -43,6 +44,9 @@ from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest
 from ._model import ModelResponse as ModelResponse
 from ._openai import OpenAIModel as OpenAIModel
+from ._prices import ModelPrices as ModelPrices
+from ._prices import prices_for as prices_for
+from ._prices import set_prices as set_prices
 from ._responses import checked_response as checked_response
 from ._run_limiters import limiter_for as limiter_for
 from ._run_limiters import set_model_limits as set_model_limits
@@ -57,10 +61,12 @@ __all__ = [
     "Model",
     "ModelLimits",
     "ModelListener",
+    "ModelPrices",
     "ModelRequest",
     "ModelResponse",
     "OpenAIModel",
     "set_model_limits",
+    "set_prices",
 ]
 
 # Users import these names from satsuma: they carry that path (tracebacks, reprs, pickles).

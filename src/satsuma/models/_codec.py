@@ -341,6 +341,8 @@ class StreamedMessage:
         output_tokens: Output tokens.
         cache_creation_input_tokens: Input tokens written to the cache.
         cache_read_input_tokens: Input tokens read from the cache.
+        cache_creation_1h_input_tokens: Of those written, the ones written for an hour
+            (the API's ``cache_creation.ephemeral_1h_input_tokens``).
     """
 
     content: tuple[dict[str, Any], ...]
@@ -352,6 +354,7 @@ class StreamedMessage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
 
 
 def no_delta(delta: str) -> None:
@@ -572,6 +575,12 @@ class StreamAccumulator:
         for key in _USAGE_KEYS:
             if isinstance(usage.get(key), int):
                 self._usage[key] = usage[key]
+        # The hour's writes cost more than the 5 minutes' (priced in _prices).
+        written = usage.get("cache_creation")
+        if isinstance(written, Mapping) and isinstance(
+            written.get("ephemeral_1h_input_tokens"), int
+        ):
+            self._usage["cache_creation_1h_input_tokens"] = written["ephemeral_1h_input_tokens"]
 
     _ON_EVENT: ClassVar[dict[str, _EventHandler]] = {
         "message_start": _message_start,

@@ -108,7 +108,8 @@ class RunView:
             values (``satsuma.agents``' ``output_to_json``); None before.
         error: ``{"type": ..., "message": ...}`` for a failed run, else None.
         usage: Tokens used so far: ``input_tokens``, ``output_tokens``,
-            ``cache_creation_input_tokens``, ``cache_read_input_tokens``.
+            ``cache_creation_input_tokens``, ``cache_read_input_tokens``, and
+            ``cost_usd`` (None when the model's prices are unknown).
         pending: The calls waiting for a decision (only while ``awaiting_approval``).
         started_at: Seconds since the epoch, or None while queued.
         ended_at: Seconds since the epoch once it ended, else None.
@@ -121,7 +122,7 @@ class RunView:
     prompt: str
     output: Any = None
     error: Mapping[str, str] | None = None
-    usage: Mapping[str, int] = attrs.field(factory=dict)
+    usage: Mapping[str, int | float | None] = attrs.field(factory=dict)
     pending: tuple[PendingView, ...] = ()
     started_at: float | None = None
     ended_at: float | None = None

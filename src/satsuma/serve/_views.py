@@ -33,13 +33,14 @@ def split_stored_id(stored: str) -> tuple[str, str] | None:
     return (agent, agent_id) if sep and agent_id else None
 
 
-def usage_json(result_usage: Any) -> dict[str, int]:
-    """A ``Usage`` as the API answers it."""
+def usage_json(result_usage: Any) -> dict[str, int | float | None]:
+    """A ``Usage`` as the API answers it (``cost_usd`` null when the cost is unknown)."""
     return {
         "input_tokens": result_usage.input_tokens,
         "output_tokens": result_usage.output_tokens,
         "cache_creation_input_tokens": result_usage.cache_creation_input_tokens,
         "cache_read_input_tokens": result_usage.cache_read_input_tokens,
+        "cost_usd": result_usage.cost_usd,
     }
 
 

@@ -48,27 +48,48 @@ class Damaged(Exception):
 
 
 def usage_json(usage: Usage) -> str:
+    # The cost (null when unknown) and the hour's cache writes follow the four counts;
+    # rows written before satsuma priced its calls have only the counts, and read back
+    # with their cost unknown.
     return json.dumps(
         [
             usage.input_tokens,
             usage.output_tokens,
             usage.cache_creation_input_tokens,
             usage.cache_read_input_tokens,
+            usage.cost_usd,
+            usage.cache_creation_1h_input_tokens,
         ]
     )
 
 
 def _usage(text: object) -> Usage:
     try:
-        a, b, c, d = json.loads(text)  # type: ignore[arg-type]
+        a, b, c, d, *priced = json.loads(text)  # type: ignore[arg-type]
+        if len(priced) > 2:
+            raise ValueError(f"{len(priced) + 4} items, not 4 to 6")
+        cost = priced[0] if priced else None
+        hour = priced[1] if len(priced) == 2 else 0
         return Usage(
             input_tokens=_count(a),
             output_tokens=_count(b),
             cache_creation_input_tokens=_count(c),
             cache_read_input_tokens=_count(d),
+            cache_creation_1h_input_tokens=_count(hour),
+            cost_usd=_cost(cost),
         )
     except (TypeError, ValueError) as exc:
-        raise Damaged(f"its usage {_shown(text)} is not four token counts ({exc})") from exc
+        raise Damaged(
+            f"its usage {_shown(text)} is not four token counts and a cost ({exc})"
+        ) from exc
+
+
+def _cost(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{value!r} is not a cost in USD")
+    return float(value)
 
 
 def _count(value: object) -> int:

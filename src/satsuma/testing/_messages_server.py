@@ -17,7 +17,6 @@ import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any, final
 
-import attrs
 import trio
 
 from .. import models as _codec
@@ -156,17 +155,28 @@ class MessagesServer(ScriptedServer):
         self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
     ) -> JSONAnswer | StreamAnswer:
         blocks, calls = reply_blocks(reply)
-        # Usage's fields are named as the API names them.
-        usage: dict[str, Any] = attrs.asdict(estimate_usage(reply, prompt_chars))
+        estimate = estimate_usage(reply, prompt_chars)
+        # The API's fields only (Usage's own cost and hour's writes are not on the wire).
+        usage: dict[str, Any] = {
+            "input_tokens": estimate.input_tokens,
+            "output_tokens": estimate.output_tokens,
+            "cache_creation_input_tokens": estimate.cache_creation_input_tokens,
+            "cache_read_input_tokens": estimate.cache_read_input_tokens,
+        }
+        written, hour = (
+            estimate.cache_creation_input_tokens,
+            estimate.cache_creation_1h_input_tokens,
+        )
         if reply.usage is None:
             # Billed as the API bills: what the prompt cache reads and writes.
             bill = self.prompt_cache.bill(payload, usage["input_tokens"], trio.current_time())
             usage["input_tokens"] = bill.input_tokens
-            usage["cache_creation_input_tokens"] = bill.cache_creation_input_tokens
+            usage["cache_creation_input_tokens"] = written = bill.cache_creation_input_tokens
             usage["cache_read_input_tokens"] = bill.cache_read_input_tokens
             hour = bill.written_for_an_hour
+        if reply.usage is None or hour:
             usage["cache_creation"] = {
-                "ephemeral_5m_input_tokens": bill.cache_creation_input_tokens - hour,
+                "ephemeral_5m_input_tokens": written - hour,
                 "ephemeral_1h_input_tokens": hour,
             }
         message_id = f"msg_test_{next(self._message_ids)}"
