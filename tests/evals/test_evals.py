@@ -12,10 +12,12 @@ import pytest
 import satsuma
 from satsuma.evals import (
     Case,
+    CaseRun,
     Dataset,
     DatasetError,
     Evaluator,
     Judge,
+    MaxCost,
     MaxTokens,
     OutputMatches,
     RecordedCall,
@@ -378,3 +380,20 @@ async def test_a_judge_scores_with_a_typed_verdict_and_a_judge_that_fails_never_
         assert (
             value == 0.0 and reason in why and why.startswith("the evaluator failed: JudgeFailed")
         )
+
+
+async def test_max_cost_passes_a_cheap_run_and_never_an_unknown_cost(tmp_path: Path) -> None:
+    case = Case(id="c", prompt="hi")
+    cheap = CaseRun(
+        status="completed", output="x", usage=satsuma.Usage(input_tokens=10, cost_usd=0.002)
+    )
+    dear = CaseRun(
+        status="completed", output="x", usage=satsuma.Usage(input_tokens=10, cost_usd=0.2)
+    )
+    assert MaxCost(0.01).score(case, cheap).value == 1.0
+    assert MaxCost(0.01).score(case, dear) == Score(0.0, "$0.2000 (limit $0.0100)")
+    # A scripted model has no prices: its runs' cost is unknown, and unknown never passes.
+    report = await evaluate(Support, [case], [MaxCost(1.0)], model=lambda _: ScriptedModel(["x"]))
+    assert report.cases[0].runs[0].scores["max_cost"][0] == 0.0 and not report.passed
+    report.save(tmp_path / "r.json")
+    assert Report.load(tmp_path / "r.json") == report

@@ -14,6 +14,7 @@ from ._dataset import Dataset as Dataset
 from ._dataset import DatasetError as DatasetError
 from ._evaluate import evaluate as evaluate
 from ._evaluators import Evaluator as Evaluator
+from ._evaluators import MaxCost as MaxCost
 from ._evaluators import MaxLatency as MaxLatency
 from ._evaluators import MaxTokens as MaxTokens
 from ._evaluators import OutputMatches as OutputMatches
@@ -38,6 +39,7 @@ __all__ = [
     "Evaluator",
     "Judge",
     "JudgeFailed",
+    "MaxCost",
     "MaxLatency",
     "MaxTokens",
     "OutputMatches",

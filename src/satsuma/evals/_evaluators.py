@@ -20,7 +20,15 @@ from ._case import Case, _same_json
 if TYPE_CHECKING:
     from ._report import CaseRun
 
-__all__ = ["Evaluator", "MaxLatency", "MaxTokens", "OutputMatches", "Score", "ToolTrajectory"]
+__all__ = [
+    "Evaluator",
+    "MaxCost",
+    "MaxLatency",
+    "MaxTokens",
+    "OutputMatches",
+    "Score",
+    "ToolTrajectory",
+]
 
 
 def _unit(value: float) -> float:
@@ -247,3 +255,22 @@ class MaxLatency(Evaluator):
     def score(self, case: Case, run: CaseRun) -> Score:
         took = run.latency
         return Score(1.0 if took <= self.seconds else 0.0, f"{took:.3f} s (limit {self.seconds} s)")
+
+
+@attrs.frozen
+class MaxCost(Evaluator):
+    """Passes a run that cost at most ``usd`` (1 or 0). A run whose cost is unknown (a
+    model without prices) does not pass: an unknown cost is not a small one."""
+
+    usd: float
+    threshold: float = attrs.field(default=1.0, converter=_threshold)
+
+    @property
+    def name(self) -> str:
+        return "max_cost"
+
+    def score(self, case: Case, run: CaseRun) -> Score:
+        cost = run.usage.cost_usd
+        if cost is None:
+            return Score(0.0, "the run's cost is unknown (its model has no prices)")
+        return Score(1.0 if cost <= self.usd else 0.0, f"${cost:.4f} (limit ${self.usd:.4f})")
