@@ -46,10 +46,14 @@ _HEADERS = [
     (b"content-security-policy", b"default-src 'self'; base-uri 'none'; frame-ancestors 'none'"),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
 ]
-_STATIC = {"console.css": b"text/css; charset=utf-8", "console.js": b"text/javascript"}
+_STATIC = {
+    "console.css": b"text/css; charset=utf-8",
+    "console.js": b"text/javascript",
+    "icon.svg": b"image/svg+xml",
+}
 # How long the run page waits for the events of a run in progress before it shows them.
 _EVENTS_GRACE = 0.05
 # An ended run's events are all stored: reading them never waits, but a page is not

@@ -68,6 +68,7 @@ def page(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(title)} · satsuma console</title>"
+        '<link rel="icon" href="/console/static/icon.svg">'
         '<link rel="stylesheet" href="/console/static/console.css">'
         '<script src="/console/static/console.js" defer></script>'
         f"</head><body><header><strong>satsuma console</strong> {nav}</header>"
