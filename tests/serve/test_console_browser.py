@@ -228,3 +228,59 @@ def _ids(driver: WebDriver) -> list[str]:
         str(li.get_attribute("data-id"))
         for li in driver.find_elements(By.CSS_SELECTOR, "#events li")
     ]
+
+
+ALL_LOCAL = """
+const here = location.origin;
+return performance.getEntriesByType("resource").map((entry) => entry.name)
+    .filter((name) => !name.startsWith(here));
+"""
+UNLABELLED = """
+return Array.from(document.querySelectorAll("input:not([type=hidden]), textarea"))
+    .filter((field) => field.labels.length === 0).map((field) => field.outerHTML);
+"""
+
+
+async def test_every_page_loads_only_its_own_files_with_labelled_controls(
+    serve_http: Any, browser: WebDriver
+) -> None:
+    async with serve_http([Banker], model=scripted(*two_transfers())) as served:
+        run = (
+            await served.client.post("/v1/agents/banker/look/runs", json={"prompt": "Pay"})
+        ).json()
+        pages = [
+            "/console",
+            "/console/agents",
+            "/console/approvals",
+            "/console/conversations/banker/look",
+            f"/console/runs/{run['run_id']}",
+        ]
+
+        def visit(driver: WebDriver) -> list[tuple[str, str, list[str], list[str]]]:
+            seen = []
+            for path in pages:
+                driver.get(f"{served.url}{path}")
+                until(
+                    driver, lambda d: d.execute_script("return document.readyState") == "complete"
+                )
+                heading = driver.find_element(By.TAG_NAME, "h1").text
+                # The stylesheet applied: it is a file of the package, not inline.
+                assert (
+                    driver.find_element(By.TAG_NAME, "header").value_of_css_property("display")
+                    == "flex"
+                )
+                seen.append(
+                    (
+                        path,
+                        heading,
+                        driver.execute_script(ALL_LOCAL),
+                        driver.execute_script(UNLABELLED),
+                    )
+                )
+            no_browser_errors(driver)
+            return seen
+
+        for path, heading, foreign, unlabelled in await off(visit, browser):
+            assert heading and not heading.startswith("Error"), path
+            assert foreign == [], path
+            assert unlabelled == [], path

@@ -151,6 +151,9 @@ async def test_csrf_and_origin_are_checked_on_every_post(serve_http: Any) -> Non
         client = served.client
         run = (await client.post("/v1/agents/banker/c/runs", json={"prompt": "Pay"})).json()
         call_id = run["pending"][0]["call_id"]
+        # A paused run's page: its events up to the pause, answered at once.
+        paused = await client.get(f"/console/runs/{run['run_id']}")
+        assert paused.status_code == 200 and paused.text.count(">ApprovalRequested<") == 2
         page = await client.get("/console/approvals")
         csrf = csrf_of(page.text)
         action = f"/console/approvals/{run['run_id']}/{call_id}"
@@ -161,10 +164,13 @@ async def test_csrf_and_origin_are_checked_on_every_post(serve_http: Any) -> Non
             data={"decision": "approve", "csrf": csrf},
             headers={"Origin": "https://evil.example"},
         )
+        sandboxed = await client.post(
+            action, data={"decision": "approve", "csrf": csrf}, headers={"Origin": "null"}
+        )
         # Another browser (no cookie of this session) with this page's token.
         async with httpx.AsyncClient(base_url=served.url) as stranger:
             foreign = await stranger.post(action, data={"decision": "approve", "csrf": csrf})
-        for answer in (missing, stale, elsewhere, foreign):
+        for answer in (missing, stale, elsewhere, sandboxed, foreign):
             assert answer.status_code == 403, answer.text
         assert serve_agents.done == []
         pending = (await client.get("/v1/approvals")).json()["approvals"]
@@ -215,7 +221,9 @@ async def test_approve_with_edited_input_and_deny_with_a_reason(serve_http: Any)
         assert serve_agents.done == ["transfer 5 to carol"]
         conversation = await client.get("/console/conversations/banker/pay")
         assert "sent 5 to carol" in conversation.text and "not to al" in conversation.text
-        assert "denied" in conversation.text
+        assert '<p class="decided">approved</p>' in conversation.text
+        assert '<p class="decided">denied</p>' in conversation.text
+        assert '<strong class="error-kind">denied</strong>' in conversation.text
         assert "No call is waiting" in (await client.get("/console/approvals")).text
 
 
@@ -246,3 +254,57 @@ async def test_hostile_text_is_shown_as_text(serve_http: Any) -> None:
         # The run page: its events so far, with the tool's outcome.
         assert "ToolCallEnd" in pages[1].text and "RunEnd" in pages[1].text
         assert "data-live" not in pages[1].text  # an ended run has nothing to follow
+
+
+async def test_the_agents_page_pages_and_searches(serve_http: Any) -> None:
+    async with serve_http([Greeter], model=scripted(*["Hi."] * 53)) as served:
+        for number in range(52):
+            await served.client.post(
+                f"/v1/agents/greeter/user-{number:02}/runs", json={"prompt": "Hi"}
+            )
+        await served.client.post("/v1/agents/greeter/user-00/runs", json={"prompt": "Again"})
+        first = await served.client.get("/console/agents")
+        assert first.status_code == 200
+        assert first.text.count("<tr><td>greeter</td>") == 50
+        assert "page 1 of 2" in first.text and 'rel="next"' in first.text
+        second = await served.client.get("/console/agents?page=2")
+        assert second.text.count("<tr><td>greeter</td>") == 2 and 'rel="prev"' in second.text
+        found = await served.client.get("/console/agents?q=user-00")
+        assert found.text.count("<tr><td>greeter</td>") == 1
+        # Its two runs, counted in one row.
+        assert "<td>2</td>" in found.text
+        none = await served.client.get("/console/agents?q=%3Cnobody%3E")
+        assert "No agent has run yet." in none.text and "&lt;nobody&gt;" in none.text
+
+
+async def test_a_run_cancelled_from_its_page(serve_http: Any, tmp_path: Path) -> None:
+    path = tmp_path / "tokens.txt"
+    reader = create_token(path, name="reader", scopes=["read"])
+    runner = create_token(path, name="runner", scopes=["run", "read"])
+    model = scripted(Reply(tool_calls=[("slow", {"label": "a"})]), "Finished.")
+    async with serve_http([Banker], model=model, tokens=path) as served:
+        client = served.client
+        run = (
+            await client.post(
+                "/v1/agents/banker/c/runs",
+                json={"prompt": "Go", "wait": False},
+                headers={"Authorization": f"Bearer {runner}"},
+            )
+        ).json()
+        await login(client, reader)
+        page = await client.get(f"/console/runs/{run['run_id']}")
+        assert page.status_code == 200 and "Cancel the run" not in page.text
+        refused = await client.post(
+            f"/console/runs/{run['run_id']}/cancel", data={"csrf": csrf_of(page.text)}
+        )
+        assert refused.status_code == 403
+        await login(client, runner)
+        page = await client.get(f"/console/runs/{run['run_id']}")
+        assert "Cancel the run" in page.text and "data-live" in page.text
+        cancelled = await client.post(
+            f"/console/runs/{run['run_id']}/cancel", data={"csrf": csrf_of(page.text)}
+        )
+        assert cancelled.status_code == 303
+        ended = await client.get(cancelled.headers["location"])
+        assert "status-cancelled" in ended.text and "Cancel the run" not in ended.text
+        assert serve_agents.done == []

@@ -20,13 +20,16 @@ import typing
 from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, final
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
+import attrs
 import trio
 
 from ..agents import AgentEvent
 from ..tools import Approve, Deny
 from ._console_html import (
+    ConversationRow,
+    agents_page,
     approvals_page,
     conversation_page,
     error_page,
@@ -37,7 +40,7 @@ from ._console_html import (
 )
 from ._console_session import COOKIE, Sessions, cookie_value
 from ._http import HTTPError, JSONAnswer, Principal, Request, Scope, SSEAnswer, agent_id_from
-from ._runs import AlreadyDecided, BadDecision, Runs, UnknownAgent, UnknownRun
+from ._runs import AlreadyDecided, BadDecision, Runs, RunView, UnknownAgent, UnknownRun
 from ._tokens import TokenBook
 
 __all__ = ["ConsoleSurface"]
@@ -60,6 +63,9 @@ _EVENTS_GRACE = 0.05
 # held past this if a store misbehaves.
 _EVENTS_BOUND = 5.0
 _CONVERSATION_RUNS = 20
+# The agents page lists the conversations of this many latest runs, this many a page.
+_AGENTS_RUNS = 1000
+_AGENTS_PAGE = 50
 
 
 def _event_types() -> list[str]:
@@ -150,7 +156,8 @@ class ConsoleSurface:
             return
         csrf = self.sessions.csrf(session)
         try:
-            status, title, body = await self._route(method, path, principal, csrf, form)
+            query = dict(parse_qsl(bytes(scope.get("query_string", b"")).decode("latin-1")))
+            status, title, body = await self._route(method, path, principal, csrf, form, query)
         except HTTPError as error:
             status, (title, body) = error.status, error_page(error.status, error.message)
         except (UnknownRun, UnknownAgent) as error:
@@ -161,7 +168,13 @@ class ConsoleSurface:
         await self._page(send, status, title, body, principal, csrf, cookies)
 
     async def _route(
-        self, method: str, path: str, principal: Principal, csrf: str, form: Mapping[str, str]
+        self,
+        method: str,
+        path: str,
+        principal: Principal,
+        csrf: str,
+        form: Mapping[str, str],
+        query: Mapping[str, str],
     ) -> tuple[int, str, str]:
         _require(principal, "read")
         parts = path.removeprefix("/console").strip("/").split("/")
@@ -171,8 +184,15 @@ class ConsoleSurface:
             return 200, *await self._approvals(principal, csrf)
         if parts[0] == "approvals" and len(parts) == 3 and method == "POST":
             return await self._decide(principal, csrf, parts[1], parts[2], form)
+        if parts == ["agents"] and method != "POST":
+            return 200, *await self._agents(principal, query)
         if parts[0] == "runs" and len(parts) == 2 and method != "POST":
-            return 200, *await self._run(principal, parts[1])
+            return 200, *await self._run(principal, csrf, parts[1])
+        if parts[0] == "runs" and len(parts) == 3 and parts[2] == "cancel" and method == "POST":
+            view = await self._readable(principal, parts[1])
+            _require(principal, "run", view.agent)
+            await self._runs.cancel(view.run_id)
+            return 303, "", f"/console/runs/{quote(view.run_id, safe='')}"
         if parts[0] == "conversations" and len(parts) == 3 and method != "POST":
             name, agent_id = parts[1], agent_id_from(parts[2])
             _require(principal, "read", name)
@@ -206,9 +226,7 @@ class ConsoleSurface:
     async def _decide(
         self, principal: Principal, csrf: str, run_id: str, call_id: str, form: Mapping[str, str]
     ) -> tuple[int, str, str]:
-        view = await self._runs.get(run_id)
-        if not principal.allows("read", view.agent):
-            raise HTTPError(404, "not_found", f"no run {run_id!r}")
+        view = await self._readable(principal, run_id)
         _require(principal, "approve", view.agent)
         sent = form.get("input", "")
         try:
@@ -221,12 +239,44 @@ class ConsoleSurface:
             return 409 if isinstance(error, AlreadyDecided) else 400, title, body
         return 303, "", "/console/approvals"
 
-    async def _run(self, principal: Principal, run_id: str) -> tuple[str, str]:
+    async def _readable(self, principal: Principal, run_id: str) -> RunView:
+        """The run, once the viewer may read it (else 404, as for no run)."""
         view = await self._runs.get(run_id)
         if not principal.allows("read", view.agent):
             raise HTTPError(404, "not_found", f"no run {run_id!r}")
+        return view
+
+    async def _run(self, principal: Principal, csrf: str, run_id: str) -> tuple[str, str]:
+        view = await self._readable(principal, run_id)
         events = await self._events_so_far(run_id, waits=not view.ended)
-        return run_page(view, events, self._types)
+        may_cancel = principal.allows("run", view.agent)
+        return run_page(view, events, self._types, cancel_csrf=csrf if may_cancel else None)
+
+    async def _agents(self, principal: Principal, query: Mapping[str, str]) -> tuple[str, str]:
+        search = query.get("q", "").strip()
+        number = query.get("page", "1")
+        page_number = int(number) if number.isdigit() and 0 < len(number) < 7 else 1
+        rows: dict[tuple[str, str], ConversationRow] = {}
+        for view in await self._runs.runs(limit=_AGENTS_RUNS):
+            if not principal.allows("read", view.agent) or search not in view.agent_id:
+                continue
+            key = (view.agent, view.agent_id)
+            row = rows.get(key) or ConversationRow(view.agent, view.agent_id, view, 0, 0, 0)
+            rows[key] = attrs.evolve(
+                row,
+                runs=row.runs + 1,
+                input_tokens=row.input_tokens + view.usage.get("input_tokens", 0),
+                output_tokens=row.output_tokens + view.usage.get("output_tokens", 0),
+            )
+        listed = list(rows.values())
+        pages = (len(listed) + _AGENTS_PAGE - 1) // _AGENTS_PAGE
+        start = (page_number - 1) * _AGENTS_PAGE
+        return agents_page(
+            listed[start : start + _AGENTS_PAGE],
+            page_number=page_number,
+            pages=pages,
+            search=search,
+        )
 
     async def _events_so_far(self, run_id: str, *, waits: bool) -> list[tuple[int, Any]]:
         """The events a run has reported so far. The runs' stream of them stops at each
@@ -235,6 +285,7 @@ class ConsoleSurface:
         got: list[tuple[int, Any]] = []
         with trio.move_on_after(_EVENTS_GRACE if waits else _EVENTS_BOUND):
             while True:
+                before = len(got)
                 events = self._runs.events(run_id, after=got[-1][0] if got else 0)
                 try:
                     async for event in events:
@@ -245,7 +296,13 @@ class ConsoleSurface:
                         await close()
                 last = got[-1][1] if got else {}
                 result = last.get("result") or {}
-                if last.get("type") != "RunEnd" or result.get("status") != "awaiting_approval":
+                # Read on past a pause only: a run paused now has nothing past it (its
+                # stream ends at once, and is not read again).
+                if (
+                    len(got) == before
+                    or last.get("type") != "RunEnd"
+                    or result.get("status") != "awaiting_approval"
+                ):
                     break
         return got
 
@@ -257,9 +314,11 @@ class ConsoleSurface:
             if not view.ended:
                 continue
             for _, data in await self._events_so_far(view.run_id, waits=False):
+                call_id = str(data.get("tool_use_id"))
                 if data.get("type") == "ToolCallEnd":
-                    outcome = data.get("outcome") or {}
-                    calls[str(data.get("tool_use_id"))] = outcome
+                    calls[call_id] = {**calls.get(call_id, {}), **(data.get("outcome") or {})}
+                elif data.get("type") == "ApprovalDecided":
+                    calls[call_id] = {**calls.get(call_id, {}), "decision": data}
         return conversation_page(name, agent_id, messages, calls, runs)
 
     async def _login(

@@ -15,10 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
+import attrs
+
 from ._http import Principal
 from ._runs import PendingView, RunView
 
 __all__ = [
+    "ConversationRow",
+    "agents_page",
     "approvals_page",
     "conversation_page",
     "e",
@@ -62,6 +66,7 @@ def page(
             )
         nav = (
             '<nav aria-label="console"><a href="/console">Overview</a> '
+            '<a href="/console/agents">Agents</a> '
             f'<a href="/console/approvals">Approvals</a> {who} {logout}</nav>'
         )
     return (
@@ -196,10 +201,16 @@ def _block_html(block: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]]
     if kind == "text":
         return f'<pre class="text">{e(block.get("text", ""))}</pre>'
     if kind == "tool_use":
+        decided = calls.get(str(block.get("id", "")), {}).get("decision")
+        verdict = ""
+        if isinstance(decided, Mapping):
+            how = "approved" if decided.get("approved") else "denied"
+            who = decided.get("decided_by")
+            verdict = f'<p class="decided">{how}{f" by {e(who)}" if who else ""}</p>'
         return (
             f'<div class="tool-use"><p>calls <strong>{e(block.get("name", ""))}</strong> '
             f"<code>{e(block.get('id', ''))}</code></p>"
-            f'<pre class="input">{json_text(block.get("input"))}</pre></div>'
+            f'<pre class="input">{json_text(block.get("input"))}</pre>{verdict}</div>'
         )
     if kind == "tool_result":
         call_id = str(block.get("tool_use_id", ""))
@@ -285,10 +296,15 @@ def event_summary(data: Mapping[str, Any]) -> str:
 
 
 def run_page(
-    view: RunView, events: Sequence[tuple[int, Mapping[str, Any]]], types: Sequence[str]
+    view: RunView,
+    events: Sequence[tuple[int, Mapping[str, Any]]],
+    types: Sequence[str],
+    *,
+    cancel_csrf: str | None = None,
 ) -> tuple[str, str]:
     """A run: where it stands, its output, and its events so far; the script adds the
-    next ones as they happen (from ``/v1/runs/{id}/events?after=N``)."""
+    next ones as they happen (from ``/v1/runs/{id}/events?after=N``). With
+    ``cancel_csrf`` (the viewer may run it) a run not ended has a Cancel button."""
     after = events[-1][0] if events else 0
     rows = "".join(
         f'<li data-id="{number}"><span class="event-type">{e(data.get("type", ""))}</span> '
@@ -311,15 +327,72 @@ def run_page(
         if view.error
         else ""
     )
+    cancel = ""
+    if cancel_csrf is not None and not view.ended:
+        cancel = (
+            f'<form method="post" action="/console/runs/{q(view.run_id)}/cancel">'
+            f'<input type="hidden" name="csrf" value="{e(cancel_csrf)}">'
+            '<button type="submit">Cancel the run</button></form>'
+        )
     body = (
         f'<p>agent <strong>{e(view.agent)}</strong>, conversation <a href="/console/'
         f'conversations/{q(view.agent)}/{q(view.agent_id)}">{e(view.agent_id)}</a></p>'
         f'<p>status <strong id="status" class="status-{e(view.status)}">{e(view.status)}'
-        f'</strong></p><pre class="prompt">{e(view.prompt)}</pre>{output}{error}'
+        f'</strong></p>{cancel}<pre class="prompt">{e(view.prompt)}</pre>{output}{error}'
         '<section aria-labelledby="evs"><h2 id="evs">Events</h2>'
         f'<ol id="events" aria-live="polite"{live}>{rows}</ol></section>'
     )
     return f"Run {view.run_id}", body
+
+
+@attrs.frozen
+class ConversationRow:
+    """One conversation of the agents page: its latest run and what its runs used."""
+
+    agent: str
+    agent_id: str
+    latest: RunView
+    runs: int
+    input_tokens: int
+    output_tokens: int
+
+
+def agents_page(
+    rows: Sequence[ConversationRow], *, page_number: int, pages: int, search: str
+) -> tuple[str, str]:
+    """The agents (each conversation of a served class): class, id, status of its latest
+    run, runs and tokens; ``search`` filters by id, ``page_number`` of ``pages``."""
+    form = (
+        '<form method="get" action="/console/agents" role="search">'
+        '<label for="q">Search ids</label> '
+        f'<input id="q" name="q" type="search" value="{e(search)}"> '
+        '<button type="submit">Search</button></form>'
+    )
+    lines = "".join(
+        f"<tr><td>{e(row.agent)}</td>"
+        f'<td><a href="/console/conversations/{q(row.agent)}/{q(row.agent_id)}">'
+        f"{e(row.agent_id)}</a></td>"
+        f'<td class="status-{e(row.latest.status)}"><a href="/console/runs/'
+        f'{q(row.latest.run_id)}">{e(row.latest.status)}</a></td>'
+        f"<td>{row.runs}</td><td>{row.input_tokens} in / {row.output_tokens} out</td></tr>"
+        for row in rows
+    )
+    table = (
+        "<table><thead><tr><th>agent</th><th>id</th><th>last run</th><th>runs</th>"
+        f"<th>tokens</th></tr></thead><tbody>{lines}</tbody></table>"
+        if rows
+        else "<p>No agent has run yet.</p>"
+    )
+    query = f"&amp;q={e(q(search))}" if search else ""
+    links = []
+    if page_number > 1:
+        links.append(
+            f'<a rel="prev" href="/console/agents?page={page_number - 1}{query}">Previous</a>'
+        )
+    links.append(f"<span>page {page_number} of {max(pages, 1)}</span>")
+    if page_number < pages:
+        links.append(f'<a rel="next" href="/console/agents?page={page_number + 1}{query}">Next</a>')
+    return "Agents", f'{form}{table}<nav aria-label="pages">{" ".join(links)}</nav>'
 
 
 def error_page(status: int, message: str) -> tuple[str, str]:
