@@ -8,13 +8,19 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 PY := .venv/bin/python
 
-.PHONY: demo test lint docs bench bench-peers bench-cluster sync clean
+.PHONY: demo test lint docs bench bench-peers bench-cluster sync clean browser
 
 demo: sync
 	$(UV) run --locked satsuma demo
 
-test: sync lint docs
+test: sync lint docs browser
 	$(UV) run --locked pytest
+
+# The console's tests drive a real headless Chromium: Debian's packages, installed when
+# missing (CI runs as root; elsewhere the tests fail naming this command).
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		apt-get update -qq && apt-get install -y -qq chromium chromium-driver; fi
 
 lint: sync
 	$(UV) run --locked ruff check src tests benchmarks examples

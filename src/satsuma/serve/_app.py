@@ -235,11 +235,15 @@ class App:
             await send({"type": "http.response.body", "body": b""})
             return
         surface = self._surface(path)
+        if getattr(surface, "authenticates", False):
+            # The console: its own login page and session cookie (and CSRF on POSTs).
+            await surface.asgi(scope, self._bounded(receive, headers), send)  # type: ignore[attr-defined]
+            return
         is_public = getattr(surface, "is_public", None)
         if self.tokens is not None and is_public is not None and is_public(path):
             principal = NOBODY
         else:
-            principal = self._authenticate(headers)
+            principal = self._authenticate(headers, method)
         # Per request task (trio copies the context into each task it starts).
         CURRENT_PRINCIPAL.set(principal)
         asgi: ASGIApp | None = getattr(surface, "asgi", None)
@@ -306,10 +310,19 @@ class App:
             raise HTTPError(404, "not_found", "no such path")
         return best
 
-    def _authenticate(self, headers: Mapping[str, str]) -> Principal:
+    def _authenticate(self, headers: Mapping[str, str], method: str = "GET") -> Principal:
         if self.tokens is None:
             return EVERYONE
         given = headers.get("authorization")
+        if given is None and method in ("GET", "HEAD"):
+            # A console session's cookie reads too (a browser's EventSource sends no
+            # header); it never sends a POST to another surface, where no CSRF token
+            # is checked.
+            for surface in self.surfaces:
+                signed_in = getattr(surface, "signed_in", None)
+                principal = signed_in(headers) if signed_in is not None else None
+                if isinstance(principal, Principal):
+                    return principal
         if given is None:
             raise HTTPError(
                 401, "unauthorized", "a bearer token is required: Authorization: Bearer TOKEN"

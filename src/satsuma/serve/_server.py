@@ -28,6 +28,7 @@ from ._agui import AGUISurface
 from ._api import ApiSurface
 from ._app import MAX_BODY, App
 from ._cluster_runs import ClusterRuns
+from ._console import ConsoleSurface
 from ._http import JSONAnswer, Request, SSEAnswer, Surface
 from ._mcp import MCPApp
 from ._open_runs import open_local_runs
@@ -50,10 +51,13 @@ class ServeContext:
             run ends or pauses: a surface needs to do nothing for the cap.
         slots: The cap on runs in flight per token, for a surface that holds a slot
             of its own.
+        tokens: The server's tokens (None: it has none), for a surface that logs in
+            with them itself (the console).
     """
 
     runs: Runs
     slots: RunSlots
+    tokens: TokenBook | None = None
 
 
 SurfaceFactory = Callable[[ServeContext], Surface]
@@ -86,9 +90,10 @@ SURFACES: list[SurfaceFactory] = [
     lambda context: A2ACardSurface(context.runs),
     lambda context: AGUISurface(context.runs),
     lambda context: _MCPSurface(MCPApp(context.runs)),
+    lambda context: ConsoleSurface(context.runs, context.tokens),
 ]
-"""The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI
-and MCP add themselves here, one line each."""
+"""The surfaces every ``Server`` serves unless given others: satsuma's API, A2A, AG-UI,
+MCP and the console add themselves here, one line each."""
 
 
 def is_loopback(host: str) -> bool:
@@ -234,7 +239,9 @@ class Server:
             AsyncExitStack() as lifetimes,
         ):
             capped = CappedRuns(runs, self.asgi.slots, watchers)
-            context = ServeContext(runs=cast("Runs", capped), slots=self.asgi.slots)
+            context = ServeContext(
+                runs=cast("Runs", capped), slots=self.asgi.slots, tokens=self.asgi.tokens
+            )
             surfaces = [factory(context) for factory in self._factories]
             for surface in surfaces:
                 # A surface with a lifetime of its own (MCP's session manager) has it

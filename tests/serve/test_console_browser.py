@@ -1,0 +1,286 @@
+"""The console in a real headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, driven by selenium): logging in, the approval inbox's approve
+(with an edited input) and deny, hostile text shown as text, and a run's events
+appearing live. No test skips when the browser is missing: it fails naming the install
+command (``make test`` installs it, as root).
+
+The server runs in the test's trio loop; each selenium call (blocking) runs in a
+thread, so the loop answers the browser meanwhile. The browser quits when each test
+ends, with its processes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+import pytest
+import serve_agents
+import trio
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+from serve_agents import Banker, scripted, two_transfers
+
+import satsuma
+from satsuma.serve import create_token
+from satsuma.testing import Reply
+
+CHROMIUM = Path("/usr/bin/chromium")
+DRIVER = Path("/usr/bin/chromedriver")
+INSTALL = "apt-get install -y chromium chromium-driver"
+HOSTILE = "<img src=x onerror=alert(1)>"
+# A deadline for the browser to show what the test waits for, not a measure of speed.
+WAIT = 30
+
+T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    serve_agents.done.clear()
+    serve_agents.gate["open"] = trio.Event()
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    missing = [str(path) for path in (CHROMIUM, DRIVER) if not path.exists()]
+    if missing:
+        pytest.fail(
+            f"the console's browser tests need Debian's Chromium ({', '.join(missing)} "
+            f"missing): install it with `{INSTALL}` (make test does, as root)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(str(DRIVER)))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+async def off(call: Callable[..., T], *args: Any) -> T:
+    """A blocking selenium call, in a thread (the server answers in the meantime)."""
+    return await trio.to_thread.run_sync(call, *args)
+
+
+def until(driver: WebDriver, check: Callable[[WebDriver], Any]) -> Any:
+    return WebDriverWait(driver, WAIT).until(check)
+
+
+def no_browser_errors(driver: WebDriver) -> None:
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == []
+
+
+@satsuma.tool
+async def fetch_page(url: str) -> str:
+    """Fetch a page (here: always a hostile one).
+
+    Args:
+        url: The page.
+    """
+    return HOSTILE
+
+
+class Reader(satsuma.Agent):
+    name = "reader"
+    tools = [fetch_page]
+
+
+async def test_login_then_approve_an_edited_input_and_deny_with_a_reason(
+    serve_http: Any, browser: WebDriver, tmp_path: Path
+) -> None:
+    path = tmp_path / "tokens.txt"
+    token = create_token(path, name="ops", scopes=["run", "read", "approve"])
+    model = scripted(*two_transfers("Done."))
+    async with serve_http([Banker], model=model, tokens=path) as served:
+        bearer = {"Authorization": f"Bearer {token}"}
+        run = (
+            await served.client.post(
+                "/v1/agents/banker/pay/runs", json={"prompt": "Pay"}, headers=bearer
+            )
+        ).json()
+        assert run["status"] == "awaiting_approval"
+
+        def log_in(driver: WebDriver) -> str:
+            driver.get(f"{served.url}/console/approvals")
+            until(driver, lambda d: d.current_url.endswith("/console/login"))
+            driver.find_element(By.ID, "token").send_keys(token)
+            driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+            until(driver, lambda d: "signed in as ops" in d.page_source)
+            driver.get(f"{served.url}/console/approvals")
+            return driver.find_element(By.TAG_NAME, "h1").text
+
+        assert await off(log_in, browser) == "Approvals"
+        first, second = (p["call_id"] for p in run["pending"])
+
+        def approve_edited(driver: WebDriver) -> int:
+            field = driver.find_element(By.ID, f"call-{first}-input")
+            field.clear()
+            field.send_keys(json.dumps({"to": "carol", "amount": 5}))
+            card = driver.find_element(By.ID, f"call-{first}")
+            card.find_element(By.XPATH, ".//button[text()='Approve']").click()
+            until(driver, lambda d: not d.find_elements(By.ID, f"call-{first}"))
+            return len(driver.find_elements(By.CSS_SELECTOR, "article.approval"))
+
+        assert await off(approve_edited, browser) == 1
+
+        def deny(driver: WebDriver) -> str:
+            driver.find_element(By.ID, f"call-{second}-reason").send_keys("not to al")
+            card = driver.find_element(By.ID, f"call-{second}")
+            card.find_element(By.XPATH, ".//button[text()='Deny']").click()
+            until(driver, lambda d: "No call is waiting" in d.page_source)
+            no_browser_errors(driver)
+            return str(driver.get_cookie("satsuma_console"))
+
+        cookie = await off(deny, browser)
+        assert "'httpOnly': True" in cookie and "'sameSite': 'Strict'" in cookie
+        view = (await served.client.get(f"/v1/runs/{run['run_id']}", headers=bearer)).json()
+        while view["status"] != "completed":
+            await trio.sleep(0.01)
+            view = (await served.client.get(f"/v1/runs/{run['run_id']}", headers=bearer)).json()
+        # The tool ran exactly once, with the edited input; the denied call not at all.
+        assert serve_agents.done == ["transfer 5 to carol"]
+        messages = (
+            await served.client.get("/v1/agents/banker/pay/messages", headers=bearer)
+        ).json()["messages"]
+        results = [b for m in messages for b in m["content"] if b["type"] == "tool_result"]
+        assert "not to al" in json.dumps(results[1])
+
+
+async def test_hostile_text_is_shown_and_never_run(serve_http: Any, browser: WebDriver) -> None:
+    model = scripted(
+        Reply(text=HOSTILE, tool_calls=[("fetch_page", {"url": "<script>alert(2)</script>"})]),
+        f"Read it: {HOSTILE}",
+    )
+    agent_id = '"><svg onload=alert(3)>'
+    async with serve_http([Reader], model=model) as served:
+        run = await served.client.post(
+            f"/v1/agents/reader/{quote(agent_id)}/runs", json={"prompt": HOSTILE}
+        )
+        assert run.json()["status"] == "completed"
+
+        def look(driver: WebDriver) -> list[str]:
+            driver.get(f"{served.url}/console/conversations/reader/{quote(agent_id, safe='')}")
+            until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "pre.outcome"))
+            with pytest.raises(NoAlertPresentException):
+                driver.switch_to.alert.text  # noqa: B018 (no script ran: no alert)
+            assert driver.find_elements(By.TAG_NAME, "img") == []
+            assert driver.find_elements(By.TAG_NAME, "svg") == []
+            assert driver.find_element(By.TAG_NAME, "h1").text == f"Conversation {agent_id}"
+            no_browser_errors(driver)
+            return [pre.text for pre in driver.find_elements(By.CSS_SELECTOR, "pre")]
+
+        shown = await off(look, browser)
+        assert HOSTILE in shown  # the tool's result, as text
+        assert any("<script>alert(2)</script>" in text for text in shown)  # its input
+
+
+async def test_a_runs_events_appear_live(serve_http: Any, browser: WebDriver) -> None:
+    model = scripted(Reply(tool_calls=[("slow", {"label": "a"})]), "Finished.")
+    async with serve_http([Banker], model=model) as served:
+        run = (
+            await served.client.post(
+                "/v1/agents/banker/live/runs", json={"prompt": "Go", "wait": False}
+            )
+        ).json()
+
+        def open_page(driver: WebDriver) -> list[str]:
+            driver.get(f"{served.url}/console/runs/{run['run_id']}")
+            until(driver, lambda d: "ToolCallStart" in d.find_element(By.ID, "events").text)
+            return [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#events li")]
+
+        before = await off(open_page, browser)
+        assert not any(line.startswith("RunEnd") for line in before)
+        # The run goes on only now, while the page stays open.
+        serve_agents.gate["open"].set()
+
+        def watch(driver: WebDriver) -> tuple[str, list[str]]:
+            until(driver, lambda d: "RunEnd" in d.find_element(By.ID, "events").text)
+            no_browser_errors(driver)
+            lines = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#events li")]
+            return driver.find_element(By.ID, "status").text, lines
+
+        status, lines = await off(watch, browser)
+        assert status == "completed"
+        assert any(line.startswith("ToolCallEnd slow ok: done a") for line in lines)
+        assert lines[-1] == "RunEnd completed"
+        ids = [int(line) for line in await off(_ids, browser)]
+        assert ids == sorted(set(ids))  # each event once, in order
+        async with httpx.AsyncClient(base_url=served.url) as client:
+            ended = (await client.get(f"/v1/runs/{run['run_id']}")).json()
+        assert ended["output"] == "Finished."
+
+
+def _ids(driver: WebDriver) -> list[str]:
+    return [
+        str(li.get_attribute("data-id"))
+        for li in driver.find_elements(By.CSS_SELECTOR, "#events li")
+    ]
+
+
+ALL_LOCAL = """
+const here = location.origin;
+return performance.getEntriesByType("resource").map((entry) => entry.name)
+    .filter((name) => !name.startsWith(here));
+"""
+UNLABELLED = """
+return Array.from(document.querySelectorAll("input:not([type=hidden]), textarea"))
+    .filter((field) => field.labels.length === 0).map((field) => field.outerHTML);
+"""
+
+
+async def test_every_page_loads_only_its_own_files_with_labelled_controls(
+    serve_http: Any, browser: WebDriver
+) -> None:
+    async with serve_http([Banker], model=scripted(*two_transfers())) as served:
+        run = (
+            await served.client.post("/v1/agents/banker/look/runs", json={"prompt": "Pay"})
+        ).json()
+        pages = [
+            "/console",
+            "/console/agents",
+            "/console/approvals",
+            "/console/conversations/banker/look",
+            f"/console/runs/{run['run_id']}",
+        ]
+
+        def visit(driver: WebDriver) -> list[tuple[str, str, list[str], list[str]]]:
+            seen = []
+            for path in pages:
+                driver.get(f"{served.url}{path}")
+                until(
+                    driver, lambda d: d.execute_script("return document.readyState") == "complete"
+                )
+                heading = driver.find_element(By.TAG_NAME, "h1").text
+                # The stylesheet applied: it is a file of the package, not inline.
+                assert (
+                    driver.find_element(By.TAG_NAME, "header").value_of_css_property("display")
+                    == "flex"
+                )
+                seen.append(
+                    (
+                        path,
+                        heading,
+                        driver.execute_script(ALL_LOCAL),
+                        driver.execute_script(UNLABELLED),
+                    )
+                )
+            no_browser_errors(driver)
+            return seen
+
+        for path, heading, foreign, unlabelled in await off(visit, browser):
+            assert heading and not heading.startswith("Error"), path
+            assert foreign == [], path
+            assert unlabelled == [], path
