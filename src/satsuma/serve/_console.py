@@ -265,8 +265,8 @@ class ConsoleSurface:
             rows[key] = attrs.evolve(
                 row,
                 runs=row.runs + 1,
-                input_tokens=row.input_tokens + view.usage.get("input_tokens", 0),
-                output_tokens=row.output_tokens + view.usage.get("output_tokens", 0),
+                input_tokens=row.input_tokens + _tokens(view.usage, "input_tokens"),
+                output_tokens=row.output_tokens + _tokens(view.usage, "output_tokens"),
             )
         listed = list(rows.values())
         pages = (len(listed) + _AGENTS_PAGE - 1) // _AGENTS_PAGE
@@ -444,3 +444,9 @@ async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], data
     headers = [*headers, (b"content-length", str(len(data)).encode("ascii"))]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+def _tokens(usage: Mapping[str, int | float | None], key: str) -> int:
+    """A count of tokens from a run's usage (cost sits beside them as a float or None)."""
+    value = usage.get(key)
+    return value if isinstance(value, int) else 0
