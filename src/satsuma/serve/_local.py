@@ -14,7 +14,6 @@ The runs of one conversation run one after another, in the order they were start
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -29,7 +28,7 @@ from ..models import Model
 from ..store import RunRecord, Store
 from ..supervisor import Supervisor
 from ..tools import Approve, Deny
-from ._eventlog import EventLog
+from ._eventlog import EventLog, first_id_now
 from ._runs import (
     AlreadyDecided,
     BadDecision,
@@ -299,6 +298,10 @@ class LocalRuns:
 
     async def _stored_view(self, run_id: str) -> RunView:
         record, agent, agent_id = await self._record(run_id)
+        if record.status == "running":
+            # A killed process's run (this one holds its own): opening the agent marks it.
+            await self._open(agent, agent_id)
+            record, agent, agent_id = await self._record(run_id)
         view = RunView(
             run_id=run_id,
             agent=agent,
@@ -369,17 +372,14 @@ class LocalRuns:
         if agent is not None:
             self._agent_class(agent)
         found: dict[str, RunView] = {}
-        for run in self._runs.values():
-            view = run.view
-            if (agent is None or view.agent == agent) and (
-                agent_id is None or view.agent_id == agent_id
-            ):
+        for view in (run.view for run in self._runs.values()):
+            if agent in (None, view.agent) and agent_id in (None, view.agent_id):
                 found[view.run_id] = view
         if agent is not None and agent_id is not None:
             for record in await self._store.runs(stored_id(agent, agent_id)):
                 if record.run_id not in found:
                     found[record.run_id] = await self._stored_view(record.run_id)
-        ordered = sorted(found.values(), key=lambda v: v.started_at or math.inf, reverse=True)
+        ordered = sorted(found.values(), key=lambda v: v.started_at or float("inf"), reverse=True)
         return ordered[: max(0, limit)]
 
     async def messages(self, agent: str, agent_id: str) -> list[dict[str, Any]]:
@@ -449,8 +449,8 @@ class LocalRuns:
         """Resume a paused run with every call decided, in a server-owned task."""
         conversation = await self._open(view.agent, view.agent_id)
         run = self._runs.get(view.run_id)
-        if run is None:  # paused before this server started: a fresh log
-            run = _Run(view=view, log=EventLog(self._event_limit))
+        if run is None:  # paused before this server started: a fresh log, numbered past it
+            run = _Run(view=view, log=EventLog(self._event_limit, first_id=first_id_now()))
             self._runs[view.run_id] = run
         run.view = attrs.evolve(view, status="running", pending=())
         run.stopped = trio.Event()
