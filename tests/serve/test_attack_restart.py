@@ -4,105 +4,16 @@ subprocesses, real HTTP, the real Anthropic SDK against a loopback MessagesServe
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
-import trio
+from serve_process import read_events, serving
 
 from satsuma.testing import MessagesServer, Reply
 
-AGENTS = '''
-import trio
-
-import satsuma
-
-
-@satsuma.tool
-async def hang(label: str) -> str:
-    """Wait until the process ends.
-
-    Args:
-        label: A label.
-    """
-    await trio.sleep_forever()
-    return label
-
-
-@satsuma.tool(requires_approval=True)
-async def transfer(to: str, amount: int) -> str:
-    """Move money.
-
-    Args:
-        to: Who gets it.
-        amount: How much.
-    """
-    return f"sent {amount} to {to}"
-
-
-class Banker(satsuma.Agent):
-    name = "banker"
-    tools = [hang, transfer]
-'''
-
-
-def _environment(server: MessagesServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    return {**env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": server.base_url}
-
-
-@asynccontextmanager
-async def serving(where: Path, server: MessagesServer) -> AsyncIterator[tuple[trio.Process, str]]:
-    """``satsuma serve banker_agents:Banker --store agents.db`` in ``where``: the process
-    and its URL; killed (SIGKILL) if still running when the block ends."""
-    process = await trio.lowlevel.open_process(
-        [
-            sys.executable, "-m", "satsuma.cli", "serve", "banker_agents:Banker",
-            "--port", "0", "--store", "agents.db",
-        ],
-        cwd=where,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=_environment(server),
-    )  # fmt: skip
-    assert process.stdout is not None
-    try:
-        first = b""
-        while not first.endswith(b"\n"):
-            chunk = await process.stdout.receive_some(1)
-            assert chunk, "satsuma serve ended before it listened"
-            first += chunk
-        yield process, first.decode().strip().removeprefix("listening on ")
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
-async def _events(client: httpx.AsyncClient, run_id: str, last: int | None) -> list[dict[str, Any]]:
-    """The run's events (each with its ``id``), from after ``last``, to the stream's end."""
-    headers = {} if last is None else {"Last-Event-ID": str(last)}
-    found: list[dict[str, Any]] = []
-    async with client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as answer:
-        assert answer.status_code == 200
-        event_id = None
-        async for line in answer.aiter_lines():
-            if line.startswith("id: "):
-                event_id = int(line[4:])
-            elif line.startswith("data: "):
-                found.append({"id": event_id, **json.loads(line[6:])})
-    return found
-
 
 async def test_a_killed_server_restarts_on_its_store(tmp_path: Path) -> None:
-    (tmp_path / "banker_agents.py").write_text(AGENTS)
     script = [
         Reply(tool_calls=[("hang", {"label": "a"})]),
         Reply(tool_calls=[("transfer", {"to": "bob", "amount": 10})]),
@@ -120,7 +31,7 @@ async def test_a_killed_server_restarts_on_its_store(tmp_path: Path) -> None:
                     await client.post("/v1/agents/banker/paying/runs", json={"prompt": "pay"})
                 ).json()
                 assert paused["status"] == "awaiting_approval", paused
-                seen = await _events(client, paused["run_id"], None)
+                seen = await read_events(client, paused["run_id"], None)
                 assert [e["id"] for e in seen] == [1, 2, 3, 4, 5]
                 assert (await client.get(f"/v1/runs/{hanging}")).json()["status"] == "running"
             process.kill()  # SIGKILL: nothing of the process's own runs to the end
@@ -132,7 +43,7 @@ async def test_a_killed_server_restarts_on_its_store(tmp_path: Path) -> None:
             # The killed run is no longer said to be running: it was interrupted.
             killed = (await client.get(f"/v1/runs/{hanging}")).json()
             assert killed["status"] == "interrupted", killed
-            assert await _events(client, hanging, None) == []  # it has no end to show
+            assert await read_events(client, hanging, None) == []  # it has no end to show
 
             # The pending approval outlived the kill; deciding it resumes the run.
             (waiting,) = (await client.get("/v1/approvals")).json()["approvals"]
@@ -152,7 +63,7 @@ async def test_a_killed_server_restarts_on_its_store(tmp_path: Path) -> None:
 
             # A client resuming with its Last-Event-ID of the killed process is told
             # what it cannot have (EventsLost), then gets every new event: no id repeats.
-            resumed = await _events(client, paused["run_id"], seen[-1]["id"])
+            resumed = await read_events(client, paused["run_id"], seen[-1]["id"])
             lost, *after = resumed
             assert lost["type"] == "EventsLost" and lost["first_id"] == 6
             assert lost["last_id"] == lost["id"] == after[0]["id"] - 1
@@ -162,7 +73,7 @@ async def test_a_killed_server_restarts_on_its_store(tmp_path: Path) -> None:
             assert after[0]["type"] == "RunStart" and after[-1]["type"] == "RunEnd"
             assert after[-1]["result"]["status"] == "completed"
             # From the start, the same: the gap first, then the same new events.
-            again = await _events(client, paused["run_id"], None)
+            again = await read_events(client, paused["run_id"], None)
             assert again[0]["type"] == "EventsLost" and again[0]["first_id"] == 1
             assert again[1:] == after
 

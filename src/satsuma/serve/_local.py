@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from typing import Any
 
 import attrs
@@ -29,6 +29,7 @@ from ..store import RunRecord, Store
 from ..supervisor import Supervisor
 from ..tools import Approve, Deny
 from ._eventlog import EventLog, first_id_now
+from ._refusal import start_agent
 from ._runs import (
     AlreadyDecided,
     BadDecision,
@@ -141,7 +142,7 @@ class LocalRuns:
                 model = self._model.get(agent) if isinstance(self._model, Mapping) else self._model
                 if model is not None:
                     options["model"] = model
-                handle = await self._supervisor.start_child(cls, id=sid, **options)
+                handle = await start_agent(self._supervisor, cls, (agent, agent_id), options)
                 done = trio.Event()
                 done.set()
                 conversation = _Conversation(agent, agent_id, sid, handle, tail=done)
@@ -195,8 +196,7 @@ class LocalRuns:
         view = RunView(
             run_id=run_id, agent=agent, agent_id=agent_id, status="queued", prompt=prompt
         )
-        run = _Run(view=view, log=EventLog(self._event_limit))
-        self._runs[run_id] = run
+        run = self._runs[run_id] = _Run(view=view, log=EventLog(self._event_limit))
         previous, conversation.tail = conversation.tail, run.done
         conversation.active += 1
 
@@ -298,10 +298,10 @@ class LocalRuns:
 
     async def _stored_view(self, run_id: str) -> RunView:
         record, agent, agent_id = await self._record(run_id)
-        if record.status == "running":
-            # A killed process's run (this one holds its own): opening the agent marks it.
-            await self._open(agent, agent_id)
-            record, agent, agent_id = await self._record(run_id)
+        if record.status == "running":  # another process's: if killed, its agent opening
+            with suppress(Busy):  # marks it interrupted; if live, it holds the agent (Busy)
+                await self._open(agent, agent_id)
+                record, agent, agent_id = await self._record(run_id)
         view = RunView(
             run_id=run_id,
             agent=agent,
@@ -317,10 +317,10 @@ class LocalRuns:
             calls = await self._store.pending_calls(run_id)
             return attrs.evolve(view, pending=tuple(pending_view(view, c) for c in calls))
         if record.status in ("completed", "max_iterations", "deadline_exceeded"):
-            conversation = await self._open(agent, agent_id)
             try:
+                conversation = await self._open(agent, agent_id)
                 result = await conversation.handle.result(run_id)
-            except ValueError:
+            except (ValueError, Busy):  # not kept, or its agent is another process's
                 return view
             return attrs.evolve(view, output=internal.output_to_json(internal.raw_output(result)))
         return view
@@ -354,9 +354,8 @@ class LocalRuns:
         """A paused run is cancelled by denying its calls and cancelling the resumed run
         before its next model call: the conversation stays valid (every tool_use has
         its result) and the record ends ``cancelled``."""
-        decisions: dict[str, Approve | Deny] = {
-            call.call_id: Deny("the run was cancelled") for call in view.pending
-        }
+        denial = Deny("the run was cancelled")
+        decisions: dict[str, Approve | Deny] = {call.call_id: denial for call in view.pending}
         try:
             resumed = await self._resume(view, decisions, cancel=True)
         except AlreadyDecided:
