@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl
 import attrs
 import trio
 
+from .._exceptions import StoreError
 from ._http import (
     NOBODY,
     ASGIApp,
@@ -75,6 +76,9 @@ def error_for(error: Exception) -> HTTPError:
     """
     if isinstance(error, HTTPError):
         return error
+    if isinstance(error, StoreError):  # a full disk, a lost database: said, not shown
+        log.warning("the store failed: %s", error)
+        return HTTPError(503, "unavailable", "the store failed to answer; try again later")
     for kind, status, name in _RUNS_ERRORS:
         if isinstance(error, kind):
             return HTTPError(status, name, str(error) or kind.__name__)

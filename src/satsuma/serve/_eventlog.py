@@ -7,10 +7,16 @@ reader asking for them is first given one ``EventsLost`` event (numbered as the 
 event lost, so that resuming from its id goes on without a repeat) saying which ids it
 missed. A run that a person's decision resumes appends to the same log, so its numbers go
 on where they left off.
+
+A log begun for a run of an earlier server life (paused, then resumed after a restart) is
+not kept across that restart, so it starts from ``first_id``: a number above any the
+earlier life gave (see ``LocalRuns``). A client resuming with an id of that life is then
+told of the gap by an ``EventsLost`` event, never given an old number again.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -18,26 +24,38 @@ import trio
 
 from ._runs import RunEvent
 
-__all__ = ["DEFAULT_EVENT_LIMIT", "EventLog"]
+__all__ = ["DEFAULT_EVENT_LIMIT", "EventLog", "first_id_now"]
 
 DEFAULT_EVENT_LIMIT = 10_000
 """Events kept per run: far past a long run's (text deltas come a few per word)."""
 
 
+def first_id_now() -> int:
+    """A first id for the log of a run that had events in an earlier server life: the
+    time in microseconds. An earlier life began its logs at 1 or at its own start time,
+    and gave far fewer than one event a microsecond, so this is above every id it gave
+    (and below 2**53, which JavaScript clients read exactly, until the year 2255)."""
+    return time.time_ns() // 1000
+
+
 class EventLog:
-    """The events of one run, numbered 1, 2, 3, ... and followed by any number of readers.
+    """The events of one run, numbered 1, 2, 3, ... (or on from ``first_id``) and
+    followed by any number of readers.
 
     Args:
         limit: How many events are kept; past it the oldest are dropped.
+        first_id: The first event's id (1 unless the run had events in an earlier life).
     """
 
-    def __init__(self, limit: int = DEFAULT_EVENT_LIMIT) -> None:
+    def __init__(self, limit: int = DEFAULT_EVENT_LIMIT, *, first_id: int = 1) -> None:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got: {limit}")
+        if first_id < 1:
+            raise ValueError(f"first_id must be at least 1, got: {first_id}")
         self._limit = limit
         self._events: list[RunEvent] = []
-        self._first = 1  # the id of self._events[0]
-        self._next = 1
+        self._first = first_id  # the id of self._events[0]
+        self._next = first_id
         self._changed = trio.Event()
         # True while the run is not going on (ended, or paused awaiting approval): a
         # reader that has read everything then stops instead of waiting.

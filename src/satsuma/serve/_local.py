@@ -14,10 +14,9 @@ The runs of one conversation run one after another, in the order they were start
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from typing import Any
 
 import attrs
@@ -29,7 +28,8 @@ from ..models import Model
 from ..store import RunRecord, Store
 from ..supervisor import Supervisor
 from ..tools import Approve, Deny
-from ._eventlog import EventLog
+from ._eventlog import EventLog, first_id_now
+from ._refusal import start_agent
 from ._runs import (
     AlreadyDecided,
     BadDecision,
@@ -142,7 +142,7 @@ class LocalRuns:
                 model = self._model.get(agent) if isinstance(self._model, Mapping) else self._model
                 if model is not None:
                     options["model"] = model
-                handle = await self._supervisor.start_child(cls, id=sid, **options)
+                handle = await start_agent(self._supervisor, cls, (agent, agent_id), options)
                 done = trio.Event()
                 done.set()
                 conversation = _Conversation(agent, agent_id, sid, handle, tail=done)
@@ -196,8 +196,7 @@ class LocalRuns:
         view = RunView(
             run_id=run_id, agent=agent, agent_id=agent_id, status="queued", prompt=prompt
         )
-        run = _Run(view=view, log=EventLog(self._event_limit))
-        self._runs[run_id] = run
+        run = self._runs[run_id] = _Run(view=view, log=EventLog(self._event_limit))
         previous, conversation.tail = conversation.tail, run.done
         conversation.active += 1
 
@@ -299,6 +298,10 @@ class LocalRuns:
 
     async def _stored_view(self, run_id: str) -> RunView:
         record, agent, agent_id = await self._record(run_id)
+        if record.status == "running":  # another process's: if killed, its agent opening
+            with suppress(Busy):  # marks it interrupted; if live, it holds the agent (Busy)
+                await self._open(agent, agent_id)
+                record, agent, agent_id = await self._record(run_id)
         view = RunView(
             run_id=run_id,
             agent=agent,
@@ -314,10 +317,10 @@ class LocalRuns:
             calls = await self._store.pending_calls(run_id)
             return attrs.evolve(view, pending=tuple(pending_view(view, c) for c in calls))
         if record.status in ("completed", "max_iterations", "deadline_exceeded"):
-            conversation = await self._open(agent, agent_id)
             try:
+                conversation = await self._open(agent, agent_id)
                 result = await conversation.handle.result(run_id)
-            except ValueError:
+            except (ValueError, Busy):  # not kept, or its agent is another process's
                 return view
             return attrs.evolve(view, output=internal.output_to_json(internal.raw_output(result)))
         return view
@@ -351,9 +354,8 @@ class LocalRuns:
         """A paused run is cancelled by denying its calls and cancelling the resumed run
         before its next model call: the conversation stays valid (every tool_use has
         its result) and the record ends ``cancelled``."""
-        decisions: dict[str, Approve | Deny] = {
-            call.call_id: Deny("the run was cancelled") for call in view.pending
-        }
+        denial = Deny("the run was cancelled")
+        decisions: dict[str, Approve | Deny] = {call.call_id: denial for call in view.pending}
         try:
             resumed = await self._resume(view, decisions, cancel=True)
         except AlreadyDecided:
@@ -369,17 +371,14 @@ class LocalRuns:
         if agent is not None:
             self._agent_class(agent)
         found: dict[str, RunView] = {}
-        for run in self._runs.values():
-            view = run.view
-            if (agent is None or view.agent == agent) and (
-                agent_id is None or view.agent_id == agent_id
-            ):
+        for view in (run.view for run in self._runs.values()):
+            if agent in (None, view.agent) and agent_id in (None, view.agent_id):
                 found[view.run_id] = view
         if agent is not None and agent_id is not None:
             for record in await self._store.runs(stored_id(agent, agent_id)):
                 if record.run_id not in found:
                     found[record.run_id] = await self._stored_view(record.run_id)
-        ordered = sorted(found.values(), key=lambda v: v.started_at or math.inf, reverse=True)
+        ordered = sorted(found.values(), key=lambda v: v.started_at or float("inf"), reverse=True)
         return ordered[: max(0, limit)]
 
     async def messages(self, agent: str, agent_id: str) -> list[dict[str, Any]]:
@@ -449,8 +448,8 @@ class LocalRuns:
         """Resume a paused run with every call decided, in a server-owned task."""
         conversation = await self._open(view.agent, view.agent_id)
         run = self._runs.get(view.run_id)
-        if run is None:  # paused before this server started: a fresh log
-            run = _Run(view=view, log=EventLog(self._event_limit))
+        if run is None:  # paused before this server started: a fresh log, numbered past it
+            run = _Run(view=view, log=EventLog(self._event_limit, first_id=first_id_now()))
             self._runs[view.run_id] = run
         run.view = attrs.evolve(view, status="running", pending=())
         run.stopped = trio.Event()

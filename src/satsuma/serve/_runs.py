@@ -156,9 +156,12 @@ class RunEvent:
     """One event of a run, numbered.
 
     Attributes:
-        id: Its number in the run: 1, 2, 3, ... with no gap and no repeat, across
-            restarts of the server and across a resume of the run. It is the SSE ``id:``
-            and what ``Last-Event-ID`` (``events(after=...)``) resumes from.
+        id: Its number in the run: 1, 2, 3, ... with no gap and no repeat across a
+            resume of the run. Never repeated across a restart of the server either: on
+            SQLite, where events are kept in memory, a run resumed after a restart
+            numbers its events on from a larger id, after an ``EventsLost`` event for
+            the gap. It is the SSE ``id:`` and what ``Last-Event-ID``
+            (``events(after=...)``) resumes from.
         data: The event as ``satsuma.event_to_json`` writes it; ``data["type"]`` is the
             event's class name (``RunStart``, ``TextDelta``, ``ToolCallStart``,
             ``ToolCallEnd``, ``ApprovalRequested``, ``TurnEnd``, ``RunEnd``, ...).
