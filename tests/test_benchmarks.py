@@ -327,6 +327,7 @@ def test_aio_quick_run_prints_both_modes_side_by_side() -> None:
 SERVE_SCRIPT = ROOT / "benchmarks" / "serve.py"
 SERVE_ROWS = (
     "one run, p50 (ms)",
+    "A2A SendMessage, p50 (ms)",
     "5 conversations at once (runs/s)",
     "20 event streams held: server RSS per stream (KiB)",
     "an event reaching them all, p99 (ms)",

@@ -12,6 +12,7 @@ as an unknown run does: a token learns nothing of runs outside its agents.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NoReturn
 
@@ -22,6 +23,7 @@ from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAn
 from ._runs import (
     Busy,
     IfBusy,
+    RunEvent,
     Runs,
     RunView,
     UnknownAgent,
@@ -31,6 +33,8 @@ from ._slots import RunSlot, RunSlots
 __all__ = ["ApiSurface"]
 
 _IF_BUSY = ("enqueue", "reject", "interrupt")
+# Events encoded lately, shared by every stream of their run (see ApiSurface._encoded).
+_ENCODED_KEPT = 256
 
 
 def _bad(message: str, kind: str = "bad_request") -> NoReturn:
@@ -119,6 +123,11 @@ class ApiSurface:
         """``slots``: the server's cap on runs in flight per token (none: no cap)."""
         self._runs = runs
         self._slots = slots
+        # A run's streams all read the same RunEvent objects from its log: an event is
+        # encoded once for all of them, not once per stream (a thousand streams of one
+        # run spent most of an event's fan-out in json.dumps). Keyed by the object, which
+        # the entry keeps so that its id cannot be reused while cached.
+        self._encoded: OrderedDict[int, tuple[RunEvent, ServerSentEvent]] = OrderedDict()
 
     @property
     def prefix(self) -> str:
@@ -230,15 +239,24 @@ class ApiSurface:
             events = self._runs.events(run_id, after=after)
             try:
                 async for event in events:
-                    yield ServerSentEvent(
-                        json.dumps(dict(event.data), default=str),
-                        id=str(event.id),
-                        event=event.type,
-                    )
+                    yield self._encode(event)
             finally:
                 await _aclose(events)
 
         return SSEAnswer(stream())
+
+    def _encode(self, event: RunEvent) -> ServerSentEvent:
+        """``event`` as an SSE event, made once however many streams send it."""
+        cached = self._encoded.get(id(event))
+        if cached is not None and cached[0] is event:
+            return cached[1]
+        encoded = ServerSentEvent(
+            json.dumps(dict(event.data), default=str), id=str(event.id), event=event.type
+        )
+        self._encoded[id(event)] = (event, encoded)
+        if len(self._encoded) > _ENCODED_KEPT:
+            self._encoded.popitem(last=False)
+        return encoded
 
     async def _decide(self, request: Request, run_id: str, call_id: str) -> JSONAnswer:
         view = await self._run(request, run_id, "approve")

@@ -39,6 +39,7 @@ from ._tokens import TokenBook
 __all__ = ["SURFACES", "ServeContext", "Server", "SurfaceFactory", "is_loopback"]
 
 log = logging.getLogger("satsuma.serve")
+_BACKLOG = 4096
 
 
 @attrs.frozen
@@ -299,6 +300,10 @@ class Server:
         host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
         config.bind = [f"{host}:{self.port}"]
         config.accesslog = None
+        # hypercorn's accept queue holds 100 connections by default: a burst past it (a
+        # thousand event streams opening at once on a busy machine) had connections
+        # reset by the kernel. The kernel caps this at its somaxconn.
+        config.backlog = _BACKLOG
         config.errorlog = logging.getLogger("satsuma.serve.hypercorn")
         if self.certfile is not None:
             config.certfile = os.fspath(self.certfile)

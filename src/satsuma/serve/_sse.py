@@ -10,10 +10,11 @@ ends the stream. Closing it cancels nothing else: a run belongs to the server.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -36,6 +37,8 @@ Send = Callable[[Any], Awaitable[None]]
 StartAnswer = Callable[[int, list[tuple[bytes, bytes]]], Awaitable[None]]
 
 
+# A surface hands every stream of a run the same ServerSentEvent: framed once for all.
+@functools.lru_cache(maxsize=256)
 def frame(event: ServerSentEvent) -> bytes:
     """One event as its bytes on the wire, ending with the blank line that ends it."""
     lines = []
@@ -78,9 +81,16 @@ async def send_stream(
         to_error: The HTTP error an exception of the iterator stands for; it raises
             what it does not map (a bug, logged by the caller).
     """
-    send_events, receive_events = trio.open_memory_channel[ServerSentEvent](0)
+    # The stream's own task reads the events and sends each: a thousand streams of one
+    # run cost a thousand wake-ups per event, not the three each that a reading task
+    # handing events over a channel to a sending one cost. Keep-alives come from a
+    # watcher that sends only when nothing was sent for ``keepalive`` seconds, under a
+    # lock, so that no two sends are ever in flight at once.
+    events = answer.events
     failure: list[Exception] = []
     gone = False
+    sending_lock = trio.Lock()
+    last_sent = trio.current_time()
 
     async def begin() -> None:
         await start(
@@ -94,18 +104,16 @@ async def send_stream(
             ],
         )
 
-    async def pump(events: AsyncIterator[ServerSentEvent]) -> None:
-        async with send_events:
-            try:
-                async for event in events:
-                    await send_events.send(event)
-            except Exception as error:  # told to the client below, as JSON or an event
-                failure.append(error)
-            finally:
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    with trio.CancelScope(shield=True):
-                        await aclose()
+    async def keep_alive() -> None:
+        nonlocal last_sent
+        while True:
+            await trio.sleep_until(last_sent + keepalive)
+            async with sending_lock:
+                if trio.current_time() - last_sent >= keepalive:
+                    await send(
+                        {"type": "http.response.body", "body": _KEEPALIVE, "more_body": True}
+                    )
+                    last_sent = trio.current_time()
 
     async def watch(scope: trio.CancelScope) -> None:
         # The body was read whole before: what the server hears now is the disconnect.
@@ -123,22 +131,38 @@ async def send_stream(
 
     async with trio.open_nursery() as nursery:
         sending = trio.CancelScope()
-        nursery.start_soon(pump, answer.events)
         nursery.start_soon(watch, sending)
         nursery.start_soon(watch_stopping, sending)
-        await begin()
-        with sending:
-            while True:
-                event: ServerSentEvent | None = None
-                with trio.move_on_after(keepalive if keepalive > 0 else math.inf):
+        try:
+            await begin()
+            last_sent = trio.current_time()
+            if keepalive > 0 and keepalive != math.inf:
+                nursery.start_soon(keep_alive)
+            with sending:
+                while True:
                     try:
-                        event = await receive_events.receive()
-                    except trio.EndOfChannel:
+                        event = await events.__anext__()
+                    except StopAsyncIteration:
                         break
-                # Sent outside the keep-alive's scope: a deadline never cuts a frame.
-                body = _KEEPALIVE if event is None else frame(event)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-        nursery.cancel_scope.cancel()  # the pump (its iterator closed) and the watchers
+                    except Exception as failed:  # told to the client below, as an event
+                        failure.append(failed)
+                        break
+                    body = frame(event)
+                    try:
+                        sending_lock.acquire_nowait()
+                    except trio.WouldBlock:  # a keep-alive is on its way: after it
+                        await sending_lock.acquire()
+                    try:
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                    finally:
+                        sending_lock.release()
+                    last_sent = trio.current_time()
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+            nursery.cancel_scope.cancel()  # the watchers and the keep-alives
     if gone:
         return
     if failure:
