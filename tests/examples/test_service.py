@@ -172,10 +172,12 @@ async def _crash_one_of_many(client: httpx2.AsyncClient, log: ServiceLog) -> Non
 async def _agent_is_back(client: httpx2.AsyncClient, log: ServiceLog) -> None:
     prompt = "are you back?"
     _completed(await client.post(runs_path(CRASHY), json={"prompt": prompt}), CRASHY, prompt)
-    # Only the agents given the crash crashed, once each: the supervisor logs each crash.
+    # Only the agents given the crash crashed, once each: each conversation's own
+    # supervisor logs its crash.
     crashes = [line for line in log.lines if " crashed: " in line]
     assert crashes == [
-        f"satsuma.supervisor: the root supervisor: child assistant/{agent_id} crashed: "
+        f"satsuma.supervisor: supervisor assistant/{agent_id}: child assistant/{agent_id} "
+        "crashed: "
         "RuntimeError: injected fault: the prompt contains CRASH"
         for agent_id in (CRASHY, "crashy-2")
     ]

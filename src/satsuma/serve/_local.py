@@ -29,7 +29,7 @@ from ..store import RunRecord, Store
 from ..supervisor import Supervisor
 from ..tools import Approve, Deny
 from ._eventlog import EventLog, first_id_now
-from ._refusal import start_agent
+from ._refusal import is_open, start_agent
 from ._runs import (
     AlreadyDecided,
     BadDecision,
@@ -136,7 +136,8 @@ class LocalRuns:
         lock = self._opening.setdefault(key, trio.Lock())
         async with lock:
             conversation = self._conversations.get(key)
-            if conversation is None:
+            # New, or its own supervisor gave up (a crash loop): opened anew.
+            if conversation is None or not is_open(self._supervisor, conversation.child_id):
                 sid = stored_id(agent, agent_id)
                 options: dict[str, Any] = {"agent_id": sid, "store": self._store}
                 model = self._model.get(agent) if isinstance(self._model, Mapping) else self._model
@@ -159,8 +160,9 @@ class LocalRuns:
             for key, conversation in list(self._conversations.items()):
                 if conversation.active == 0 and now - conversation.last_used >= self._idle:
                     del self._conversations[key]
-                    await self._supervisor.terminate_child(conversation.child_id)
-                    await self._supervisor.delete_child(conversation.child_id)
+                    with suppress(KeyError):  # its supervisor gave up: forgotten already
+                        await self._supervisor.terminate_child(conversation.child_id)
+                        await self._supervisor.delete_child(conversation.child_id)
             for run_id, run in list(self._runs.items()):
                 if run.settled_at is not None and now - run.settled_at >= self._retention:
                     del self._runs[run_id]
