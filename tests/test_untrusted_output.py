@@ -345,7 +345,8 @@ async def test_runs_and_resume_show_a_hostile_agent_id_and_calls_visibly(project
     )
     assert status == 0, err
     assert_clean(out + err)
-    assert len(out.splitlines()) == 3  # the heading, the run, its pending call: no more
+    # The heading, the run, its pending call, its tokens and cost: no more.
+    assert len(out.splitlines()) == 4, out
 
     # A decision on a call that is not pending names the ids, visibly.
     status, out, err = await satsuma_command(
