@@ -96,6 +96,8 @@ async def test_approvals_are_decided_one_call_at_a_time() -> None:
         assert await runs.decide(paused.run_id, first.call_id, Approve(by="ops")) is None
         assert serve_agents.done == []  # nothing runs before every call is decided
         assert [p.call_id for p in await runs.pending("banker")] == [second.call_id]
+        # The run's view waits on the undecided call only, as the approvals list does.
+        assert [p.call_id for p in (await runs.get(paused.run_id)).pending] == [second.call_id]
         with pytest.raises(AlreadyDecided):
             await runs.decide(paused.run_id, first.call_id, Deny("changed my mind"))
         with pytest.raises(BadDecision):
@@ -139,6 +141,12 @@ async def test_a_pending_approval_survives_a_restart(tmp_path: Path) -> None:
         calls = await runs.pending()
         assert [c.call_id for c in calls] == [p.call_id for p in paused.pending]
         assert await runs.decide(paused.run_id, calls[0].call_id, Approve()) is None
+    async with (  # the decision taken before this restart still stands, and shows
+        SQLiteStore(db) as store,
+        open_local_runs([Banker], store=store, model=scripted("Paid after a restart.")) as runs,
+    ):
+        view = await runs.get(paused.run_id)
+        assert [p.call_id for p in view.pending] == [calls[1].call_id]
         assert await runs.decide(paused.run_id, calls[1].call_id, Approve()) is not None
         ended = await runs.wait(paused.run_id)
         assert (ended.status, ended.output) == ("completed", "Paid after a restart.")
@@ -276,3 +284,16 @@ async def test_a_new_run_goes_past_a_paused_one() -> None:
         with pytest.raises(AlreadyDecided):
             await runs.decide(paused.run_id, paused.pending[0].call_id, Approve())
         assert serve_agents.done == []
+
+
+async def test_cancelling_a_paused_run_with_some_calls_decided_denies_them_all() -> None:
+    async with open_local_runs([Banker], model=scripted(*two_transfers(), "Hi.")) as runs:
+        paused = await runs.wait((await runs.start("banker", "t", "Pay")).run_id)
+        first, second = paused.pending
+        assert await runs.decide(paused.run_id, first.call_id, Approve()) is None
+        cancelled = await runs.cancel(paused.run_id)
+        assert (cancelled.status, cancelled.pending) == ("cancelled", ())
+        assert serve_agents.done == []  # the approved call did not run either
+        assert await runs.pending() == []
+        after = await runs.wait((await runs.start("banker", "t", "Hello")).run_id)
+        assert after.status == "completed"

@@ -48,6 +48,7 @@ from ._views import (
     pending_view,
     split_stored_id,
     stored_id,
+    undecided,
     usage_json,
 )
 
@@ -114,8 +115,7 @@ class LocalRuns:
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._opening: dict[tuple[str, str], trio.Lock] = {}
         self._runs: dict[str, _Run] = {}
-        # Decisions taken on calls of paused runs, by run then call, until the run resumes.
-        self._deciding: dict[str, trio.Lock] = {}
+        self._deciding: dict[str, trio.Lock] = {}  # one decision at a time, per run
 
     @property
     def agents(self) -> Mapping[str, type[Agent[Any]]]:
@@ -273,7 +273,10 @@ class LocalRuns:
         return await self.get(run_id)
 
     async def get(self, run_id: str) -> RunView:
-        """See ``Runs.get``."""
+        """See ``Runs.get``: ``pending`` leaves out the calls decided already."""
+        return await undecided(await self._view(run_id), self._store)
+
+    async def _view(self, run_id: str) -> RunView:
         run = self._runs.get(run_id)
         if run is None:
             return await self._stored_view(run_id)
@@ -347,7 +350,7 @@ class LocalRuns:
             run.scope.cancel()
             await run.done.wait()
             return run.view
-        view = await self.get(run_id)
+        view = await self._view(run_id)  # every pending call, decided or not: each is denied
         if view.status != "awaiting_approval":
             return view
         return await self._cancel_paused(view)
@@ -397,11 +400,8 @@ class LocalRuns:
         views: list[PendingView] = []
         for record in await self._store.runs_awaiting_approval():
             parts = split_stored_id(record.agent_id)
-            if parts is None or parts[0] not in self._agents:
+            if parts is None or parts[0] not in self._agents or agent not in (None, parts[0]):
                 continue
-            if agent is not None and parts[0] != agent:
-                continue
-            decided = await self._store.proposed_decisions(record.run_id)
             base = RunView(
                 run_id=record.run_id,
                 agent=parts[0],
@@ -409,9 +409,9 @@ class LocalRuns:
                 status="awaiting_approval",
                 prompt=record.prompt,
             )
-            for call in await self._store.pending_calls(record.run_id):
-                if call.tool_use_id not in decided:
-                    views.append(pending_view(base, call))
+            calls = await self._store.pending_calls(record.run_id)
+            base = attrs.evolve(base, pending=tuple(pending_view(base, c) for c in calls))
+            views += (await undecided(base, self._store)).pending
         return views
 
     async def decide(self, run_id: str, call_id: str, decision: Approve | Deny) -> RunView | None:

@@ -7,7 +7,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..store import PendingApproval
+import attrs
+
+from ..store import PendingApproval, Store
 from ..tools import PendingCall
 from ._runs import PendingView, RunView
 
@@ -17,6 +19,7 @@ __all__ = [
     "json_values",
     "pending_view",
     "split_stored_id",
+    "undecided",
     "stored_id",
     "usage_json",
 ]
@@ -84,3 +87,14 @@ def pending_view(view: RunView, call: PendingCall | PendingApproval) -> PendingV
         input=json_values(call.input),
         reason=call.reason,
     )
+
+
+async def undecided(view: RunView, store: Store) -> RunView:
+    """``view`` with the calls decided already left out of ``pending``: a run awaiting
+    approval waits only on those nobody has decided (the others are kept in the store,
+    ``Store.proposed_decisions``, until the last decision resumes the run)."""
+    if view.status != "awaiting_approval" or not view.pending:
+        return view
+    decided = await store.proposed_decisions(view.run_id)
+    waiting = tuple(call for call in view.pending if call.call_id not in decided)
+    return view if len(waiting) == len(view.pending) else attrs.evolve(view, pending=waiting)
