@@ -289,7 +289,7 @@ async def test_a_new_run_goes_past_a_paused_one() -> None:
 async def test_cancelling_a_paused_run_with_some_calls_decided_denies_them_all() -> None:
     async with open_local_runs([Banker], model=scripted(*two_transfers(), "Hi.")) as runs:
         paused = await runs.wait((await runs.start("banker", "t", "Pay")).run_id)
-        first, second = paused.pending
+        first, _ = paused.pending
         assert await runs.decide(paused.run_id, first.call_id, Approve()) is None
         cancelled = await runs.cancel(paused.run_id)
         assert (cancelled.status, cancelled.pending) == ("cancelled", ())
