@@ -237,6 +237,24 @@ async def test_repeats_pass_by_share_and_a_failing_evaluator_never_passes() -> N
     assert run.scores["broken"] == (0.0, "the evaluator failed: RuntimeError: judge offline")
     assert not broken.passed
 
+    class Vague(Evaluator):
+        threshold = 0.0
+
+        @property
+        def name(self) -> str:
+            return "vague"
+
+        def score(self, case: Case, run: Any) -> Score:
+            return 1.0  # type: ignore[return-value]
+
+    answers = iter(["yes"])
+    vague = await evaluate(Support, [case], [Vague()], model=model)
+    assert vague.cases[0].runs[0].scores["vague"] == (
+        0.0,
+        "the evaluator failed: TypeError: returned float, not a Score",
+    )
+    assert not vague.passed
+
 
 async def test_token_threshold_and_bad_arguments() -> None:
     case = Case(id="c", prompt="hi")

@@ -237,7 +237,10 @@ class MaxTokens(Evaluator):
 
     limit: int
     threshold: float = attrs.field(default=1.0, converter=_threshold)
-    name: str = "max_tokens"
+
+    @property
+    def name(self) -> str:
+        return "max_tokens"
 
     def score(self, case: Case, run: CaseRun) -> Score:
         used = run.tokens
@@ -250,7 +253,10 @@ class MaxLatency(Evaluator):
 
     seconds: float
     threshold: float = attrs.field(default=1.0, converter=_threshold)
-    name: str = "max_latency"
+
+    @property
+    def name(self) -> str:
+        return "max_latency"
 
     def score(self, case: Case, run: CaseRun) -> Score:
         took = run.latency
