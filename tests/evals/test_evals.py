@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 import satsuma
 from satsuma.evals import (
@@ -28,7 +30,7 @@ from satsuma.evals import (
     evaluate,
 )
 from satsuma.store import SQLiteStore
-from satsuma.testing import Reply, ScriptedModel
+from satsuma.testing import FunctionModel, Reply, ScriptedModel
 from satsuma.tools.mcp import MCPServer
 
 SENT: list[dict[str, Any]] = []  # the side effect a replay must never repeat
@@ -415,3 +417,25 @@ async def test_max_cost_passes_a_cheap_run_and_never_an_unknown_cost(tmp_path: P
     assert report.cases[0].runs[0].scores["max_cost"][0] == 0.0 and not report.passed
     report.save(tmp_path / "r.json")
     assert Report.load(tmp_path / "r.json") == report
+
+
+async def test_cancelling_an_evaluation_stops_every_run_and_reports_what_finished(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def slow(request: Any) -> str:
+        prompt = request.messages[-1].text
+        await trio.sleep(0 if prompt == "quick" else 3600)
+        return "done"
+
+    cases = [Case(id="quick", prompt="quick"), Case(id="slow", prompt="slow")]
+    finished: list[str] = []
+    with trio.move_on_after(60) as scope:
+        await evaluate(
+            Support,
+            cases,
+            [OutputMatches()],
+            model=FunctionModel(slow),
+            on_case=lambda case: finished.append(case.case_id),
+        )
+    assert scope.cancelled_caught  # the slow run did not hold the evaluation past its scope
+    assert finished == ["quick"]
