@@ -34,6 +34,13 @@ from ._sqlite import SQLiteStore as SQLiteStore
 # QueuedRunStatus are public as satsuma.cluster's. run_queue: the queue's functions, each
 # one transaction of the store's (run_queue.enqueue(store, ...)). The cluster's modules
 # load on first use (PEP 562): an agent that never meets a cluster does not import them.
+# The console reads many runs a page at a time (_browse's names, satsuma.serve).
+from ._browse import ConversationSummary as ConversationSummary
+from ._browse import UsageTotal as UsageTotal
+from ._browse import conversation_page as conversation_page
+from ._browse import latest_runs as latest_runs
+from ._browse import recent_decisions as recent_decisions
+from ._browse import usage_total as usage_total
 from ._lease import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from ._link import Link as Link
 from ._link import Ticket as Ticket

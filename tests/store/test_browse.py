@@ -1,0 +1,91 @@
+"""The console's reads of many runs (satsuma.store's conversation_page, latest_runs,
+usage_total, recent_decisions) give the same answers on MemoryStore, SQLiteStore and
+PostgresStore: grouped, summed, ordered and cut to a page by the store."""
+
+from __future__ import annotations
+
+from satsuma import Usage
+from satsuma.store import (
+    ApprovalDecision,
+    PendingApproval,
+    RunRecord,
+    Store,
+    conversation_page,
+    latest_runs,
+    recent_decisions,
+    usage_total,
+)
+
+
+async def _run(
+    store: Store, run_id: str, agent_id: str, at: float, tokens: int, cost: float | None
+) -> None:
+    await store.start_run(
+        RunRecord(run_id=run_id, agent_id=agent_id, status="running", prompt="hi", started_at=at)
+    )
+    usage = Usage(input_tokens=tokens, output_tokens=1, cost_usd=cost)
+    await store.end_run(run_id, status="completed", ended_at=at + 1, usage=usage, error=None)
+
+
+async def test_pages_group_sum_search_and_hide_other_classes(store: Store) -> None:
+    await _run(store, "r1", "support/alice", 10.0, 100, 0.5)
+    await _run(store, "r2", "support/bob", 20.0, 10, None)
+    await _run(store, "r3", "support/alice", 30.0, 1, 0.25)
+    await _run(store, "r4", "billing/alice", 40.0, 7, 1.0)
+    await _run(store, "r5", "support/50%_off", 5.0, 2, 0.0)
+
+    page, total = await conversation_page(store, under=["support/"], limit=2)
+    assert total == 3
+    assert [(s.agent_id, s.runs, s.latest.run_id) for s in page] == [
+        ("support/alice", 2, "r3"),
+        ("support/bob", 1, "r2"),
+    ]
+    alice, bob = page
+    assert (alice.usage.input_tokens, alice.usage.output_tokens) == (101, 2)
+    assert alice.usage.cost_usd == 0.75 and alice.unpriced == 0
+    assert bob.usage.cost_usd is None and bob.unpriced == 1
+
+    rest, total = await conversation_page(store, under=["support/"], limit=2, offset=2)
+    assert [s.agent_id for s in rest] == ["support/50%_off"] and total == 3
+    # LIKE's wildcards in a search are matched as themselves.
+    found, total = await conversation_page(store, under=["support/", "billing/"], search="%_")
+    assert [s.agent_id for s in found] == ["support/50%_off"] and total == 1
+    found, total = await conversation_page(store, under=["support/", "billing/"], search="alice")
+    assert [s.agent_id for s in found] == ["billing/alice", "support/alice"]
+    assert await conversation_page(store, under=[]) == ([], 0)
+
+    latest = await latest_runs(store, under=["support/"], limit=2)
+    assert [r.run_id for r in latest] == ["r3", "r2"]
+
+    total_usage = await usage_total(store, under=["support/"])
+    assert total_usage.runs == 4 and total_usage.unpriced == 1
+    assert total_usage.usage.input_tokens == 113 and total_usage.usage.cost_usd == 0.75
+    nothing = await usage_total(store, under=["nobody/"])
+    assert (nothing.runs, nothing.usage.cost_usd, nothing.unpriced) == (0, None, 0)
+
+
+async def test_recent_decisions_name_who_decided(store: Store) -> None:
+    for run_id, agent_id, at in (("p1", "bank/a", 1.0), ("p2", "bank/b", 2.0), ("p3", "x/c", 3.0)):
+        await store.start_run(
+            RunRecord(
+                run_id=run_id, agent_id=agent_id, status="running", prompt="pay", started_at=at
+            )
+        )
+        call = PendingApproval(
+            run_id=run_id, tool_use_id=f"c-{run_id}", tool_name="pay", input={"n": 1}, reason="r"
+        )
+        await store.pause_run(run_id, [call], usage=Usage())
+    assert await recent_decisions(store, under=["bank/"]) == []
+    approve = ApprovalDecision(verdict="approved", decided_by="ops", decided_at=50.0)
+    deny = ApprovalDecision(verdict="denied", reason="no", decided_by="eve", decided_at=60.0)
+    assert await store.claim_paused_run("p1", decisions={"c-p1": approve})
+    assert await store.claim_paused_run("p2", decisions={"c-p2": deny})
+    assert await store.claim_paused_run("p3", decisions={"c-p3": deny})
+    decided = await recent_decisions(store, under=["bank/"])
+    assert [
+        (agent_id, r.tool_use_id, r.decision and r.decision.decided_by) for agent_id, r in decided
+    ] == [
+        ("bank/b", "c-p2", "eve"),
+        ("bank/a", "c-p1", "ops"),
+    ]
+    assert len(await recent_decisions(store, under=["bank/"], limit=1)) == 1
