@@ -41,13 +41,14 @@ _serving: ContextVar[Supervisor | None] = ContextVar("satsuma_supervisor", defau
 
 @attrs.frozen(kw_only=True)
 class ChildInfo:
-    """One entry of ``which_children()``."""
+    """One entry of ``which_children()``; ``restarts`` counts its starts after the first."""
 
     id: str
     child: Any
     state: str
     restart: RestartType
     kind: Literal["worker", "supervisor"]
+    restarts: int = 0
 
 
 def _signal_name(signum: int) -> str:
@@ -273,9 +274,17 @@ class Supervisor(ChildControl):
                 state=c.state.value,
                 restart=c.spec.restart,
                 kind=c.kind.kind,
+                restarts=max(c.incarnation - 1, 0),
             )
             for c in self._children
         ]
+
+    @property
+    def recent_restarts(self) -> int:
+        """Restarts held against its intensity now (the last ``within`` seconds'); past
+        ``max_restarts`` it gives up. Read inside trio."""
+        now = trio.current_time()
+        return sum(when >= now - self.within for when in self._restart_times.times)
 
     def count_children(self) -> dict[str, int]:
         """``specs``, ``active`` (running), ``supervisors`` and ``workers``."""
