@@ -223,7 +223,7 @@ async def test_approve_with_edited_input_and_deny_with_a_reason(serve_http: Any)
         assert "sent 5 to carol" in conversation.text and "not to al" in conversation.text
         assert '<p class="decided">approved</p>' in conversation.text
         assert '<p class="decided">denied</p>' in conversation.text
-        assert '<strong class="error-kind">denied</strong>' in conversation.text
+        assert '<strong class="error-kind error-denied">denied</strong>' in conversation.text
         assert "No call is waiting" in (await client.get("/console/approvals")).text
 
 
@@ -265,12 +265,15 @@ async def test_the_agents_page_pages_and_searches(serve_http: Any) -> None:
         await served.client.post("/v1/agents/greeter/user-00/runs", json={"prompt": "Again"})
         first = await served.client.get("/console/agents")
         assert first.status_code == 200
-        assert first.text.count("<tr><td>greeter</td>") == 50
+        assert first.text.count("<tr><td>greeter <code>Greeter</code></td>") == 50
         assert "page 1 of 2" in first.text and 'rel="next"' in first.text
         second = await served.client.get("/console/agents?page=2")
-        assert second.text.count("<tr><td>greeter</td>") == 2 and 'rel="prev"' in second.text
+        assert (
+            second.text.count("<tr><td>greeter <code>Greeter</code></td>") == 2
+            and 'rel="prev"' in second.text
+        )
         found = await served.client.get("/console/agents?q=user-00")
-        assert found.text.count("<tr><td>greeter</td>") == 1
+        assert found.text.count("<tr><td>greeter <code>Greeter</code></td>") == 1
         # Its two runs, counted in one row.
         assert "<td>2</td>" in found.text
         none = await served.client.get("/console/agents?q=%3Cnobody%3E")

@@ -22,14 +22,9 @@ from importlib.resources import files
 from typing import Any, final
 from urllib.parse import parse_qsl, quote
 
-import attrs
-import trio
-
 from ..agents import AgentEvent
 from ..tools import Approve, Deny
 from ._console_html import (
-    ConversationRow,
-    agents_page,
     approvals_page,
     conversation_page,
     error_page,
@@ -38,6 +33,8 @@ from ._console_html import (
     page,
     run_page,
 )
+from ._console_pages import agents_page, cluster_page, decided_section, tree_section, usage_page
+from ._console_reads import ConsoleReads
 from ._console_session import COOKIE, Sessions, cookie_value
 from ._http import HTTPError, JSONAnswer, Principal, Request, Scope, SSEAnswer, agent_id_from
 from ._runs import AlreadyDecided, BadDecision, Runs, RunView, UnknownAgent, UnknownRun
@@ -57,14 +54,7 @@ _STATIC = {
     "console.js": b"text/javascript",
     "icon.svg": b"image/svg+xml",
 }
-# How long the run page waits for the events of a run in progress before it shows them.
-_EVENTS_GRACE = 0.05
-# An ended run's events are all stored: reading them never waits, but a page is not
-# held past this if a store misbehaves.
-_EVENTS_BOUND = 5.0
 _CONVERSATION_RUNS = 20
-# The agents page lists the conversations of this many latest runs, this many a page.
-_AGENTS_RUNS = 1000
 _AGENTS_PAGE = 50
 
 
@@ -96,6 +86,7 @@ class ConsoleSurface:
     def __init__(self, runs: Runs, tokens: TokenBook | None) -> None:
         """``tokens``: the server's; None serves the console without login."""
         self._runs = runs
+        self._reads = ConsoleReads(runs)
         self.sessions = Sessions(tokens)
         self._logins = tokens is not None
         self._types = _event_types()
@@ -186,6 +177,10 @@ class ConsoleSurface:
             return await self._decide(principal, csrf, parts[1], parts[2], form)
         if parts == ["agents"] and method != "POST":
             return 200, *await self._agents(principal, query)
+        if parts == ["usage"] and method != "POST":
+            return 200, *usage_page(await self._reads.usage(_reader(principal)))
+        if parts == ["cluster"] and method != "POST":
+            return 200, *cluster_page(await self._reads.cluster(), _reader(principal))
         if parts[0] == "runs" and len(parts) == 2 and method != "POST":
             return 200, *await self._run(principal, csrf, parts[1])
         if parts[0] == "runs" and len(parts) == 3 and parts[2] == "cancel" and method == "POST":
@@ -196,18 +191,18 @@ class ConsoleSurface:
         if parts[0] == "conversations" and len(parts) == 3 and method != "POST":
             name, agent_id = parts[1], agent_id_from(parts[2])
             _require(principal, "read", name)
-            return 200, *await self._conversation(name, agent_id)
+            return 200, *await self._conversation(principal, csrf, name, agent_id)
+        if parts[0] == "conversations" and len(parts) == 4 and method == "POST":
+            return await self._steer_or_cancel(principal, parts[1], parts[2], parts[3], form)
         raise HTTPError(404, "not_found", f"no such page: {method} {path}")
 
     async def _overview(self, principal: Principal) -> tuple[str, str]:
-        agents = {
-            name: cls.__qualname__
-            for name, cls in self._runs.agents.items()
-            if principal.allows("read", name)
-        }
-        runs = [v for v in await self._runs.runs(limit=50) if principal.allows("read", v.agent)]
-        pending = [p for p in await self._runs.pending() if principal.allows("read", p.agent)]
-        return overview_page(agents, runs[:20], len(pending))
+        reads = _reader(principal)
+        agents = {name: cls.__qualname__ for name, cls in self._runs.agents.items() if reads(name)}
+        runs = await self._reads.latest(reads)
+        pending = [p for p in await self._runs.pending() if reads(p.agent)]
+        title, body = overview_page(agents, runs, len(pending))
+        return title, tree_section(*self._reads.tree(reads)) + body
 
     async def _approvals(
         self,
@@ -216,12 +211,14 @@ class ConsoleSurface:
         problems: Mapping[tuple[str, str], tuple[str, str]] | None = None,
     ) -> tuple[str, str]:
         pending = [p for p in await self._runs.pending() if principal.allows("read", p.agent)]
-        return approvals_page(
+        title, body = approvals_page(
             pending,
             csrf,
             may_decide=lambda agent: principal.allows("approve", agent),
             problems=problems,
+            decided=await self._reads.proposed([p.run_id for p in pending]),
         )
+        return title, body + decided_section(await self._reads.decided(_reader(principal)))
 
     async def _decide(
         self, principal: Principal, csrf: str, run_id: str, call_id: str, form: Mapping[str, str]
@@ -248,7 +245,7 @@ class ConsoleSurface:
 
     async def _run(self, principal: Principal, csrf: str, run_id: str) -> tuple[str, str]:
         view = await self._readable(principal, run_id)
-        events = await self._events_so_far(run_id, waits=not view.ended)
+        events = await self._reads.events_so_far(run_id, waits=not view.ended)
         may_cancel = principal.allows("run", view.agent)
         return run_page(view, events, self._types, cancel_csrf=csrf if may_cancel else None)
 
@@ -256,70 +253,56 @@ class ConsoleSurface:
         search = query.get("q", "").strip()
         number = query.get("page", "1")
         page_number = int(number) if number.isdigit() and 0 < len(number) < 7 else 1
-        rows: dict[tuple[str, str], ConversationRow] = {}
-        for view in await self._runs.runs(limit=_AGENTS_RUNS):
-            if not principal.allows("read", view.agent) or search not in view.agent_id:
-                continue
-            key = (view.agent, view.agent_id)
-            row = rows.get(key) or ConversationRow(view.agent, view.agent_id, view, 0, 0, 0)
-            rows[key] = attrs.evolve(
-                row,
-                runs=row.runs + 1,
-                input_tokens=row.input_tokens + _tokens(view.usage, "input_tokens"),
-                output_tokens=row.output_tokens + _tokens(view.usage, "output_tokens"),
-            )
-        listed = list(rows.values())
-        pages = (len(listed) + _AGENTS_PAGE - 1) // _AGENTS_PAGE
-        start = (page_number - 1) * _AGENTS_PAGE
+        rows, total = await self._reads.conversations(
+            _reader(principal), search, page_number - 1, _AGENTS_PAGE
+        )
+        classes = {name: cls.__qualname__ for name, cls in self._runs.agents.items()}
         return agents_page(
-            listed[start : start + _AGENTS_PAGE],
+            rows,
+            classes,
+            total=total,
             page_number=page_number,
-            pages=pages,
+            pages=(total + _AGENTS_PAGE - 1) // _AGENTS_PAGE,
             search=search,
         )
 
-    async def _events_so_far(self, run_id: str, *, waits: bool) -> list[tuple[int, Any]]:
-        """The events a run has reported so far. The runs' stream of them stops at each
-        pause for approval, so it is read again past each pause; a run in progress (or
-        paused now) is read for a moment, and the page's script reads on."""
-        got: list[tuple[int, Any]] = []
-        with trio.move_on_after(_EVENTS_GRACE if waits else _EVENTS_BOUND):
-            while True:
-                before = len(got)
-                events = self._runs.events(run_id, after=got[-1][0] if got else 0)
-                try:
-                    async for event in events:
-                        got.append((event.id, event.data))
-                finally:
-                    close = getattr(events, "aclose", None)
-                    if close is not None:
-                        await close()
-                last = got[-1][1] if got else {}
-                result = last.get("result") or {}
-                # Read on past a pause only: a run paused now has nothing past it (its
-                # stream ends at once, and is not read again).
-                if (
-                    len(got) == before
-                    or last.get("type") != "RunEnd"
-                    or result.get("status") != "awaiting_approval"
-                ):
-                    break
-        return got
-
-    async def _conversation(self, name: str, agent_id: str) -> tuple[str, str]:
+    async def _conversation(
+        self, principal: Principal, csrf: str, name: str, agent_id: str
+    ) -> tuple[str, str]:
         messages = await self._runs.messages(name, agent_id)
         runs = await self._runs.runs(name, agent_id, limit=_CONVERSATION_RUNS)
-        calls: dict[str, Mapping[str, Any]] = {}
-        for view in runs:
-            if not view.ended:
-                continue
-            for _, data in await self._events_so_far(view.run_id, waits=False):
-                call_id = str(data.get("tool_use_id"))
-                if data.get("type") == "ToolCallEnd":
-                    calls[call_id] = {**calls.get(call_id, {}), **(data.get("outcome") or {})}
-                elif data.get("type") == "ApprovalDecided":
-                    calls[call_id] = {**calls.get(call_id, {}), "decision": data}
-        return conversation_page(name, agent_id, messages, calls, runs)
+        calls = await self._reads.calls(runs)
+        may_run = principal.allows("run", name)
+        return conversation_page(
+            name, agent_id, messages, calls, runs, steer_csrf=csrf if may_run else None
+        )
+
+    async def _steer_or_cancel(
+        self, principal: Principal, name: str, raw_id: str, action: str, form: Mapping[str, str]
+    ) -> tuple[int, str, str]:
+        """A conversation's Steer (a prompt for its run in progress, or a new run when
+        none is) or Cancel (its run in progress); then the run's page."""
+        agent_id = agent_id_from(raw_id)
+        _require(principal, "read", name)
+        _require(principal, "run", name)
+        here = f"/console/conversations/{quote(name, safe='')}/{quote(agent_id, safe='')}"
+        if action == "steer":
+            prompt = form.get("prompt", "").strip()
+            if not prompt:
+                raise HTTPError(400, "bad_request", "give the prompt to steer the agent with")
+            try:
+                view = await self._runs.start(name, agent_id, prompt, if_busy="interrupt")
+            except ValueError as error:
+                raise HTTPError(400, "bad_request", str(error)) from None
+            return 303, "", f"/console/runs/{quote(view.run_id, safe='')}"
+        if action == "cancel":
+            live = [v for v in await self._runs.runs(name, agent_id, limit=5) if not v.ended]
+            if not live:
+                raise HTTPError(409, "conflict", "the conversation has no run in progress")
+            for view in live:
+                await self._runs.cancel(view.run_id)
+            return 303, "", here
+        raise HTTPError(404, "not_found", f"no such action: {action}")
 
     async def _login(
         self,
@@ -404,6 +387,11 @@ class ConsoleSurface:
         await _send(send, status, headers, text.encode("utf-8"))
 
 
+def _reader(principal: Principal) -> Any:
+    """Whether the viewer reads a served class, by name."""
+    return lambda name: principal.allows("read", name)
+
+
 def _require(principal: Principal, scope: Scope, agent: str | None = None) -> None:
     if not principal.allows(scope, agent):
         who = f"token {principal.name!r}" if principal.name else "this token"
@@ -444,9 +432,3 @@ async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], data
     headers = [*headers, (b"content-length", str(len(data)).encode("ascii"))]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
-
-
-def _tokens(usage: Mapping[str, int | float | None], key: str) -> int:
-    """A count of tokens from a run's usage (cost sits beside them as a float or None)."""
-    value = usage.get(key)
-    return value if isinstance(value, int) else 0

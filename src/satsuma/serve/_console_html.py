@@ -15,14 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-import attrs
-
 from ._http import Principal
 from ._runs import PendingView, RunView
 
 __all__ = [
-    "ConversationRow",
-    "agents_page",
     "approvals_page",
     "conversation_page",
     "e",
@@ -67,7 +63,9 @@ def page(
         nav = (
             '<nav aria-label="console"><a href="/console">Overview</a> '
             '<a href="/console/agents">Agents</a> '
-            f'<a href="/console/approvals">Approvals</a> {who} {logout}</nav>'
+            '<a href="/console/approvals">Approvals</a> '
+            '<a href="/console/usage">Usage</a> '
+            f'<a href="/console/cluster">Cluster</a> {who} {logout}</nav>'
         )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -146,6 +144,7 @@ def approvals_page(
     *,
     may_decide: Any,
     problems: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+    decided: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[str, str]:
     """The approval inbox: each waiting call with its tool, input and reason, and
     forms to approve (with the input as edited JSON) or deny (with a reason).
@@ -155,10 +154,13 @@ def approvals_page(
         csrf: The session's CSRF token, for the forms.
         may_decide: ``may_decide(agent)``: whether the viewer may decide its calls.
         problems: A refused decision's message and the text sent, by (run, call).
+        decided: The decisions taken already on other calls of the waiting runs
+            (``ApprovalDecision``), by run and call id: shown with who took them.
     """
     if not pending:
         return "Approvals", "<p>No call is waiting for a decision.</p>"
     problems = problems or {}
+    decided = decided or {}
     cards = []
     for call in pending:
         key = (call.run_id, call.call_id)
@@ -191,9 +193,22 @@ def approvals_page(
             f'{e(call.agent_id)}</a>, run <a href="/console/runs/{q(call.run_id)}">'
             f"{e(call.run_id)}</a></p>"
             f'<p>reason: <span class="reason">{e(call.reason)}</span></p>'
-            f'<pre class="input">{json_text(call.input)}</pre>{alert}{forms}</article>'
+            f'<pre class="input">{json_text(call.input)}</pre>{alert}{forms}'
+            f"{_others_decided(decided.get(call.run_id, {}))}</article>"
         )
     return "Approvals", "".join(cards)
+
+
+def _others_decided(decisions: Mapping[str, Any]) -> str:
+    """The calls of the same run decided already (the run waits for this one)."""
+    if not decisions:
+        return ""
+    items = "".join(
+        f"<li><code>{e(call_id)}</code> {e(d.verdict)} by "
+        f'<span class="decided-by">{e(d.decided_by or "someone unnamed")}</span></li>'
+        for call_id, d in sorted(decisions.items())
+    )
+    return f'<p>Decided already in this run:</p><ul class="decided">{items}</ul>'
 
 
 def _block_html(block: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]]) -> str:
@@ -218,15 +233,17 @@ def _block_html(block: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]]
         error = bool(block.get("is_error"))
         error_kind = ended.get("error_kind") or ("error" if error else None)
         mark = (
-            f'<strong class="error-kind">{e(error_kind)}</strong> '
+            f'<strong class="error-kind error-{e(error_kind)}">{e(error_kind)}</strong> '
             if error_kind
             else '<span class="ok">ok</span> '
         )
         duration = ended.get("duration")
         took = f" in {float(duration):.3f} s" if isinstance(duration, int | float) else ""
+        journal = ended.get("journal")
+        state = f' <span class="journal">journal: {e(journal)}</span>' if journal else ""
         return (
             f'<div class="tool-result{" failed" if error else ""}"><p>{mark}result of '
-            f"<code>{e(call_id)}</code>{e(took)}</p>"
+            f"<code>{e(call_id)}</code>{e(took)}{state}</p>"
             f'<pre class="outcome">{e(_content_text(block.get("content")))}</pre></div>'
         )
     return f'<pre class="other">{json_text(block)}</pre>'
@@ -249,15 +266,20 @@ def conversation_page(
     messages: Sequence[Mapping[str, Any]],
     calls: Mapping[str, Mapping[str, Any]],
     runs: Sequence[RunView],
+    *,
+    steer_csrf: str | None = None,
 ) -> tuple[str, str]:
-    """A conversation: its messages, each tool call's input and outcome (its error kind
-    and duration when a run's events tell them), and its runs.
+    """A conversation: its messages, each tool call's input and outcome (its error kind,
+    its duration when a run's events tell it, its state in the journal), and its runs.
+    With ``steer_csrf`` (the viewer may run it), forms to steer it and to cancel its run
+    in progress.
 
     Args:
         agent: The served agent's name.
         agent_id: The conversation.
         messages: The stored conversation (Messages API JSON).
-        calls: ``ToolCallEnd`` outcomes (``error_kind``, ``duration``) by call id.
+        calls: ``ToolCallEnd`` outcomes (``error_kind``, ``duration``), decisions and
+            journal states (``journal``) by call id.
         runs: The conversation's runs, newest first.
     """
     items = []
@@ -271,11 +293,30 @@ def conversation_page(
         items.append(f'<li class="message role-{role}"><h3>{role}</h3>{inner}</li>')
     listed = f'<ol class="messages">{"".join(items)}</ol>' if items else "<p>No messages.</p>"
     body = (
-        f"<p>agent <strong>{e(agent)}</strong></p>"
+        f"<p>agent <strong>{e(agent)}</strong></p>{_steer_forms(agent, agent_id, runs, steer_csrf)}"
         f'<section aria-labelledby="msgs"><h2 id="msgs">Messages</h2>{listed}</section>'
         f'<section aria-labelledby="runs"><h2 id="runs">Runs</h2>{_runs_table(runs)}</section>'
     )
     return f"Conversation {agent_id}", body
+
+
+def _steer_forms(agent: str, agent_id: str, runs: Sequence[RunView], csrf: str | None) -> str:
+    if csrf is None:
+        return ""
+    here = f"/console/conversations/{q(agent)}/{q(agent_id)}"
+    hidden = f'<input type="hidden" name="csrf" value="{e(csrf)}">'
+    cancel = ""
+    if any(not view.ended for view in runs):
+        cancel = (
+            f'<form method="post" action="{here}/cancel" class="inline">{hidden}'
+            '<button type="submit">Cancel the run in progress</button></form>'
+        )
+    return (
+        f'<form method="post" action="{here}/steer" class="steer">{hidden}'
+        '<label for="steer-prompt">Steer (a prompt for the run in progress, or a new run)'
+        '</label> <input id="steer-prompt" name="prompt" type="text" required> '
+        f'<button type="submit">Steer</button></form>{cancel}'
+    )
 
 
 def event_summary(data: Mapping[str, Any]) -> str:
@@ -343,56 +384,6 @@ def run_page(
         f'<ol id="events" aria-live="polite"{live}>{rows}</ol></section>'
     )
     return f"Run {view.run_id}", body
-
-
-@attrs.frozen
-class ConversationRow:
-    """One conversation of the agents page: its latest run and what its runs used."""
-
-    agent: str
-    agent_id: str
-    latest: RunView
-    runs: int
-    input_tokens: int
-    output_tokens: int
-
-
-def agents_page(
-    rows: Sequence[ConversationRow], *, page_number: int, pages: int, search: str
-) -> tuple[str, str]:
-    """The agents (each conversation of a served class): class, id, status of its latest
-    run, runs and tokens; ``search`` filters by id, ``page_number`` of ``pages``."""
-    form = (
-        '<form method="get" action="/console/agents" role="search">'
-        '<label for="q">Search ids</label> '
-        f'<input id="q" name="q" type="search" value="{e(search)}"> '
-        '<button type="submit">Search</button></form>'
-    )
-    lines = "".join(
-        f"<tr><td>{e(row.agent)}</td>"
-        f'<td><a href="/console/conversations/{q(row.agent)}/{q(row.agent_id)}">'
-        f"{e(row.agent_id)}</a></td>"
-        f'<td class="status-{e(row.latest.status)}"><a href="/console/runs/'
-        f'{q(row.latest.run_id)}">{e(row.latest.status)}</a></td>'
-        f"<td>{row.runs}</td><td>{row.input_tokens} in / {row.output_tokens} out</td></tr>"
-        for row in rows
-    )
-    table = (
-        "<table><thead><tr><th>agent</th><th>id</th><th>last run</th><th>runs</th>"
-        f"<th>tokens</th></tr></thead><tbody>{lines}</tbody></table>"
-        if rows
-        else "<p>No agent has run yet.</p>"
-    )
-    query = f"&amp;q={e(q(search))}" if search else ""
-    links = []
-    if page_number > 1:
-        links.append(
-            f'<a rel="prev" href="/console/agents?page={page_number - 1}{query}">Previous</a>'
-        )
-    links.append(f"<span>page {page_number} of {max(pages, 1)}</span>")
-    if page_number < pages:
-        links.append(f'<a rel="next" href="/console/agents?page={page_number + 1}{query}">Next</a>')
-    return "Agents", f'{form}{table}<nav aria-label="pages">{" ".join(links)}</nav>'
 
 
 def error_page(status: int, message: str) -> tuple[str, str]:

@@ -105,8 +105,8 @@ class LocalRuns:
             if name in self._agents:
                 raise ValueError(f"two served agent classes are named {name!r}")
             self._agents[name] = cls
-        self._store = store
-        self._supervisor = supervisor
+        self._store = self.store = store  # public too: the console reads both
+        self._supervisor = self.supervisor = supervisor
         self._nursery = nursery
         self._model = model
         self._idle = idle_seconds

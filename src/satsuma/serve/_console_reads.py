@@ -1,0 +1,249 @@
+"""What the console's pages read, and where from: the server's ``Runs`` (runs, events,
+approvals), its store (pages of conversations, usage, decisions: cut in SQL, never every
+run), its supervisor (the tree) and, on PostgreSQL, the cluster's status.
+
+The store and the supervisor are those the runs were opened with (``LocalRuns.store``,
+``LocalRuns.supervisor``; ``ClusterRuns.store``). Runs of another kind (a test's own)
+have neither: the pages that need them say so rather than fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from ..store import (
+    MemoryStore,
+    PostgresStore,
+    SQLiteStore,
+    UsageTotal,
+    conversation_page,
+    latest_runs,
+    recent_decisions,
+    usage_total,
+)
+from ..supervisor import Supervisor
+from ._console_pages import TreeNode
+from ._runs import Runs, RunView
+from ._views import split_stored_id, stored_id
+
+__all__ = ["ConsoleReads"]
+
+# How long the run page waits for the events of a run in progress before it shows them.
+_EVENTS_GRACE = 0.05
+# An ended run's events are all stored: reading them never waits, but a page is not
+# held past this if a store misbehaves.
+_EVENTS_BOUND = 5.0
+# The tree shows this many open conversations; the rest are counted.
+TREE_LIMIT = 200
+
+
+def _what(child: object) -> str:
+    if isinstance(child, type):
+        return child.__qualname__
+    return type(child).__qualname__
+
+
+class ConsoleReads:
+    """The reads behind the console's pages, over one server's runs."""
+
+    def __init__(self, runs: Runs) -> None:
+        self.runs = runs
+
+    @property
+    def store(self) -> Any | None:
+        """The runs' store, when it is one of satsuma's."""
+        store = getattr(self.runs, "store", None)
+        return store if isinstance(store, MemoryStore | SQLiteStore | PostgresStore) else None
+
+    @property
+    def supervisor(self) -> Supervisor | None:
+        """The supervisor of the runs' agents (None for a cluster's runs)."""
+        found = getattr(self.runs, "supervisor", None)
+        return found if isinstance(found, Supervisor) else None
+
+    def prefixes(self, may_read: Callable[[str], bool]) -> list[str]:
+        """The stored-id prefixes of the served classes the viewer reads."""
+        return [stored_id(name, "") for name in self.runs.agents if may_read(name)]
+
+    def tree(self, may_read: Callable[[str], bool]) -> tuple[TreeNode | None, int]:
+        """The supervision tree of the conversations the viewer reads, and how many
+        more are open than it shows."""
+        root = self.supervisor
+        if root is None:
+            return None, 0
+        shown: list[TreeNode] = []
+        hidden = 0
+        for info in root.which_children():
+            parts = split_stored_id(info.id)
+            if parts is not None and not may_read(parts[0]):
+                continue
+            if len(shown) >= TREE_LIMIT:
+                hidden += 1
+                continue
+            shown.append(self._node(info))
+        node = TreeNode(
+            id="server",
+            kind="supervisor",
+            what="Supervisor",
+            state="running",
+            restarts=0,
+            intensity=(root.recent_restarts, root.max_restarts, root.within),
+            children=tuple(shown),
+        )
+        return node, hidden
+
+    def _node(self, info: Any) -> TreeNode:
+        child = info.child
+        if isinstance(child, Supervisor):
+            return TreeNode(
+                id=info.id,
+                kind="supervisor",
+                what="Supervisor",
+                state=info.state,
+                restarts=info.restarts,
+                intensity=(child.recent_restarts, child.max_restarts, child.within),
+                children=tuple(self._node(inner) for inner in child.which_children()),
+            )
+        return TreeNode(
+            id=info.id, kind=info.kind, what=_what(child), state=info.state, restarts=info.restarts
+        )
+
+    async def latest(self, may_read: Callable[[str], bool], limit: int = 20) -> list[RunView]:
+        """The latest runs the viewer reads: the store's when there is one (every run it
+        keeps), else those the runs hold in memory."""
+        store = self.store
+        if store is None:
+            views = await self.runs.runs(limit=limit * 2)
+            return [v for v in views if may_read(v.agent)][:limit]
+        records = await latest_runs(store, under=self.prefixes(may_read), limit=limit)
+        views = []
+        for record in records:
+            parts = split_stored_id(record.agent_id)
+            if parts is None:
+                continue
+            views.append(
+                RunView(
+                    run_id=record.run_id,
+                    agent=parts[0],
+                    agent_id=parts[1],
+                    status=record.status,
+                    prompt=record.prompt,
+                    usage={
+                        "input_tokens": record.usage.input_tokens,
+                        "output_tokens": record.usage.output_tokens,
+                        "cost_usd": record.usage.cost_usd,
+                    },
+                    started_at=record.started_at,
+                    ended_at=record.ended_at,
+                )
+            )
+        return views
+
+    async def conversations(
+        self, may_read: Callable[[str], bool], search: str, page: int, size: int
+    ) -> tuple[list[Any], int]:
+        """One page of conversations (``ConversationSummary``) and how many there are."""
+        store = self.store
+        if store is None:
+            return [], 0
+        return await conversation_page(
+            store, under=self.prefixes(may_read), search=search, limit=size, offset=page * size
+        )
+
+    async def usage(self, may_read: Callable[[str], bool]) -> dict[str, UsageTotal]:
+        """Usage and cost of every stored run, by served class the viewer reads."""
+        store = self.store
+        if store is None:
+            return {}
+        return {
+            name: await usage_total(store, under=[stored_id(name, "")])
+            for name in self.runs.agents
+            if may_read(name)
+        }
+
+    async def decided(self, may_read: Callable[[str], bool], limit: int = 20) -> list[Any]:
+        """The calls decided lately, with their conversations' stored ids."""
+        store = self.store
+        if store is None:
+            return []
+        return await recent_decisions(store, under=self.prefixes(may_read), limit=limit)
+
+    async def proposed(self, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The decisions taken already on calls of runs that still wait (on others), by
+        run and call id."""
+        store = self.store
+        if store is None:
+            return {}
+        return {run_id: await store.proposed_decisions(run_id) for run_id in set(run_ids)}
+
+    async def cluster(self) -> Any | None:
+        """The cluster's status, or None without one."""
+        store = self.store
+        if not isinstance(store, PostgresStore):
+            return None
+        from ..store import cluster_status  # the cluster's modules load on first use
+
+        return await cluster_status(store)
+
+    async def journal(self, run_ids: Sequence[str]) -> dict[str, Any]:
+        """The journal entries of these runs, by call id."""
+        store = self.store
+        if store is None:
+            return {}
+        found: dict[str, Any] = {}
+        for run_id in run_ids:
+            for entry in await store.calls(run_id):
+                found[entry.tool_use_id] = entry
+        return found
+
+    async def events_so_far(self, run_id: str, *, waits: bool) -> list[tuple[int, Any]]:
+        """The events a run has reported so far. The runs' stream of them stops at each
+        pause for approval, so it is read again past each pause; a run in progress (or
+        paused now) is read for a moment, and the page's script reads on."""
+        got: list[tuple[int, Any]] = []
+        with trio.move_on_after(_EVENTS_GRACE if waits else _EVENTS_BOUND):
+            while True:
+                before = len(got)
+                events = self.runs.events(run_id, after=got[-1][0] if got else 0)
+                try:
+                    async for event in events:
+                        got.append((event.id, event.data))
+                finally:
+                    close = getattr(events, "aclose", None)
+                    if close is not None:
+                        await close()
+                last = got[-1][1] if got else {}
+                result = last.get("result") or {}
+                # Read on past a pause only: a run paused now has nothing past it (its
+                # stream ends at once, and is not read again).
+                if (
+                    len(got) == before
+                    or last.get("type") != "RunEnd"
+                    or result.get("status") != "awaiting_approval"
+                ):
+                    break
+        return got
+
+    async def calls(self, runs: Sequence[RunView]) -> dict[str, Mapping[str, Any]]:
+        """What the conversation page tells of each tool call, by call id: its outcome
+        (``error_kind``, ``duration``) and decision from the runs' events, and its state
+        in the journal (``journal``: ``finished`` or ``in doubt``)."""
+        calls: dict[str, dict[str, Any]] = {}
+        for view in runs:
+            if not view.ended:
+                continue
+            for _, data in await self.events_so_far(view.run_id, waits=False):
+                call_id = str(data.get("tool_use_id"))
+                if data.get("type") == "ToolCallEnd":
+                    calls.setdefault(call_id, {}).update(data.get("outcome") or {})
+                elif data.get("type") == "ApprovalDecided":
+                    calls.setdefault(call_id, {})["decision"] = data
+        for call_id, entry in (await self.journal([v.run_id for v in runs])).items():
+            known = calls.setdefault(call_id, {})
+            known["journal"] = "finished" if entry.finished else "in doubt"
+            if entry.error_kind and not known.get("error_kind"):
+                known["error_kind"] = entry.error_kind
+        return dict(calls)
