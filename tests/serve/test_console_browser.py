@@ -1,7 +1,8 @@
 """The console in a real headless Chromium (Debian's ``chromium`` and
 ``chromium-driver``, driven by selenium): logging in, the approval inbox's approve
-(with an edited input) and deny, hostile text shown as text, and a run's events
-appearing live. No test skips when the browser is missing: it fails naming the install
+(with an edited input) and deny, hostile text shown as text, a run's events appearing
+live, the keyboard alone, every page with JavaScript off (steering and cancelling by
+its forms), and the screenshots docs/console.md shows. No test skips when the browser is missing: it fails naming the install
 command (``make test`` installs it, as root).
 
 The server runs in the test's trio loop; each selenium call (blocking) runs in a
@@ -12,6 +13,7 @@ ends, with its processes.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,11 +27,13 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 from serve_agents import Banker, scripted, two_transfers
 
 import satsuma
+from satsuma import Usage
 from satsuma.serve import create_token
 from satsuma.testing import Reply
 
@@ -49,8 +53,8 @@ def _reset() -> None:
     serve_agents.gate["open"] = trio.Event()
 
 
-@pytest.fixture
-def browser() -> Iterator[WebDriver]:
+def chromium(*, javascript: bool = True, size: tuple[int, int] | None = None) -> WebDriver:
+    """A headless Chromium (failing, naming the install command, when it is missing)."""
     missing = [str(path) for path in (CHROMIUM, DRIVER) if not path.exists()]
     if missing:
         pytest.fail(
@@ -61,8 +65,19 @@ def browser() -> Iterator[WebDriver]:
     options.binary_location = str(CHROMIUM)
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(argument)
+    if size is not None:
+        options.add_argument(f"--window-size={size[0]},{size[1]}")
+    if not javascript:
+        options.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2}
+        )
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(str(DRIVER)))
+    return webdriver.Chrome(options=options, service=Service(str(DRIVER)))
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    driver = chromium()
     try:
         yield driver
     finally:
@@ -186,6 +201,22 @@ async def test_hostile_text_is_shown_and_never_run(serve_http: Any, browser: Web
         assert HOSTILE in shown  # the tool's result, as text
         assert any("<script>alert(2)</script>" in text for text in shown)  # its input
 
+        def lists(driver: WebDriver) -> list[str]:
+            texts = []
+            for path in ("/console", "/console/agents", "/console/usage"):
+                driver.get(f"{served.url}{path}")
+                until(driver, lambda d: d.find_elements(By.TAG_NAME, "h1"))
+                with pytest.raises(NoAlertPresentException):
+                    driver.switch_to.alert.text  # noqa: B018 (no script ran: no alert)
+                assert driver.find_elements(By.TAG_NAME, "img") == []
+                assert driver.find_elements(By.TAG_NAME, "svg") == []
+                texts.append(driver.find_element(By.TAG_NAME, "main").text)
+            no_browser_errors(driver)
+            return texts
+
+        overview, agents, _ = await off(lists, browser)
+        assert agent_id in overview and agent_id in agents  # the tree, the latest runs
+
 
 async def test_a_runs_events_appear_live(serve_http: Any, browser: WebDriver) -> None:
     model = scripted(Reply(tool_calls=[("slow", {"label": "a"})]), "Finished.")
@@ -254,6 +285,8 @@ async def test_every_page_loads_only_its_own_files_with_labelled_controls(
             "/console/approvals",
             "/console/conversations/banker/look",
             f"/console/runs/{run['run_id']}",
+            "/console/usage",
+            "/console/cluster",
         ]
 
         def visit(driver: WebDriver) -> list[tuple[str, str, list[str], list[str]]]:
@@ -284,3 +317,147 @@ async def test_every_page_loads_only_its_own_files_with_labelled_controls(
             assert heading and not heading.startswith("Error"), path
             assert foreign == [], path
             assert unlabelled == [], path
+
+
+FOCUSED = "return document.activeElement.outerHTML;"
+
+
+async def test_the_inbox_is_used_with_the_keyboard_alone(
+    serve_http: Any, browser: WebDriver
+) -> None:
+    async with serve_http([Banker], model=scripted(*two_transfers("Done."))) as served:
+        run = (
+            await served.client.post("/v1/agents/banker/keys/runs", json={"prompt": "Pay"})
+        ).json()
+        first = run["pending"][0]["call_id"]
+
+        def approve_by_keyboard(driver: WebDriver) -> list[str]:
+            driver.get(f"{served.url}/console/approvals")
+            until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "article.approval"))
+            body = driver.find_element(By.TAG_NAME, "body")
+            focused = []
+            # Tab from the top: the navigation's links, then each form's fields and
+            # buttons, in order, each with a visible focus.
+            for _ in range(40):
+                body.send_keys(Keys.TAB)
+                html = driver.execute_script(FOCUSED)
+                focused.append(html)
+                if html.startswith("<button") and "Approve" in html:
+                    break
+            active = driver.switch_to.active_element
+            assert active.value_of_css_property("outline-style") == "solid"
+            active.send_keys(Keys.ENTER)
+            until(driver, lambda d: not d.find_elements(By.ID, f"call-{first}"))
+            no_browser_errors(driver)
+            return focused
+
+        focused = await off(approve_by_keyboard, browser)
+        assert focused[0].startswith('<a href="/console">')
+        assert any(html.startswith("<textarea") for html in focused)
+        assert focused[-1].startswith("<button") and "Approve" in focused[-1]
+        pending = (await served.client.get("/v1/approvals")).json()["approvals"]
+        assert [p["call_id"] for p in pending] == [run["pending"][1]["call_id"]]
+
+
+async def test_every_page_reads_and_steers_with_javascript_off(serve_http: Any) -> None:
+    model = scripted(Reply(tool_calls=[("slow", {"label": "a"})]), "Steered.", "Unused.")
+    driver = chromium(javascript=False)
+    try:
+        async with serve_http([Banker], model=model) as served:
+            run = (
+                await served.client.post(
+                    "/v1/agents/banker/nojs/runs", json={"prompt": "Go", "wait": False}
+                )
+            ).json()
+
+            def read_and_steer(driver: WebDriver) -> list[tuple[str, str]]:
+                seen = []
+                for path in (
+                    "/console",
+                    "/console/agents",
+                    "/console/approvals",
+                    "/console/usage",
+                    "/console/cluster",
+                    f"/console/runs/{run['run_id']}",
+                    "/console/conversations/banker/nojs",
+                ):
+                    driver.get(f"{served.url}{path}")
+                    seen.append((path, driver.find_element(By.TAG_NAME, "main").text))
+                driver.find_element(By.ID, "steer-prompt").send_keys("Hurry")
+                driver.find_element(By.XPATH, "//button[text()='Steer']").click()
+                until(driver, lambda d: d.find_element(By.TAG_NAME, "h1").text.startswith("Run"))
+                driver.get(f"{served.url}/console/conversations/banker/nojs")
+                driver.find_element(
+                    By.XPATH, "//button[text()='Cancel the run in progress']"
+                ).click()
+                until(driver, lambda d: "Cancel the run in progress" not in d.page_source)
+                return seen
+
+            seen = await off(read_and_steer, driver)
+            for path, text in seen:
+                assert text and "Error" not in text.splitlines()[0], path
+            run_text = dict(seen)[f"/console/runs/{run['run_id']}"]
+            assert "RunStart" in run_text and "ToolCallStart" in run_text
+            # Shown only where no script runs: JavaScript was off.
+            assert "JavaScript is off: these are the events so far" in run_text
+            ended = (await served.client.get(f"/v1/runs/{run['run_id']}")).json()
+            assert ended["status"] == "cancelled"
+            assert serve_agents.done == []
+    finally:
+        driver.quit()
+
+
+# The pages docs/console.md shows, and the file each is saved as.
+SHOTS = [
+    ("/console", "overview"),
+    ("/console/agents", "agents"),
+    ("/console/approvals", "approvals"),
+    ("/console/conversations/banker/invoice-17", "conversation"),
+    ("/console/usage", "usage"),
+]
+
+
+async def test_screenshots_of_the_pages(serve_http: Any, tmp_path: Path) -> None:
+    """Takes the screenshots docs/console.md shows, into a temporary folder; with
+    SATSUMA_CONSOLE_SCREENSHOTS=DIR (docs/images/console to refresh the docs' own), into
+    DIR. Compares nothing: it checks each page rendered and each image was written."""
+    folder = Path(os.environ.get("SATSUMA_CONSOLE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    priced = Usage(input_tokens=1200, output_tokens=80, cost_usd=0.0042)
+    model = scripted(
+        *two_transfers(Reply(text="Paid carol 5; the transfer to al was denied.", usage=priced)),
+        Reply(text="Hello! How can I help?", usage=priced),
+        *two_transfers(),
+    )
+    driver = chromium(size=(1100, 760))
+    try:
+        async with serve_http([Banker, serve_agents.Greeter], model=model) as served:
+            client = served.client
+            first = (
+                await client.post("/v1/agents/banker/invoice-17/runs", json={"prompt": "Pay"})
+            ).json()
+            calls = [p["call_id"] for p in first["pending"]]
+            edited = {"decision": "approve", "input": {"to": "carol", "amount": 5}}
+            await client.post(f"/v1/approvals/{first['run_id']}/{calls[0]}", json=edited)
+            denial = {"decision": "deny", "reason": "al is not a payee"}
+            await client.post(f"/v1/approvals/{first['run_id']}/{calls[1]}", json=denial)
+            greeted = await client.post("/v1/agents/greeter/ann/runs", json={"prompt": "Hi"})
+            assert greeted.json()["status"] == "completed"
+            waiting = await client.post("/v1/agents/banker/invoice-18/runs", json={"prompt": "Pay"})
+            assert waiting.json()["status"] == "awaiting_approval"
+
+            def shoot(driver: WebDriver) -> list[Path]:
+                written = []
+                for path, name in SHOTS:
+                    driver.get(f"{served.url}{path}")
+                    until(driver, lambda d: d.find_elements(By.TAG_NAME, "h1"))
+                    target = folder / f"{name}.png"
+                    assert driver.save_screenshot(str(target)), path
+                    written.append(target)
+                no_browser_errors(driver)
+                return written
+
+            for image in await off(shoot, driver):
+                assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
+    finally:
+        driver.quit()

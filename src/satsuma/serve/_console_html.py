@@ -336,6 +336,12 @@ def event_summary(data: Mapping[str, Any]) -> str:
     return ""
 
 
+_NO_SCRIPT = (
+    '<noscript><p class="noscript">JavaScript is off: these are the events so far; '
+    "reload the page to see the next ones.</p></noscript>"
+)
+
+
 def run_page(
     view: RunView,
     events: Sequence[tuple[int, Mapping[str, Any]]],
@@ -381,7 +387,8 @@ def run_page(
         f'<p>status <strong id="status" class="status-{e(view.status)}">{e(view.status)}'
         f'</strong></p>{cancel}<pre class="prompt">{e(view.prompt)}</pre>{output}{error}'
         '<section aria-labelledby="evs"><h2 id="evs">Events</h2>'
-        f'<ol id="events" aria-live="polite"{live}>{rows}</ol></section>'
+        f'<ol id="events" aria-live="polite"{live}>{rows}</ol>{_NO_SCRIPT if live else ""}'
+        "</section>"
     )
     return f"Run {view.run_id}", body
 
