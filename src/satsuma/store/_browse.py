@@ -192,33 +192,45 @@ async def conversation_page(
     mark = _mark(store)
 
     def work(db: Any) -> tuple[list[ConversationSummary], int]:
+        # The page's ids first, from the (agent_id, started_at) index alone; only then
+        # the sums, over those conversations' runs: never over every run.
         (total,) = db.execute(
             f"SELECT COUNT(DISTINCT agent_id) FROM runs WHERE {where}", params
         ).fetchone()
-        rows = db.execute(
-            f"SELECT agent_id, COUNT(*), MAX(started_at), {_sums(store)} FROM runs "
-            f"WHERE {where} GROUP BY agent_id ORDER BY MAX(started_at) DESC, agent_id "
-            f"LIMIT {mark} OFFSET {mark}",
-            [*params, max(limit, 0), max(offset, 0)],
-        ).fetchall()
-        latest: dict[str, RunRecord] = {}
-        if rows:
-            ids = [row[0] for row in rows]
-            marks = ", ".join(mark for _ in ids)
-            for found in db.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs AS r WHERE agent_id IN ({marks}) AND "
-                "started_at = (SELECT MAX(started_at) FROM runs WHERE agent_id = r.agent_id)",
+        ids = [
+            row[0]
+            for row in db.execute(
+                f"SELECT agent_id FROM runs WHERE {where} GROUP BY agent_id "
+                f"ORDER BY MAX(started_at) DESC, agent_id LIMIT {mark} OFFSET {mark}",
+                [*params, max(limit, 0), max(offset, 0)],
+            ).fetchall()
+        ]
+        if not ids:
+            return [], int(total)
+        marks = ", ".join(mark for _ in ids)
+        sums = {
+            row[0]: row
+            for row in db.execute(
+                f"SELECT agent_id, COUNT(*), {_sums(store)} FROM runs "
+                f"WHERE agent_id IN ({marks}) GROUP BY agent_id",
                 ids,
-            ).fetchall():
-                latest[found[1]] = run_record(found)
+            ).fetchall()
+        }
+        latest: dict[str, RunRecord] = {}
+        for found in db.execute(
+            f"SELECT {RUN_COLUMNS} FROM runs AS r WHERE agent_id IN ({marks}) AND "
+            "started_at = (SELECT MAX(started_at) FROM runs WHERE agent_id = r.agent_id)",
+            ids,
+        ).fetchall():
+            latest[found[1]] = run_record(found)
         page = []
-        for row in rows:
-            usage, unpriced = _usage(row)
+        for agent_id in ids:
+            usage, unpriced = _usage(sums[agent_id])
             page.append(
                 ConversationSummary(
-                    agent_id=row[0],
-                    runs=int(row[1]),
-                    latest=latest[row[0]],
+                    agent_id=agent_id,
+                    runs=int(sums[agent_id][1]),
+                    latest=latest[agent_id],
                     usage=usage,
                     unpriced=unpriced,
                 )
