@@ -276,6 +276,8 @@ async def test_the_agents_page_pages_and_searches(serve_http: Any) -> None:
         assert found.text.count("<tr><td>greeter <code>Greeter</code></td>") == 1
         # Its two runs, counted in one row.
         assert "<td>2</td>" in found.text
+        past = await served.client.get("/console/agents?page=9")
+        assert "No conversation on page 9: there are 52." in past.text
         none = await served.client.get("/console/agents?q=%3Cnobody%3E")
         assert "No agent has run yet." in none.text and "&lt;nobody&gt;" in none.text
 

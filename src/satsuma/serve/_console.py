@@ -202,7 +202,8 @@ class ConsoleSurface:
         runs = await self._reads.latest(reads)
         pending = [p for p in await self._runs.pending() if reads(p.agent)]
         title, body = overview_page(agents, runs, len(pending))
-        return title, tree_section(*self._reads.tree(reads)) + body
+        tree = tree_section(*self._reads.tree(reads), cluster=self._reads.clustered)
+        return title, tree + body
 
     async def _approvals(
         self,

@@ -100,15 +100,18 @@ def _tree_item(node: TreeNode) -> str:
     )
 
 
-def tree_section(root: TreeNode | None, hidden: int) -> str:
+def tree_section(root: TreeNode | None, hidden: int, *, cluster: bool = False) -> str:
     """The supervision tree: the server's supervisor, each conversation's own under it
-    and its agent; ``hidden`` children past the page's limit are counted, not shown."""
+    and its agent; ``hidden`` children past the page's limit are counted, not shown.
+    Without a tree (``root`` None), ``cluster`` says the runs go through a cluster."""
     heading = '<h2 id="tree">Supervision tree</h2>'
-    if root is None:
+    if root is None and cluster:
         body = (
             "<p>Runs go through the cluster: each node supervises its own agents (see "
             '<a href="/console/cluster">Cluster</a>).</p>'
         )
+    elif root is None:
+        body = "<p>This server's runs tell no supervision tree.</p>"
     else:
         more = f"<p>and {hidden} more conversations open.</p>" if hidden else ""
         opened = "" if root.children else "<p>No conversation is open now.</p>"
@@ -167,6 +170,8 @@ def agents_page(
         '<th scope="col">last run</th><th scope="col">runs</th><th scope="col">tokens</th>'
         f'<th scope="col">cost</th></tr></thead><tbody>{"".join(lines)}</tbody></table>'
         if rows
+        else f"<p>No conversation on page {page_number}: there are {total}.</p>"
+        if total
         else "<p>No agent has run yet.</p>"
     )
     query = f"&amp;q={e(q(search))}" if search else ""
@@ -176,7 +181,7 @@ def agents_page(
 def usage_page(totals: Mapping[str, UsageTotal]) -> tuple[str, str]:
     """Usage and cost by served class, and over them all."""
     if not totals:
-        return "Usage", "<p>No agent class is served to this token.</p>"
+        return "Usage", "<p>No usage to show: no served class this token reads keeps a store.</p>"
 
     def row(label: str, total: UsageTotal, header: bool = False) -> str:
         usage = total.usage

@@ -59,6 +59,11 @@ class ConsoleReads:
         return store if isinstance(store, MemoryStore | SQLiteStore | PostgresStore) else None
 
     @property
+    def clustered(self) -> bool:
+        """Whether the runs go through a cluster (a PostgresStore's)."""
+        return isinstance(self.store, PostgresStore)
+
+    @property
     def supervisor(self) -> Supervisor | None:
         """The supervisor of the runs' agents (None for a cluster's runs)."""
         found = getattr(self.runs, "supervisor", None)
