@@ -56,10 +56,14 @@ async def test_pages_group_sum_search_and_hide_other_classes(store: Store) -> No
 
     latest = await latest_runs(store, under=["support/"], limit=2)
     assert [r.run_id for r in latest] == ["r3", "r2"]
+    # One conversation's, by its exact id (not every id it prefixes).
+    await _run(store, "r6", "support/alice2", 50.0, 1, None)
+    alices = await latest_runs(store, under=["support/"], agent_id="support/alice")
+    assert [r.run_id for r in alices] == ["r3", "r1"]
 
     total_usage = await usage_total(store, under=["support/"])
-    assert total_usage.runs == 4 and total_usage.unpriced == 1
-    assert total_usage.usage.input_tokens == 113 and total_usage.usage.cost_usd == 0.75
+    assert total_usage.runs == 5 and total_usage.unpriced == 2
+    assert total_usage.usage.input_tokens == 114 and total_usage.usage.cost_usd == 0.75
     nothing = await usage_total(store, under=["nobody/"])
     assert (nothing.runs, nothing.usage.cost_usd, nothing.unpriced) == (0, None, 0)
 

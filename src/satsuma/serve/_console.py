@@ -271,7 +271,11 @@ class ConsoleSurface:
         self, principal: Principal, csrf: str, name: str, agent_id: str
     ) -> tuple[str, str]:
         messages = await self._runs.messages(name, agent_id)
-        runs = await self._runs.runs(name, agent_id, limit=_CONVERSATION_RUNS)
+        # Its latest runs, read from the store's index: a conversation of thousands of
+        # runs is not read whole.
+        runs = await self._reads.latest(
+            _reader(principal), _CONVERSATION_RUNS, conversation=(name, agent_id)
+        )
         calls = await self._reads.calls(runs)
         may_run = principal.allows("run", name)
         return conversation_page(

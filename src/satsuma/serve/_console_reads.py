@@ -116,14 +116,27 @@ class ConsoleReads:
             id=info.id, kind=info.kind, what=_what(child), state=info.state, restarts=info.restarts
         )
 
-    async def latest(self, may_read: Callable[[str], bool], limit: int = 20) -> list[RunView]:
-        """The latest runs the viewer reads: the store's when there is one (every run it
-        keeps), else those the runs hold in memory."""
+    async def latest(
+        self,
+        may_read: Callable[[str], bool],
+        limit: int = 20,
+        conversation: tuple[str, str] | None = None,
+    ) -> list[RunView]:
+        """The latest runs the viewer reads (of one ``conversation``, its name and id,
+        when given): the store's when there is one (every run it keeps, read a page at a
+        time), else those the runs hold."""
         store = self.store
         if store is None:
+            if conversation is not None:
+                return await self.runs.runs(*conversation, limit=limit)
             views = await self.runs.runs(limit=limit * 2)
             return [v for v in views if may_read(v.agent)][:limit]
-        records = await latest_runs(store, under=self.prefixes(may_read), limit=limit)
+        records = await latest_runs(
+            store,
+            under=self.prefixes(may_read),
+            limit=limit,
+            agent_id=stored_id(*conversation) if conversation is not None else None,
+        )
         views = []
         for record in records:
             parts = split_stored_id(record.agent_id)

@@ -241,14 +241,21 @@ async def conversation_page(
     return result
 
 
-async def latest_runs(store: Any, *, under: Sequence[str], limit: int = 20) -> list[RunRecord]:
-    """The latest runs of the conversations under ``under``, newest first."""
+async def latest_runs(
+    store: Any, *, under: Sequence[str], limit: int = 20, agent_id: str | None = None
+) -> list[RunRecord]:
+    """The latest runs of the conversations under ``under`` (of the one conversation
+    ``agent_id`` when given: read from its index), newest first."""
     if isinstance(store, MemoryStore):
         await trio.lowlevel.checkpoint()
         found = _memory_runs(store, under, "")
+        if agent_id is not None:
+            found = [record for record in found if record.agent_id == agent_id]
         return sorted(found, key=lambda r: r.started_at, reverse=True)[: max(limit, 0)]
     where, params = _where(store, under, "")
     mark = _mark(store)
+    if agent_id is not None:
+        where, params = f"agent_id = {mark}", [agent_id]
 
     def work(db: Any) -> list[RunRecord]:
         rows = db.execute(
