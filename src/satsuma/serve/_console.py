@@ -8,9 +8,12 @@ token, and one whose ``Origin`` is another site is refused before that. Every an
 has the same security headers: a CSP of ``default-src 'self'`` (no inline script or
 style, no file from another host), no framing, no sniffing, no caching.
 
-Pages read the server's ``Runs`` as every surface does; a decision here is
-``Runs.decide``, the same call satsuma's API makes, so an edited input is checked as
-``resume`` checks it and a refusal (``BadDecision``) is shown in the page.
+Pages read the server's ``Runs`` as every surface does, and what only the store, the
+supervisor or the cluster knows through ``_console_reads`` (a page of the store at a
+time); a decision here is ``Runs.decide``, the same call satsuma's API makes, so an
+edited input is checked as ``resume`` checks it and a refusal (``BadDecision``) is
+shown in the page. Steering a conversation is ``Runs.start`` with
+``if_busy="interrupt"``; cancelling is ``Runs.cancel``.
 """
 
 from __future__ import annotations
