@@ -35,6 +35,7 @@ from serve_agents import Banker, scripted, two_transfers
 import satsuma
 from satsuma import Usage
 from satsuma.serve import create_token
+from satsuma.store import PostgresStore
 from satsuma.testing import Reply
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -461,3 +462,33 @@ async def test_screenshots_of_the_pages(serve_http: Any, tmp_path: Path) -> None
                 assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
     finally:
         driver.quit()
+
+
+async def test_the_cluster_page_in_front_of_postgresql(
+    postgres_dsn: str, serve_http: Any, browser: WebDriver
+) -> None:
+    async with (
+        PostgresStore(postgres_dsn) as store,
+        serve_http([serve_agents.Greeter], store=store, node=True, model=scripted("Hi.")) as served,
+    ):
+        done = await served.client.post(
+            f"/v1/agents/greeter/{quote(HOSTILE, safe='')}/runs", json={"prompt": "Hi"}
+        )
+        assert done.json()["status"] == "completed", done.text
+
+        def look(driver: WebDriver) -> tuple[list[str], list[str], str]:
+            driver.get(f"{served.url}/console/cluster")
+            until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#nodes + table tbody tr"))
+            nodes = [
+                row.text for row in driver.find_elements(By.CSS_SELECTOR, "#nodes + table tbody tr")
+            ]
+            foreign = driver.execute_script(ALL_LOCAL)
+            driver.get(f"{served.url}/console/agents")
+            assert driver.find_elements(By.TAG_NAME, "img") == []
+            no_browser_errors(driver)
+            return nodes, foreign, driver.find_element(By.TAG_NAME, "main").text
+
+        nodes, foreign, agents = await off(look, browser)
+        assert len(nodes) == 1 and "greeter" in nodes[0] and "alive" in nodes[0]
+        assert foreign == []
+        assert HOSTILE in agents  # the conversation's id, as text
