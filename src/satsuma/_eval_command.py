@@ -8,7 +8,7 @@ one failed or regressed (a CI gate), 2 for a mistake on the command line or in a
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import time
 
 import trio
 from rich.console import Console
@@ -113,8 +113,10 @@ def _baseline(args: argparse.Namespace) -> Report | None:
 
 async def _dataset(args: argparse.Namespace, name: str) -> Dataset:
     if args.dataset is not None:
-        if args.agent_id or args.limit is not None:
-            raise CommandError("--agent-id and --limit go with --from-store, not --dataset")
+        if args.agent_id or args.agent or args.limit is not None or args.since is not None:
+            raise CommandError(
+                "--agent, --agent-id, --limit and --since go with --from-store, not --dataset"
+            )
         try:
             return Dataset.load(args.dataset)
         except DatasetError as error:
@@ -122,10 +124,15 @@ async def _dataset(args: argparse.Namespace, name: str) -> Dataset:
     where = store_option(args.from_store)
     if not where.postgres and not await trio.Path(where.path).is_file():
         raise CommandError(f"no such store: {where.shown}")
+    # By default the evaluated class's own runs; --agent-id alone reaches conversations
+    # whatever their class (and runs recorded before satsuma kept it).
+    agent = args.agent if args.agent is not None or args.agent_id else name
+    since = time.time() - args.since if args.since is not None else None
     store = await open_store(where)
     try:
-        ids: Any = args.agent_id or [name]
-        return await Dataset.from_store(store, ids, limit=args.limit)
+        return await Dataset.from_store(
+            store, args.agent_id or None, agent=agent, limit=args.limit, since=since
+        )
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()

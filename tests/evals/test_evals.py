@@ -439,3 +439,36 @@ async def test_cancelling_an_evaluation_stops_every_run_and_reports_what_finishe
         )
     assert scope.cancelled_caught  # the slow run did not hold the evaluation past its scope
     assert finished == ["quick"]
+
+
+class Billing(satsuma.Agent):
+    name = "billing"
+    tools = [lookup]
+
+
+async def test_cases_are_taken_by_agent_class_across_conversations(tmp_path: Path) -> None:
+    store = await stored_runs(tmp_path / "prod.db")
+    async with satsuma.open_agent(
+        Support, model=ScriptedModel(["Hi again."]), store=store, agent_id="t-2"
+    ) as agent:
+        await agent.run("hello")
+    async with satsuma.open_agent(
+        Billing, model=ScriptedModel(["Paid."]), store=store, agent_id="t-1"
+    ) as other:
+        await other.run("pay")
+    support = await Dataset.from_store(store, agent="support")
+    assert [case.prompt for case in support] == ["hi", "refund A1 30", "hello"]
+    assert {case.metadata["agent_id"] for case in support} == {"t-1", "t-2"}
+    assert all(case.metadata["agent"] == "support" for case in support)
+    # The conversation of t-1 holds both classes' runs: each case's output is its own.
+    (billing,) = (await Dataset.from_store(store, agent="billing")).cases
+    assert billing.output == "Paid." and len(billing.history) == 6
+    assert [c.prompt for c in await Dataset.from_store(store, "t-1", agent="support")] == [
+        "hi",
+        "refund A1 30",
+    ]
+    assert [c.prompt for c in await Dataset.from_store(store, limit=2)] == ["hello", "pay"]
+    assert len(await Dataset.from_store(store, agent="support", since=2e9)) == 0
+    with pytest.raises(ValueError, match=r"give agent .* agent_id, or a limit"):
+        await Dataset.from_store(store)
+    await store.aclose()

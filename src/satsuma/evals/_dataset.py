@@ -18,7 +18,7 @@ from typing import Any
 
 from .._exceptions import SatsumaError
 from .._messages import Message
-from ..store import Store
+from ..store import RunRecord, Store
 from ._case import Case, RecordedCall
 
 __all__ = ["Dataset", "DatasetError"]
@@ -114,41 +114,69 @@ class Dataset:
     async def from_store(
         cls,
         store: Store,
-        agent_id: str | Sequence[str],
+        agent_id: str | Sequence[str] | None = None,
         *,
+        agent: str | None = None,
         limit: int | None = None,
         since: float | None = None,
     ) -> Dataset:
-        """The completed runs of one conversation (or several) in ``store``, oldest
-        first: each a case with the conversation before it, its prompt, its output and
-        its recorded tool calls. ``limit`` keeps the newest so many; ``since`` (seconds
-        since the epoch) the runs started at or after it.
+        """The completed runs in ``store`` of the agent class named ``agent``
+        (``Agent.name``), of the conversation ``agent_id`` (or several), or of both,
+        oldest first: each a case with the conversation before it, its prompt, its output
+        and its recorded tool calls. ``limit`` keeps the newest so many; ``since``
+        (seconds since the epoch) the runs started at or after it. With neither
+        ``agent`` nor ``agent_id``, every agent's runs are read, and ``limit`` is needed.
+
+        A run recorded before satsuma kept its agent class has none: ``agent`` never
+        finds it, its ``agent_id`` does.
 
         Raises:
-            ValueError: a bad ``limit``.
+            ValueError: a bad argument, named, or neither ``agent``, ``agent_id`` nor
+                ``limit`` given.
         """
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
             raise ValueError(f"limit must be a positive int or None, got: {limit!r}")
-        ids = [agent_id] if isinstance(agent_id, str) else list(agent_id)
-        cases: list[Case] = []
+        ids: list[str | None]
+        if agent_id is None:
+            ids = [None]
+        elif isinstance(agent_id, str):
+            ids = [agent_id]
+        else:
+            ids = list(agent_id)
+            if not ids or not all(isinstance(one, str) for one in ids):
+                raise ValueError(f"agent_id must be a str or a non-empty list of str: {agent_id!r}")
+        if agent is None and agent_id is None and limit is None:
+            raise ValueError(
+                "give agent (the class's name), agent_id, or a limit on how many runs to read"
+            )
+        records: list[RunRecord] = []
         for one in ids:
-            cases.extend(await _stored_cases(store, one, since))
-        cases.sort(key=lambda case: case.metadata["started_at"])
+            records.extend(
+                await store.find_runs(
+                    agent=agent, agent_id=one, status="completed", since=since, limit=limit
+                )
+            )
+        records.sort(key=lambda record: record.started_at)  # stable: as found, on a tie
         if limit is not None:
-            cases = cases[-limit:]
-        return cls(cases)
+            records = records[-limit:]
+        return cls(await _stored_cases(store, records))
 
 
-async def _stored_cases(store: Store, agent_id: str, since: float | None) -> list[Case]:
-    records = await store.runs(agent_id)
-    messages = await store.load_messages(agent_id)
-    starts = sorted(r.position for r in records if r.position is not None)
+async def _stored_cases(store: Store, records: Sequence[RunRecord]) -> list[Case]:
+    # Each conversation is read once, whatever the number of its runs.
+    conversations: dict[str, tuple[list[Message], list[int]]] = {}
     cases = []
     for record in records:
-        if record.status != "completed" or record.position is None:
+        if record.position is None:  # a run recorded before satsuma kept where it starts
             continue
-        if since is not None and record.started_at < since:
-            continue
+        if record.agent_id not in conversations:
+            messages = await store.load_messages(record.agent_id)
+            runs = await store.runs(record.agent_id)
+            starts = sorted(r.position for r in runs if r.position is not None)
+            conversations[record.agent_id] = (messages, starts)
+        messages, starts = conversations[record.agent_id]
         later = [p for p in starts if p > record.position]
         end = later[0] if later else len(messages)
         added = messages[record.position + 1 : end]
@@ -158,6 +186,9 @@ async def _stored_cases(store: Store, agent_id: str, since: float | None) -> lis
             for entry in await store.calls(record.run_id)
             if entry.finished
         ]
+        metadata: dict[str, Any] = {"agent_id": record.agent_id, "started_at": record.started_at}
+        if record.agent is not None:
+            metadata["agent"] = record.agent
         cases.append(
             Case(
                 id=record.run_id,
@@ -165,7 +196,7 @@ async def _stored_cases(store: Store, agent_id: str, since: float | None) -> lis
                 history=messages[: record.position],
                 recorded=recorded,
                 output=output,
-                metadata={"agent_id": agent_id, "started_at": record.started_at},
+                metadata=metadata,
             )
         )
     return cases
