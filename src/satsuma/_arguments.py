@@ -347,6 +347,7 @@ _CHECKS = (
     "tools-any-order",
     "output",
     "output-contains",
+    "verifiers",
 )
 
 

@@ -26,6 +26,7 @@ from .evals import (
     Report,
     ReportError,
     ToolTrajectory,
+    Verifier,
     evaluate,
 )
 from .models import Model
@@ -53,7 +54,12 @@ def eval_command(args: argparse.Namespace, console: Console, errors: Console) ->
     elif ":" not in str(agent.model):  # Anthropic's API, by alias or id: it needs a key
         check_key()
     checks = args.check or ["tools", "output"]
-    evaluators = [_EVALUATORS[name] for name in dict.fromkeys(checks)]
+    if "verifiers" in checks and not agent.verifiers:
+        raise CommandError(f"--check verifiers: agent {agent.name} lists no verifiers")
+    evaluators = [
+        Verifier(agent, label="verifiers") if name == "verifiers" else _EVALUATORS[name]
+        for name in dict.fromkeys(checks)
+    ]
     dataset = trio.run(_dataset, args, agent.name)
     if not len(dataset):
         raise CommandError("the dataset has no cases: nothing to evaluate")

@@ -31,6 +31,19 @@ class Shop(satsuma.Agent):
 
 class Desk(satsuma.Agent):
     name = "desk"
+
+
+def mentions_a_refund(ctx: satsuma.VerifyContext) -> satsuma.Verdict:
+    if "refunded" in str(ctx.output):
+        return satsuma.Verdict.ok()
+    return satsuma.Verdict.retry("the answer says nothing of a refund")
+
+
+class Careful(satsuma.Agent):
+    name = "careful"
+    tools = [refund]
+    verifiers = [mentions_a_refund]
+    max_iterations = 3
 '''
 
 
@@ -173,3 +186,23 @@ def test_eval_takes_a_store_s_runs_by_class_conversation_and_age(tmp_path: Path)
     assert nothing.returncode == 2 and "no cases" in nothing.stderr
     bad = satsuma(tmp_path, "eval", "agents:Shop", "--from-store", "prod.db", "--since", "soon")
     assert bad.returncode == 2 and "--since" in bad.stderr
+
+
+def test_eval_scores_runs_with_the_agent_s_own_verifiers(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text(AGENTS)
+    ran = satsuma(
+        tmp_path, "run", "agents:Careful", 'use refund {"order": "A1"}', "--model", "fake",
+        "--store", "prod.db",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    common = ["eval", "agents:Careful", "--model", "fake", "--check", "verifiers"]
+    good = satsuma(tmp_path, *common, "--from-store", "prod.db")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "| case | passed | verifiers | tokens |" in good.stdout
+    (tmp_path / "cases.json").write_text(json.dumps([{"id": "greet", "prompt": "hello"}]))
+    bad = satsuma(tmp_path, *common, "--dataset", "cases.json")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "greet: FAILED" in bad.stderr
+    none = satsuma(tmp_path, "eval", "agents:Shop", "--model", "fake", "--check", "verifiers",
+                   "--dataset", "cases.json")  # fmt: skip
+    assert none.returncode == 2 and "agent shop lists no verifiers" in none.stderr

@@ -472,3 +472,70 @@ async def test_cases_are_taken_by_agent_class_across_conversations(tmp_path: Pat
     with pytest.raises(ValueError, match=r"give agent .* agent_id, or a limit"):
         await Dataset.from_store(store)
     await store.aclose()
+
+
+class NamesTheOrder(satsuma.Verifier):
+    def verify(self, ctx: satsuma.VerifyContext) -> satsuma.Verdict:
+        if "A1" in str(ctx.output):
+            return satsuma.Verdict.ok()
+        return satsuma.Verdict.retry("the answer does not name the order")
+
+
+def called_a_tool(ctx: satsuma.VerifyContext) -> satsuma.Verdict:
+    used = [block["name"] for m in ctx.messages for block in m.tool_uses]
+    return satsuma.Verdict.ok() if used else satsuma.Verdict.retry("no tool was called")
+
+
+class Checked(satsuma.Agent):
+    name = "checked"
+    tools = [send_refund]
+    verifiers = [NamesTheOrder, called_a_tool]
+
+
+async def test_a_verifier_of_the_agent_scores_each_run_with_its_verdict() -> None:
+    cases = [
+        Case(
+            id="good",
+            prompt="refund A1",
+            recorded=[RecordedCall("send_refund", {"order": "A1", "amount": 5}, "ok")],
+        ),
+        Case(id="vague", prompt="refund it"),
+    ]
+
+    def model(case: Case) -> ScriptedModel:
+        if case.id == "good":
+            return refunds("A1", 5, "Refunded A1.")
+        return ScriptedModel(["Done."] * 5)  # the agent's verifiers send it back: it insists
+
+    report = await evaluate(
+        Support,
+        cases,
+        [
+            satsuma.evals.Verifier(NamesTheOrder),
+            satsuma.evals.Verifier(called_a_tool, label="used_tools"),
+            satsuma.evals.Verifier(Checked, label="all", threshold=0.5),
+        ],
+        model=model,
+    )
+    good, vague = report.cases
+    assert good.passed, good.reasons
+    assert good.runs[0].scores == {
+        "verifier": (1.0, "the verifier passed"),
+        "used_tools": (1.0, "the verifier passed"),
+        "all": (1.0, "every verifier passed"),
+    }
+    assert not vague.passed
+    assert vague.runs[0].scores["verifier"] == (0.0, "the answer does not name the order")
+    assert vague.runs[0].scores["all"] == (
+        0.0,
+        "the answer does not name the order; no tool was called",
+    )
+    assert vague.runs[0].result is None  # a scored run keeps no conversation
+    # A run that did not complete has no answer to verify: a 0, never a pass.
+    crashed = CaseRun(status="failed", output=None)
+    score = await satsuma.evals.Verifier(NamesTheOrder).score(cases[0], crashed)
+    assert score == Score(0.0, "no answer to verify: the run ended failed")
+    with pytest.raises(TypeError, match=r"Verifier takes a satsuma\.Verifier"):
+        satsuma.evals.Verifier("not a verifier")
+    with pytest.raises(ValueError, match="agent support lists no verifiers"):
+        satsuma.evals.Verifier(Support)

@@ -28,6 +28,7 @@ from ._report import CaseRun as CaseRun
 from ._report import Comparison as Comparison
 from ._report import Report as Report
 from ._report import ReportError as ReportError
+from ._verifier import Verifier as Verifier
 
 __all__ = [
     "Case",
@@ -49,6 +50,7 @@ __all__ = [
     "Score",
     "ToolTrajectory",
     "Grade",
+    "Verifier",
     "evaluate",
 ]
 _public_names(__name__, globals())

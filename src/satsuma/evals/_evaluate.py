@@ -160,6 +160,8 @@ async def _run_case(
         error=result.error,
         replayed=recording.replayed,
         missed=recording.missed,
+        result=result,
+        agent=agent.name,
     )
 
 
@@ -175,6 +177,8 @@ async def _scored(run: CaseRun, case: Case, evaluators: Sequence[Evaluator]) -> 
             scores[evaluator.name] = (score.value, score.reason)
         except Exception as exc:  # an evaluator that fails scores 0, said why: never a pass
             scores[evaluator.name] = (0.0, f"{EVALUATOR_FAILED}{type(exc).__name__}: {exc}")
+    # Scored: the run's result (its messages) is let go, so a long evaluation's
+    # memory holds only what the report shows.
     return CaseRun(
         status=run.status,
         output=run.output,

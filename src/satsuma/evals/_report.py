@@ -15,6 +15,7 @@ import attrs
 
 from .._exceptions import SatsumaError
 from .._messages import Usage
+from ..agents import RunResult
 
 __all__ = ["CaseReport", "CaseRun", "Comparison", "Report", "ReportError"]
 
@@ -42,6 +43,10 @@ class CaseRun:
         scores: Each evaluator's score, by evaluator name: ``(value, reason)``.
         replayed: Calls answered with a recorded outcome.
         missed: Calls that matched no recorded one.
+        result: The run's ``RunResult`` while its evaluators score it (a ``Verifier``
+            reads its typed answer and messages); None once scored, and in a loaded
+            report: a report keeps no conversation, so its memory stays flat.
+        agent: The evaluated agent's name, while scored.
     """
 
     status: str
@@ -53,6 +58,8 @@ class CaseRun:
     scores: Mapping[str, tuple[float, str]] = attrs.Factory(dict)
     replayed: int = 0
     missed: int = 0
+    result: RunResult[Any] | None = attrs.field(default=None, eq=False, repr=False)
+    agent: str = attrs.field(default="", eq=False, repr=False)
 
     @property
     def tokens(self) -> int:
