@@ -2,23 +2,27 @@
 print the table, write the report, compare with a baseline.
 
 Exit status: 0 when every case passed and none regressed against the baseline, 1 when
-one failed or regressed (a CI gate), 2 for a mistake on the command line or in a file.
+one failed or regressed (a CI gate), 2 for a mistake on the command line or in a file,
+130 when Ctrl-C (SIGINT) stopped it: the table and the report then hold the cases that
+ran, the others marked not run.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import time
+from typing import Any, Final
 
 import trio
 from rich.console import Console
 
 from ._command_error import CommandError
 from ._commands import FAKE_MODEL, RunOptions, check_key, load_agent
+from ._eval_progress import EvalProgress
 from ._store_option import open_store, store_option
 from ._terminal import say, visible
 from .evals import (
-    CaseReport,
     Dataset,
     DatasetError,
     Evaluator,
@@ -32,7 +36,10 @@ from .evals import (
 from .models import Model
 from .testing import FakeModel
 
-__all__ = ["eval_command"]
+__all__ = ["INTERRUPTED", "eval_command"]
+
+INTERRUPTED: Final = 130
+"""The exit status of an evaluation Ctrl-C stopped (128 + SIGINT, as a shell says)."""
 
 _EVALUATORS: dict[str, Evaluator] = {
     "tools": ToolTrajectory(),
@@ -63,36 +70,24 @@ def eval_command(args: argparse.Namespace, console: Console, errors: Console) ->
     dataset = trio.run(_dataset, args, agent.name)
     if not len(dataset):
         raise CommandError("the dataset has no cases: nothing to evaluate")
-    done = 0
-
-    def progress(case: CaseReport) -> None:
-        nonlocal done
-        done += 1
-        verdict = "passed" if case.passed else "FAILED: " + "; ".join(case.reasons)
-        say(errors, f"[{done}/{len(dataset)}] {visible(case.case_id)}: {visible(verdict)}")
-
-    try:
-        report = trio.run(
-            lambda: evaluate(
-                agent,
-                dataset,
-                evaluators,
-                repeat=args.repeat,
-                tools=args.tools,
-                max_concurrency=args.concurrency,
-                model=model,
-                pass_share=args.pass_share,
-                on_case=progress,
-            )
-        )
-    except ValueError as error:  # a tool server under --tools replay, say
-        raise CommandError(str(error)) from None
+    with EvalProgress(errors, len(dataset)) as progress:
+        report = trio.run(_evaluate, agent, dataset, evaluators, args, model, progress)
+    interrupted = not report.complete
     console.print(visible(report.markdown()), markup=False, highlight=False)
     if args.report is not None:
         try:
             report.save(args.report)
         except OSError as error:
             raise CommandError(f"cannot write the report to {args.report}: {error}") from None
+    if interrupted:
+        ran = len(report.finished)
+        say(
+            errors,
+            f"satsuma eval: interrupted: {ran} of {len(report.cases)} cases ran; the "
+            f"{len(report.cases) - ran} others are marked not run"
+            + (f" in {args.report}" if args.report is not None else ""),
+        )
+        return INTERRUPTED
     failed = not report.passed
     if baseline is not None:
         comparison = report.compare(baseline)
@@ -106,6 +101,48 @@ def eval_command(args: argparse.Namespace, console: Console, errors: Console) ->
                 say(console, f"{what}: {visible(', '.join(ids))}")
         failed = failed or not comparison.ok
     return 1 if failed else 0
+
+
+async def _evaluate(
+    agent: Any,
+    dataset: Dataset,
+    evaluators: list[Evaluator],
+    args: argparse.Namespace,
+    model: Model | None,
+    progress: EvalProgress,
+) -> Report:
+    """The report; Ctrl-C (SIGINT) stops the runs in flight and starts no more, and the
+    report is then partial (``complete`` False)."""
+    stop = trio.Event()
+    refused: ValueError | None = None
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+
+        async def interrupt() -> None:
+            async for _ in signals:
+                stop.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(interrupt)
+            nursery.start_soon(progress.redraw)
+            try:
+                report = await evaluate(
+                    agent,
+                    dataset,
+                    evaluators,
+                    repeat=args.repeat,
+                    tools=args.tools,
+                    max_concurrency=args.concurrency,
+                    model=model,
+                    pass_share=args.pass_share,
+                    on_case=progress.case,
+                    stop=stop,
+                )
+            except ValueError as error:  # refused before any run: said as bad input
+                refused = error
+            nursery.cancel_scope.cancel()
+    if refused is not None:
+        raise CommandError(str(refused))
+    return report
 
 
 def _baseline(args: argparse.Namespace) -> Report | None:

@@ -539,3 +539,92 @@ async def test_a_verifier_of_the_agent_scores_each_run_with_its_verdict() -> Non
         satsuma.evals.Verifier("not a verifier")
     with pytest.raises(ValueError, match="agent support lists no verifiers"):
         satsuma.evals.Verifier(Support)
+
+
+async def test_a_stopped_evaluation_reports_what_ran_and_marks_the_rest_not_run(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    async def slow(request: Any) -> str:
+        prompt = request.messages[-1].text
+        await trio.sleep({"quick": 0, "twice": 10}.get(prompt, 3600))
+        return "done"
+
+    cases = [
+        Case(id="quick", prompt="quick", expected_output="done"),
+        Case(id="twice", prompt="twice", expected_output="done"),
+        Case(id="slow", prompt="slow", expected_output="done"),
+    ]
+    stop = trio.Event()
+    seen: list[str] = []
+
+    def finished(case: Any) -> None:
+        seen.append(case.case_id)
+        if case.case_id == "twice":
+            stop.set()
+
+    report = await evaluate(
+        Support,
+        cases,
+        [OutputMatches()],
+        model=FunctionModel(slow),
+        repeat=2,
+        max_concurrency=5,  # quick x2, twice x2, one slow run in flight; one slow not started
+        on_case=finished,
+        stop=stop,
+    )
+    assert seen == ["quick", "twice"]
+    assert not report.complete and not report.passed
+    assert [c.case_id for c in report.finished] == ["quick", "twice"]
+    assert report.not_run == ("slow",)
+    (slow_case,) = [c for c in report.cases if c.case_id == "slow"]
+    assert not slow_case.finished and not slow_case.passed and slow_case.runs == ()
+    assert slow_case.reasons[0].startswith("not run: the evaluation was stopped")
+    table = report.markdown()
+    assert "| slow | not run |" in table and "2 of 3 cases ran" in table
+    report.save(tmp_path / "partial.json")
+    assert Report.load(tmp_path / "partial.json") == report
+    # A case not run is neither a regression nor an improvement against a baseline.
+    baseline = await evaluate(
+        Support, cases, [OutputMatches()], model=lambda _: ScriptedModel(["done"] * 2), repeat=2
+    )
+    assert baseline.complete and baseline.passed
+    assert report.compare(baseline).regressed == ()
+    # Stopped before it starts: every case is marked not run, none ran.
+    stop_now = trio.Event()
+    stop_now.set()
+    nothing = await evaluate(
+        Support, cases, [OutputMatches()], model=FunctionModel(slow), stop=stop_now
+    )
+    assert nothing.not_run == ("quick", "twice", "slow") and not nothing.complete
+
+
+async def test_a_case_stopped_between_its_repeats_keeps_the_runs_that_ended(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def second_is_slow(request: Any) -> str:
+        second_is_slow.calls += 1  # type: ignore[attr-defined]
+        await trio.sleep(0 if second_is_slow.calls == 1 else 3600)  # type: ignore[attr-defined]
+        return "done"
+
+    second_is_slow.calls = 0  # type: ignore[attr-defined]
+    stop = trio.Event()
+
+    async def stop_later() -> None:
+        await trio.sleep(60)
+        stop.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_later)
+        report = await evaluate(
+            Support,
+            [Case(id="c", prompt="hi")],
+            [OutputMatches()],
+            model=FunctionModel(second_is_slow),
+            repeat=2,
+            stop=stop,
+        )
+    (case,) = report.cases
+    assert not case.finished and len(case.runs) == 1 and case.runs[0].output == "done"
+    assert case.reasons == (
+        "not run: the evaluation was stopped before this case's runs ended (1 of 2 runs ended)",
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import trio
@@ -23,7 +23,7 @@ from ._case import Case
 from ._dataset import Dataset
 from ._evaluators import Evaluator, Score
 from ._replay import RECORDING_KEY, Recording, replaying, tool_calls
-from ._report import EVALUATOR_FAILED, CaseReport, CaseRun, Report, summary_reasons
+from ._report import EVALUATOR_FAILED, NOT_RUN, CaseReport, CaseRun, Report, summary_reasons
 
 __all__ = ["evaluate"]
 
@@ -43,6 +43,7 @@ async def evaluate(
     context: dict[str, Any] | None = None,
     pass_share: float = 1.0,
     on_case: Callable[[CaseReport], object] | None = None,
+    stop: trio.Event | None = None,
 ) -> Report:
     """Evaluate ``agent`` on every case of ``dataset``.
 
@@ -62,6 +63,11 @@ async def evaluate(
         pass_share: The share of a case's runs that must reach each evaluator's
             threshold for the case to pass (1.0: every run).
         on_case: Called with each case's report as it finishes (a progress bar).
+        stop: Set it to stop the evaluation: the runs in flight are cancelled, no other
+            starts, and the report returned is partial (``complete`` False), the cases
+            that did not finish marked as not run (``CaseReport.finished`` False). A
+            cancellation from outside (a cancel scope, a deadline) propagates as ever,
+            with no report; ``on_case`` has seen the cases that finished.
 
     Raises:
         ValueError: a bad argument (named), or ``tools="replay"`` on an agent with a
@@ -87,14 +93,12 @@ async def evaluate(
         raise ValueError(f"two evaluators share a name ({names}); give each its own")
     evaluated = replaying(agent) if tools == "replay" else agent
     where = store if store is not None else MemoryStore()
-    limit = trio.Semaphore(max_concurrency)
     runs: dict[str, list[CaseRun | None]] = {case.id: [None] * repeat for case in cases}
     thresholds = tuple((e.name, float(e.threshold)) for e in evaluators)
     reports: dict[str, CaseReport] = {}
 
     async def one(case: Case, index: int) -> None:
-        async with limit:
-            run = await _run_case(evaluated, case, index, model, where, context or {}, tools)
+        run = await _run_case(evaluated, case, index, model, where, context or {}, tools)
         scored = await _scored(run, case, evaluators)
         runs[case.id][index] = scored
         done = runs[case.id]
@@ -105,16 +109,43 @@ async def evaluate(
             if on_case is not None:
                 on_case(reports[case.id])
 
-    async with trio.open_nursery() as nursery:
-        for case in cases:
-            for index in range(repeat):
-                nursery.start_soon(one, case, index)
+    runs_scope = trio.CancelScope()
+    async with trio.open_nursery() as watching:
+        if stop is not None:
+            watching.start_soon(_stop_when_set, stop, runs_scope)
+        with runs_scope:
+            async with trio.open_nursery() as nursery:
+                # Workers, each taking the next run in the dataset's order: runs start in
+                # that order, and a task exists per run in flight, not per run to come.
+                queue = iter([(case, index) for case in cases for index in range(repeat)])
+                for _ in range(min(max_concurrency, len(cases) * repeat)):
+                    nursery.start_soon(_worker, queue, one)
+        watching.cancel_scope.cancel()  # the watch ends with the runs
     return Report(
         agent=agent.name,
         evaluators=thresholds,
-        cases=tuple(reports[case.id] for case in cases),
+        cases=tuple(reports.get(case.id) or _not_run(case.id, runs[case.id]) for case in cases),
         repeat=repeat,
+        complete=not runs_scope.cancelled_caught,
     )
+
+
+async def _worker(
+    queue: Iterator[tuple[Case, int]], one: Callable[[Case, int], Awaitable[None]]
+) -> None:
+    for case, index in queue:  # shared: each item goes to one worker
+        await one(case, index)
+
+
+async def _stop_when_set(stop: trio.Event, runs: trio.CancelScope) -> None:
+    await stop.wait()
+    runs.cancel()
+
+
+def _not_run(case_id: str, runs: list[CaseRun | None]) -> CaseReport:
+    ended = tuple(run for run in runs if run is not None)
+    reason = NOT_RUN if not ended else f"{NOT_RUN} ({len(ended)} of {len(runs)} runs ended)"
+    return CaseReport(case_id, ended, passed=False, reasons=(reason,), finished=False)
 
 
 async def _run_case(
