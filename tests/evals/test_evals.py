@@ -31,7 +31,6 @@ from satsuma.evals import (
 )
 from satsuma.store import SQLiteStore
 from satsuma.testing import FunctionModel, Reply, ScriptedModel
-from satsuma.tools.mcp import MCPServer
 
 SENT: list[dict[str, Any]] = []  # the side effect a replay must never repeat
 LOOKUPS: list[str] = []
@@ -272,13 +271,6 @@ async def test_token_threshold_and_bad_arguments() -> None:
             await evaluate(Support, [case], [], **kwargs)
     with pytest.raises(ValueError, match="share a name"):
         await evaluate(Support, [case], [OutputMatches(), OutputMatches(mode="equal")])
-
-    class WithServer(satsuma.Agent):
-        name = "with-server"
-        tools = [MCPServer("files", "true")]
-
-    with pytest.raises(ValueError, match="tool server"):
-        await evaluate(WithServer, [case], [])
 
 
 def test_dataset_files_round_trip_and_bad_files_name_the_case_and_field(tmp_path: Path) -> None:

@@ -70,8 +70,7 @@ async def evaluate(
             with no report; ``on_case`` has seen the cases that finished.
 
     Raises:
-        ValueError: a bad argument (named), or ``tools="replay"`` on an agent with a
-            tool server.
+        ValueError: a bad argument (named).
     """
     if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
         raise ValueError(f"repeat must be an int >= 1, got: {repeat!r}")
@@ -91,7 +90,7 @@ async def evaluate(
     names = [evaluator.name for evaluator in evaluators]
     if len(set(names)) != len(names):
         raise ValueError(f"two evaluators share a name ({names}); give each its own")
-    evaluated = replaying(agent) if tools == "replay" else agent
+    evaluated = replaying(agent, cases) if tools == "replay" else agent
     where = store if store is not None else MemoryStore()
     runs: dict[str, list[CaseRun | None]] = {case.id: [None] * repeat for case in cases}
     thresholds = tuple((e.name, float(e.threshold)) for e in evaluators)
