@@ -73,7 +73,9 @@ def eval_command(args: argparse.Namespace, console: Console, errors: Console) ->
     with EvalProgress(errors, len(dataset)) as progress:
         report = trio.run(_evaluate, agent, dataset, evaluators, args, model, progress)
     interrupted = not report.complete
-    console.print(visible(report.markdown()), markup=False, highlight=False)
+    console.print(
+        visible(report.markdown(), lines=True), markup=False, highlight=False, soft_wrap=True
+    )
     if args.report is not None:
         try:
             report.save(args.report)
