@@ -620,3 +620,80 @@ async def test_a_case_stopped_between_its_repeats_keeps_the_runs_that_ended(
     assert case.reasons == (
         "not run: the evaluation was stopped before this case's runs ended (1 of 2 runs ended)",
     )
+
+
+def test_a_bad_file_names_the_line_and_the_field(tmp_path: Path) -> None:
+    json_file = tmp_path / "cases.json"
+    json_file.write_text(
+        "[\n"
+        '  {"id": "one", "prompt": "hi"},\n'
+        "  {\n"
+        '    "id": "two",\n'
+        '    "prompt": "refund",\n'
+        '    "expected_tools": "lookup"\n'
+        "  }\n"
+        "]\n"
+    )
+    with pytest.raises(DatasetError) as caught:
+        Dataset.load(json_file)
+    assert str(caught.value) == (
+        f"{json_file}: line 6: cases[1] ('two'): field 'expected_tools': expected_tools must "
+        "be a list of tool names, got: 'lookup'"
+    )
+    json_file.write_text(
+        '{"version": 1,\n "cases": [\n  {"id": "a", "prompt": "hi",\n   "colour": "red"}]}\n'
+    )
+    with pytest.raises(DatasetError, match=r"line 4: cases\[0\] \('a'\): unknown field 'colour'"):
+        Dataset.load(json_file)
+    json_file.write_text('[{"id": "a", "prompt": "hi"},\n {"id": "b"}]')
+    with pytest.raises(
+        DatasetError, match=r"line 2: cases\[1\] \('b'\): field 'prompt' is missing"
+    ):
+        Dataset.load(json_file)
+
+    yaml_file = tmp_path / "cases.yaml"
+    yaml_file.write_text(
+        "cases:\n"
+        "  - id: one\n"
+        "    prompt: hi\n"
+        "  - id: two\n"
+        "    prompt: refund\n"
+        "    history:\n"
+        "      - role: system\n"
+        "        content: be nice\n"
+    )
+    with pytest.raises(DatasetError) as caught:
+        Dataset.load(yaml_file)
+    assert str(caught.value).startswith(f"{yaml_file}: line 6: cases[1] ('two'): history[0]")
+    yaml_file.write_text("- id: one\n  prompt: hi\n- id: two\n  prompt: [1, 2]\n")
+    with pytest.raises(DatasetError, match=r"line 4: cases\[1\] \('two'\): field 'prompt'"):
+        Dataset.load(yaml_file)
+
+
+def test_the_schema_describes_the_files_satsuma_writes_and_reads(tmp_path: Path) -> None:
+    import jsonschema
+
+    from satsuma.evals import DATASET_SCHEMA
+
+    dataset = Dataset(
+        [
+            Case(id="a", prompt="hi", expected_output="Hello!"),
+            Case(
+                id="b",
+                prompt="refund A1",
+                expected_tools=["send_refund"],
+                history=[satsuma.Message(role="user", content=[{"type": "text", "text": "x"}])],
+                recorded=[RecordedCall("send_refund", {"order": "A1"}, "ok")],
+                metadata={"agent_id": "t-1"},
+            ),
+        ]
+    )
+    dataset.save(tmp_path / "cases.json")
+    jsonschema.Draft202012Validator.check_schema(DATASET_SCHEMA)
+    jsonschema.validate(json.loads((tmp_path / "cases.json").read_text()), DATASET_SCHEMA)
+    hand_written = [{"id": "c", "prompt": "hi", "history": [{"role": "user", "content": "x"}]}]
+    jsonschema.validate(hand_written, DATASET_SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"id": "c", "prompt": "hi", "colour": "red"}], DATASET_SCHEMA)
+    (tmp_path / "hand.json").write_text(json.dumps(hand_written))
+    assert Dataset.load(tmp_path / "hand.json").cases[0].history[0].text == "x"

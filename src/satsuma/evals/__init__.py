@@ -12,6 +12,7 @@ from ._case import Case as Case
 from ._case import RecordedCall as RecordedCall
 from ._dataset import Dataset as Dataset
 from ._dataset import DatasetError as DatasetError
+from ._dataset_format import DATASET_SCHEMA as DATASET_SCHEMA
 from ._evaluate import evaluate as evaluate
 from ._evaluators import Evaluator as Evaluator
 from ._evaluators import MaxCost as MaxCost
@@ -31,6 +32,7 @@ from ._report import ReportError as ReportError
 from ._verifier import Verifier as Verifier
 
 __all__ = [
+    "DATASET_SCHEMA",
     "Case",
     "CaseReport",
     "CaseRun",

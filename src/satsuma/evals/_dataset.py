@@ -4,8 +4,9 @@ A file is JSON (or YAML, when PyYAML is installed): a list of cases, or an objec
 ``{"version": 1, "cases": [...]}``. Each case is an object with ``id`` and ``prompt``
 and, optionally, ``expected_output``, ``expected_tools`` (tool names, in order),
 ``history`` (messages ``{"role", "content"}`` before the prompt) and ``recorded`` (calls
-``{"name", "input", "content", "is_error"}`` a replay answers). A bad file is refused
-whole, with the case and the field named.
+``{"name", "input", "content", "is_error"}`` a replay answers); ``DATASET_SCHEMA`` is
+its JSON Schema. A bad file is refused whole, with the line, the case and the field
+named.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .._exceptions import SatsumaError
 from .._messages import Message
 from ..store import RunRecord, Store
 from ._case import Case, RecordedCall
+from ._dataset_format import Lines, json_lines, yaml_lines
 
 __all__ = ["Dataset", "DatasetError"]
 
@@ -86,7 +88,7 @@ class Dataset:
         except (OSError, UnicodeDecodeError) as exc:
             raise DatasetError(f"{where}: cannot be read ({exc})") from None
         if where.suffix.lower() in (".yaml", ".yml"):
-            data = _yaml(where, text)
+            data, lines = _yaml(where, text)
         else:
             try:
                 data = json.loads(text)
@@ -94,7 +96,8 @@ class Dataset:
                 raise DatasetError(
                     f"{where}: line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})"
                 ) from None
-        return cls(_cases(where, data))
+            lines = json_lines(text)
+        return cls(_cases(where, data, lines))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the dataset as JSON that ``load`` reads back."""
@@ -202,7 +205,7 @@ async def _stored_cases(store: Store, records: Sequence[RunRecord]) -> list[Case
     return cases
 
 
-def _yaml(where: Path, text: str) -> Any:
+def _yaml(where: Path, text: str) -> tuple[Any, Lines]:
     try:
         import yaml  # type: ignore[import-untyped]
     except ImportError:
@@ -210,14 +213,14 @@ def _yaml(where: Path, text: str) -> Any:
             f"{where}: reading YAML needs PyYAML (pip install pyyaml), or give the cases as JSON"
         ) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.safe_load(text), yaml_lines(yaml, text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise DatasetError(f"{where}: {at}not YAML ({getattr(exc, 'problem', exc)})") from None
 
 
-def _cases(where: Path, data: Any) -> list[Case]:
+def _cases(where: Path, data: Any, lines: Lines) -> list[Case]:
     if isinstance(data, Mapping):
         version = data.get("version", FORMAT_VERSION)
         if version != FORMAT_VERSION:
@@ -225,36 +228,54 @@ def _cases(where: Path, data: Any) -> list[Case]:
         data = data.get("cases")
     if not isinstance(data, list):
         raise DatasetError(f'{where}: expected a list of cases (or {{"cases": [...]}})')
-    return [_case(f"{where}: cases[{index}]", item) for index, item in enumerate(data)]
+    return [
+        _case(where, index, item, lines[index] if index < len(lines) else {})
+        for index, item in enumerate(data)
+    ]
 
 
-def _case(at: str, item: Any) -> Case:
+def _case(where: Path, index: int, item: Any, lines: Mapping[str, int]) -> Case:
+    def error(problem: str, field: str = "") -> DatasetError:
+        line = lines.get(field) or lines.get("")
+        return DatasetError(f"{where}: {f'line {line}: ' if line else ''}{at}: {problem}")
+
+    at = f"cases[{index}]"
     if not isinstance(item, Mapping):
-        raise DatasetError(f"{at}: a case is an object, got: {type(item).__name__}")
+        raise error(f"a case is an object, got: {type(item).__name__}")
     if "id" in item and isinstance(item["id"], str):
         at = f"{at} ({item['id']!r})"
     unknown = sorted(set(item) - _CASE_FIELDS)
     if unknown:
-        raise DatasetError(
-            f"{at}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_CASE_FIELDS))})"
-        )
+        known = ", ".join(sorted(_CASE_FIELDS))
+        raise error(f"unknown field {unknown[0]!r} (known: {known})", unknown[0])
     for name in ("id", "prompt"):
         if name not in item:
-            raise DatasetError(f"{at}: field {name!r} is missing")
+            raise error(f"field {name!r} is missing")
     try:
         history = [_message(i, m) for i, m in enumerate(item.get("history") or ())]
+    except (TypeError, ValueError) as exc:
+        raise error(str(exc), "history") from None
+    try:
         recorded = [_recorded(i, r) for i, r in enumerate(item.get("recorded") or ())]
     except (TypeError, ValueError) as exc:
-        raise DatasetError(f"{at}: {exc}") from None
+        raise error(str(exc), "recorded") from None
     fields = {
         k: item[k] for k in ("id", "prompt", "expected_output", "expected_tools") if k in item
     }
-    try:
-        return Case(
-            **fields, history=history, recorded=recorded, metadata=dict(item.get("metadata") or {})
+    for name, value in fields.items():  # each field alone first: the error names its line
+        try:
+            Case(**{"id": "x", "prompt": "x", name: value})
+        except (TypeError, ValueError) as exc:
+            raise error(f"field {name!r}: {exc}", name) from None
+    metadata = item.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise error(
+            f"field 'metadata' must be an object, got: {type(metadata).__name__}", "metadata"
         )
+    try:
+        return Case(**fields, history=history, recorded=recorded, metadata=dict(metadata))
     except (TypeError, ValueError) as exc:
-        raise DatasetError(f"{at}: {exc}") from None
+        raise error(str(exc)) from None
 
 
 def _message(index: int, value: Any) -> Message:
