@@ -1,7 +1,8 @@
 """``evaluate``: run every case of a dataset (``repeat`` times), score each run, report.
 
 Each run is a fresh agent with the case's conversation before it, in a store of the
-evaluation's own (memory by default): a replay never writes the production store. Runs
+evaluation's own (by default a MemoryStore per run, let go when it ends): a replay never
+writes the production store, and a long evaluation keeps only its report rows. Runs
 go concurrently, at most ``max_concurrency`` at once, under the model's own limits. A run
 that crashes fails its case, not the evaluation.
 """
@@ -58,7 +59,9 @@ async def evaluate(
         max_concurrency: Runs at once.
         model: The model for every run, or a function of the case giving one (a
             scripted model per case in tests); None: the agent's own.
-        store: Where the runs are stored (a fresh MemoryStore by default).
+        store: Where the runs are stored. By default each run has a MemoryStore of its
+            own, let go when it ends: nothing of a run is kept but its report row, so
+            the memory of a long evaluation stays flat.
         context: The agents' context (as ``open_agent`` takes it).
         pass_share: The share of a case's runs that must reach each evaluator's
             threshold for the case to pass (1.0: every run).
@@ -91,12 +94,12 @@ async def evaluate(
     if len(set(names)) != len(names):
         raise ValueError(f"two evaluators share a name ({names}); give each its own")
     evaluated = replaying(agent, cases) if tools == "replay" else agent
-    where = store if store is not None else MemoryStore()
     runs: dict[str, list[CaseRun | None]] = {case.id: [None] * repeat for case in cases}
     thresholds = tuple((e.name, float(e.threshold)) for e in evaluators)
     reports: dict[str, CaseReport] = {}
 
     async def one(case: Case, index: int) -> None:
+        where = store if store is not None else MemoryStore()
         run = await _run_case(evaluated, case, index, model, where, context or {}, tools)
         scored = await _scored(run, case, evaluators)
         runs[case.id][index] = scored
