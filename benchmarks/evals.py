@@ -12,7 +12,10 @@ alternating rounds:
    record, each run scored.
 
 Printed: the wall time of each side per case (medians of the rounds), their ratio, and
-the RSS after each round of the evaluation (flat means nothing grows with the cases).
+the RSS after each round of the evaluation. Then one more evaluation, untimed, under
+``tracemalloc``: the memory held (traced, and the process's current RSS) once 250, 500
+and 1,000 cases have finished, and what each case adds (the report's row: flat means
+no conversation, result or task is kept per case).
 Bar (issue 35): the evaluation at most 1.5x the direct runs; memory flat.
 
     python benchmarks/evals.py [--quick] [--cases N]
@@ -21,8 +24,10 @@ Bar (issue 35): the evaluation at most 1.5x the direct runs; memory flat.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import time
+import tracemalloc
 from typing import Any
 
 import trio
@@ -114,6 +119,38 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def current_rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+async def memory(cases: Dataset, model: Any) -> list[tuple[int, float, float]]:
+    """The memory held once each quarter-way mark of cases has finished: (cases,
+    traced MiB above the start, current RSS MiB)."""
+    marks = {len(cases) // 4, len(cases) // 2, len(cases)}
+    seen: list[tuple[int, float, float]] = []
+    done = 0
+
+    def finished(case: Any) -> None:
+        nonlocal done
+        done += 1
+        if done in marks:
+            current, _ = tracemalloc.get_traced_memory()
+            seen.append((done, (current - start) / 2**20, current_rss_mib()))
+
+    tracemalloc.start()
+    start, _ = tracemalloc.get_traced_memory()
+    try:
+        report = await evaluate(
+            Support, cases, [ToolTrajectory(inputs=True), OutputMatches()], model=model,
+            max_concurrency=8, on_case=finished,
+        )  # fmt: skip
+    finally:
+        tracemalloc.stop()
+    assert report.passed
+    return seen
+
+
 async def main(n: int, rounds: int) -> None:
     cases = dataset(n)
     model = FunctionModel(reply, keep_requests=0)
@@ -123,7 +160,10 @@ async def main(n: int, rounds: int) -> None:
         direct_times.append(await direct(cases, model) / n)
         eval_times.append(await evaluated(cases, model) / n)
         rss.append(rss_mib())
+    held = await memory(cases, model)
     floor, figure = median(direct_times), median(eval_times)
+    (first, first_traced, _), (last, last_traced, _) = held[0], held[-1]
+    per_case_kib = (last_traced - first_traced) * 1024 / max(last - first, 1)
     verdict = "target met" if figure <= BAR * floor else "target MISSED"
     lines = header("satsuma.evals against running the same runs directly, one run")
     lines.append(f"{n} cases, {rounds} rounds alternating; medians (min-max)")
@@ -144,6 +184,22 @@ async def main(n: int, rounds: int) -> None:
                 " / ".join(f"{value:.0f}" for value in rss),
                 "",
                 "flat: nothing grows with the rounds",
+            ],
+            [
+                "traced memory held at "
+                + " / ".join(f"{c:,}" for c, _, _ in held)
+                + " cases (MiB)",
+                "",
+                " / ".join(f"{traced:.1f}" for _, traced, _ in held),
+                "",
+                f"flat: {per_case_kib:.1f} KiB per case (its report row)",
+            ],
+            [
+                "current RSS at the same marks (MiB)",
+                "",
+                " / ".join(f"{rss:.0f}" for _, _, rss in held),
+                "",
+                "",
             ],
         ],
     )

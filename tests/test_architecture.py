@@ -60,6 +60,7 @@ CLI = frozenset(
         "_fake_server",
         "_serve_command",
         "_eval_command",
+        "_eval_progress",
     }
 )
 PACKAGES = (

@@ -209,13 +209,25 @@ def command_parser() -> argparse.ArgumentParser:
         "--from-store", metavar="STORE", help="a SQLite file or a postgresql:// URL"
     )
     evals.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="with --from-store: the agent class (its name) whose completed runs are the "
+        "cases (default: the evaluated class's, unless --agent-id is given)",
+    )
+    evals.add_argument(
         "--agent-id",
         action="append",
         default=[],
         help="with --from-store: a conversation whose completed runs are the cases "
-        "(repeat for more; default: the agent's name)",
+        "(repeat for more; runs recorded before satsuma kept their class are found only so)",
     )
     evals.add_argument("--limit", type=_positive, help="with --from-store: the newest N runs")
+    evals.add_argument(
+        "--since",
+        type=_duration,
+        metavar="AGE",
+        help="with --from-store: only runs started within AGE of now: 7d, 24h, 90m, 2w",
+    )
     evals.add_argument("--repeat", type=_positive, default=1, help="runs per case (default 1)")
     evals.add_argument(
         "--pass-share",
@@ -335,6 +347,7 @@ _CHECKS = (
     "tools-any-order",
     "output",
     "output-contains",
+    "verifiers",
 )
 
 

@@ -55,7 +55,7 @@ def public_names(module_name: str, namespace: Mapping[str, Any]) -> None:
         if not isinstance(obj, (type, types.FunctionType)) or obj.__qualname__ != name:
             continue
         current = obj.__module__
-        if name in top_names:
+        if top_names.get(name) is obj:  # the same object: satsuma.evals.Verifier is not
             home = _TOP
         elif module_name == _TOP or not _is_private(current):
             continue
@@ -77,21 +77,22 @@ def _eager_names(namespace: Mapping[str, Any]) -> frozenset[str]:
     )
 
 
-def _satsuma_names() -> frozenset[str]:
-    """The names satsuma exports, read without loading anything: those it imported
-    itself, and the ``__all__`` of each room it loads on first use that is loaded
-    already (a room not loaded yet moves its own names when it is). Never through
-    ``satsuma.__all__``, which loads every room."""
+def _satsuma_names() -> dict[str, object]:
+    """The names satsuma exports, with what each names, read without loading anything:
+    those it imported itself, and the ``__all__`` of each room it loads on first use
+    that is loaded already (a room not loaded yet moves its own names when it is).
+    Never through ``satsuma.__all__``, which loads every room."""
     top = sys.modules.get(_TOP)
     if top is None:
-        return frozenset()
+        return {}
     namespace = vars(top)
-    names = set(_eager_names(namespace))
+    names = {name: namespace[name] for name in _eager_names(namespace)}
     for room in namespace.get("_LATER", ()):
         module = sys.modules.get(room)
         if module is not None:
-            names.update(vars(module).get("__all__", ()))
-    return frozenset(names)
+            values = vars(module)
+            names.update({name: values.get(name) for name in values.get("__all__", ())})
+    return names
 
 
 def _is_private(module: str) -> bool:

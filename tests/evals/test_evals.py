@@ -31,7 +31,6 @@ from satsuma.evals import (
 )
 from satsuma.store import SQLiteStore
 from satsuma.testing import FunctionModel, Reply, ScriptedModel
-from satsuma.tools.mcp import MCPServer
 
 SENT: list[dict[str, Any]] = []  # the side effect a replay must never repeat
 LOOKUPS: list[str] = []
@@ -273,13 +272,6 @@ async def test_token_threshold_and_bad_arguments() -> None:
     with pytest.raises(ValueError, match="share a name"):
         await evaluate(Support, [case], [OutputMatches(), OutputMatches(mode="equal")])
 
-    class WithServer(satsuma.Agent):
-        name = "with-server"
-        tools = [MCPServer("files", "true")]
-
-    with pytest.raises(ValueError, match="tool server"):
-        await evaluate(WithServer, [case], [])
-
 
 def test_dataset_files_round_trip_and_bad_files_name_the_case_and_field(tmp_path: Path) -> None:
     dataset = Dataset(
@@ -439,3 +431,269 @@ async def test_cancelling_an_evaluation_stops_every_run_and_reports_what_finishe
         )
     assert scope.cancelled_caught  # the slow run did not hold the evaluation past its scope
     assert finished == ["quick"]
+
+
+class Billing(satsuma.Agent):
+    name = "billing"
+    tools = [lookup]
+
+
+async def test_cases_are_taken_by_agent_class_across_conversations(tmp_path: Path) -> None:
+    store = await stored_runs(tmp_path / "prod.db")
+    async with satsuma.open_agent(
+        Support, model=ScriptedModel(["Hi again."]), store=store, agent_id="t-2"
+    ) as agent:
+        await agent.run("hello")
+    async with satsuma.open_agent(
+        Billing, model=ScriptedModel(["Paid."]), store=store, agent_id="t-1"
+    ) as other:
+        await other.run("pay")
+    support = await Dataset.from_store(store, agent="support")
+    assert [case.prompt for case in support] == ["hi", "refund A1 30", "hello"]
+    assert {case.metadata["agent_id"] for case in support} == {"t-1", "t-2"}
+    assert all(case.metadata["agent"] == "support" for case in support)
+    # The conversation of t-1 holds both classes' runs: each case's output is its own.
+    (billing,) = (await Dataset.from_store(store, agent="billing")).cases
+    assert billing.output == "Paid." and len(billing.history) == 6
+    assert [c.prompt for c in await Dataset.from_store(store, "t-1", agent="support")] == [
+        "hi",
+        "refund A1 30",
+    ]
+    assert [c.prompt for c in await Dataset.from_store(store, limit=2)] == ["hello", "pay"]
+    assert len(await Dataset.from_store(store, agent="support", since=2e9)) == 0
+    with pytest.raises(ValueError, match=r"give agent .* agent_id, or a limit"):
+        await Dataset.from_store(store)
+    await store.aclose()
+
+
+class NamesTheOrder(satsuma.Verifier):
+    def verify(self, ctx: satsuma.VerifyContext) -> satsuma.Verdict:
+        if "A1" in str(ctx.output):
+            return satsuma.Verdict.ok()
+        return satsuma.Verdict.retry("the answer does not name the order")
+
+
+def called_a_tool(ctx: satsuma.VerifyContext) -> satsuma.Verdict:
+    used = [block["name"] for m in ctx.messages for block in m.tool_uses]
+    return satsuma.Verdict.ok() if used else satsuma.Verdict.retry("no tool was called")
+
+
+class Checked(satsuma.Agent):
+    name = "checked"
+    tools = [send_refund]
+    verifiers = [NamesTheOrder, called_a_tool]
+
+
+async def test_a_verifier_of_the_agent_scores_each_run_with_its_verdict() -> None:
+    cases = [
+        Case(
+            id="good",
+            prompt="refund A1",
+            recorded=[RecordedCall("send_refund", {"order": "A1", "amount": 5}, "ok")],
+        ),
+        Case(id="vague", prompt="refund it"),
+    ]
+
+    def model(case: Case) -> ScriptedModel:
+        if case.id == "good":
+            return refunds("A1", 5, "Refunded A1.")
+        return ScriptedModel(["Done."] * 5)  # the agent's verifiers send it back: it insists
+
+    report = await evaluate(
+        Support,
+        cases,
+        [
+            satsuma.evals.Verifier(NamesTheOrder),
+            satsuma.evals.Verifier(called_a_tool, label="used_tools"),
+            satsuma.evals.Verifier(Checked, label="all", threshold=0.5),
+        ],
+        model=model,
+    )
+    good, vague = report.cases
+    assert good.passed, good.reasons
+    assert good.runs[0].scores == {
+        "verifier": (1.0, "the verifier passed"),
+        "used_tools": (1.0, "the verifier passed"),
+        "all": (1.0, "every verifier passed"),
+    }
+    assert not vague.passed
+    assert vague.runs[0].scores["verifier"] == (0.0, "the answer does not name the order")
+    assert vague.runs[0].scores["all"] == (
+        0.0,
+        "the answer does not name the order; no tool was called",
+    )
+    assert vague.runs[0].result is None  # a scored run keeps no conversation
+    # A run that did not complete has no answer to verify: a 0, never a pass.
+    crashed = CaseRun(status="failed", output=None)
+    score = await satsuma.evals.Verifier(NamesTheOrder).score(cases[0], crashed)
+    assert score == Score(0.0, "no answer to verify: the run ended failed")
+    with pytest.raises(TypeError, match=r"Verifier takes a satsuma\.Verifier"):
+        satsuma.evals.Verifier("not a verifier")
+    with pytest.raises(ValueError, match="agent support lists no verifiers"):
+        satsuma.evals.Verifier(Support)
+
+
+async def test_a_stopped_evaluation_reports_what_ran_and_marks_the_rest_not_run(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    async def slow(request: Any) -> str:
+        prompt = request.messages[-1].text
+        await trio.sleep({"quick": 0, "twice": 10}.get(prompt, 3600))
+        return "done"
+
+    cases = [
+        Case(id="quick", prompt="quick", expected_output="done"),
+        Case(id="twice", prompt="twice", expected_output="done"),
+        Case(id="slow", prompt="slow", expected_output="done"),
+    ]
+    stop = trio.Event()
+    seen: list[str] = []
+
+    def finished(case: Any) -> None:
+        seen.append(case.case_id)
+        if case.case_id == "twice":
+            stop.set()
+
+    report = await evaluate(
+        Support,
+        cases,
+        [OutputMatches()],
+        model=FunctionModel(slow),
+        repeat=2,
+        max_concurrency=5,  # quick x2, twice x2, one slow run in flight; one slow not started
+        on_case=finished,
+        stop=stop,
+    )
+    assert seen == ["quick", "twice"]
+    assert not report.complete and not report.passed
+    assert [c.case_id for c in report.finished] == ["quick", "twice"]
+    assert report.not_run == ("slow",)
+    (slow_case,) = [c for c in report.cases if c.case_id == "slow"]
+    assert not slow_case.finished and not slow_case.passed and slow_case.runs == ()
+    assert slow_case.reasons[0].startswith("not run: the evaluation was stopped")
+    table = report.markdown()
+    assert "| slow | not run |" in table and "2 of 3 cases ran" in table
+    report.save(tmp_path / "partial.json")
+    assert Report.load(tmp_path / "partial.json") == report
+    # A case not run is neither a regression nor an improvement against a baseline.
+    baseline = await evaluate(
+        Support, cases, [OutputMatches()], model=lambda _: ScriptedModel(["done"] * 2), repeat=2
+    )
+    assert baseline.complete and baseline.passed
+    assert report.compare(baseline).regressed == ()
+    # Stopped before it starts: every case is marked not run, none ran.
+    stop_now = trio.Event()
+    stop_now.set()
+    nothing = await evaluate(
+        Support, cases, [OutputMatches()], model=FunctionModel(slow), stop=stop_now
+    )
+    assert nothing.not_run == ("quick", "twice", "slow") and not nothing.complete
+
+
+async def test_a_case_stopped_between_its_repeats_keeps_the_runs_that_ended(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def second_is_slow(request: Any) -> str:
+        second_is_slow.calls += 1  # type: ignore[attr-defined]
+        await trio.sleep(0 if second_is_slow.calls == 1 else 3600)  # type: ignore[attr-defined]
+        return "done"
+
+    second_is_slow.calls = 0  # type: ignore[attr-defined]
+    stop = trio.Event()
+
+    async def stop_later() -> None:
+        await trio.sleep(60)
+        stop.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_later)
+        report = await evaluate(
+            Support,
+            [Case(id="c", prompt="hi")],
+            [OutputMatches()],
+            model=FunctionModel(second_is_slow),
+            repeat=2,
+            stop=stop,
+        )
+    (case,) = report.cases
+    assert not case.finished and len(case.runs) == 1 and case.runs[0].output == "done"
+    assert case.reasons == (
+        "not run: the evaluation was stopped before this case's runs ended (1 of 2 runs ended)",
+    )
+
+
+def test_a_bad_file_names_the_line_and_the_field(tmp_path: Path) -> None:
+    json_file = tmp_path / "cases.json"
+    json_file.write_text(
+        "[\n"
+        '  {"id": "one", "prompt": "hi"},\n'
+        "  {\n"
+        '    "id": "two",\n'
+        '    "prompt": "refund",\n'
+        '    "expected_tools": "lookup"\n'
+        "  }\n"
+        "]\n"
+    )
+    with pytest.raises(DatasetError) as caught:
+        Dataset.load(json_file)
+    assert str(caught.value) == (
+        f"{json_file}: line 6: cases[1] ('two'): field 'expected_tools': expected_tools must "
+        "be a list of tool names, got: 'lookup'"
+    )
+    json_file.write_text(
+        '{"version": 1,\n "cases": [\n  {"id": "a", "prompt": "hi",\n   "colour": "red"}]}\n'
+    )
+    with pytest.raises(DatasetError, match=r"line 4: cases\[0\] \('a'\): unknown field 'colour'"):
+        Dataset.load(json_file)
+    json_file.write_text('[{"id": "a", "prompt": "hi"},\n {"id": "b"}]')
+    with pytest.raises(
+        DatasetError, match=r"line 2: cases\[1\] \('b'\): field 'prompt' is missing"
+    ):
+        Dataset.load(json_file)
+
+    yaml_file = tmp_path / "cases.yaml"
+    yaml_file.write_text(
+        "cases:\n"
+        "  - id: one\n"
+        "    prompt: hi\n"
+        "  - id: two\n"
+        "    prompt: refund\n"
+        "    history:\n"
+        "      - role: system\n"
+        "        content: be nice\n"
+    )
+    with pytest.raises(DatasetError) as caught:
+        Dataset.load(yaml_file)
+    assert str(caught.value).startswith(f"{yaml_file}: line 6: cases[1] ('two'): history[0]")
+    yaml_file.write_text("- id: one\n  prompt: hi\n- id: two\n  prompt: [1, 2]\n")
+    with pytest.raises(DatasetError, match=r"line 4: cases\[1\] \('two'\): field 'prompt'"):
+        Dataset.load(yaml_file)
+
+
+def test_the_schema_describes_the_files_satsuma_writes_and_reads(tmp_path: Path) -> None:
+    import jsonschema
+
+    from satsuma.evals import DATASET_SCHEMA
+
+    dataset = Dataset(
+        [
+            Case(id="a", prompt="hi", expected_output="Hello!"),
+            Case(
+                id="b",
+                prompt="refund A1",
+                expected_tools=["send_refund"],
+                history=[satsuma.Message(role="user", content=[{"type": "text", "text": "x"}])],
+                recorded=[RecordedCall("send_refund", {"order": "A1"}, "ok")],
+                metadata={"agent_id": "t-1"},
+            ),
+        ]
+    )
+    dataset.save(tmp_path / "cases.json")
+    jsonschema.Draft202012Validator.check_schema(DATASET_SCHEMA)
+    jsonschema.validate(json.loads((tmp_path / "cases.json").read_text()), DATASET_SCHEMA)
+    hand_written = [{"id": "c", "prompt": "hi", "history": [{"role": "user", "content": "x"}]}]
+    jsonschema.validate(hand_written, DATASET_SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"id": "c", "prompt": "hi", "colour": "red"}], DATASET_SCHEMA)
+    (tmp_path / "hand.json").write_text(json.dumps(hand_written))
+    assert Dataset.load(tmp_path / "hand.json").cases[0].history[0].text == "x"

@@ -101,7 +101,13 @@ class Actor:
         # token): once a newer one has started, this one's store writes are refused.
         self.is_current: Callable[[], bool] = fence if fence is not None else _always
         self.persistence = (
-            Persistence(store, agent_id, fence=self.is_current, owner=owner or Owner.new())
+            Persistence(
+                store,
+                agent_id,
+                fence=self.is_current,
+                owner=owner or Owner.new(),
+                agent=spec.name,
+            )
             if store is not None
             else None
         )

@@ -202,6 +202,8 @@ class Persistence:
     # its incarnations share (a restarted one takes the lease over with a new epoch).
     owner: Owner = attrs.field(factory=Owner.new, kw_only=True)
     lease_seconds: float = attrs.field(default=DEFAULT_LEASE_SECONDS, kw_only=True)
+    # The agent class's name, kept on each run record (what evals select runs by).
+    agent: str | None = attrs.field(default=None, kw_only=True)
     lease: Lease | None = None
     dirty_from: int | None = None  # the first message not yet written as it stands
     # Ends of runs that could not be written: tried again before the next run starts.
@@ -347,6 +349,7 @@ class Persistence:
                 prompt=prompt,
                 started_at=time.time(),
                 position=max(position, 0),
+                agent=self.agent,
             ),
             start=start,
             messages=history[start:] if start is not None else (),

@@ -12,6 +12,7 @@ from ._case import Case as Case
 from ._case import RecordedCall as RecordedCall
 from ._dataset import Dataset as Dataset
 from ._dataset import DatasetError as DatasetError
+from ._dataset_format import DATASET_SCHEMA as DATASET_SCHEMA
 from ._evaluate import evaluate as evaluate
 from ._evaluators import Evaluator as Evaluator
 from ._evaluators import MaxCost as MaxCost
@@ -28,8 +29,10 @@ from ._report import CaseRun as CaseRun
 from ._report import Comparison as Comparison
 from ._report import Report as Report
 from ._report import ReportError as ReportError
+from ._verifier import Verifier as Verifier
 
 __all__ = [
+    "DATASET_SCHEMA",
     "Case",
     "CaseReport",
     "CaseRun",
@@ -49,6 +52,7 @@ __all__ = [
     "Score",
     "ToolTrajectory",
     "Grade",
+    "Verifier",
     "evaluate",
 ]
 _public_names(__name__, globals())

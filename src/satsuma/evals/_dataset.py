@@ -4,8 +4,9 @@ A file is JSON (or YAML, when PyYAML is installed): a list of cases, or an objec
 ``{"version": 1, "cases": [...]}``. Each case is an object with ``id`` and ``prompt``
 and, optionally, ``expected_output``, ``expected_tools`` (tool names, in order),
 ``history`` (messages ``{"role", "content"}`` before the prompt) and ``recorded`` (calls
-``{"name", "input", "content", "is_error"}`` a replay answers). A bad file is refused
-whole, with the case and the field named.
+``{"name", "input", "content", "is_error"}`` a replay answers); ``DATASET_SCHEMA`` is
+its JSON Schema. A bad file is refused whole, with the line, the case and the field
+named.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 
 from .._exceptions import SatsumaError
 from .._messages import Message
-from ..store import Store
+from ..store import RunRecord, Store
 from ._case import Case, RecordedCall
+from ._dataset_format import Lines, json_lines, yaml_lines
 
 __all__ = ["Dataset", "DatasetError"]
 
@@ -86,7 +88,7 @@ class Dataset:
         except (OSError, UnicodeDecodeError) as exc:
             raise DatasetError(f"{where}: cannot be read ({exc})") from None
         if where.suffix.lower() in (".yaml", ".yml"):
-            data = _yaml(where, text)
+            data, lines = _yaml(where, text)
         else:
             try:
                 data = json.loads(text)
@@ -94,7 +96,8 @@ class Dataset:
                 raise DatasetError(
                     f"{where}: line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})"
                 ) from None
-        return cls(_cases(where, data))
+            lines = json_lines(text)
+        return cls(_cases(where, data, lines))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the dataset as JSON that ``load`` reads back."""
@@ -114,41 +117,69 @@ class Dataset:
     async def from_store(
         cls,
         store: Store,
-        agent_id: str | Sequence[str],
+        agent_id: str | Sequence[str] | None = None,
         *,
+        agent: str | None = None,
         limit: int | None = None,
         since: float | None = None,
     ) -> Dataset:
-        """The completed runs of one conversation (or several) in ``store``, oldest
-        first: each a case with the conversation before it, its prompt, its output and
-        its recorded tool calls. ``limit`` keeps the newest so many; ``since`` (seconds
-        since the epoch) the runs started at or after it.
+        """The completed runs in ``store`` of the agent class named ``agent``
+        (``Agent.name``), of the conversation ``agent_id`` (or several), or of both,
+        oldest first: each a case with the conversation before it, its prompt, its output
+        and its recorded tool calls. ``limit`` keeps the newest so many; ``since``
+        (seconds since the epoch) the runs started at or after it. With neither
+        ``agent`` nor ``agent_id``, every agent's runs are read, and ``limit`` is needed.
+
+        A run recorded before satsuma kept its agent class has none: ``agent`` never
+        finds it, its ``agent_id`` does.
 
         Raises:
-            ValueError: a bad ``limit``.
+            ValueError: a bad argument, named, or neither ``agent``, ``agent_id`` nor
+                ``limit`` given.
         """
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
             raise ValueError(f"limit must be a positive int or None, got: {limit!r}")
-        ids = [agent_id] if isinstance(agent_id, str) else list(agent_id)
-        cases: list[Case] = []
+        ids: list[str | None]
+        if agent_id is None:
+            ids = [None]
+        elif isinstance(agent_id, str):
+            ids = [agent_id]
+        else:
+            ids = list(agent_id)
+            if not ids or not all(isinstance(one, str) for one in ids):
+                raise ValueError(f"agent_id must be a str or a non-empty list of str: {agent_id!r}")
+        if agent is None and agent_id is None and limit is None:
+            raise ValueError(
+                "give agent (the class's name), agent_id, or a limit on how many runs to read"
+            )
+        records: list[RunRecord] = []
         for one in ids:
-            cases.extend(await _stored_cases(store, one, since))
-        cases.sort(key=lambda case: case.metadata["started_at"])
+            records.extend(
+                await store.find_runs(
+                    agent=agent, agent_id=one, status="completed", since=since, limit=limit
+                )
+            )
+        records.sort(key=lambda record: record.started_at)  # stable: as found, on a tie
         if limit is not None:
-            cases = cases[-limit:]
-        return cls(cases)
+            records = records[-limit:]
+        return cls(await _stored_cases(store, records))
 
 
-async def _stored_cases(store: Store, agent_id: str, since: float | None) -> list[Case]:
-    records = await store.runs(agent_id)
-    messages = await store.load_messages(agent_id)
-    starts = sorted(r.position for r in records if r.position is not None)
+async def _stored_cases(store: Store, records: Sequence[RunRecord]) -> list[Case]:
+    # Each conversation is read once, whatever the number of its runs.
+    conversations: dict[str, tuple[list[Message], list[int]]] = {}
     cases = []
     for record in records:
-        if record.status != "completed" or record.position is None:
+        if record.position is None:  # a run recorded before satsuma kept where it starts
             continue
-        if since is not None and record.started_at < since:
-            continue
+        if record.agent_id not in conversations:
+            messages = await store.load_messages(record.agent_id)
+            runs = await store.runs(record.agent_id)
+            starts = sorted(r.position for r in runs if r.position is not None)
+            conversations[record.agent_id] = (messages, starts)
+        messages, starts = conversations[record.agent_id]
         later = [p for p in starts if p > record.position]
         end = later[0] if later else len(messages)
         added = messages[record.position + 1 : end]
@@ -158,6 +189,9 @@ async def _stored_cases(store: Store, agent_id: str, since: float | None) -> lis
             for entry in await store.calls(record.run_id)
             if entry.finished
         ]
+        metadata: dict[str, Any] = {"agent_id": record.agent_id, "started_at": record.started_at}
+        if record.agent is not None:
+            metadata["agent"] = record.agent
         cases.append(
             Case(
                 id=record.run_id,
@@ -165,13 +199,13 @@ async def _stored_cases(store: Store, agent_id: str, since: float | None) -> lis
                 history=messages[: record.position],
                 recorded=recorded,
                 output=output,
-                metadata={"agent_id": agent_id, "started_at": record.started_at},
+                metadata=metadata,
             )
         )
     return cases
 
 
-def _yaml(where: Path, text: str) -> Any:
+def _yaml(where: Path, text: str) -> tuple[Any, Lines]:
     try:
         import yaml  # type: ignore[import-untyped]
     except ImportError:
@@ -179,14 +213,14 @@ def _yaml(where: Path, text: str) -> Any:
             f"{where}: reading YAML needs PyYAML (pip install pyyaml), or give the cases as JSON"
         ) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.safe_load(text), yaml_lines(yaml, text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise DatasetError(f"{where}: {at}not YAML ({getattr(exc, 'problem', exc)})") from None
 
 
-def _cases(where: Path, data: Any) -> list[Case]:
+def _cases(where: Path, data: Any, lines: Lines) -> list[Case]:
     if isinstance(data, Mapping):
         version = data.get("version", FORMAT_VERSION)
         if version != FORMAT_VERSION:
@@ -194,36 +228,54 @@ def _cases(where: Path, data: Any) -> list[Case]:
         data = data.get("cases")
     if not isinstance(data, list):
         raise DatasetError(f'{where}: expected a list of cases (or {{"cases": [...]}})')
-    return [_case(f"{where}: cases[{index}]", item) for index, item in enumerate(data)]
+    return [
+        _case(where, index, item, lines[index] if index < len(lines) else {})
+        for index, item in enumerate(data)
+    ]
 
 
-def _case(at: str, item: Any) -> Case:
+def _case(where: Path, index: int, item: Any, lines: Mapping[str, int]) -> Case:
+    def error(problem: str, field: str = "") -> DatasetError:
+        line = lines.get(field) or lines.get("")
+        return DatasetError(f"{where}: {f'line {line}: ' if line else ''}{at}: {problem}")
+
+    at = f"cases[{index}]"
     if not isinstance(item, Mapping):
-        raise DatasetError(f"{at}: a case is an object, got: {type(item).__name__}")
+        raise error(f"a case is an object, got: {type(item).__name__}")
     if "id" in item and isinstance(item["id"], str):
         at = f"{at} ({item['id']!r})"
     unknown = sorted(set(item) - _CASE_FIELDS)
     if unknown:
-        raise DatasetError(
-            f"{at}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_CASE_FIELDS))})"
-        )
+        known = ", ".join(sorted(_CASE_FIELDS))
+        raise error(f"unknown field {unknown[0]!r} (known: {known})", unknown[0])
     for name in ("id", "prompt"):
         if name not in item:
-            raise DatasetError(f"{at}: field {name!r} is missing")
+            raise error(f"field {name!r} is missing")
     try:
         history = [_message(i, m) for i, m in enumerate(item.get("history") or ())]
+    except (TypeError, ValueError) as exc:
+        raise error(str(exc), "history") from None
+    try:
         recorded = [_recorded(i, r) for i, r in enumerate(item.get("recorded") or ())]
     except (TypeError, ValueError) as exc:
-        raise DatasetError(f"{at}: {exc}") from None
+        raise error(str(exc), "recorded") from None
     fields = {
         k: item[k] for k in ("id", "prompt", "expected_output", "expected_tools") if k in item
     }
-    try:
-        return Case(
-            **fields, history=history, recorded=recorded, metadata=dict(item.get("metadata") or {})
+    for name, value in fields.items():  # each field alone first: the error names its line
+        try:
+            Case(**{"id": "x", "prompt": "x", name: value})
+        except (TypeError, ValueError) as exc:
+            raise error(f"field {name!r}: {exc}", name) from None
+    metadata = item.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise error(
+            f"field 'metadata' must be an object, got: {type(metadata).__name__}", "metadata"
         )
+    try:
+        return Case(**fields, history=history, recorded=recorded, metadata=dict(metadata))
     except (TypeError, ValueError) as exc:
-        raise DatasetError(f"{at}: {exc}") from None
+        raise error(str(exc)) from None
 
 
 def _message(index: int, value: Any) -> Message:

@@ -1,7 +1,8 @@
 """``evaluate``: run every case of a dataset (``repeat`` times), score each run, report.
 
 Each run is a fresh agent with the case's conversation before it, in a store of the
-evaluation's own (memory by default): a replay never writes the production store. Runs
+evaluation's own (by default a MemoryStore per run, let go when it ends): a replay never
+writes the production store, and a long evaluation keeps only its report rows. Runs
 go concurrently, at most ``max_concurrency`` at once, under the model's own limits. A run
 that crashes fails its case, not the evaluation.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import trio
@@ -23,7 +24,7 @@ from ._case import Case
 from ._dataset import Dataset
 from ._evaluators import Evaluator, Score
 from ._replay import RECORDING_KEY, Recording, replaying, tool_calls
-from ._report import EVALUATOR_FAILED, CaseReport, CaseRun, Report, summary_reasons
+from ._report import EVALUATOR_FAILED, NOT_RUN, CaseReport, CaseRun, Report, summary_reasons
 
 __all__ = ["evaluate"]
 
@@ -43,6 +44,7 @@ async def evaluate(
     context: dict[str, Any] | None = None,
     pass_share: float = 1.0,
     on_case: Callable[[CaseReport], object] | None = None,
+    stop: trio.Event | None = None,
 ) -> Report:
     """Evaluate ``agent`` on every case of ``dataset``.
 
@@ -57,15 +59,21 @@ async def evaluate(
         max_concurrency: Runs at once.
         model: The model for every run, or a function of the case giving one (a
             scripted model per case in tests); None: the agent's own.
-        store: Where the runs are stored (a fresh MemoryStore by default).
+        store: Where the runs are stored. By default each run has a MemoryStore of its
+            own, let go when it ends: nothing of a run is kept but its report row, so
+            the memory of a long evaluation stays flat.
         context: The agents' context (as ``open_agent`` takes it).
         pass_share: The share of a case's runs that must reach each evaluator's
             threshold for the case to pass (1.0: every run).
         on_case: Called with each case's report as it finishes (a progress bar).
+        stop: Set it to stop the evaluation: the runs in flight are cancelled, no other
+            starts, and the report returned is partial (``complete`` False), the cases
+            that did not finish marked as not run (``CaseReport.finished`` False). A
+            cancellation from outside (a cancel scope, a deadline) propagates as ever,
+            with no report; ``on_case`` has seen the cases that finished.
 
     Raises:
-        ValueError: a bad argument (named), or ``tools="replay"`` on an agent with a
-            tool server.
+        ValueError: a bad argument (named).
     """
     if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
         raise ValueError(f"repeat must be an int >= 1, got: {repeat!r}")
@@ -85,16 +93,14 @@ async def evaluate(
     names = [evaluator.name for evaluator in evaluators]
     if len(set(names)) != len(names):
         raise ValueError(f"two evaluators share a name ({names}); give each its own")
-    evaluated = replaying(agent) if tools == "replay" else agent
-    where = store if store is not None else MemoryStore()
-    limit = trio.Semaphore(max_concurrency)
+    evaluated = replaying(agent, cases) if tools == "replay" else agent
     runs: dict[str, list[CaseRun | None]] = {case.id: [None] * repeat for case in cases}
     thresholds = tuple((e.name, float(e.threshold)) for e in evaluators)
     reports: dict[str, CaseReport] = {}
 
     async def one(case: Case, index: int) -> None:
-        async with limit:
-            run = await _run_case(evaluated, case, index, model, where, context or {}, tools)
+        where = store if store is not None else MemoryStore()
+        run = await _run_case(evaluated, case, index, model, where, context or {}, tools)
         scored = await _scored(run, case, evaluators)
         runs[case.id][index] = scored
         done = runs[case.id]
@@ -105,16 +111,43 @@ async def evaluate(
             if on_case is not None:
                 on_case(reports[case.id])
 
-    async with trio.open_nursery() as nursery:
-        for case in cases:
-            for index in range(repeat):
-                nursery.start_soon(one, case, index)
+    runs_scope = trio.CancelScope()
+    async with trio.open_nursery() as watching:
+        if stop is not None:
+            watching.start_soon(_stop_when_set, stop, runs_scope)
+        with runs_scope:
+            async with trio.open_nursery() as nursery:
+                # Workers, each taking the next run in the dataset's order: runs start in
+                # that order, and a task exists per run in flight, not per run to come.
+                queue = iter([(case, index) for case in cases for index in range(repeat)])
+                for _ in range(min(max_concurrency, len(cases) * repeat)):
+                    nursery.start_soon(_worker, queue, one)
+        watching.cancel_scope.cancel()  # the watch ends with the runs
     return Report(
         agent=agent.name,
         evaluators=thresholds,
-        cases=tuple(reports[case.id] for case in cases),
+        cases=tuple(reports.get(case.id) or _not_run(case.id, runs[case.id]) for case in cases),
         repeat=repeat,
+        complete=not runs_scope.cancelled_caught,
     )
+
+
+async def _worker(
+    queue: Iterator[tuple[Case, int]], one: Callable[[Case, int], Awaitable[None]]
+) -> None:
+    for case, index in queue:  # shared: each item goes to one worker
+        await one(case, index)
+
+
+async def _stop_when_set(stop: trio.Event, runs: trio.CancelScope) -> None:
+    await stop.wait()
+    runs.cancel()
+
+
+def _not_run(case_id: str, runs: list[CaseRun | None]) -> CaseReport:
+    ended = tuple(run for run in runs if run is not None)
+    reason = NOT_RUN if not ended else f"{NOT_RUN} ({len(ended)} of {len(runs)} runs ended)"
+    return CaseReport(case_id, ended, passed=False, reasons=(reason,), finished=False)
 
 
 async def _run_case(
@@ -160,6 +193,8 @@ async def _run_case(
         error=result.error,
         replayed=recording.replayed,
         missed=recording.missed,
+        result=result,
+        agent=agent.name,
     )
 
 
@@ -175,6 +210,8 @@ async def _scored(run: CaseRun, case: Case, evaluators: Sequence[Evaluator]) -> 
             scores[evaluator.name] = (score.value, score.reason)
         except Exception as exc:  # an evaluator that fails scores 0, said why: never a pass
             scores[evaluator.name] = (0.0, f"{EVALUATOR_FAILED}{type(exc).__name__}: {exc}")
+    # Scored: the run's result (its messages) is let go, so a long evaluation's
+    # memory holds only what the report shows.
     return CaseRun(
         status=run.status,
         output=run.output,

@@ -6,20 +6,21 @@ description and input schema (so the model sees the same tools). A call whose na
 input match a recorded call gets that call's outcome and runs nothing; any other call
 gets an ``is_error`` "not recorded" outcome, unless its tool is marked ``idempotent``, in
 which case the real tool runs (through a ToolRunner of the original tools, with its
-deadline and crash capture).
+deadline and crash capture). The tools of a server (an MCP server, a remote A2A agent)
+are replayed the same way, the server never started nor reached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
 from .._messages import Message
 from ..agents import Agent
-from ..tools import Tool, ToolContext, ToolDefinition, ToolResult, ToolRunner, ToolServer
-from ._case import RecordedCall
+from ..tools import Tool, ToolContext, ToolResult, ToolRunner, ToolServer
+from ._case import Case, RecordedCall
 
 __all__ = ["RECORDING_KEY", "Recording", "not_recorded_text", "replaying"]
 
@@ -55,50 +56,83 @@ class Recording:
         return last
 
 
-def replaying(agent: type[Agent[Any]]) -> type[Agent[Any]]:
+def replaying(agent: type[Agent[Any]], cases: Sequence[Case] = ()) -> type[Agent[Any]]:
     """``agent`` with its tools replaced by replay stand-ins.
 
-    Raises:
-        ValueError: the agent lists a server of tools (an MCP server, an A2A agent):
-            its tools are listed only once it runs, and replaying them is not built.
+    A tool server the agent lists (an MCP server, a remote A2A agent) is neither started
+    nor reached: its tools are known only once it runs, so each tool of it that the
+    recorded calls of ``cases`` name gets a stand-in of that name, which accepts any
+    object as input (the server's schemas were never recorded) and answers from the
+    record like the others.
     """
     servers = [item for item in agent.tools if isinstance(item, ToolServer)]
+    originals = ToolRunner([item for item in agent.tools if not isinstance(item, ToolServer)])
+    stand_ins = [
+        _stand_in(d.name, d.description, d.input_schema, d.idempotent, originals)
+        for d in originals.definitions
+    ]
     if servers:
-        raise ValueError(
-            f"tools='replay' cannot replay {servers[0]!r}: the tools of a tool server are "
-            "listed only once it runs; evaluate with tools='live', or list its tools directly"
+        own = {definition.name for definition in originals.definitions}
+        served = dict.fromkeys(
+            call.name for case in cases for call in case.recorded if call.name not in own
         )
-    originals = ToolRunner(agent.tools)
-    stand_ins = [_stand_in(definition, originals) for definition in originals.definitions]
+        stand_ins += [
+            _stand_in(name, _served_description(name, servers), _ANY_OBJECT, False, originals)
+            for name in served
+        ]
     return type(agent.__name__, (agent,), {"tools": stand_ins, "__module__": agent.__module__})
 
 
-def _stand_in(definition: ToolDefinition, originals: ToolRunner) -> type[Tool]:
+_ANY_OBJECT: Final = {"type": "object"}
+
+
+def _served_description(name: str, servers: Sequence[ToolServer]) -> str:
+    owner = next((server for server in servers if _serves(server, name)), None)
+    label = getattr(owner, "name", None) if owner is not None else None
+    of = f"the tool server {label}" if isinstance(label, str) else "one of the agent's servers"
+    return f"A tool of {of}, replayed: it answers with the outcomes recorded in a run."
+
+
+def _serves(server: ToolServer, name: str) -> bool:
+    # An MCP server's tools carry its prefix, if it has one; an A2A agent is one tool.
+    prefix = getattr(server, "prefix", None)
+    if isinstance(prefix, str):
+        return name.startswith(f"{prefix}__")
+    return getattr(server, "name", None) == name and not hasattr(server, "prefix")
+
+
+def _stand_in(
+    name: str,
+    description: str,
+    input_schema: Mapping[str, Any],
+    idempotent: bool,
+    originals: ToolRunner,
+) -> type[Tool]:
     async def run(self: Tool, args: Any, ctx: ToolContext) -> ToolResult:
         recording = ctx.extra.get(RECORDING_KEY)
         assert isinstance(recording, Recording), "a replay tool runs only under evaluate"
-        found = recording.answer(definition.name, args)
+        found = recording.answer(name, args)
         if found is not None:
             recording.replayed += 1
             return ToolResult(found.content, is_error=found.is_error)
         recording.missed += 1
-        if not definition.idempotent:
-            return ToolResult(not_recorded_text(definition.name), is_error=True)
+        if not idempotent:
+            return ToolResult(not_recorded_text(name), is_error=True)
         [outcome] = await originals.execute(
-            [{"id": ctx.tool_use_id, "name": definition.name, "input": args}],
+            [{"id": ctx.tool_use_id, "name": name, "input": args}],
             {"working_dir": ctx.working_dir, "capabilities": ctx.capabilities, **ctx.extra},
         )
         return ToolResult(outcome.content, is_error=outcome.is_error)
 
     namespace: dict[str, Any] = {
-        "name": definition.name,
-        "description": definition.description,
-        "input_schema": dict(definition.input_schema),
-        "idempotent": definition.idempotent,
+        "name": name,
+        "description": description,
+        "input_schema": dict(input_schema),
+        "idempotent": idempotent,
         "run": run,
         "__module__": __name__,
     }
-    return type(f"Replayed_{definition.name}", (Tool,), namespace)
+    return type(f"Replayed_{name}", (Tool,), namespace)
 
 
 def tool_calls(messages: Sequence[Message]) -> list[tuple[str, Any]]:

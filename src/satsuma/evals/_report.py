@@ -15,8 +15,9 @@ import attrs
 
 from .._exceptions import SatsumaError
 from .._messages import Usage
+from ..agents import RunResult
 
-__all__ = ["CaseReport", "CaseRun", "Comparison", "Report", "ReportError"]
+__all__ = ["NOT_RUN", "CaseReport", "CaseRun", "Comparison", "Report", "ReportError"]
 
 REPORT_VERSION = 1
 EVALUATOR_FAILED = "the evaluator failed: "
@@ -42,6 +43,10 @@ class CaseRun:
         scores: Each evaluator's score, by evaluator name: ``(value, reason)``.
         replayed: Calls answered with a recorded outcome.
         missed: Calls that matched no recorded one.
+        result: The run's ``RunResult`` while its evaluators score it (a ``Verifier``
+            reads its typed answer and messages); None once scored, and in a loaded
+            report: a report keeps no conversation, so its memory stays flat.
+        agent: The evaluated agent's name, while scored.
     """
 
     status: str
@@ -53,6 +58,8 @@ class CaseRun:
     scores: Mapping[str, tuple[float, str]] = attrs.Factory(dict)
     replayed: int = 0
     missed: int = 0
+    result: RunResult[Any] | None = attrs.field(default=None, eq=False, repr=False)
+    agent: str = attrs.field(default="", eq=False, repr=False)
 
     @property
     def tokens(self) -> int:
@@ -60,15 +67,22 @@ class CaseRun:
         return self.usage.total_input_tokens + self.usage.output_tokens
 
 
+NOT_RUN = "not run: the evaluation was stopped before this case's runs ended"
+"""The reason of a case an evaluation stopped before (its ``finished`` is False)."""
+
+
 @attrs.frozen
 class CaseReport:
     """A case's runs and verdict. ``passed``: every run completed, and
-    every evaluator reached its threshold in at least the share of runs asked for."""
+    every evaluator reached its threshold in at least the share of runs asked for.
+    ``finished`` is False for a case a stopped evaluation did not finish: ``runs`` then
+    holds the repeats that ended (maybe none), and it has not passed."""
 
     case_id: str
     runs: tuple[CaseRun, ...]
     passed: bool
     reasons: tuple[str, ...] = ()
+    finished: bool = True
 
     def mean(self, evaluator: str) -> float | None:
         values = [run.scores[evaluator][0] for run in self.runs if evaluator in run.scores]
@@ -113,6 +127,16 @@ class Report:
         return self.complete and all(case.passed for case in self.cases)
 
     @property
+    def finished(self) -> tuple[CaseReport, ...]:
+        """The cases whose runs all ended (every case, unless the evaluation was stopped)."""
+        return tuple(case for case in self.cases if case.finished)
+
+    @property
+    def not_run(self) -> tuple[str, ...]:
+        """The ids of the cases a stopped evaluation did not finish."""
+        return tuple(case.case_id for case in self.cases if not case.finished)
+
+    @property
     def pass_rate(self) -> float:
         return sum(c.passed for c in self.cases) / len(self.cases) if self.cases else 0.0
 
@@ -143,8 +167,8 @@ class Report:
         regressed, improved = [], []
         for case_id, case in now.items():
             old = before.get(case_id)
-            if old is None:
-                continue
+            if old is None or not case.finished or not old.finished:
+                continue  # a case not run says nothing of the agent
             if old.passed and not case.passed:
                 regressed.append(case_id)
             elif case.passed and not old.passed:
@@ -176,7 +200,7 @@ class Report:
         for case in self.cases:
             cells = [_cell(case.mean(name)) for name in names]
             tokens = sum(run.tokens for run in case.runs)
-            verdict = "yes" if case.passed else "**no**"
+            verdict = "yes" if case.passed else "**no**" if case.finished else "not run"
             lines.append(
                 f"| {_escape(case.case_id)} | {verdict} | " + " | ".join(cells) + f" | {tokens} |"
             )
@@ -188,7 +212,8 @@ class Report:
         )
         if not self.complete:
             lines.append(
-                "\nThe evaluation was stopped before its end: the cases above are those that ran."
+                f"\nThe evaluation was stopped before its end: {len(self.finished)} of "
+                f"{len(self.cases)} cases ran; the others are marked not run."
             )
         return "\n".join(lines) + "\n"
 
@@ -241,6 +266,7 @@ def report_json(report: Report) -> dict[str, Any]:
                 "id": case.case_id,
                 "passed": case.passed,
                 "reasons": list(case.reasons),
+                "finished": case.finished,
                 "runs": [_run_json(run) for run in case.runs],
             }
             for case in report.cases
@@ -283,8 +309,11 @@ def _report_from(data: Any) -> Report:
             )
             for run in case["runs"]
         )
+        finished = bool(case.get("finished", True))  # absent: written before stopping was
         cases.append(
-            CaseReport(str(case["id"]), runs, bool(case["passed"]), tuple(case["reasons"]))
+            CaseReport(
+                str(case["id"]), runs, bool(case["passed"]), tuple(case["reasons"]), finished
+            )
         )
     return Report(
         agent=str(data["agent"]),

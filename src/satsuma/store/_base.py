@@ -19,6 +19,7 @@ from ._records import (
     RunRecordStatus,
 )
 from ._retention import PruneReport, seconds_of
+from ._run_query import RunQuery
 
 __all__ = ["BaseStore", "Store"]
 
@@ -115,6 +116,26 @@ class Store(Protocol):
         ...
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def find_runs(
+        self,
+        *,
+        agent: str | None = None,
+        agent_id: str | None = None,
+        status: RunRecordStatus | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Run records across conversations, oldest first: those of the agent class
+        named ``agent`` (``Agent.name``; a record written before satsuma kept the class
+        has none, and only ``agent_id`` finds it), of the conversation ``agent_id``,
+        ended with ``status``, started at or after ``since`` (seconds since the epoch);
+        each None means any. ``limit`` keeps the newest so many.
+
+        Raises:
+            ValueError: an argument that is not what it should be (named).
+        """
+        ...
 
     async def mark_interrupted(
         self, agent_id: str, *, lease: Lease | None = None
@@ -279,6 +300,18 @@ class BaseStore(abc.ABC):
         seconds = seconds_of(older_than)
         return await self._prune(seconds, conversations=conversations, dry_run=dry_run)
 
+    async def find_runs(
+        self,
+        *,
+        agent: str | None = None,
+        agent_id: str | None = None,
+        status: RunRecordStatus | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """See ``Store.find_runs``."""
+        return await self._find_runs(RunQuery.checked(agent, agent_id, status, since, limit))
+
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
@@ -288,6 +321,10 @@ class BaseStore(abc.ABC):
     @abc.abstractmethod
     async def _take_lease(self, agent_id: str, owner: Owner, seconds: float) -> Lease:
         """Take the agent for ``owner`` in the store (``Store.acquire_lease``)."""
+
+    @abc.abstractmethod
+    async def _find_runs(self, query: RunQuery) -> list[RunRecord]:
+        """``Store.find_runs``, its arguments checked."""
 
     @abc.abstractmethod
     async def _prune(self, older_than: float, *, conversations: bool, dry_run: bool) -> PruneReport:

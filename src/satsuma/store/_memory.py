@@ -23,6 +23,7 @@ from ._records import (
     RunRecordStatus,
 )
 from ._retention import LIVE_STATUSES, PruneReport, cut_before
+from ._run_query import RunQuery, chosen
 
 __all__ = ["MemoryStore"]
 
@@ -293,6 +294,10 @@ class MemoryStore(BaseStore):
     async def calls(self, run_id: str) -> list[JournalEntry]:
         await trio.lowlevel.checkpoint()
         return list(self._calls.get(run_id, {}).values())
+
+    async def _find_runs(self, query: RunQuery) -> list[RunRecord]:
+        await trio.lowlevel.checkpoint()
+        return chosen(query, list(self._runs.values()))
 
     # --- retention --------------------------------------------------------------------------
 

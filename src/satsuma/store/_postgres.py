@@ -50,8 +50,10 @@ from ._link import (
 )
 from ._postgres_errors import error, first_line, location, refused_connection
 from ._postgres_lease import renew, send_check, take, verify
+from ._records import RunRecord
 from ._retention import PruneReport
 from ._rows import Damaged
+from ._run_query import RunQuery, sql_find_runs
 from ._schema import POSTGRES_MIGRATIONS, POSTGRES_SCHEMA_VERSION, upgrade
 from ._sql import SQLStore
 
@@ -480,6 +482,9 @@ class PostgresStore(SQLStore):
             lambda db: renew(db, self.location, lease, seconds), transaction=False
         )
         return attrs.evolve(lease, expires_at=expires_at)
+
+    async def _find_runs(self, query: RunQuery) -> list[RunRecord]:
+        return await sql_find_runs(self.read, self._dialect, query)
 
     # --- retention --------------------------------------------------------------------------
 

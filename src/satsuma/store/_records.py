@@ -47,6 +47,8 @@ class RunRecord:
             message it starts with), or None when not known (a record written by an
             older satsuma). What the run added is the conversation from there to where
             the next run starts.
+        agent: The agent class's ``name`` (``Agent.name``, as ``satsuma serve`` names
+            it), or None for a record written before satsuma kept it.
     """
 
     run_id: str
@@ -58,6 +60,7 @@ class RunRecord:
     usage: Usage = attrs.Factory(Usage)
     error: str | None = None
     position: int | None = None
+    agent: str | None = None
 
 
 @attrs.frozen(kw_only=True)

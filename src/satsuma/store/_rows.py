@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 RUN_COLUMNS: Final = (
-    "run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position"
+    "run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position, agent"
 )
 """The columns :func:`run_record` reads, in its order."""
 
@@ -103,7 +103,7 @@ _STATUSES: Final = frozenset(get_args(RunRecordStatus))
 
 def run_record(row: tuple[Any, ...]) -> RunRecord:
     """A run record from a row of :data:`RUN_COLUMNS`."""
-    run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position = row
+    run_id, agent_id, status, prompt, started_at, ended_at, usage, error, position, agent = row
     try:
         if status not in _STATUSES:
             raise Damaged(f"its status {_shown(status)} is not one satsuma knows")
@@ -119,6 +119,7 @@ def run_record(row: tuple[Any, ...]) -> RunRecord:
             usage=_usage(usage),
             error=error,
             position=position,
+            agent=agent,
         )
     except Damaged as exc:
         raise Damaged(f"run {run_id!r} of agent {agent_id!r} cannot be read: {exc}") from None

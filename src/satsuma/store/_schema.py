@@ -2,7 +2,7 @@
 one procedure that brings a database up to date (``upgrade``).
 
 Each history moves its schema from one version to the next; never edit an entry that has
-shipped, add the next. The two histories differ (SQLite is at version 5, PostgreSQL at 6,
+shipped, add the next. The two histories differ (SQLite is at version 7, PostgreSQL at 9,
 with the cluster's tables), but a table that is the same in both is written once, below,
 so that the stores read and write the same columns.
 """
@@ -51,6 +51,13 @@ HOST_ID: Final = "ALTER TABLE leases ADD COLUMN host_id TEXT NOT NULL DEFAULT ''
 # A decision taken on one call of a paused run ahead of the run's resume (a service
 # deciding one call at a time, Store.propose_decision): JSON, NULL until taken.
 PROPOSED: Final = "ALTER TABLE approvals ADD COLUMN proposed TEXT"
+
+# The agent class each run belongs to (Agent.name), what evals select runs by
+# (Dataset.from_store(agent=...)); NULL for runs recorded before, matched by agent_id only.
+RUN_AGENT: Final = (
+    "ALTER TABLE runs ADD COLUMN agent TEXT",
+    "CREATE INDEX runs_by_class ON runs (agent, started_at)",
+)
 
 # SQLite's: each entry moves the schema from the previous version to its own.
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -109,6 +116,7 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     ),
     5: (HOST_ID,),
     6: (PROPOSED,),
+    7: RUN_AGENT,
 }
 SQLITE_SCHEMA_VERSION: Final = max(SQLITE_MIGRATIONS)
 
@@ -245,6 +253,7 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     # dies before then leaves them to the next.
     7: ("ALTER TABLE run_queue ADD COLUMN decisions TEXT",),
     8: (PROPOSED,),
+    9: RUN_AGENT,
 }
 POSTGRES_SCHEMA_VERSION: Final = max(POSTGRES_MIGRATIONS)
 

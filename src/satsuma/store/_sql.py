@@ -52,6 +52,7 @@ _INTERRUPT: Final = (
     "UPDATE runs SET status = 'interrupted' WHERE agent_id = ? AND status = 'running'"
 )
 _INTERRUPT_RETURNING: Final = _INTERRUPT + " RETURNING {run_columns}, {added}"
+_START: Final = "INSERT INTO runs ({run_columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _CLAIM: Final = (
     "UPDATE runs SET status = 'running' WHERE run_id = ? AND status = 'awaiting_approval'"
 )
@@ -203,9 +204,7 @@ class SQLStore(BaseStore):
             if start is not None:
                 self._write_tail(db, record.agent_id, start, messages)
             db.execute(
-                self._dialect.sql(
-                    "INSERT INTO runs ({run_columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
+                self._dialect.sql(_START),
                 (
                     record.run_id,
                     record.agent_id,
@@ -216,6 +215,7 @@ class SQLStore(BaseStore):
                     usage_json(record.usage),
                     record.error,
                     record.position,
+                    record.agent,
                 ),
             )
 

@@ -22,8 +22,10 @@ import trio
 from .._exceptions import StoreClosed, StoreError, StoreUnavailable, StoreUnreadable
 from ._dialect import SQLITE
 from ._lease import LEASE_ROW, Lease, Owner, lease_holds, lease_lost, next_epoch
+from ._records import RunRecord
 from ._retention import PruneReport
 from ._rows import Damaged
+from ._run_query import RunQuery, sql_find_runs
 from ._schema import SQLITE_MIGRATIONS, SQLITE_SCHEMA_VERSION, upgrade
 from ._sql import SQLStore
 from ._sqlite_retention import prune
@@ -279,6 +281,9 @@ class SQLiteStore(SQLStore):
 
         await self._call(work, lease)
         return renewed
+
+    async def _find_runs(self, query: RunQuery) -> list[RunRecord]:
+        return await sql_find_runs(self.read, self._dialect, query)
 
     # --- retention --------------------------------------------------------------------------
 
