@@ -207,6 +207,7 @@ class ToolRunner:
             approver=approver,
             approval_timeout=positive_or_none("approval_timeout", approval_timeout),
             decisions=decisions if decisions is not None else {},
+            now=trio.lowlevel.current_clock().current_time,
         )
         outcomes: list[ToolOutcome | None] = [None] * len(call_list)
         if isinstance(emitter, ChannelEmitter):
@@ -322,7 +323,7 @@ class ToolRunner:
         """The call's final outcome (after truncation and the after_call hooks), given to
         ``on_outcome``, or None when a Deferral took it; and the call as it was finally
         made."""
-        start = trio.current_time()
+        start = env.now()
         outcome: ToolOutcome | None
         if env.interrupt is not None and env.interrupt.is_set():
             outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
@@ -341,7 +342,7 @@ class ToolRunner:
                     call.name,
                     "crashed",
                     crashed_text(exc),
-                    duration=trio.current_time() - start,
+                    duration=env.now() - start,
                     details=crash_details(exc),
                 )
         limit = self._max_result_chars
@@ -443,7 +444,7 @@ class ToolRunner:
 
         timeout = definition.timeout if definition.timeout is not None else self._timeout
         # The tool's deadline counts from when it is entered: hooks have their own.
-        deadline = trio.current_time() + timeout if timeout is not None else math.inf
+        deadline = env.now() + timeout if timeout is not None else math.inf
         crash: BaseException | None = None
         raw: object = None
         finished = False
@@ -471,10 +472,9 @@ class ToolRunner:
         finally:
             ctx._end(abandoned=not finished or scope.cancel_called)
 
-        duration = trio.current_time() - start
-        # Checked after the scope exits: cancel_called is True only for our own deadline
-        # (an outer cancellation raises out of the scope and never gets here). A tool that
-        # swallowed the Cancelled and returned anyway is still late.
+        duration = env.now() - start
+        # After the scope exits, cancel_called means our own deadline (an outer cancel
+        # raises past here): a tool that swallowed the Cancelled and returned is late.
         if scope.cancel_called:
             assert timeout is not None
             return error_outcome(
