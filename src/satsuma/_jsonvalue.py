@@ -308,7 +308,10 @@ def plain_members(value: object, root: str) -> dict[str, Any] | None:
                     f"{_short_path(root or 'value')} has a key that is not a string: "
                     f"{_short_repr(key)}",
                 )
-            members[valid_text(key if type(key) is str else str.__str__(key))] = member
+            if type(key) is not str:
+                key = str.__str__(key)
+            # ASCII (nearly every key) is valid as it is: no call to find that out.
+            members[key if str.isascii(key) else valid_text(key)] = member
     except JsonProblem:
         raise
     except Exception as exc:
