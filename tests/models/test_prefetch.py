@@ -114,8 +114,11 @@ def test_an_sdk_that_fails_to_import_fails_the_first_real_model(tmp_path: Path) 
     assert done.stdout == "raised: this SDK is broken\n"
 
 
-def test_every_provider_names_its_sdk() -> None:
+def test_every_provider_says_whether_its_sdk_is_imported_early() -> None:
     assert set(SDKS) == set(PROVIDERS)
+    # Extras are never imported early (test_providers checks that declaring loads none).
+    assert SDKS["openai"] is None
+    assert import_sdk_in_background("openai:gpt-5") is None
 
 
 def test_a_model_string_no_provider_knows_starts_nothing() -> None:

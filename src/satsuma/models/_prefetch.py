@@ -2,8 +2,8 @@
 
 Importing the Anthropic SDK takes over a second (measured 1.3 s on a 2-core machine),
 and a service's first conversation would wait for it. So when an agent class is declared
-(at a service's start, long before its first request) the SDK that its model string
-names starts importing in a daemon thread; the first model built (``shared_model``, in
+(at a service's start, long before its first request) whose model is on Anthropic's
+SDK (Anthropic's API, Bedrock, Vertex AI), the SDK starts importing in a daemon thread; the first model built (``shared_model``, in
 a worker thread) or ``AnthropicModel`` finds it imported, or waits on the import lock
 for the rest. A run whose model is given (a scripted one, in tests) never waits for it.
 
@@ -31,13 +31,16 @@ from ._aliases import parse_model
 
 __all__ = ["SDKS", "import_sdk_in_background"]
 
-SDKS: Final[dict[str, str]] = {
+SDKS: Final[dict[str, str | None]] = {
     "anthropic": "anthropic",
     "bedrock": "anthropic",
     "vertex": "anthropic",
-    "openai": "openai",
+    "openai": None,
 }
-"""The module each provider of ``_aliases.PROVIDERS`` builds its client with."""
+"""The module each provider of ``_aliases.PROVIDERS`` builds its client with, when it is
+satsuma's own dependency. An extra's package (``openai``, and Bedrock's and Vertex's
+credentials packages) is imported only when a model of its provider is built: declaring
+an agent must not load what the default install does not need."""
 
 _lock = threading.Lock()
 _started: set[str] = set()
