@@ -178,6 +178,49 @@ def measure_overhead(calls: int, repeats: int) -> dict[str, Any]:
     }
 
 
+def _calls_made(action: Callable[[], Awaitable[None]]) -> int:
+    """How many functions (Python's and C's) one run of ``action`` calls, counted by a
+    profile hook in a trio.run of its own."""
+    count = 0
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    async def counted() -> None:
+        await action()  # warm: first-call caches are not per-call work
+        sys.setprofile(profile)
+        try:
+            await action()
+        finally:
+            sys.setprofile(None)
+
+    trio.run(counted)
+    return count
+
+
+def count_calls(calls: int) -> dict[str, float]:
+    """Function calls per extra tool call, satsuma's "parallel" runner and the floor:
+    a run of ``calls + 1`` calls minus a run of one, over ``calls``. The same on every
+    machine, however busy: the CPU figure that noise does not move.
+
+    Returns ``satsuma`` and ``floor`` (calls per extra call) and ``ratio``.
+    """
+    if calls < 1:
+        raise ValueError("calls must be at least 1")
+    call_list = noop_calls(calls + 1)
+    per_call = {}
+    for name, run in (
+        ("satsuma", lambda n: run_satsuma(call_list[:n], "parallel")),
+        ("floor", run_floor),
+    ):
+        more = _calls_made(lambda run=run: run(calls + 1))
+        one = _calls_made(lambda run=run: run(1))
+        per_call[name] = (more - one) / calls
+    return {**per_call, "ratio": per_call["satsuma"] / per_call["floor"]}
+
+
 async def _parallel_io(calls: int) -> float:
     call_list = [
         ToolCall(id=f"toolu_{index:06d}", name="sleep", input={}) for index in range(calls)
@@ -207,7 +250,12 @@ def _spread(samples: Sequence[float], calls: int) -> str:
     return f"{low:.2f}-{high:.2f}"
 
 
-def format_report(overhead: dict[str, Any], io_calls: int, io_seconds: float) -> str:
+def format_report(
+    overhead: dict[str, Any],
+    io_calls: int,
+    io_seconds: float,
+    counted: dict[str, float] | None = None,
+) -> str:
     calls = overhead["calls"]
     samples = overhead["samples"]
     io_ratio = io_seconds / IO_SLEEP
@@ -242,6 +290,19 @@ def format_report(overhead: dict[str, Any], io_calls: int, io_seconds: float) ->
             _verdict(io_met),
         ),
     ]
+    if counted is not None:
+        rows.insert(
+            1,
+            (
+                "function calls per call",
+                f"{calls:,}",
+                f"{counted['satsuma']:.1f}",
+                f"{counted['floor']:.1f}",
+                f"{counted['ratio']:.2f}x",
+                "-",
+                "information",
+            ),
+        )
     widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -270,6 +331,8 @@ def format_report(overhead: dict[str, Any], io_calls: int, io_seconds: float) ->
         f"parallel {_spread(samples['parallel'], calls)}, "
         f"sequential {_spread(samples['sequential'], calls)}",
         "sequential ratio is against the parallel floor, for information only.",
+        "function calls per call: Python and C functions a tool call calls (sys.setprofile),",
+        "the same however busy the machine is.",
     ]
     return "\n".join(out)
 
@@ -284,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         calls, repeats, io_calls = FULL_CALLS, FULL_REPEATS, FULL_IO_CALLS
     overhead = measure_overhead(calls, repeats)
     io_seconds = measure_parallel_io(io_calls)
-    print(format_report(overhead, io_calls, io_seconds))
+    counted = count_calls(calls)
+    print(format_report(overhead, io_calls, io_seconds, counted))
 
 
 if __name__ == "__main__":

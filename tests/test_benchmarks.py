@@ -13,7 +13,7 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "runner_overhead.py"
 
-ROW_NAMES = ("parallel overhead", "sequential", "parallel I/O")
+ROW_NAMES = ("parallel overhead", "function calls per call", "sequential", "parallel I/O")
 
 
 def _load_script() -> ModuleType:
@@ -67,6 +67,9 @@ def test_measurements_are_importable_and_return_their_fields() -> None:
     assert isinstance(overhead["target_met"], bool)
     assert set(overhead["samples"]) == {"floor", "parallel", "sequential"}
     assert isinstance(module.measure_parallel_io(5), float)
+    counted = module.count_calls(5)
+    # A supervised call does more than a bare task in a cancel scope, and both do something.
+    assert counted["satsuma"] > counted["floor"] > 0
 
 
 AGENT_LOOP_SCRIPT = ROOT / "benchmarks" / "agent_loop.py"

@@ -233,6 +233,10 @@ def _copy_one(item: Any, parent: Any, slot: Any, path: str, depth: int, stack: l
     stack.extend(reversed(found))
 
 
+# Any int this small is far within every digit limit Python allows (at least 640).
+_SMALL: Final = 10**18
+
+
 def _plainly_sendable(value: object, depth: int) -> bool:
     """Whether ``value`` is made only of dicts with string keys, lists, tuples and
     finite JSON scalars (strings and keys valid text), at most ``MAX_DEPTH`` levels deep: the common case, checked
@@ -248,14 +252,34 @@ def _plainly_sendable(value: object, depth: int) -> bool:
         return math.isfinite(value)  # type: ignore[arg-type]
     if depth >= MAX_DEPTH:
         return False
+    # Plain loops, scalars judged inline: this runs on every call's input, and a
+    # generator or a call per member would cost more than the check itself.
+    members: Any
     if kind is dict:
-        return all(
-            type(key) is str and is_valid_text(key) and _plainly_sendable(member, depth + 1)
-            for key, member in value.items()  # type: ignore[attr-defined]
-        )
-    if kind is list or kind is tuple:
-        return all(_plainly_sendable(member, depth + 1) for member in value)  # type: ignore[attr-defined]
-    return False  # anything else: plain_json says what, or copies it (a Mapping)
+        for key in value:  # type: ignore[attr-defined]
+            if type(key) is not str or not (str.isascii(key) or is_valid_text(key)):
+                return False
+        members = value.values()  # type: ignore[attr-defined]
+    elif kind is list or kind is tuple:
+        members = value
+    else:
+        return False  # anything else: plain_json says what, or copies it (a Mapping)
+    for member in members:
+        member_kind = type(member)
+        if member_kind is str:
+            if not (str.isascii(member) or is_valid_text(member)):
+                return False
+        elif member_kind is bool or member is None:
+            continue
+        elif member_kind is int:
+            if not (-_SMALL < member < _SMALL or _short_enough(member)):
+                return False
+        elif member_kind is float:
+            if not math.isfinite(member):
+                return False
+        elif not _plainly_sendable(member, depth + 1):
+            return False
+    return True
 
 
 def plain_members(value: object, root: str) -> dict[str, Any] | None:
@@ -284,7 +308,10 @@ def plain_members(value: object, root: str) -> dict[str, Any] | None:
                     f"{_short_path(root or 'value')} has a key that is not a string: "
                     f"{_short_repr(key)}",
                 )
-            members[valid_text(key if type(key) is str else str.__str__(key))] = member
+            if type(key) is not str:
+                key = str.__str__(key)
+            # ASCII (nearly every key) is valid as it is: no call to find that out.
+            members[key if str.isascii(key) else valid_text(key)] = member
     except JsonProblem:
         raise
     except Exception as exc:

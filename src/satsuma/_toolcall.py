@@ -100,4 +100,4 @@ def _plain_str(value: Any) -> Any:
 
 
 def _plain_valid(value: object) -> bool:
-    return type(value) is str and is_valid_text(value)
+    return type(value) is str and (str.isascii(value) or is_valid_text(value))

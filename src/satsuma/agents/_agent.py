@@ -12,7 +12,7 @@ import attrs
 
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from .._frozen import freeze
-from ..models import CACHE_MODES, CacheMode, model_problem
+from ..models import CACHE_MODES, CacheMode, import_sdk_in_background, model_problem
 from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver, ToolRunner, ToolServer, as_strategy
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
@@ -245,6 +245,8 @@ def _declare(cls: type[Agent[Any]]) -> AgentSpec:
             f"a tool is named {OUTPUT_TOOL!r}, the tool the model gives its typed answer "
             "with: rename the tool"
         )
+    # Declared at a service's start: its first conversation should not wait for the SDK.
+    import_sdk_in_background(spec.model)
     return spec
 
 

@@ -44,6 +44,7 @@ from ._model import ModelListener as ModelListener
 from ._model import ModelRequest as ModelRequest
 from ._model import ModelResponse as ModelResponse
 from ._openai import OpenAIModel as OpenAIModel
+from ._prefetch import import_sdk_in_background as import_sdk_in_background
 from ._prices import ModelPrices as ModelPrices
 from ._prices import prices_for as prices_for
 from ._prices import set_prices as set_prices

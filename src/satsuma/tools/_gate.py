@@ -7,13 +7,14 @@ pass too.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, get_args
 
 import attrs
 
 from .._jsonvalue import MAX_MEMBERS, JsonProblem, plain_json
-from .._text import describe_exception
+from .._text import describe_exception, is_valid_text
 from ._calls import ToolCall, gated
 from ._results import Content, ErrorKind, ToolOutcome, ToolResult, error_outcome
 from ._texts import failed_text, invalid_args_text, invalid_result_text, plain_text, short_repr
@@ -79,10 +80,71 @@ def _exact(text: str) -> str:
     return text if type(text) is str else str.__str__(text)
 
 
+# Any int this small is far within every digit limit Python allows (at least 640).
+_SMALL: Final = 10**18
+
+
+def _flat_copy(value: object) -> dict[str, Any] | None:
+    """A copy of an exact dict whose keys and members are all exact, valid, finite JSON
+    scalars (a copy of one level is then a whole copy); None for anything else."""
+    if type(value) is not dict:
+        return None
+    for key, member in dict.items(value):
+        if type(key) is not str or not (str.isascii(key) or is_valid_text(key)):
+            return None
+        kind = type(member)
+        if kind is str:
+            if not (str.isascii(member) or is_valid_text(member)):
+                return None
+        elif kind is int:
+            if not -_SMALL < member < _SMALL:
+                return None
+        elif kind is float:
+            if not math.isfinite(member):
+                return None
+        elif kind is not bool and member is not None:
+            return None
+    return dict.copy(value)
+
+
+def _plain_blocks(given: list[Any]) -> list[Any] | None:
+    """The blocks copied in one pass, when every one is a flat text block or an image
+    block with a flat source that the API takes (the common results); None when any is
+    not, for the full check to say what is wrong, or to copy what is nested."""
+    blocks: list[Any] = []
+    for index, raw_block in enumerate(given):
+        block = _flat_copy(raw_block)
+        if block is None:
+            source = _flat_copy(raw_block.get("source")) if type(raw_block) is dict else None
+            if source is None or raw_block.get("type") != "image":
+                return None
+            block = _flat_copy({**raw_block, "source": None})
+            if block is None or _image_problem(index, source) is not None:
+                return None
+            block["source"] = source
+        elif block.get("type") != "text" or type(block.get("text")) is not str:
+            return None
+        blocks.append(block)
+    return blocks
+
+
 def check_content(content: object) -> tuple[Content | None, str | None]:
     """The content as satsuma stores it (exact strs, dicts and lists, finite JSON values
     only: nothing of the tool's own classes), or a problem text naming the type and
     where it is."""
+    kind = type(content)
+    if issubclass(kind, str):
+        return plain_text(content), None  # type: ignore[arg-type]
+    if kind is list:
+        quick = _plain_blocks(content)  # type: ignore[arg-type]
+        if quick is not None:
+            return quick, None
+    return check_content_fully(content)
+
+
+def check_content_fully(content: object) -> tuple[Content | None, str | None]:
+    """``check_content`` without its one-pass copy of common blocks: every result
+    through the block checks and the deep copy (what the quick path must equal)."""
     kind = type(content)
     if issubclass(kind, str):
         return plain_text(content), None  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ import attrs
 
 from .._exceptions import ToolDefinitionError
 from .._jsonvalue import expected_text, json_problem
+from ._flatschema import FlatSchema, flat_schema
 from ._spec import bound_text, enum_text, length_text, missing_text
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class RawSchema:
     schema: Mapping[str, Any]
     _validator: Any = attrs.field(alias="validator")
     _null_means_absent: frozenset[str] = attrs.field(alias="null_means_absent")
+    # The same errors without jsonschema, for a flat schema (see ``_flatschema``).
+    _fast: FlatSchema | None = attrs.field(alias="fast", default=None)
 
     def check(self, arguments: object) -> tuple[dict[str, Any], list[str]]:
         """Check arguments; return them (nulls dropped where absent) and the error texts."""
@@ -67,6 +70,8 @@ class RawSchema:
         problem = json_problem(cleaned, "")
         if problem is not None:
             return cleaned, [problem]
+        if self._fast is not None:
+            return cleaned, self._fast.errors(cleaned)
         errors: list[str] = []
         for error in self._validator.iter_errors(cleaned):
             text = _text(error, errors)
@@ -145,4 +150,9 @@ def compile_input_schema(tool: str, schema: object) -> RawSchema:
             probe = validator.iter_errors({name: None})
             if any(list(error.absolute_path) == [name] for error in probe):
                 absent.add(name)
-    return RawSchema(schema=schema, validator=validator, null_means_absent=frozenset(absent))
+    return RawSchema(
+        schema=schema,
+        validator=validator,
+        null_means_absent=frozenset(absent),
+        fast=flat_schema(schema),
+    )

@@ -188,8 +188,8 @@ class ToolRunner:
         Raises:
             TypeError: a call, the context or the event sink has the wrong shape.
         """
-        # Through the JSON gate first: the ToolCallStart event, the approver and
-        # on_outcome see only plain values (or a refused call's {}).
+        # The one JSON gate of values (decoded text has its own): the ToolCallStart
+        # event, hooks, the approver and on_outcome see only plain values (or {}).
         call_list = [gated(as_call(call, index)) for index, call in enumerate(calls)]
         working_dir, capabilities, extra = parse_context(context)
         emitter = make_emitter(events if events is not None else self._events)
@@ -207,6 +207,7 @@ class ToolRunner:
             approver=approver,
             approval_timeout=positive_or_none("approval_timeout", approval_timeout),
             decisions=decisions if decisions is not None else {},
+            now=trio.lowlevel.current_clock().current_time,
         )
         outcomes: list[ToolOutcome | None] = [None] * len(call_list)
         if isinstance(emitter, ChannelEmitter):
@@ -267,9 +268,8 @@ class ToolRunner:
     async def _run_started(self, call: ToolCall, env: Environment) -> ToolOutcome:
         if env.tracer is None:
             return await self._run_supervised(call, env)
-        # Started in the call's own task, so the span is current for the hooks and the
-        # tool (and a sub-agent the tool runs); a call's task inherits the context of
-        # the task that spawned it, so the span's parent is execute's caller's span.
+        # In the call's own task: current for its hooks and tool (and a sub-agent's run),
+        # its parent the span of execute's caller, whose context the task inherits.
         scope = _telemetry.start_span(
             env.tracer,
             f"execute_tool {call.name}",
@@ -311,8 +311,7 @@ class ToolRunner:
                 )
             raise
         if decided is None:
-            # Deferred: the call has not ended, it waits for a decision; its ToolCallEnd
-            # comes when it is run with one.
+            # Deferred, not ended: its ToolCallEnd comes when it is run with a decision.
             return error_outcome(call.id, call.name, "denied", denied_text("awaiting a decision"))
         if emitter is not None:
             emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=decided))
@@ -324,7 +323,7 @@ class ToolRunner:
         """The call's final outcome (after truncation and the after_call hooks), given to
         ``on_outcome``, or None when a Deferral took it; and the call as it was finally
         made."""
-        start = trio.current_time()
+        start = env.now()
         outcome: ToolOutcome | None
         if env.interrupt is not None and env.interrupt.is_set():
             outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
@@ -343,7 +342,7 @@ class ToolRunner:
                     call.name,
                     "crashed",
                     crashed_text(exc),
-                    duration=trio.current_time() - start,
+                    duration=env.now() - start,
                     details=crash_details(exc),
                 )
         limit = self._max_result_chars
@@ -372,7 +371,8 @@ class ToolRunner:
             return error_outcome(
                 call.id, call.name, "invalid_args", invalid_args_text([call.refused])
             ), call
-        if isinstance(call.input, (str, bytes, bytearray)):
+        text = isinstance(call.input, (str, bytes, bytearray))
+        if text:
             call, problem = decoded(call)
             if problem is not None:
                 return error_outcome(
@@ -386,11 +386,12 @@ class ToolRunner:
             return error_outcome(
                 call.id, call.name, "denied", capability_denied_text(min(missing))
             ), call
-        # Before hooks see it: input that cannot go back to the API as JSON (NaN, too
-        # deep, an object) would poison the history and every later request.
-        call, refused = gate_call(call)
-        if refused is not None:
-            return refused, call
+        if text:
+            # Only decoded text is new here (values passed execute's gate): NaN or too
+            # deep, it would poison the history and every later request.
+            call, refused = gate_call(call)
+            if refused is not None:
+                return refused, call
         arguments = call.input
         ctx = env.context_for(call)
         preset = env.decisions.get(call.id)
@@ -443,7 +444,7 @@ class ToolRunner:
 
         timeout = definition.timeout if definition.timeout is not None else self._timeout
         # The tool's deadline counts from when it is entered: hooks have their own.
-        deadline = trio.current_time() + timeout if timeout is not None else math.inf
+        deadline = env.now() + timeout if timeout is not None else math.inf
         crash: BaseException | None = None
         raw: object = None
         finished = False
@@ -471,10 +472,9 @@ class ToolRunner:
         finally:
             ctx._end(abandoned=not finished or scope.cancel_called)
 
-        duration = trio.current_time() - start
-        # Checked after the scope exits: cancel_called is True only for our own deadline
-        # (an outer cancellation raises out of the scope and never gets here). A tool that
-        # swallowed the Cancelled and returned anyway is still late.
+        duration = env.now() - start
+        # After the scope exits, cancel_called means our own deadline (an outer cancel
+        # raises past here): a tool that swallowed the Cancelled and returned is late.
         if scope.cancel_called:
             assert timeout is not None
             return error_outcome(

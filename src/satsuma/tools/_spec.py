@@ -146,6 +146,8 @@ class _NumericNode(Node):
     enum: tuple[int | float, ...] | None = None
 
     def _bounds(self, value: int | float, path: str, errors: list[str]) -> None:
+        if self.enum is None and self.minimum is None and self.maximum is None:
+            return
         if self.enum is not None and value not in self.enum:
             errors.append(enum_text(path, self.enum, value))
         if self.minimum is not None and value < self.minimum:
@@ -394,7 +396,8 @@ def check_arguments(root: ObjectNode, arguments: object) -> tuple[dict[str, Any]
     Returns the cleaned arguments and the list of error texts (empty when valid).
     """
     errors: list[str] = []
-    if not isinstance(arguments, Mapping):
+    # A dict (what the JSON gate gives) is known without the ABC's isinstance.
+    if type(arguments) is not dict and not isinstance(arguments, Mapping):
         errors.append(expected_text("arguments", "object", arguments))
         return {}, errors
     cleaned = root.check_members(arguments, "", errors)
