@@ -286,9 +286,9 @@ async def test_compaction_keeps_a_small_window_from_being_passed() -> None:
     satsuma.set_context_window("sonnet", 3_500)
     try:
         answers = Answers()
-        async with MessagesServer(then=answers, keep_requests=None) as server:
-            async with satsuma.open_agent(Reader, model=AnthropicModel(server.client())) as a:
-                results = [await a.run(f"question {n}") for n in range(10)]
+        server = MessagesServer(then=answers, keep_requests=None)
+        async with server, satsuma.open_agent(Reader, model=AnthropicModel(server.client())) as a:
+            results = [await a.run(f"question {n}") for n in range(10)]
     finally:
         satsuma.set_context_window("sonnet", None)
     assert all(result.status == "completed" for result in results)
