@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Final, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
 
@@ -248,11 +248,16 @@ async def _summarise(
 
 
 async def compacted(
-    run: Run, compaction: Compaction, request: ModelRequest, fixed_chars: int, rate: float
+    run: Run,
+    compaction: Compaction,
+    tools: tuple[Mapping[str, Any], ...],
+    fixed_chars: int,
+    rate: float,
 ) -> Sequence[Message]:
     """The messages to send under ``compaction``, summarising first when the request
     would pass its ``max_tokens``. ``rate`` is the tokens per character of the last
-    request (``TrimMemo.rate``), ``request`` the call as it would be sent whole.
+    request (``TrimMemo.rate``); ``tools`` and ``fixed_chars`` what the request carries
+    besides its messages, and their size.
 
     Raises:
         StoreError: the summary could not be stored (the run fails, as for any write).
@@ -269,7 +274,7 @@ async def compacted(
     if summary is not None and not _usable(summary, messages):
         summary = state.summary = None  # the conversation was rewritten under it
     view = _view(state, summary, messages)
-    tokens = await _count(run, compaction, request, view, memo, fixed_chars, rate, summary)
+    tokens = await _count(run, compaction, tools, view, memo, fixed_chars, rate, summary)
     if tokens <= compaction.max_tokens:
         return view
     floor = summary.through if summary is not None else 0
@@ -299,7 +304,7 @@ async def compacted(
         await persistence.add_summary(made)
     state.summary = made
     view = _view(state, made, messages)
-    await _count(run, compaction, request, view, memo, fixed_chars, rate, made)
+    await _count(run, compaction, tools, view, memo, fixed_chars, rate, made)
     return view
 
 
@@ -319,7 +324,7 @@ def _sent(memo: TrimMemo, view: Sequence[Message], fixed_chars: int) -> None:
 async def _count(
     run: Run,
     compaction: Compaction,
-    request: ModelRequest,
+    tools: tuple[Mapping[str, Any], ...],
     view: Sequence[Message],
     memo: TrimMemo,
     fixed_chars: int,
@@ -338,9 +343,16 @@ async def _count(
     state: CompactionState = run.ctx.conversation.compaction
     state.api_tokens = None
     if compaction.count == "api":
-        counted = await count_input_tokens(
-            run.ctx.model, attrs.evolve(request, messages=tuple(view))
+        spec = run.ctx.spec
+        request = ModelRequest(
+            model=run.ctx.model_id,
+            system=spec.system,
+            messages=tuple(view),
+            tools=tools,
+            max_tokens=spec.max_tokens,
+            cache=spec.cache,
         )
+        counted = await count_input_tokens(run.ctx.model, request)
         if counted is not None:
             state.api_tokens = counted
             return counted

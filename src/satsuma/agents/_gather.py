@@ -8,8 +8,6 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from ..models import (
     ContextWindowExceeded,
     ModelRequest,
@@ -105,24 +103,23 @@ async def gather(run: Run) -> ModelResponse:
     # The tokens per character of the last request, before this one's size replaces it.
     rate = memo.rate(conversation.last_usage)
     fixed_chars = fixed_size(memo, spec.system, tools)
-    request = ModelRequest(
-        model=ctx.model_id,
-        system=spec.system,
-        messages=(),
-        tools=tools,
-        max_tokens=spec.max_tokens,
-        cache=spec.cache,
-    )
     history = spec.history
     if isinstance(history, Compaction):
-        messages = await compacted(run, history, request, fixed_chars, rate)
+        messages = await compacted(run, history, tools, fixed_chars, rate)
     else:
         messages = choose(
             history, tuple(conversation.messages), conversation.last_usage, memo, fixed_chars
         )
     if spec.cache is not None:
         watch_system(spec.origin, spec.name, spec.system)
-    request = attrs.evolve(request, messages=tuple(messages))
+    request = ModelRequest(
+        model=ctx.model_id,
+        system=spec.system,
+        messages=tuple(messages),
+        tools=tools,
+        max_tokens=spec.max_tokens,
+        cache=spec.cache,
+    )
     window = context_window_for(ctx.model_id)
     if window is not None:
         _check_window(run, window, memo.sent_chars * rate)

@@ -54,6 +54,8 @@ CONTEXT_WINDOWS: Final[dict[str, int]] = {
 """Input tokens a request may carry, by model family (see ``_prices.price_key``)."""
 
 _overrides: dict[str, int] = {}
+# Each model string's family, found once: the check runs before every call.
+_families: dict[str, str] = {}
 
 
 def set_context_window(model: str, tokens: int | None) -> None:
@@ -89,7 +91,9 @@ def set_context_window(model: str, tokens: int | None) -> None:
 def context_window_for(model: str) -> int | None:
     """The input tokens a request to ``model`` may carry: set by ``set_context_window``,
     else the table's; None for a model neither knows."""
-    key = price_key(model)
+    key = _families.get(model)
+    if key is None:
+        key = _families[model] = price_key(model)
     return _overrides.get(key) or CONTEXT_WINDOWS.get(key)
 
 
