@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from satsuma import Message
-from satsuma.store import MemoryStore, Owner, Store, StoreError, Summary
+from satsuma.store import Owner, Store, StoreError, Summary
 
 
 def text(role: Any, words: str) -> Message:
@@ -68,8 +68,7 @@ def test_a_summary_must_stand_for_at_least_one_message() -> None:
         summary(0)
 
 
-async def test_pruning_a_conversation_takes_its_summaries() -> None:
-    store = MemoryStore()
+async def test_pruning_a_conversation_takes_its_summaries(store: Store) -> None:
     await store.write_tail("a", 0, [text("user", "hi"), text("assistant", "yo")])
     await store.add_summary(summary(2))
     report = await store.prune(older_than=0, conversations=True)
