@@ -85,6 +85,7 @@ async def test_older_turns_become_one_summary_and_requests_stay_under_the_limit(
         async with satsuma.open_agent(Reader, model=AnthropicModel(server.client())) as agent:
             results = [await agent.run(f"question {n}") for n in range(24)]
             history = agent.history
+            compacted = agent.compacted_history
         bodies = server.requests
     assert all(result.status == "completed" for result in results)
     assert answers.summaries >= 2
@@ -99,6 +100,11 @@ async def test_older_turns_become_one_summary_and_requests_stay_under_the_limit(
     head = calls[-1]["messages"][0]["content"][0]["text"]
     assert head == f"{HEADING}summary number {answers.summaries}"
     assert len(history) == 24 * 4
+    # compacted_history is what the last request began with, then the messages since.
+    sent = calls[-1]["messages"]
+    assert [m.role for m in compacted] == [m["role"] for m in sent] + ["assistant"]
+    assert compacted[0].content[0]["text"] == head
+    assert compacted[-1] == history[-1] and len(compacted) < len(history)
     assert MARK not in json.dumps([m.content for m in history])
     # The summary calls' usage counts in the runs' usage.
     total = sum((result.usage for result in results), Usage())

@@ -39,7 +39,7 @@ from ._summary_state import CompactionState
 if TYPE_CHECKING:
     from ._runstate import Run
 
-__all__ = ["Compaction", "compacted"]
+__all__ = ["Compaction", "compacted", "compacted_view"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -306,6 +306,14 @@ async def compacted(
     view = _view(state, made, messages)
     await _count(run, compaction, tools, view, memo, fixed_chars, rate, made)
     return view
+
+
+def compacted_view(state: CompactionState, messages: Sequence[Message]) -> Sequence[Message]:
+    """The messages as sent under the summary in force (all of them without one)."""
+    summary = state.summary
+    if summary is None or not _usable(summary, messages):
+        return messages
+    return _view(state, summary, messages)
 
 
 def _view(
