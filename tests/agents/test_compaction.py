@@ -90,6 +90,8 @@ async def test_older_turns_become_one_summary_and_requests_stay_under_the_limit(
     assert all(result.status == "completed" for result in results)
     assert answers.summaries >= 2
     calls = [body for body in bodies if not is_summary_call(body)]
+    # A summary is written in half the room between keep_last_tokens and max_tokens.
+    assert {body["max_tokens"] for body in bodies if is_summary_call(body)} == {1_000}
     # Every request the agent sent stays within max_tokens, as the server bills it.
     assert max(len(json.dumps(body)) // 4 for body in calls) <= 3_000
     summarised = [body for body in calls if MARK in json.dumps(body["messages"][0])]

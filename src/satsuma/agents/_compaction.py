@@ -85,8 +85,11 @@ class Compaction:
     Args:
         max_tokens: The most input tokens a request may carry before older turns are
             summarised.
-        keep_last_tokens: About how many tokens of the newest turns stay verbatim
-            (whole exchanges; at least the newest). Below ``max_tokens``.
+        keep_last_tokens: About how many tokens the request keeps verbatim after a
+            summary: the newest whole exchanges (at least one), counted with the tools
+            and system prompt as ``max_tokens`` is. Below ``max_tokens``; the summary
+            is written in at most half the room between the two (and at most the
+            agent's ``max_tokens``), so that the request after it stays under the limit.
         model: The model id that writes the summary, through the agent's provider;
             None: the agent's own model.
         instructions: The summarising system prompt, instead of satsuma's.
@@ -215,7 +218,10 @@ async def _summarise(
             Message(role="user", content=[{"type": "text", "text": _transcript(previous, part)}]),
         ),
         tools=(),
-        max_tokens=ctx.spec.max_tokens,
+        # Half the room above what is kept: the request after it stays under the limit.
+        max_tokens=max(
+            64, min(ctx.spec.max_tokens, (compaction.max_tokens - compaction.keep_last_tokens) // 2)
+        ),
         cache=None,
     )
     limiter = ctx.limiter
