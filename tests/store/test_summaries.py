@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+import satsuma
 from satsuma import Message
 from satsuma.store import Owner, Store, StoreError, Summary
+from satsuma.testing import FunctionModel, Reply
 
 
 def text(role: Any, words: str) -> Message:
@@ -74,3 +76,35 @@ async def test_pruning_a_conversation_takes_its_summaries(store: Store) -> None:
     report = await store.prune(older_than=0, conversations=True)
     assert report.conversations == 1
     assert await store.summaries("a") == []
+
+
+async def test_an_agent_opened_again_on_the_store_goes_on_from_its_summary(store: Store) -> None:
+    # As another node of a cluster does on PostgreSQL: the summary is read back, not
+    # written again, and the requests begin with it.
+    made: list[str] = []
+    firsts: list[str] = []
+
+    def reply(request: satsuma.ModelRequest) -> Reply:
+        if request.system == "Summarise.":
+            made.append("summary")
+            return Reply(text="the story so far")
+        firsts.append(str(request.messages[0].content[0].get("text")))
+        return Reply(text="noted. " * 200)
+
+    class Long(satsuma.Agent):
+        name = "long_store_agent"
+        history = satsuma.Compaction(
+            max_tokens=1_500, keep_last_tokens=500, instructions="Summarise."
+        )
+
+    model = FunctionModel(reply)
+    async with satsuma.open_agent(Long, model=model, store=store, agent_id="long") as agent:
+        while not made:
+            await agent.run("tell me more " * 20)
+    firsts.clear()
+    async with satsuma.open_agent(Long, model=model, store=store, agent_id="long") as agent:
+        result = await agent.run("and then?")
+    assert result.status == "completed"
+    assert made == ["summary"]
+    assert firsts == ["Summary of the earlier conversation:\nthe story so far"]
+    assert [s.text for s in await store.summaries("long")] == ["the story so far"]
