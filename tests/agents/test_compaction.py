@@ -420,3 +420,31 @@ def test_every_request_of_a_compacting_agent_keeps_its_pairs(
                 assert result.status == "completed", result.error
 
     trio.run(main)
+
+
+async def test_a_reset_forgets_the_summary_in_the_store_and_in_the_agent() -> None:
+    made: list[str] = []
+    firsts: list[str] = []
+
+    def reply(request: satsuma.ModelRequest) -> Reply:
+        if request.system == INSTRUCTIONS:
+            made.append("summary")
+            return Reply(text="the story so far")
+        firsts.append(json.dumps(request.messages[0].content[0]))
+        return Reply(text="noted. " * 200)
+
+    store = MemoryStore()
+    model = FunctionModel(reply)
+    async with satsuma.open_agent(Reader, model=model, store=store, agent_id="z") as agent:
+        while not made:
+            await agent.run("tell me more " * 20)
+        await agent.run("once more")
+        assert MARK in firsts[-1]
+        await agent.reset()
+        assert await store.summaries("z") == []
+        firsts.clear()
+        for _ in range(3):  # as long as before the summary, without passing the limit
+            await agent.run("tell me more " * 20)
+        assert agent.compacted_history == agent.history
+    assert firsts and not any(MARK in first for first in firsts)
+    assert made == ["summary"]
