@@ -354,13 +354,16 @@ COST_ROW_NAMES = (
     'cache="auto" (input tokens)',
     'cache="auto" / cache=None',
     "TokenBudget(",
+    "Compaction(",
+    "Compaction / sent whole",
 )
 
 
 def test_cost_quick_run_prints_every_figure_with_its_bar() -> None:
     rows = _quick_rows(COST_SCRIPT, COST_ROW_NAMES)
-    for name in COST_ROW_NAMES[2:]:
+    for name in COST_ROW_NAMES[2:5]:
         assert "target met" in rows[name] or "target MISSED" in rows[name], rows[name]
+    assert "summaries" in rows["Compaction("] and "runs failed" in rows["Compaction("]
 
 
 def test_prices_quick_run_prints_every_case_with_its_bar() -> None:

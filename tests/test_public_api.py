@@ -32,6 +32,7 @@ EXPECTED_SATSUMA = {
     "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "ModelLimits", "ModelPrices", "ModelWaitStart", "ModelWaitEnd", "set_model_limits", "set_prices", "NoOutput", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
     "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
+    "Compaction", "ContextWindowExceeded", "set_context_window",
     # supervision
     "Backoff", "ChildCrashed", "ChildExited", "ChildInfo", "ChildRestarted", "ChildSpec",
     "ChildStarted", "RestartType", "Supervisor", "SupervisorEvent", "SupervisorGaveUp",
@@ -269,6 +270,7 @@ def test_public_exceptions_and_frozen_values_pickle() -> None:
         satsuma.SatsumaError("x"),
         satsuma.ToolError("no such order"),
         satsuma.ModelError("Overloaded", status=529, retryable=True, retry_after=2.0),
+        satsuma.ContextWindowExceeded("claude-sonnet-4-5", 210_000, 200_000, "estimate"),
     ):
         copy = pickle.loads(pickle.dumps(error))
         assert (type(copy), str(copy), vars(copy)) == (type(error), str(error), vars(error))

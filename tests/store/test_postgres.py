@@ -296,7 +296,7 @@ async def test_the_schema_is_created_once_by_stores_opening_at_once(postgres_dsn
     assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
     assert [t for (t,) in tables] == [
         "approvals", "leases", "messages", "nodes", "run_event_streams", "run_events",
-        "run_queue", "runs", "satsuma_schema", "tool_calls",
+        "run_queue", "runs", "satsuma_schema", "summaries", "tool_calls",
     ]  # fmt: skip
 
 

@@ -283,10 +283,25 @@ async def test_an_exhausted_script_fails_clearly() -> None:
 async def test_other_paths_are_not_found() -> None:
     async with MessagesServer(["unused"]) as server, server.client() as client:
         with pytest.raises(anthropic.NotFoundError) as caught:
-            await client.messages.count_tokens(model="claude-test", messages=USER)  # type: ignore[arg-type]
+            await client.post("/v1/complete", body={"model": "claude-test"}, cast_to=object)
     assert caught.value.type == "not_found_error"
     assert server.requests == []
     assert server.remaining == 1
+
+
+async def test_the_count_endpoint_counts_as_the_server_bills_and_plays_no_script_item() -> None:
+    async with MessagesServer(["unused"]) as server, server.client() as client:
+        counted = await client.messages.count_tokens(model="claude-test", messages=USER)  # type: ignore[arg-type]
+        longer = [{"role": "user", "content": "word " * 400}]
+        more = await client.messages.count_tokens(model="claude-test", messages=longer)  # type: ignore[arg-type]
+        with pytest.raises(anthropic.BadRequestError, match="model: Field required"):
+            await client.post("/v1/messages/count_tokens", body={"messages": []}, cast_to=object)
+    body = server.count_requests[0]
+    # A token per 4 characters of the body: 2,000 more characters, some 500 more tokens.
+    assert counted.input_tokens >= 1
+    assert 490 <= more.input_tokens - counted.input_tokens <= 510
+    assert body["model"] == "claude-test" and "max_tokens" not in body
+    assert server.requests == [] and server.remaining == 1
 
 
 async def test_a_request_without_required_fields_is_refused() -> None:

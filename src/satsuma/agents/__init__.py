@@ -7,6 +7,7 @@ from .._public import public_names as _public_names
 # DESIGN.md, nor in __all__).
 from . import _internal as internal  # noqa: F401  (for other rooms, see above)
 from ._agent import Agent as Agent
+from ._compaction import Compaction as Compaction
 from ._events import AgentEvent as AgentEvent
 from ._events import ModelRetry as ModelRetry
 from ._events import ModelWaitEnd as ModelWaitEnd
@@ -39,6 +40,7 @@ __all__ = [
     "AgentEvent",
     "AgentHandle",
     "AgentTool",
+    "Compaction",
     "HistoryProcessor",
     "JsonLinesLog",
     "KeepAll",

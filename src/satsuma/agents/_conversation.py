@@ -14,6 +14,7 @@ import trio
 
 from .._messages import Message, Usage
 from ._history import TrimMemo
+from ._summary_state import CompactionState
 
 if TYPE_CHECKING:
     from ._persist import Persistence
@@ -25,13 +26,14 @@ __all__ = ["Conversation", "Steering"]
 class Conversation:
     """The messages, and what changed since the store last wrote them."""
 
-    __slots__ = ("last_usage", "messages", "persistence", "trim")
+    __slots__ = ("compaction", "last_usage", "messages", "persistence", "trim")
 
     def __init__(self, messages: list[Message], persistence: Persistence | None) -> None:
         self.messages = messages
         self.persistence = persistence
         self.last_usage: Usage | None = None
         self.trim = TrimMemo()  # where the history processor last cut, for the cache
+        self.compaction = CompactionState()  # the summary in force (history = Compaction)
 
     def commit(self, message: Message) -> None:
         if self.persistence is not None:
@@ -47,6 +49,9 @@ class Conversation:
         """The conversation changed from ``index`` on (a roll-back, a reset)."""
         if self.persistence is not None:
             self.persistence.changed(index)
+        summary = self.compaction.summary
+        if summary is not None and index < summary.through:
+            self.compaction.summary = None  # it no longer says what the messages held
 
     async def flush(self) -> None:
         """Write what changed in the conversation to the store (no-op without one).

@@ -4,11 +4,20 @@ then added to the conversation."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..models import ModelRequest, ModelResponse, checked_response, estimate_input_tokens
+from ..models import (
+    ContextWindowExceeded,
+    ModelRequest,
+    ModelResponse,
+    checked_response,
+    context_window_for,
+    estimate_input_tokens,
+)
 from . import _tracing
+from ._compaction import Compaction, compacted
 from ._events import ModelRetry, ModelWaitEnd, ModelWaitStart, TextDelta, ThinkingDelta, TurnEnd
 from ._history import choose, fixed_size
 from ._ids import unique_ids
@@ -91,13 +100,16 @@ async def gather(run: Run) -> ModelResponse:
     if run.output_spec is not None:
         tools = (*tools, run.output_spec.tool)
     memo = conversation.trim
-    messages = choose(
-        spec.history,
-        tuple(conversation.messages),
-        conversation.last_usage,
-        memo,
-        fixed_size(memo, spec.system, tools),
-    )
+    # The tokens per character of the last request, before this one's size replaces it.
+    rate = memo.rate(conversation.last_usage)
+    fixed_chars = fixed_size(memo, spec.system, tools)
+    history = spec.history
+    if isinstance(history, Compaction):
+        messages = await compacted(run, history, tools, fixed_chars, rate)
+    else:
+        messages = choose(
+            history, tuple(conversation.messages), conversation.last_usage, memo, fixed_chars
+        )
     if spec.cache is not None:
         watch_system(spec.origin, spec.name, spec.system)
     request = ModelRequest(
@@ -108,6 +120,9 @@ async def gather(run: Run) -> ModelResponse:
         max_tokens=spec.max_tokens,
         cache=spec.cache,
     )
+    window = context_window_for(ctx.model_id)
+    if window is not None:
+        _check_window(run, window, memo.sent_chars * rate)
     # Without limits, no limiter: nothing awaited or allocated for them.
     permit = None if ctx.limiter is None else await _admit(run, ctx.limiter, request)
     try:
@@ -129,6 +144,24 @@ async def gather(run: Run) -> ModelResponse:
     run.usage = run.usage + response.usage
     conversation.last_usage = response.usage
     return response
+
+
+def _check_window(run: Run, window: int, estimate: float) -> None:
+    """Fail the call before it is sent if the request would pass the model's context
+    window: counted by the API when a ``Compaction(count="api")`` just did, else the
+    estimate (only an estimate past the window fails here: the API's own answer stands
+    for a request the estimate let through).
+
+    Raises:
+        ContextWindowExceeded: it would.
+    """
+    ctx = run.ctx
+    counted = ctx.conversation.compaction.api_tokens
+    if isinstance(ctx.spec.history, Compaction) and counted is not None:
+        if counted > window:
+            raise ContextWindowExceeded(ctx.model_id, counted, window, "api")
+    elif estimate > window:
+        raise ContextWindowExceeded(ctx.model_id, math.ceil(estimate), window, "estimate")
 
 
 async def _admit(run: Run, limiter: ModelLimiter, request: ModelRequest) -> Permit:

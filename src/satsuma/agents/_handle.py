@@ -18,6 +18,7 @@ from ..tools import Approve, Deny, PendingCall
 from ._actor import Actor, new_run_id
 from ._agent import KEEP_OUTPUT, check_output_options
 from ._approval import check_edit
+from ._compaction import compacted_view
 from ._events import AgentEvent
 from ._job import Job, ResetRequest, callback_sink, checked_prompt
 from ._output import compile_output
@@ -92,6 +93,17 @@ class AgentHandle(Generic[OutputT]):
     def history(self) -> tuple[Message, ...]:
         """A copy of the conversation so far."""
         return tuple(self._target.conversation())
+
+    @property
+    def compacted_history(self) -> tuple[Message, ...]:
+        """The conversation as a ``Compaction`` history sends it: the summary in force at
+        the head of the first message it kept, then the messages after it. The whole
+        conversation (as ``history``) when no summary is in force, or before the running
+        incarnation's first call has read it from the store."""
+        actor = self._target.current_actor()
+        if actor is None:
+            return self.history
+        return tuple(compacted_view(actor.dialogue.compaction, actor.dialogue.messages))
 
     @property
     def model(self) -> Model:

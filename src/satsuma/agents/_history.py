@@ -158,10 +158,16 @@ def choose(
     by any other processor through ``process``."""
     if isinstance(processor, (TokenBudget, KeepLastExchanges)):
         start = processor.cut(messages, last_usage, memo, fixed_chars)
-        # What the API's usage for this call will calibrate (TokenBudget's next call).
+        # What the API's usage for this call will calibrate (TokenBudget's next call,
+        # the context window's check).
         memo.sent_chars = fixed_chars + memo.chars_from(messages, start)
         return messages[start:]
-    return processor.process(messages, last_usage)
+    chosen = processor.process(messages, last_usage)
+    if chosen is messages:
+        memo.sent_chars = fixed_chars + memo.chars_from(messages, 0)
+    else:
+        memo.sent_chars = fixed_chars + _chars(chosen)
+    return chosen
 
 
 def _chars(messages: Sequence[Message]) -> int:

@@ -24,6 +24,7 @@ from ..store import (
     RunRecord,
     RunRecordStatus,
     Store,
+    Summary,
 )
 from ..tools import PendingCall, ToolCall, ToolOutcome
 from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_json
@@ -247,6 +248,16 @@ class Persistence:
             await self.release()
             raise
         return messages, [record for record in runs if record.status == "interrupted"]
+
+    async def add_summary(self, summary: Summary) -> None:
+        """Store a summary of the conversation (``Compaction``'s), under the lease.
+
+        Raises:
+            StoreError: it could not be written (``LeaseLost``: another owner has the
+                agent).
+        """
+        self._check_fence("a summary")
+        await self.store.add_summary(summary, lease=self.lease)
 
     async def runs_left(self, running: str | None, *, claimed: bool) -> list[RunRecord]:
         """The agent's runs that a new run or a reset goes past, as the store has them

@@ -21,6 +21,7 @@ import trio
 
 from .._exceptions import LeaseLost, ModelError, StoreClosed, StoreError
 from .._text import MESSAGE_LIMIT, describe_exception, reportable
+from ..models import ContextWindowExceeded
 from ..tools import cancelled_text, error_outcome, format_results
 from . import _tracing
 from ._act import act
@@ -135,9 +136,10 @@ async def _loop(run: Run) -> tuple[RunStatus, str | None]:
         await ctx.conversation.flush()
         try:
             response = await gather(run)
-        except ModelError as exc:
-            # What retries could not cure fails the run; anything else raised by the
-            # model is a bug, and crashes the agent (a supervisor restarts it).
+        except (ModelError, ContextWindowExceeded) as exc:
+            # What retries could not cure (or a request too large to send) fails the
+            # run; anything else raised by the model is a bug, and crashes the agent
+            # (a supervisor restarts it).
             return "failed", said(exc)
         commit_response(run, response)
         if response.stop_reason == "pause_turn":

@@ -78,6 +78,17 @@ class AsyncioAgentHandle(Generic[OutputT]):
         return self._handle.history
 
     @property
+    def compacted_history(self) -> tuple[Message, ...]:
+        """The conversation as a ``Compaction`` history sends it (see
+        ``satsuma.AgentHandle.compacted_history``).
+
+        Raises:
+            RuntimeClosed: the runtime is not running.
+        """
+        self._bridge.check()
+        return self._handle.compacted_history
+
+    @property
     def interrupted(self) -> tuple[RunRecord, ...]:
         """Runs a crash or a kill interrupted that can still be resumed (see
         ``satsuma.AgentHandle.interrupted``)."""

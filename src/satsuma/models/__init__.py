@@ -7,7 +7,8 @@ endpoint. Both are an ``SDKModel`` (``_sdk_model``) that speaks its wire through
 of its own (``_codec``; ``_chat_requests`` and ``_chat_codec``), retries with the same
 policy (``_retries``) and checks its responses (``_responses``); the agent loop sends
 each call through the limiter of its configuration (``_limits``, ``_limiter``,
-``_run_limiters``). Each call's usage is priced in US dollars (``_prices``). An
+``_run_limiters``). Each call's usage is priced in US dollars (``_prices``); each
+request is checked against its model's context window first (``_windows``). An
 agent that names its model by a string gets a model shared per trio run and
 configuration (``_clients``, ``_pool``).
 
@@ -51,6 +52,10 @@ from ._prices import set_prices as set_prices
 from ._responses import checked_response as checked_response
 from ._run_limiters import limiter_for as limiter_for
 from ._run_limiters import set_model_limits as set_model_limits
+from ._windows import ContextWindowExceeded as ContextWindowExceeded
+from ._windows import context_window_for as context_window_for
+from ._windows import count_input_tokens as count_input_tokens
+from ._windows import set_context_window as set_context_window
 
 # Names for satsuma's other rooms rather than users (not in DESIGN.md) are imported
 # above but left out of __all__: what the agent loop needs to resolve, share, limit and
@@ -59,6 +64,7 @@ from ._run_limiters import set_model_limits as set_model_limits
 __all__ = [
     "MODEL_ALIASES",
     "AnthropicModel",
+    "ContextWindowExceeded",
     "Model",
     "ModelLimits",
     "ModelListener",
@@ -66,6 +72,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIModel",
+    "set_context_window",
     "set_model_limits",
     "set_prices",
 ]

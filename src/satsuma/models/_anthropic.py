@@ -151,6 +151,30 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
             conversation_breakpoints(params, ttl=request.cache, automatic=self._automatic_cache)
         return params
 
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The request's input tokens as the API's count endpoint counts them (one call,
+        not retried, costing no tokens); None on Bedrock, whose API has no such
+        endpoint on this client.
+
+        Raises:
+            ModelError: the API refused the count or could not be reached.
+        """
+        if self._bedrock:
+            return None
+        import anthropic
+
+        params = self._params(request)
+        params.pop("max_tokens", None)
+        try:
+            counted = await self._api.messages.count_tokens(**params)
+        except anthropic.APIStatusError as exc:
+            raise ModelError(
+                f"counting tokens: {self._status_message(exc)}", status=exc.status_code
+            ) from exc
+        except anthropic.APIConnectionError as exc:
+            raise ModelError(f"counting tokens: {exc.message}", retryable=True) from exc
+        return int(counted.input_tokens)
+
     async def _whole(
         self,
         params: dict[str, Any],

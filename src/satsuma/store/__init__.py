@@ -1,4 +1,4 @@
-"""Durable state: conversations, run records and the tool-call journal, and what is kept
+"""Durable state: conversations (and their summaries), run records and the tool-call journal, and what is kept
 of them for how long (``Store.prune``)."""
 
 import importlib as _importlib
@@ -25,6 +25,7 @@ from ._records import RunRecordStatus as RunRecordStatus
 from ._retention import PruneReport as PruneReport
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
+from ._summaries import Summary as Summary
 
 # isort: split
 # For satsuma's own rooms, not for users (not in DESIGN.md, so not in __all__): an agent
@@ -120,6 +121,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoreUnreadable",
+    "Summary",
 ]
 
 # Each exported name carries its public path (tracebacks, reprs, pickles).

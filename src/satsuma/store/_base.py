@@ -20,6 +20,7 @@ from ._records import (
 )
 from ._retention import PruneReport, seconds_of
 from ._run_query import RunQuery
+from ._summaries import Summary
 
 __all__ = ["BaseStore", "Store"]
 
@@ -83,6 +84,21 @@ class Store(Protocol):
     ) -> None:
         """Make the conversation from position ``start`` on exactly ``messages``
         (appending, replacing the last message, or cutting the tail), atomically."""
+        ...
+
+    async def add_summary(self, summary: Summary, *, lease: Lease | None = None) -> None:
+        """Keep a summary of the conversation's messages before ``summary.through``
+        (``satsuma.Compaction``'s), beside the messages, which stay as they are. A later
+        ``write_tail`` that rewrites the conversation before ``through`` deletes it.
+
+        Raises:
+            StoreError: ``through`` is past the conversation's end, or it could not be
+                written.
+        """
+        ...
+
+    async def summaries(self, agent_id: str) -> list[Summary]:
+        """The agent's summaries that still hold, by ``through``, oldest first."""
         ...
 
     # --- runs ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._exceptions import LeaseLost
+from .._exceptions import LeaseLost, StoreError
 from .._messages import Message, Usage
 from ._base import BaseStore
 from ._lease import Lease, Owner, let_go, owner_text, refuse_takeover
@@ -24,6 +24,7 @@ from ._records import (
 )
 from ._retention import LIVE_STATUSES, PruneReport, cut_before
 from ._run_query import RunQuery, chosen
+from ._summaries import Summary
 
 __all__ = ["MemoryStore"]
 
@@ -39,6 +40,7 @@ class MemoryStore(BaseStore):
         self._calls: dict[str, dict[str, JournalEntry]] = {}
         self._approvals: dict[str, list[ApprovalRecord]] = {}
         self._proposed: dict[str, dict[str, ApprovalDecision]] = {}
+        self._summaries: dict[str, dict[int, Summary]] = {}  # agent_id -> through -> it
         # agent_id -> (holder or None once released, epoch, expires_at)
         self._leases: dict[str, tuple[Owner | None, int, float]] = {}
 
@@ -109,6 +111,25 @@ class MemoryStore(BaseStore):
             raise ValueError(f"write_tail at {start} past the end ({len(stored)}) for {agent_id!r}")
         del stored[start:]
         stored.extend(messages)
+        summaries = self._summaries.get(agent_id, {})
+        for through in [through for through in summaries if through > start]:
+            del summaries[through]
+
+    async def add_summary(self, summary: Summary, *, lease: Lease | None = None) -> None:
+        await trio.lowlevel.checkpoint()
+        self._check(lease)
+        count = len(self._messages.get(summary.agent_id, ()))
+        if summary.through > count:
+            raise StoreError(
+                "MemoryStore",
+                f"a summary through message {summary.through} of agent {summary.agent_id!r}, "
+                f"whose conversation has {count} messages",
+            )
+        self._summaries.setdefault(summary.agent_id, {})[summary.through] = summary
+
+    async def summaries(self, agent_id: str) -> list[Summary]:
+        await trio.lowlevel.checkpoint()
+        return sorted(self._summaries.get(agent_id, {}).values(), key=lambda s: s.through)
 
     async def start_run(
         self,
@@ -338,6 +359,7 @@ class MemoryStore(BaseStore):
                 self._proposed.pop(run_id, None)
             for agent_id in idle:
                 del self._messages[agent_id]
+                self._summaries.pop(agent_id, None)
                 if agent_id in self._leases:
                     del self._leases[agent_id]
         return report

@@ -195,5 +195,6 @@ def _conversations_batch(
         # again at 1, which lets no stale write in: a write is checked against the
         # holder's own id (unique to the opened agent) as well as the epoch.
         db.execute("DELETE FROM leases WHERE agent_id = ANY(%s) AND owner_id IS NULL", (deleted,))
+        db.execute("DELETE FROM summaries WHERE agent_id = ANY(%s)", (deleted,))  # Compaction's
     report = PruneReport(dry_run=False, cut=cut, conversations=len(deleted), messages=messages)
     return report, (candidates[-1] if len(candidates) == PRUNE_BATCH else "")

@@ -2,8 +2,8 @@
 one procedure that brings a database up to date (``upgrade``).
 
 Each history moves its schema from one version to the next; never edit an entry that has
-shipped, add the next. The two histories differ (SQLite is at version 7, PostgreSQL at 9,
-with the cluster's tables), but a table that is the same in both is written once, below,
+shipped, add the next. The two histories differ (PostgreSQL's has the cluster's tables;
+their newest versions are the two ``*_SCHEMA_VERSION`` below), but a table that is the same in both is written once, below,
 so that the stores read and write the same columns.
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .._exceptions import StoreUnreadable
+from ._summaries import summaries_table
 
 __all__ = [
     "POSTGRES_MIGRATIONS",
@@ -117,6 +118,8 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     5: (HOST_ID,),
     6: (PROPOSED,),
     7: RUN_AGENT,
+    # Compaction's summaries of older messages (_summaries.py).
+    8: (summaries_table("REAL"),),
 }
 SQLITE_SCHEMA_VERSION: Final = max(SQLITE_MIGRATIONS)
 
@@ -254,6 +257,8 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     7: ("ALTER TABLE run_queue ADD COLUMN decisions TEXT",),
     8: (PROPOSED,),
     9: RUN_AGENT,
+    # Compaction's summaries of older messages (_summaries.py).
+    10: (summaries_table("DOUBLE PRECISION"),),
 }
 POSTGRES_SCHEMA_VERSION: Final = max(POSTGRES_MIGRATIONS)
 

@@ -1,15 +1,13 @@
-"""SQLStore: the Store methods written once for SQLite and PostgreSQL, over each one's
-``Dialect`` (``_dialect``).
+"""SQLStore: the Store methods written once for SQLite and PostgreSQL, over ``_dialect``.
 
 A driver (``_sqlite``, ``_postgres``) supplies what is its own: how a call reaches the
 database (``_call``: sqlite3 on the store's one worker thread; psycopg in a pool of
 connections a caller can walk away from), how a write's lease is checked inside its
-transaction, taking and renewing leases, and pruning. Everything else is here: the
-statements, and what is read back from them.
+transaction, taking and renewing leases, and pruning. The rest is here (summaries:
+``_summaries``).
 
-``transaction`` and ``read`` are the same calls, named, for satsuma's own modules that
-keep tables beside the store's in its database (the cluster's queue, run events,
-retention and status): they never reach for the driver's ``_call``.
+``transaction`` and ``read`` are the same calls, named, for satsuma's modules with tables
+beside the store's (queue, run events, retention, status), never the driver's ``_call``.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from ._rows import (
     run_record,
     usage_json,
 )
+from ._summaries import SummaryMethods, drop_past
 
 __all__ = ["SQLStore"]
 
@@ -83,7 +82,7 @@ _CALL: Final = (
 )
 
 
-class SQLStore(BaseStore):
+class SQLStore(SummaryMethods, BaseStore):
     """The Store methods of SQLiteStore and PostgresStore (see the module's notes)."""
 
     _dialect: ClassVar[Dialect]
@@ -176,6 +175,7 @@ class SQLStore(BaseStore):
                 f"write_tail at {start} past the end ({count}) of agent {agent_id!r}",
             )
         db.execute(sql("DELETE FROM messages WHERE agent_id = ? AND seq >= ?"), (agent_id, start))
+        drop_past(db, self._dialect, agent_id, start)
         executemany(
             db,
             sql("INSERT INTO messages (agent_id, seq, role, content) VALUES (?, ?, ?, ?)"),

@@ -100,6 +100,7 @@ def _conversations_batch(cut: float, after: str, db: sqlite3.Connection) -> tupl
     ]
     listed = (json.dumps(idle_ids),)
     messages = db.execute(f"DELETE FROM messages WHERE agent_id {_CHOSEN}", listed).rowcount
+    db.execute(f"DELETE FROM summaries WHERE agent_id {_CHOSEN}", listed)  # Compaction's
     # A released lease row (no holder) goes with the conversation. The next owner's
     # epoch starts again at 1, which lets no stale write in: a write is checked against
     # the holder's own id (unique to the opened agent) as well as the epoch.

@@ -13,6 +13,7 @@ those of Claude on Bedrock and Vertex AI), bodies and Server-Sent Events.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any, final
@@ -21,16 +22,19 @@ import trio
 
 from .. import models as _codec
 from ._billing import PromptCache
-from ._http import JSONAnswer, StreamAnswer, sse
+from ._http import Answer, JSONAnswer, StreamAnswer, sse
 from ._script import Reply, estimate_usage, reply_blocks
 from ._server import Route, ScriptedServer
 
 if TYPE_CHECKING:
     import anthropic
+    import h11
 
 __all__ = ["MessagesServer"]
 
 _MESSAGES_PATH = "/v1/messages"
+# The token count endpoint (messages.count_tokens): answered without playing the script.
+_COUNT_PATH = "/v1/messages/count_tokens"
 # Claude on Bedrock: the model id and whether to stream are in the path; a stream is in
 # AWS's event-stream encoding.
 _BEDROCK_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<kind>invoke|invoke-with-response-stream)")
@@ -50,7 +54,10 @@ class MessagesServer(ScriptedServer):
     and ``:streamRawPredict``, for ``AsyncAnthropicVertex``) and on Bedrock
     (``/model/M/invoke`` and ``/model/M/invoke-with-response-stream``, streamed in AWS's
     event-stream encoding, for ``AsyncAnthropicBedrock``), where the model is the
-    path's. (``POST /token`` is an OAuth 2.0 token endpoint instead: see ``token_uri``.)
+    path's. (``POST /token`` is an OAuth 2.0 token endpoint instead: see ``token_uri``;
+    ``POST /v1/messages/count_tokens`` counts a request's input tokens as the server
+    bills them, a token per 4 characters of its body, and plays no script item: the
+    bodies it counted are ``count_requests``.)
 
     - a ``str`` or a ``Reply``: the response (streamed as Server-Sent Events when the
       request has ``"stream": true``, else one JSON message);
@@ -99,6 +106,28 @@ class MessagesServer(ScriptedServer):
     """
 
     _server_name = "MessagesServer"
+
+    @functools.cached_property
+    def count_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the requests to ``/v1/messages/count_tokens``, in order."""
+        return []
+
+    async def _answer(self, request: h11.Request, body: bytes) -> Answer:
+        path = request.target.decode("ascii", "replace").split("?", 1)[0]
+        if request.method != b"POST" or path != _COUNT_PATH:
+            return await super()._answer(request, body)
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return self._error(400, "The request body is not valid JSON")
+        if not isinstance(payload, dict):
+            return self._error(400, "The request body must be a JSON object")
+        for key in ("model", "messages"):
+            if key not in payload:
+                return self._error(400, f"{key}: Field required")
+        self.count_requests.append(payload)
+        # As a messages request of this body is billed (estimate_usage): its size counts.
+        return JSONAnswer(200, {"input_tokens": max(1, len(body) // 4)})
 
     @functools.cached_property
     def prompt_cache(self) -> PromptCache:
