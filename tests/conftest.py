@@ -1,10 +1,12 @@
-"""Suite-wide guards: no test reaches a network beyond this machine."""
+"""Suite-wide guards (no test reaches a network beyond this machine), and a cheap way
+for a test to collect its own garbage."""
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -41,3 +43,15 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
     yield
+
+
+@pytest.fixture
+def collect_garbage() -> Iterator[Callable[[], int]]:
+    """``gc.collect`` over what this test made. Everything older is frozen first: a full
+    collection late in the suite walks every object the earlier tests left (67 s for one
+    collection in a loaded full run, 0.8 s for the same test alone)."""
+    gc.freeze()
+    try:
+        yield gc.collect
+    finally:
+        gc.unfreeze()

@@ -4,10 +4,9 @@ refuses."""
 
 from __future__ import annotations
 
-import gc
 import json
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -263,7 +262,9 @@ async def test_retry_after_is_capped_by_backoff_cap() -> None:
         (Failure.stream_error(Reply(text="Nothing"), after_events=0), "529: Overloaded"),
     ],
 )
-async def test_each_transient_failure_is_retried(failure: Any, reason: str) -> None:
+async def test_each_transient_failure_is_retried(
+    failure: Any, reason: str, collect_garbage: Callable[[], int]
+) -> None:
     async with open_harness([failure, Reply(text="Whole answer")]) as h:
         response = await h.respond()
     assert response.text == "Whole answer"
@@ -272,7 +273,7 @@ async def test_each_transient_failure_is_retried(failure: Any, reason: str) -> N
     assert len(h.server.requests) == 2
     # Nothing of the failed stream is left to be collected (trio would warn about an
     # async generator left suspended, and warnings are errors here).
-    gc.collect()
+    collect_garbage()
     await trio.lowlevel.checkpoint()
 
 

@@ -4,10 +4,9 @@ MessagesServer (a 429 with retry-after pauses every user of the configuration)."
 
 from __future__ import annotations
 
-import gc
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import Any
 
@@ -638,7 +637,9 @@ async def test_a_run_charges_its_retries_and_corrects_its_tokens(autojump_clock:
         assert limiter._tokens.level == pytest.approx(6000 - estimate - 120)
 
 
-async def test_a_model_dropped_takes_its_limiter_with_it() -> None:
+async def test_a_model_dropped_takes_its_limiter_with_it(
+    collect_garbage: Callable[[], int],
+) -> None:
     class Limited:
         limits = ModelLimits(max_concurrency=1)
 
@@ -651,7 +652,7 @@ async def test_a_model_dropped_takes_its_limiter_with_it() -> None:
     assert limiter is not None and limiter is limiter_for(model, "haiku")  # its own limits
     gone = weakref.ref(limiter)
     del model, limiter
-    gc.collect()
+    collect_garbage()
     assert gone() is None
     slotted = Slotted()
     assert limiter_for(slotted, "sonnet") is limiter_for(slotted, "sonnet") is not None

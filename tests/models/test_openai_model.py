@@ -4,9 +4,8 @@ for a satsuma conversation, and each failure it retries or refuses."""
 
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -291,7 +290,9 @@ async def test_retry_after_is_capped_by_backoff_cap() -> None:
         (Failure.stream_error(Reply(text="Partial"), after_events=2), True, "Overloaded"),
     ],
 )
-async def test_each_transient_failure_is_retried(failure: Any, stream: bool, reason: str) -> None:
+async def test_each_transient_failure_is_retried(
+    failure: Any, stream: bool, reason: str, collect_garbage: Callable[[], int]
+) -> None:
     async with open_harness([failure, Reply(text="Whole answer")], stream=stream) as h:
         response = await h.respond()
     assert response.text == "Whole answer"
@@ -302,7 +303,7 @@ async def test_each_transient_failure_is_retried(failure: Any, stream: bool, rea
     assert len(h.server.requests) == 2
     # Nothing of the failed stream is left to be collected (trio would warn about an
     # async generator left suspended, and warnings are errors here).
-    gc.collect()
+    collect_garbage()
     await trio.lowlevel.checkpoint()
 
 
@@ -360,7 +361,9 @@ async def test_a_client_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.parametrize("stream", [True, False])
-async def test_a_cancelled_call_leaves_nothing_behind(stream: bool) -> None:
+async def test_a_cancelled_call_leaves_nothing_behind(
+    stream: bool, collect_garbage: Callable[[], int]
+) -> None:
     arrived = trio.Event()
 
     async def never(body: dict[str, Any]) -> str:
@@ -378,7 +381,7 @@ async def test_a_cancelled_call_leaves_nothing_behind(stream: bool) -> None:
         assert (await h.respond()).text == "next"
     # No generator of the cancelled stream is left for the collector (trio would warn,
     # and warnings are errors here).
-    gc.collect()
+    collect_garbage()
     await trio.lowlevel.checkpoint()
 
 

@@ -3,8 +3,8 @@ replies, the requests it records, each injected fault, and a clean shutdown."""
 
 from __future__ import annotations
 
-import gc
 import json
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -231,7 +231,7 @@ async def test_a_cut_without_a_stream_is_a_connection_error() -> None:
 # warnings are let go here, and the collection forced now rather than in a later test.
 # (AnthropicModel reads the raw events to the end instead, and so leaves none.)
 @pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning")
-async def test_an_error_event_ends_the_stream() -> None:
+async def test_an_error_event_ends_the_stream(collect_garbage: Callable[[], int]) -> None:
     script = [Failure.stream_error("Half an answer", after_events=4), "after"]
     async with MessagesServer(script) as server, server.client() as client:
         stream = await create(client, stream=True)
@@ -247,7 +247,7 @@ async def test_an_error_event_ends_the_stream() -> None:
     assert caught.value.api_message == "Overloaded"
     assert message.content[0].text == "after"
     del caught, stream
-    gc.collect()
+    collect_garbage()
     await trio.lowlevel.checkpoint()  # trio closes the collected generators in its own tasks
 
 
