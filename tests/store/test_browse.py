@@ -10,10 +10,10 @@ from satsuma import Message, Usage
 from satsuma.store import (
     ApprovalDecision,
     MemoryStore,
-    StoreUnreadable,
     PendingApproval,
     RunRecord,
     Store,
+    StoreUnreadable,
     conversation_page,
     latest_runs,
     message_page,
