@@ -3,8 +3,10 @@ store, how long each page takes to load in a real browser, and how long a run's 
 takes to appear on its page once it happened.
 
 The store is a SQLite file written first through the Store API: 1,000 conversations of
-the served class ``support`` with 10 priced runs each, and 20 runs paused on a call
-waiting for approval. A ``Server`` serves it on loopback (hypercorn's trio worker, in
+the served class ``support`` with 10 priced runs each, 20 runs paused on a call waiting
+for approval, and one long conversation of 5,000 messages (100 runs, each a prompt, 24
+tool calls with their results and journal entries, and an answer), whose page shows its
+latest 50 messages and links to the earlier ones. A ``Server`` serves it on loopback (hypercorn's trio worker, in
 this process) and Debian's headless Chromium (selenium) loads each page in rounds:
 
 1. Page loads: each page's Navigation Timing ``duration`` (the request's start to the
@@ -49,6 +51,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 DRIVER = Path("/usr/bin/chromedriver")
 RUNS_PER_AGENT = 10
 WAITING = 20
+LONG = "support/long-history"
+LONG_MESSAGES = 5000
+CALLS_PER_RUN = 24  # a run: its prompt, 24 calls and their results, its answer
 PAGE_BAR_MS = 300.0
 LIVE_BAR_MS = 500.0
 
@@ -120,6 +125,44 @@ async def seed(store: SQLiteStore, agents: int) -> None:
         await store.pause_run(run_id, [call], usage=Usage())
 
 
+async def seed_long(store: SQLiteStore, messages: int) -> None:
+    """One conversation of ``messages`` messages, with its runs and their journals."""
+    per_run = 2 + 2 * CALLS_PER_RUN
+    now = time.time() - messages
+    for number in range(messages // per_run):
+        run_id = f"run_long_{number:04}"
+        position = number * per_run
+        record = RunRecord(
+            run_id=run_id,
+            agent_id=LONG,
+            status="running",
+            prompt=f"Task {number}",
+            started_at=now + number,
+            position=position,
+        )
+        await store.start_run(record, start=position, messages=[Message.user(f"Task {number}")])
+        tail = []
+        for call in range(CALLS_PER_RUN):
+            call_id = f"toolu_{number:04}_{call:02}"
+            arguments = {"path": f"/srv/data/{number}/{call}.txt"}
+            use = {"type": "tool_use", "id": call_id, "name": "read_file", "input": arguments}
+            await store.call_started(run_id, call_id, "read_file", arguments)
+            text = f"contents of file {call} of task {number}\n" * 5
+            await store.call_finished(
+                run_id, call_id, content=text, is_error=call % 7 == 6, error_kind=None
+            )
+            result = {"type": "tool_result", "tool_use_id": call_id, "content": text}
+            tail += [
+                Message(role="assistant", content=[use]),
+                Message(role="user", content=[result]),
+            ]
+        tail.append(Message(role="assistant", content=[{"type": "text", "text": "Done."}]))
+        await store.write_tail(LONG, position + 1, tail)
+        await store.end_run(
+            run_id, status="completed", ended_at=now + number + 0.5, usage=Usage(), error=None
+        )
+
+
 def chromium() -> WebDriver:
     missing = [str(path) for path in (CHROMIUM, DRIVER) if not path.exists()]
     if missing:
@@ -166,6 +209,8 @@ async def measure(agents: int, rounds: int) -> tuple[dict[str, list[float]], lis
         "agents, search": "/console/agents?q=customer-0042",
         "approvals (20 waiting)": "/console/approvals",
         "conversation (10 runs)": "/console/conversations/support/customer-00042",
+        "conversation (5000 messages), latest page": f"/console/conversations/{LONG}",
+        "conversation (5000 messages), earliest page": f"/console/conversations/{LONG}?start=0",
         "run (ended)": "/console/runs/run_seed_00042_09",
         "usage": "/console/usage",
         "cluster (none)": "/console/cluster",
@@ -176,8 +221,10 @@ async def measure(agents: int, rounds: int) -> tuple[dict[str, list[float]], lis
         async with SQLiteStore(Path(folder) / "agents.db") as store:
             started = time.perf_counter()
             await seed(store, agents)
+            await seed_long(store, LONG_MESSAGES)
             print(
-                f"seeded {agents} agents, {agents * RUNS_PER_AGENT} runs in "
+                f"seeded {agents} agents, {agents * RUNS_PER_AGENT} runs and "
+                f"{LONG_MESSAGES} messages of one conversation in "
                 f"{time.perf_counter() - started:.1f} s",
                 file=sys.stderr,
             )

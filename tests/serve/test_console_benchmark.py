@@ -16,6 +16,8 @@ ROWS = (
     "agents, search",
     "approvals (20 waiting)",
     "conversation (10 runs)",
+    "conversation (5000 messages), latest page",
+    "conversation (5000 messages), earliest page",
     "run (ended)",
     "usage",
     "cluster (none)",

@@ -141,6 +141,30 @@ async def test_login_then_approve_an_edited_input_and_deny_with_a_reason(
         assert await off(log_in, browser) == "Approvals"
         first, second = (p["call_id"] for p in run["pending"])
 
+        def refused_edit(driver: WebDriver, sent: str) -> tuple[str, str]:
+            field = driver.find_element(By.ID, f"call-{first}-input")
+            field.clear()
+            field.send_keys(sent)
+            card = driver.find_element(By.ID, f"call-{first}")
+            card.find_element(By.XPATH, ".//button[text()='Approve']").click()
+            shown = until(
+                driver, lambda d: d.find_element(By.CSS_SELECTOR, f"#call-{first} [role=alert]")
+            )
+            kept = driver.find_element(By.ID, f"call-{first}-input").get_attribute("value")
+            # The 400 the refusal answers with is the only error the browser notes.
+            errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+            assert all("status of 400" in e["message"] for e in errors), errors
+            return shown.text, str(kept)
+
+        # Refused in the page, with what was sent kept to correct: not JSON, then JSON
+        # the tool's schema refuses (checked as resume checks it). Nothing ran.
+        problem, kept = await off(refused_edit, browser, "{to: carol")
+        assert "the input is not JSON" in problem and kept == "{to: carol"
+        schema = json.dumps({"to": "carol", "amount": "five"})
+        problem, kept = await off(refused_edit, browser, schema)
+        assert "amount" in problem and kept == schema
+        assert serve_agents.done == []
+
         def approve_edited(driver: WebDriver) -> int:
             field = driver.find_element(By.ID, f"call-{first}-input")
             field.clear()
@@ -172,7 +196,8 @@ async def test_login_then_approve_an_edited_input_and_deny_with_a_reason(
             await served.client.get("/v1/agents/banker/pay/messages", headers=bearer)
         ).json()["messages"]
         results = [b for m in messages for b in m["content"] if b["type"] == "tool_result"]
-        assert "not to al" in json.dumps(results[1])
+        assert len(results) == 2 and "not to al" in json.dumps(results[1])
+        assert "sent 5 to carol" in json.dumps(results[0])
 
 
 async def test_hostile_text_is_shown_and_never_run(serve_http: Any, browser: WebDriver) -> None:

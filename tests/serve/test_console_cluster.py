@@ -1,7 +1,8 @@
 """The console in front of a cluster on a real PostgreSQL (the suite's own server): the
 cluster page shows the nodes, the queue's depth per class, the leases and the runs in
 flight; the agents and usage pages read the cluster's store; the overview says the
-nodes supervise the agents."""
+nodes supervise the agents; a conversation's call shows its duration, read from the
+events the node recorded in PostgreSQL."""
 
 from __future__ import annotations
 
@@ -74,3 +75,13 @@ async def test_the_cluster_page_shows_nodes_queue_leases_and_runs(
         usage = await client.get("/console/usage")
         assert "$0.0100" in usage.text
         release["gate"].set()
+        with trio.fail_after(30):
+            view = (await client.get(f"/v1/runs/{held['run_id']}")).json()
+            while view["status"] not in ("completed", "failed"):
+                await trio.sleep(0.01)
+                view = (await client.get(f"/v1/runs/{held['run_id']}")).json()
+        assert view["status"] == "completed", view
+        # This server holds no event of a cluster's run: the duration is the store's.
+        busy = (await client.get("/console/conversations/worker/busy")).text
+        assert re.search(r"result of <code>[^<]+</code> in \d+\.\d{3} s", busy), busy
+        assert "journal: finished" in busy and "duration unknown" not in busy

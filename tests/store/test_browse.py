@@ -1,17 +1,23 @@
 """The console's reads of many runs (satsuma.store's conversation_page, latest_runs,
-usage_total, recent_decisions) give the same answers on MemoryStore, SQLiteStore and
+usage_total, recent_decisions, message_page, page_runs) give the same answers on MemoryStore, SQLiteStore and
 PostgresStore: grouped, summed, ordered and cut to a page by the store."""
 
 from __future__ import annotations
 
-from satsuma import Usage
+import pytest
+
+from satsuma import Message, Usage
 from satsuma.store import (
     ApprovalDecision,
+    MemoryStore,
     PendingApproval,
     RunRecord,
     Store,
+    StoreUnreadable,
     conversation_page,
     latest_runs,
+    message_page,
+    page_runs,
     recent_decisions,
     usage_total,
 )
@@ -93,3 +99,68 @@ async def test_recent_decisions_name_who_decided(store: Store) -> None:
         ("bank/a", "c-p1", "ops"),
     ]
     assert len(await recent_decisions(store, under=["bank/"], limit=1)) == 1
+
+
+async def test_a_page_of_messages_and_the_runs_that_wrote_it(store: Store) -> None:
+    # Five runs of two messages each (prompt, answer): positions 0, 2, 4, 6, 8.
+    for number in range(5):
+        prompt = Message(role="user", content=[{"type": "text", "text": f"q{number}"}])
+        record = RunRecord(
+            run_id=f"run{number}",
+            agent_id="support/long",
+            status="running",
+            prompt=f"q{number}",
+            started_at=float(number),
+            position=2 * number,
+        )
+        await store.start_run(record, start=2 * number, messages=[prompt])
+        answer = Message(role="assistant", content=[{"type": "text", "text": f"a{number}"}])
+        await store.write_tail("support/long", 2 * number + 1, [answer])
+    await store.start_run(
+        RunRecord(
+            run_id="other",
+            agent_id="support/longer",
+            status="running",
+            prompt="x",
+            started_at=9.0,
+            position=0,
+        ),
+        start=0,
+        messages=[Message(role="user", content=[{"type": "text", "text": "x"}])],
+    )
+
+    def texts(page: object) -> list[str]:
+        return [m.content[0]["text"] for m in page.messages]  # type: ignore[attr-defined]
+
+    latest = await message_page(store, "support/long", limit=3)
+    assert (latest.start, latest.total, texts(latest)) == (7, 10, ["a3", "q4", "a4"])
+    first = await message_page(store, "support/long", start=0, limit=4)
+    assert (first.start, texts(first)) == (0, ["q0", "a0", "q1", "a1"])
+    # A start past the end shows the last message rather than nothing.
+    past = await message_page(store, "support/long", start=50, limit=4)
+    assert (past.start, texts(past)) == (9, ["a4"])
+    empty = await message_page(store, "support/nobody")
+    assert (empty.start, empty.total, empty.messages) == (0, 0, ())
+
+    # Messages 3 to 6: run1's answer (run1 began at 2), run2 and run3's prompt.
+    runs = await page_runs(store, "support/long", start=3, end=7)
+    assert [r.run_id for r in runs] == ["run1", "run2", "run3"]
+    assert [r.run_id for r in await page_runs(store, "support/long", start=0, end=2)] == ["run0"]
+    assert await page_runs(store, "support/nobody", start=0, end=50) == []
+
+
+async def test_a_page_with_a_missing_message_says_so(store: Store) -> None:
+    if isinstance(store, MemoryStore):
+        pytest.skip("a MemoryStore holds its messages in a list: none can go missing")
+    await store.write_tail(
+        "support/holes",
+        0,
+        [Message(role="user", content=[{"type": "text", "text": str(n)}]) for n in range(3)],
+    )
+
+    def cut(db: object) -> None:
+        db.execute("DELETE FROM messages WHERE seq = 1")  # type: ignore[attr-defined]
+
+    await store.transaction(cut)  # type: ignore[attr-defined]
+    with pytest.raises(StoreUnreadable, match="message 1 of agent 'support/holes' is missing"):
+        await message_page(store, "support/holes", start=0)

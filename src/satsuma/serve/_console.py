@@ -19,12 +19,14 @@ shown in the page. Steering a conversation is ``Runs.start`` with
 from __future__ import annotations
 
 import json
+import logging
 import typing
 from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any, final
 from urllib.parse import parse_qsl, quote
 
+from .._exceptions import StoreError
 from ..agents import AgentEvent
 from ..tools import Approve, Deny
 from ._console_html import (
@@ -45,6 +47,8 @@ from ._tokens import TokenBook
 
 __all__ = ["ConsoleSurface"]
 
+log = logging.getLogger("satsuma.serve")
+
 _HEADERS = [
     (b"content-security-policy", b"default-src 'self'; base-uri 'none'; frame-ancestors 'none'"),
     (b"x-content-type-options", b"nosniff"),
@@ -58,6 +62,7 @@ _STATIC = {
     "icon.svg": b"image/svg+xml",
 }
 _CONVERSATION_RUNS = 20
+_MESSAGES_PAGE = 50
 _AGENTS_PAGE = 50
 
 
@@ -156,6 +161,10 @@ class ConsoleSurface:
             status, (title, body) = error.status, error_page(error.status, error.message)
         except (UnknownRun, UnknownAgent) as error:
             status, (title, body) = 404, error_page(404, str(error))
+        except StoreError as error:  # said in a page as the API says it: the log names it
+            log.warning("the store failed: %s", error)
+            message = "the store failed to answer (the server's log says why); try again later"
+            status, (title, body) = 503, error_page(503, message)
         if status == 303:
             await _redirect(send, body, cookies)
             return
@@ -194,7 +203,9 @@ class ConsoleSurface:
         if parts[0] == "conversations" and len(parts) == 3 and method != "POST":
             name, agent_id = parts[1], agent_id_from(parts[2])
             _require(principal, "read", name)
-            return 200, *await self._conversation(principal, csrf, name, agent_id)
+            start = query.get("start", "")
+            first = int(start) if start.isdigit() and len(start) < 10 else None
+            return 200, *await self._conversation(principal, csrf, name, agent_id, first)
         if parts[0] == "conversations" and len(parts) == 4 and method == "POST":
             return await self._steer_or_cancel(principal, parts[1], parts[2], parts[3], form)
         raise HTTPError(404, "not_found", f"no such page: {method} {path}")
@@ -271,18 +282,26 @@ class ConsoleSurface:
         )
 
     async def _conversation(
-        self, principal: Principal, csrf: str, name: str, agent_id: str
+        self, principal: Principal, csrf: str, name: str, agent_id: str, start: int | None
     ) -> tuple[str, str]:
-        messages = await self._runs.messages(name, agent_id)
-        # Its latest runs, read from the store's index: a conversation of thousands of
-        # runs is not read whole.
+        # One page of its messages (the latest without ``start``) and its latest runs,
+        # each read from the store's index: a conversation of thousands of messages and
+        # runs is not read whole. Its calls are told from the runs that wrote the page.
+        first, messages, total = await self._reads.messages(name, agent_id, start, _MESSAGES_PAGE)
         runs = await self._reads.latest(
             _reader(principal), _CONVERSATION_RUNS, conversation=(name, agent_id)
         )
-        calls = await self._reads.calls(runs)
+        writers = await self._reads.writers(name, agent_id, first, first + len(messages))
+        calls = await self._reads.calls(writers if self._reads.store is not None else runs)
         may_run = principal.allows("run", name)
         return conversation_page(
-            name, agent_id, messages, calls, runs, steer_csrf=csrf if may_run else None
+            name,
+            agent_id,
+            messages,
+            calls,
+            runs,
+            steer_csrf=csrf if may_run else None,
+            window=(first, total, _MESSAGES_PAGE),
         )
 
     async def _steer_or_cancel(

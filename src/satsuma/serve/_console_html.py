@@ -238,7 +238,13 @@ def _block_html(block: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]]
             else '<span class="ok">ok</span> '
         )
         duration = ended.get("duration")
-        took = f" in {float(duration):.3f} s" if isinstance(duration, int | float) else ""
+        # Told by the run's events only: a server holds them for a while after the run
+        # (a cluster keeps them in PostgreSQL); the journal has no times.
+        took = (
+            f" in {float(duration):.3f} s"
+            if isinstance(duration, int | float)
+            else ", duration unknown"
+        )
         journal = ended.get("journal")
         state = f' <span class="journal">journal: {e(journal)}</span>' if journal else ""
         return (
@@ -268,6 +274,7 @@ def conversation_page(
     runs: Sequence[RunView],
     *,
     steer_csrf: str | None = None,
+    window: tuple[int, int, int] | None = None,
 ) -> tuple[str, str]:
     """A conversation: its messages, each tool call's input and outcome (its error kind,
     its duration when a run's events tell it, its state in the journal), and its runs.
@@ -281,7 +288,11 @@ def conversation_page(
         calls: ``ToolCallEnd`` outcomes (``error_kind``, ``duration``), decisions and
             journal states (``journal``) by call id.
         runs: The conversation's runs, newest first.
+        steer_csrf: The session's CSRF token, when the viewer may steer and cancel.
+        window: ``(start, total, size)``: ``messages`` are those from position
+            ``start`` of ``total``, pages of ``size`` (None: they are all of them).
     """
+    start, total, size = window if window is not None else (0, len(messages), len(messages))
     items = []
     for message in messages:
         content = message.get("content")
@@ -291,13 +302,35 @@ def conversation_page(
         inner = "".join(_block_html(block, calls) for block in blocks if isinstance(block, Mapping))
         role = e(message.get("role", ""))
         items.append(f'<li class="message role-{role}"><h3>{role}</h3>{inner}</li>')
-    listed = f'<ol class="messages">{"".join(items)}</ol>' if items else "<p>No messages.</p>"
+    listed = (
+        f'<ol class="messages" start="{start + 1}">{"".join(items)}</ol>'
+        if items
+        else "<p>No messages.</p>"
+    )
+    here = f"/console/conversations/{q(agent)}/{q(agent_id)}"
+    pages = _message_pages(here, start, len(messages), total, size)
     body = (
         f"<p>agent <strong>{e(agent)}</strong></p>{_steer_forms(agent, agent_id, runs, steer_csrf)}"
-        f'<section aria-labelledby="msgs"><h2 id="msgs">Messages</h2>{listed}</section>'
+        f'<section aria-labelledby="msgs"><h2 id="msgs">Messages</h2>{pages}{listed}</section>'
         f'<section aria-labelledby="runs"><h2 id="runs">Runs</h2>{_runs_table(runs)}</section>'
     )
     return f"Conversation {agent_id}", body
+
+
+def _message_pages(here: str, start: int, shown: int, total: int, size: int) -> str:
+    """Which messages a page shows, and links to the earliest, earlier, later and
+    latest ones (plain links: paging needs no script)."""
+    if total <= shown:
+        return ""
+    links = []
+    if start > 0:
+        links.append(f'<a href="{here}?start=0">Earliest</a>')
+        links.append(f'<a rel="prev" href="{here}?start={max(start - size, 0)}">Earlier</a>')
+    links.append(f"<span>messages {start + 1} to {start + shown} of {total}</span>")
+    if start + shown < total:
+        links.append(f'<a rel="next" href="{here}?start={start + shown}">Later</a>')
+        links.append(f'<a href="{here}">Latest</a>')
+    return f'<nav class="pages" aria-label="messages">{" ".join(links)}</nav>'
 
 
 def _steer_forms(agent: str, agent_id: str, runs: Sequence[RunView], csrf: str | None) -> str:

@@ -16,18 +16,23 @@ import trio
 
 from ..store import (
     MemoryStore,
+    MessagePage,
     PostgresStore,
+    RunRecord,
     SQLiteStore,
     UsageTotal,
     conversation_page,
     latest_runs,
+    message_page,
+    page_runs,
     recent_decisions,
     usage_total,
 )
 from ..supervisor import Supervisor
 from ._console_pages import TreeNode
-from ._runs import Runs, RunView
-from ._views import split_stored_id, stored_id
+from ._local import LocalRuns
+from ._runs import Runs, RunView, UnknownAgent
+from ._views import json_values, split_stored_id, stored_id
 
 __all__ = ["ConsoleReads"]
 
@@ -36,8 +41,31 @@ _EVENTS_GRACE = 0.05
 # An ended run's events are all stored: reading them never waits, but a page is not
 # held past this if a store misbehaves.
 _EVENTS_BOUND = 5.0
+# At most this many runs of a class held in memory are looked through for a page's.
+_HELD_BOUND = 100_000
 # The tree shows this many open conversations; the rest are counted.
 TREE_LIMIT = 200
+
+
+def _view(record: RunRecord) -> RunView | None:
+    """A stored run as the runs show it (None for an id no served class has)."""
+    parts = split_stored_id(record.agent_id)
+    if parts is None:
+        return None
+    return RunView(
+        run_id=record.run_id,
+        agent=parts[0],
+        agent_id=parts[1],
+        status=record.status,
+        prompt=record.prompt,
+        usage={
+            "input_tokens": record.usage.input_tokens,
+            "output_tokens": record.usage.output_tokens,
+            "cost_usd": record.usage.cost_usd,
+        },
+        started_at=record.started_at,
+        ended_at=record.ended_at,
+    )
 
 
 def _what(child: object) -> str:
@@ -137,28 +165,36 @@ class ConsoleReads:
             limit=limit,
             agent_id=stored_id(*conversation) if conversation is not None else None,
         )
-        views = []
-        for record in records:
-            parts = split_stored_id(record.agent_id)
-            if parts is None:
-                continue
-            views.append(
-                RunView(
-                    run_id=record.run_id,
-                    agent=parts[0],
-                    agent_id=parts[1],
-                    status=record.status,
-                    prompt=record.prompt,
-                    usage={
-                        "input_tokens": record.usage.input_tokens,
-                        "output_tokens": record.usage.output_tokens,
-                        "cost_usd": record.usage.cost_usd,
-                    },
-                    started_at=record.started_at,
-                    ended_at=record.ended_at,
-                )
-            )
-        return views
+        return [view for view in map(_view, records) if view is not None]
+
+    async def messages(
+        self, name: str, agent_id: str, start: int | None, limit: int
+    ) -> tuple[int, list[dict[str, Any]], int]:
+        """One page of a conversation (its latest ``limit`` messages without ``start``):
+        where it starts, its messages as Messages API JSON, and how many there are. Read
+        a page at a time from the store; whole from the runs without one."""
+        store = self.store
+        if store is None:
+            every = await self.runs.messages(name, agent_id)
+            first = max(len(every) - limit, 0) if start is None else start
+            first = min(max(first, 0), max(len(every) - 1, 0))
+            return first, every[first : first + limit], len(every)
+        if name not in self.runs.agents:
+            raise UnknownAgent(f"no agent named {name!r} is served")
+        found: MessagePage = await message_page(
+            store, stored_id(name, agent_id), start=start, limit=limit
+        )
+        shown = [{"role": m.role, "content": json_values(m.content)} for m in found.messages]
+        return found.start, shown, found.total
+
+    async def writers(self, name: str, agent_id: str, start: int, end: int) -> list[RunView]:
+        """The runs that wrote the conversation's messages ``start`` to ``end``
+        (excluded), from the store; none without one."""
+        store = self.store
+        if store is None:
+            return []
+        records = await page_runs(store, stored_id(name, agent_id), start=start, end=end)
+        return [view for view in map(_view, records) if view is not None]
 
     async def conversations(
         self, may_read: Callable[[str], bool], search: str, page: int, size: int
@@ -247,11 +283,22 @@ class ConsoleReads:
 
     async def calls(self, runs: Sequence[RunView]) -> dict[str, Mapping[str, Any]]:
         """What the conversation page tells of each tool call, by call id: its outcome
-        (``error_kind``, ``duration``) and decision from the runs' events, and its state
-        in the journal (``journal``: ``finished`` or ``in doubt``)."""
+        (``error_kind``, ``duration``) and decision from the runs' events while they are
+        kept, and its state in the journal (``journal``: ``finished`` or ``in doubt``;
+        the journal keeps no times, so a duration is known from events only)."""
         calls: dict[str, dict[str, Any]] = {}
+        # A LocalRuns holds its runs' events in memory until their retention passes, and
+        # lists those runs (of a class) without the store: the others' events are gone,
+        # and asking for them would open their agents (reading whole conversations). A
+        # cluster's runs read theirs from PostgreSQL while it keeps them.
+        held: set[str] | None = None
+        # The server's runs come wrapped (CappedRuns, its ``inner``).
+        local = getattr(self.runs, "inner", self.runs)
+        if isinstance(local, LocalRuns) and runs:
+            views = await self.runs.runs(runs[0].agent, limit=_HELD_BOUND)
+            held = {view.run_id for view in views}
         for view in runs:
-            if not view.ended:
+            if not view.ended or (held is not None and view.run_id not in held):
                 continue
             for _, data in await self.events_so_far(view.run_id, waits=False):
                 call_id = str(data.get("tool_use_id"))

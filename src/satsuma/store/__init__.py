@@ -37,9 +37,12 @@ from ._summaries import Summary as Summary
 # load on first use (PEP 562): an agent that never meets a cluster does not import them.
 # The console reads many runs a page at a time (_browse's names, satsuma.serve).
 from ._browse import ConversationSummary as ConversationSummary
+from ._browse import MessagePage as MessagePage
 from ._browse import UsageTotal as UsageTotal
 from ._browse import conversation_page as conversation_page
 from ._browse import latest_runs as latest_runs
+from ._browse import message_page as message_page
+from ._browse import page_runs as page_runs
 from ._browse import recent_decisions as recent_decisions
 from ._browse import usage_total as usage_total
 from ._lease import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS

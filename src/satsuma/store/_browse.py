@@ -1,6 +1,7 @@
 """Reading many runs a page at a time, for the console (``satsuma.serve``'s pages): the
 conversations of a store with their latest run and what their runs used, the latest
-runs, the usage and cost of a class, and the decisions taken lately.
+runs, the usage and cost of a class, the decisions taken lately, and one page of a long
+conversation's messages with the runs that wrote them.
 
 Each read is a few statements whose work is done by the database (grouped, summed,
 sorted and cut to one page in SQL), so a page of a store holding thousands of runs
@@ -21,20 +22,23 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from .._messages import Usage
+from .._messages import Message, Usage
 from ._memory import MemoryStore
 from ._postgres import PostgresStore
 from ._records import ApprovalRecord, RunRecord
-from ._rows import APPROVAL_COLUMNS, RUN_COLUMNS, approval_record, run_record
+from ._rows import APPROVAL_COLUMNS, RUN_COLUMNS, approval_record, message, run_record
 
 if TYPE_CHECKING:
     from ._sql import SQLStore
 
 __all__ = [
     "ConversationSummary",
+    "MessagePage",
     "UsageTotal",
     "conversation_page",
     "latest_runs",
+    "message_page",
+    "page_runs",
     "recent_decisions",
     "usage_total",
 ]
@@ -74,6 +78,21 @@ class UsageTotal:
     runs: int
     usage: Usage
     unpriced: int
+
+
+@attrs.frozen(kw_only=True)
+class MessagePage:
+    """Some consecutive messages of one conversation.
+
+    Attributes:
+        start: The position of the first (0 for the conversation's first message).
+        messages: The messages, in order, from ``start`` on.
+        total: How many messages the conversation has.
+    """
+
+    start: int
+    messages: tuple[Message, ...]
+    total: int
 
 
 # The usage column holds a JSON array: input, output, cache writes, cache reads, cost
@@ -316,4 +335,83 @@ async def recent_decisions(
         return [(row[0], approval_record(row[1], tuple(row[2:]))) for row in rows]
 
     result: list[tuple[str, ApprovalRecord]] = await store.read(work)
+    return result
+
+
+async def message_page(
+    store: Any, agent_id: str, *, start: int | None = None, limit: int = 50
+) -> MessagePage:
+    """At most ``limit`` messages of the conversation ``agent_id`` from position
+    ``start`` on (its latest ``limit`` when ``start`` is None), reading only those rows
+    (the messages' primary key is the conversation and the position).
+
+    Raises:
+        StoreUnreadable: A message of the page is damaged or missing.
+    """
+    limit = max(limit, 1)
+    if isinstance(store, MemoryStore):
+        await trio.lowlevel.checkpoint()
+        stored = store._messages.get(agent_id, [])
+        first = _first(start, len(stored), limit)
+        return MessagePage(
+            start=first, messages=tuple(stored[first : first + limit]), total=len(stored)
+        )
+    mark = _mark(store)
+
+    def work(db: Any) -> MessagePage:
+        # max(seq) walks the key's index, as the store's own writes do; count(*) would
+        # read every row of the conversation.
+        (total,) = db.execute(
+            f"SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = {mark}",
+            [agent_id],
+        ).fetchone()
+        first = _first(start, int(total), limit)
+        rows = db.execute(
+            f"SELECT seq, role, content FROM messages WHERE agent_id = {mark} AND "
+            f"seq >= {mark} AND seq < {mark} ORDER BY seq",
+            [agent_id, first, first + limit],
+        ).fetchall()
+        found = tuple(
+            message(agent_id, seq, first + place, role, content)
+            for place, (seq, role, content) in enumerate(rows)
+        )
+        return MessagePage(start=first, messages=found, total=int(total))
+
+    result: MessagePage = await store.read(work)
+    return result
+
+
+def _first(start: int | None, total: int, limit: int) -> int:
+    """Where a page starts: its latest messages without ``start``; never past the end."""
+    if start is None:
+        return max(total - limit, 0)
+    return min(max(start, 0), max(total - 1, 0))
+
+
+async def page_runs(store: Any, agent_id: str, *, start: int, end: int) -> list[RunRecord]:
+    """The runs of the conversation ``agent_id`` that wrote its messages from position
+    ``start`` to ``end`` (excluded): those whose prompt is among them, and the one
+    whose prompt came last before them. In the conversation's order. Runs stored
+    without a position (before satsuma kept one) are not found."""
+    if isinstance(store, MemoryStore):
+        await trio.lowlevel.checkpoint()
+        placed = sorted(
+            (r for r in store._runs.values() if r.agent_id == agent_id and r.position is not None),
+            key=lambda r: (r.position, r.started_at),
+        )
+        before = [r.position for r in placed if r.position is not None and r.position <= start]
+        low = max(before) if before else start
+        return [r for r in placed if r.position is not None and low <= r.position < end]
+    mark = _mark(store)
+
+    def work(db: Any) -> list[RunRecord]:
+        rows = db.execute(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE agent_id = {mark} AND position < {mark} "
+            "AND position >= coalesce((SELECT max(position) FROM runs WHERE "
+            f"agent_id = {mark} AND position <= {mark}), {mark}) ORDER BY position, started_at",
+            [agent_id, end, agent_id, start, start],
+        ).fetchall()
+        return [run_record(row) for row in rows]
+
+    result: list[RunRecord] = await store.read(work)
     return result
