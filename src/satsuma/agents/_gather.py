@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..models import ModelRequest, ModelResponse, checked_response, estimate_input_tokens
-from . import _tracing
+from . import _spending, _tracing
+from ._budget import budgeted
 from ._events import ModelRetry, ModelWaitEnd, ModelWaitStart, TextDelta, ThinkingDelta, TurnEnd
 from ._history import choose, fixed_size
 from ._ids import unique_ids
@@ -78,6 +79,8 @@ async def gather(run: Run) -> ModelResponse:
 
     Raises:
         ModelError: what the model's retries could not cure (the run fails).
+        BudgetExceeded: the call would pass a budget; it is not sent (the run fails).
+        ConfigurationError: the agent has a budget, and the model no prices.
     """
     if run.job.wait_for_reader is not None:
         # Before the call, not inside it: the events of a turn come synchronously.
@@ -108,6 +111,23 @@ async def gather(run: Run) -> ModelResponse:
         max_tokens=spec.max_tokens,
         cache=spec.cache,
     )
+    # Without a budget, nothing reserved (BudgetExceeded: the call is not sent).
+    held = await _spending.reserve(run, request) if budgeted(spec.budget) else None
+    try:
+        response = await _call(run, request)
+    except BaseException:
+        if held is not None:
+            await _spending.settle(run, held, None)  # the reservation given back
+        raise
+    if held is not None:
+        await _spending.settle(run, held, response.usage)
+    return response
+
+
+async def _call(run: Run, request: ModelRequest) -> ModelResponse:
+    """The model's checked response to ``request``, admitted by the limiter."""
+    ctx = run.ctx
+    conversation = ctx.conversation
     # Without limits, no limiter: nothing awaited or allocated for them.
     permit = None if ctx.limiter is None else await _admit(run, ctx.limiter, request)
     try:
