@@ -14,7 +14,7 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -266,7 +266,7 @@ async def test_the_live_view_prints_a_budget_warning_on_a_line_of_its_own() -> N
 
     console = Console(record=True, width=100, force_terminal=False, file=io.StringIO())
     view = LiveView(console, live=False)
-    fields = {"agent": "support", "run_id": "run_1", "iteration": 1}
+    fields: dict[str, Any] = {"agent": "support", "run_id": "run_1", "iteration": 1}
     view.agent_event(satsuma.RunStart(**fields, prompt="Go"))
     view.agent_event(
         satsuma.BudgetWarning(
@@ -276,3 +276,31 @@ async def test_the_live_view_prints_a_budget_warning_on_a_line_of_its_own() -> N
     assert console.export_text().splitlines()[-1] == (
         "support: 82% of its budget usd_per_agent_per_day spent ($4.1000 of $5.0000)"
     )
+
+
+def test_the_estimate_counted_from_the_last_request_is_estimate_input_tokens() -> None:
+    from satsuma.agents._conversation import Conversation
+    from satsuma.models import ModelRequest, estimate_input_tokens
+
+    def text(role: Literal["user", "assistant"], words: str) -> satsuma.Message:
+        return satsuma.Message(role=role, content=[{"type": "text", "text": words}])
+
+    conversation = Conversation([], None)
+    messages: list[satsuma.Message] = []
+    tools = ({"name": "ping", "description": "Answer pong.", "input_schema": {}},)
+
+    def request(shown: list[satsuma.Message]) -> ModelRequest:
+        return ModelRequest(
+            model=MODEL, system="You help.", messages=tuple(shown), tools=tools, max_tokens=10
+        )
+
+    for turn in range(6):
+        messages.append(text("user", f"question {turn} " * (turn + 1)))
+        messages.append(text("assistant", f"answer {turn}"))
+        for shown in (messages, messages[4:], messages[:3]):  # grown, trimmed, cut short
+            asked = request(shown)
+            assert _spending._input_tokens(conversation, asked) == estimate_input_tokens(asked)
+    # The last message replaced (a prompt merged into it): counted again.
+    messages[-1] = text("assistant", "a much longer answer " * 20)
+    asked = request(messages)
+    assert _spending._input_tokens(conversation, asked) == estimate_input_tokens(asked)

@@ -5,12 +5,21 @@ How a run's calls are checked and charged under them is ``_spending``'s.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
 import attrs
 
-__all__ = ["Budget", "BudgetName", "Limit", "budgeted", "limits", "set_budget"]
+__all__ = [
+    "Budget",
+    "BudgetName",
+    "Limit",
+    "budgeted",
+    "limits",
+    "process_budget",
+    "set_budget",
+]
 
 BudgetName = Literal["usd_per_run", "usd_per_agent", "usd_per_agent_per_day"]
 
@@ -99,11 +108,18 @@ class Limit:
     usd: float
 
 
-def limits(budget: Budget | None) -> dict[BudgetName, Limit]:
-    """The limits on the calls of an agent whose class has ``budget``: for each field,
-    the tighter of the class's and the process's."""
+def process_budget() -> Budget | None:
+    """The process's budget (``set_budget``), or None."""
+    return _process_budget
+
+
+@functools.lru_cache(maxsize=64)
+def limits(budget: Budget | None, process: Budget | None) -> dict[BudgetName, Limit]:
+    """The limits on the calls of an agent whose class has ``budget``, in a process
+    whose budget is ``process``: for each field, the tighter of the two. Made once per
+    pair (budgets are frozen values), and read-only after."""
     found: dict[BudgetName, Limit] = {}
-    for source, declared in (("agent", budget), ("process", _process_budget)):
+    for source, declared in (("agent", budget), ("process", process)):
         if declared is None:
             continue
         for name in ("usd_per_run", "usd_per_agent", "usd_per_agent_per_day"):

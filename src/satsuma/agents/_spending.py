@@ -13,25 +13,30 @@ cost (``Usage.cost_usd``); a call that failed or was cancelled gives it back.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
+import itertools
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
 from .._exceptions import BudgetExceeded, ConfigurationError, StoreError
-from .._messages import Usage
-from ..models import estimate_input_tokens, prices_for
+from .._messages import Message, Usage, message_size
+from ..models import prices_for
 from ..store import Charge, Hold, Shortfall, ledgers_of
-from ._budget import BudgetName, Limit
+from ._budget import Budget, BudgetName, Limit, process_budget
 from ._budget import limits as limits_of
 from ._events import BudgetWarning
 
 if TYPE_CHECKING:
     from ..models import ModelRequest
+    from ._conversation import Conversation
     from ._runstate import Run
 
 __all__ = ["HOLD_SECONDS", "WARN_AT", "Held", "reserve", "settle", "wall_clock"]
@@ -48,6 +53,7 @@ WARN_AT: Final = 0.8
 HOLD_SECONDS: Final = 900.0
 # How long a settlement may take while its run is cancelled (shielded).
 _SETTLE_SECONDS: Final = 10.0
+_NO_SCOPE: Final = contextlib.nullcontext()
 
 
 def wall_clock() -> float:
@@ -74,8 +80,62 @@ def _estimate(run: Run, request: ModelRequest) -> float:
             f"{request.model!r} are unknown, so what its calls cost cannot be counted",
             "Set them with satsuma.set_prices(model, satsuma.ModelPrices(...))",
         )
-    tokens = estimate_input_tokens(request)
+    tokens = _input_tokens(run.ctx.conversation, request)
     return (tokens * prices.input + request.max_tokens * prices.output) / _MILLION
+
+
+@attrs.define
+class _Counted:
+    """What was counted of a conversation's last request: its first and last messages,
+    how many, and their characters; its tools and theirs."""
+
+    first: Message | None
+    last: Message | None
+    count: int
+    chars: int
+    tools: Sequence[Mapping[str, Any]]
+    tool_chars: int
+
+
+def _input_tokens(conversation: Conversation, request: ModelRequest) -> int:
+    """``estimate_input_tokens(request)``, the same figure, counted from where the
+    conversation's last request left off: a long-lived agent's history grows a few
+    messages a call, and counting all of it at each call would cost its length."""
+    messages, tools = request.messages, request.tools
+    memo = conversation.counted
+    if not isinstance(memo, _Counted):
+        memo = conversation.counted = _Counted(None, None, 0, 0, (), 0)
+    if (
+        memo.count
+        and len(messages) >= memo.count
+        and messages[0] is memo.first
+        and messages[memo.count - 1] is memo.last
+    ):
+        chars = memo.chars + sum(map(message_size, messages[memo.count :]))
+    else:
+        chars = sum(map(message_size, messages))
+    if len(tools) == len(memo.tools) and all(map(_same, tools, memo.tools)):
+        tool_chars = memo.tool_chars
+    else:
+        tool_chars = sum(len(str(tool)) for tool in tools)
+    if messages:
+        memo.first, memo.last, memo.count, memo.chars = (
+            messages[0],
+            messages[-1],
+            len(messages),
+            chars,
+        )
+    memo.tools, memo.tool_chars = tools, tool_chars
+    return max(1, (len(request.system or "") + chars + tool_chars) // 4)
+
+
+def _same(one: object, other: object) -> bool:
+    return one is other
+
+
+_HOLD_IDS: Final = itertools.count()
+# Hold ids: unique across processes, without a uuid per call.
+_HOLD_PREFIX: Final = uuid.uuid4().hex
 
 
 async def reserve(run: Run, request: ModelRequest) -> Held:
@@ -86,30 +146,22 @@ async def reserve(run: Run, request: ModelRequest) -> Held:
         ConfigurationError: the model has no prices.
         StoreError: the store's ledgers could not be read or written.
     """
-    limits = limits_of(run.ctx.spec.budget)
+    budget, process = run.ctx.spec.budget, process_budget()
+    limits = limits_of(budget, process)
     estimate = _estimate(run, request)
     agent_id = run.ctx.agent_id
     per_run = limits.get("usd_per_run")
     if per_run is not None and run.spent_usd + estimate > per_run.usd:
         raise _exceeded(per_run, run.spent_usd, estimate, agent_id)
-    ledgers: dict[str, BudgetName] = {}
-    charges = []
     now = wall_clock()
-    for name, ledger in (
-        ("usd_per_agent", f"agent:{agent_id}"),
-        ("usd_per_agent_per_day", f"day:{agent_id}:{_utc_day(now)}"),
-    ):
-        limit = limits.get(name)  # type: ignore[call-overload]
-        if limit is not None:
-            ledgers[ledger] = limit.budget
-            charges.append(Charge(ledger=ledger, limit=limit.usd))
+    ledgers, charges = _charges(agent_id, _utc_day(now), budget, process)
     hold = None
     if charges:
         store = run.ctx.persistence.store if run.ctx.persistence is not None else None
         taken = await ledgers_of(store).reserve(
             charges,
             estimate,
-            hold_id=uuid.uuid4().hex,
+            hold_id=f"{_HOLD_PREFIX}-{next(_HOLD_IDS)}",
             now=now,
             expires_at=now + HOLD_SECONDS,
         )
@@ -118,6 +170,26 @@ async def reserve(run: Run, request: ModelRequest) -> Held:
             raise _exceeded(limit, taken.spent + taken.reserved, estimate, agent_id)
         hold = taken
     return Held(estimate=estimate, limits=limits, hold=hold, ledgers=ledgers)
+
+
+@functools.lru_cache(maxsize=256)
+def _charges(
+    agent_id: str, day: str, budget: Budget | None, process: Budget | None
+) -> tuple[dict[str, BudgetName], list[Charge]]:
+    """The ledgers an agent's call charges on ``day``, and the budget each counts for:
+    made once per agent, day and budgets (read-only after), not at every call."""
+    limits = limits_of(budget, process)
+    ledgers: dict[str, BudgetName] = {}
+    charges = []
+    for name, ledger in (
+        ("usd_per_agent", f"agent:{agent_id}"),
+        ("usd_per_agent_per_day", f"day:{agent_id}:{day}"),
+    ):
+        limit = limits.get(name)  # type: ignore[call-overload]
+        if limit is not None:
+            ledgers[ledger] = limit.budget
+            charges.append(Charge(ledger=ledger, limit=limit.usd))
+    return ledgers, charges
 
 
 async def settle(run: Run, held: Held, usage: Usage | None) -> None:
@@ -141,10 +213,12 @@ async def settle(run: Run, held: Held, usage: Usage | None) -> None:
     if held.hold is None:
         return
     store = run.ctx.persistence.store if run.ctx.persistence is not None else None
+    ledgers = ledgers_of(store)
     changed = None
-    with trio.move_on_after(_SETTLE_SECONDS, shield=True):
+    # Ledgers in memory never suspend: no shield to pay for.
+    with trio.move_on_after(_SETTLE_SECONDS, shield=True) if not ledgers.in_memory else _NO_SCOPE:
         try:
-            changed = await ledgers_of(store).settle(held.hold, cost)
+            changed = await ledgers.settle(held.hold, cost)
         except StoreError:
             logger.warning(
                 "agent %s: could not charge a call's cost to its budget's ledgers (its "
@@ -182,5 +256,11 @@ def _exceeded(limit: Limit, spent: float, estimate: float, agent_id: str) -> Bud
     )
 
 
+_day: list[Any] = [None, ""]  # the last day asked for: its number since the epoch, its date
+
+
 def _utc_day(now: float) -> str:
-    return datetime.datetime.fromtimestamp(now, datetime.UTC).date().isoformat()
+    number = int(now // 86_400)
+    if _day[0] != number:
+        _day[:] = [number, datetime.datetime.fromtimestamp(now, datetime.UTC).date().isoformat()]
+    return str(_day[1])

@@ -28,10 +28,9 @@ import abc
 import logging
 import weakref
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
-import trio
 
 from ._dialect import POSTGRES, SQLITE, Connection, Dialect
 from ._memory import MemoryStore
@@ -81,6 +80,9 @@ class Balance:
 class Ledgers(abc.ABC):
     """The ledgers of one store."""
 
+    # True for ledgers whose calls never suspend (in memory).
+    in_memory: ClassVar[bool] = False
+
     @abc.abstractmethod
     async def reserve(
         self,
@@ -117,8 +119,12 @@ class Ledgers(abc.ABC):
 
 @attrs.define(eq=False)
 class _MemoryLedgers(Ledgers):
-    """Ledgers in this process's memory: each call runs whole between two checkpoints,
-    so concurrent runs of the process take turns as a transaction would make them."""
+    """Ledgers in this process's memory. Their calls never suspend (no checkpoint: they
+    are awaited around every model call of a budgeted agent, where a trio checkpoint
+    costs several microseconds, and the model call checkpoints anyway), so each runs
+    whole, as a transaction would, and a cancelled run's settlement needs no shield."""
+
+    in_memory: ClassVar[bool] = True
 
     _ledgers: dict[str, list[float]] = attrs.Factory(dict)  # ledger -> [spent, reserved]
     # (hold_id, ledger) -> (amount, expires_at)
@@ -133,7 +139,6 @@ class _MemoryLedgers(Ledgers):
         now: float,
         expires_at: float,
     ) -> Hold | Shortfall:
-        await trio.lowlevel.checkpoint()
         for key, (held, expiry) in list(self._holds.items()):
             if expiry < now and key[1] in self._ledgers:
                 del self._holds[key]
@@ -150,7 +155,6 @@ class _MemoryLedgers(Ledgers):
         return Hold(hold_id=hold_id, ledgers=tuple(c.ledger for c in charges), amount=amount)
 
     async def settle(self, hold: Hold, cost: float) -> dict[str, tuple[float, float]]:
-        await trio.lowlevel.checkpoint()
         changed = {}
         for ledger in hold.ledgers:
             row = self._ledgers.setdefault(ledger, [0.0, 0.0])
@@ -161,7 +165,6 @@ class _MemoryLedgers(Ledgers):
         return changed
 
     async def balance(self, ledger: str) -> Balance:
-        await trio.lowlevel.checkpoint()
         spent, reserved = self._ledgers.get(ledger, (0.0, 0.0))
         return Balance(spent=spent, reserved=reserved)
 
