@@ -22,6 +22,10 @@ cached conversation costs at most 20 % of the uncached one, and the trimmed one 
 its cached prefix at most once every 5 turns (a rewrite: a request that read from the
 cache less than half of what the request before it sent).
 
+Then the budget figures (``_budget_figures``): how far a budget is overrun, by one run
+and by concurrent spenders of one ledger, and the CPU time caching and cost accounting
+add to a model call.
+
 Figures are printed next to their bars, never asserted: the exit status is 0 whatever
 they are (it is not 0 when the benchmark itself goes wrong).
 
@@ -38,6 +42,7 @@ import warnings
 from typing import Any
 
 import trio
+from _budget_figures import budget_rows
 from _harness import header, table
 
 import satsuma
@@ -155,6 +160,7 @@ def main() -> None:
             f"{trimmed['priced']:,.0f} priced",
         ],
     ]
+    rows += budget_rows(quick=args.quick)
     lines += table(["figure", "measured", "bar", "notes"], rows)
     print("\n".join(lines))
 

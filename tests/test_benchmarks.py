@@ -351,6 +351,9 @@ COST_ROW_NAMES = (
     'cache="auto" (input tokens)',
     'cache="auto" / cache=None',
     "TokenBudget(",
+    "usd_per_run $",
+    "4 spenders, one daily ledger: overrun",
+    "cache, prices and budget: CPU per call",
 )
 
 
