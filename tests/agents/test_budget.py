@@ -24,7 +24,7 @@ import satsuma
 from satsuma.agents import _spending
 from satsuma.serve import Server
 from satsuma.store import Balance, MemoryStore, SQLiteStore, ledgers_of
-from satsuma.testing import Failure, MessagesServer, Reply
+from satsuma.testing import MessagesServer, Reply
 
 # A dollar an output token, 10 cents an input token: a scripted call costs its output
 # tokens, and a call is estimated at about $10 (max_tokens) and a few more for its input.
@@ -178,19 +178,29 @@ async def test_the_process_budget_holds_every_agent_and_the_tighter_limit_wins()
         satsuma.set_budget(5.0)  # type: ignore[arg-type]
 
 
-async def test_a_cancelled_call_gives_its_reservation_back() -> None:
-    store = MemoryStore()
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_cancelled_call_gives_its_reservation_back(kind: str, tmp_path: Path) -> None:
+    store = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "c.db")
     satsuma.set_budget(satsuma.Budget(usd_per_agent=1000))
+    arrived = trio.Event()
+
+    async def hang(body: dict[str, Any]) -> Reply:
+        arrived.set()
+        await trio.sleep_forever()
+
     async with (
-        MessagesServer([Failure.slow("late", delay=60)]) as server,
+        MessagesServer([hang]) as server,
         satsuma.open_agent(
             Unbudgeted, model=satsuma.AnthropicModel(server.client()), store=store, agent_id="c"
         ) as agent,
     ):
-        with trio.move_on_after(1) as scope:
-            await agent.run("wait")
-        assert scope.cancelled_caught
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.run, "wait")
+            await arrived.wait()  # the call is in flight, its estimate reserved
+            held = await ledgers_of(store).balance("agent:c")
+            nursery.cancel_scope.cancel()
         balance = await ledgers_of(store).balance("agent:c")
+    assert held.spent == 0 and held.reserved > 0
     assert balance == Balance(spent=0.0, reserved=0.0)
 
 
