@@ -314,3 +314,73 @@ def test_the_estimate_counted_from_the_last_request_is_estimate_input_tokens() -
     messages[-1] = text("assistant", "a much longer answer " * 20)
     asked = request(messages)
     assert _spending._input_tokens(conversation, asked) == estimate_input_tokens(asked)
+
+
+# An agent with a budget on a SQLite file, in a process of its own that the test kills
+# while the agent's model call is in flight.
+_KILLED_WORKER = """
+import sys, anthropic, trio, satsuma
+from satsuma.store import SQLiteStore
+
+path, base_url = sys.argv[1:]
+
+
+class Spender(satsuma.Agent):
+    name = "spender"
+    model = "claude-haiku-4-5"
+    max_tokens = 100
+    budget = satsuma.Budget(usd_per_agent=1.0)
+
+
+async def main():
+    model = satsuma.AnthropicModel(anthropic.AsyncAnthropic(api_key="k", base_url=base_url))
+    async with SQLiteStore(path) as store, satsuma.open_agent(
+        Spender, model=model, store=store, agent_id="k"
+    ) as agent:
+        await agent.run("hello")
+
+
+trio.run(main)
+"""
+
+
+async def test_a_process_killed_during_a_call_leaves_a_hold_that_expires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "killed.db"
+    arrived = trio.Event()
+
+    async def hang(body: dict[str, Any]) -> Reply:
+        arrived.set()
+        await trio.sleep_forever()
+
+    class Spender(satsuma.Agent):
+        name = "spender"
+        model = "claude-haiku-4-5"
+        max_tokens = 100
+        budget = satsuma.Budget(usd_per_agent=1.0)
+
+    async with MessagesServer([hang, "Fine."]) as server:
+        worker = await trio.lowlevel.open_process(
+            [sys.executable, "-c", _KILLED_WORKER, str(path), server.base_url]
+        )
+        try:
+            with trio.fail_after(60):
+                await arrived.wait()
+        finally:
+            worker.kill()
+            await worker.wait()
+        async with SQLiteStore(path) as store:
+            left = await ledgers_of(store).balance("agent:k")
+            assert left.spent == 0 and left.reserved > 0  # the dead call's hold stays
+            # Once the hold has expired, the next call gives it back.
+            later = _spending.wall_clock() + _spending.HOLD_SECONDS + 1
+            monkeypatch.setattr(_spending, "wall_clock", lambda: later)
+            model = satsuma.AnthropicModel(server.client())
+            async with satsuma.open_agent(Spender, model=model, store=store, agent_id="k") as agent:
+                result = await agent.run("again")
+            after = await ledgers_of(store).balance("agent:k")
+    assert result.status == "completed"
+    assert result.usage.cost_usd is not None
+    assert after.spent == result.usage.cost_usd
+    assert abs(after.reserved) < 1e-12  # both holds given back (sums of floats)
