@@ -29,6 +29,9 @@ saves: a conversation of 300 turns by default, with Compaction and sent whole (i
 model's context window lifted for the comparison), billed input compared, summary calls
 included. (Sent whole, 1,000 turns would send some 2.5 GB of request bodies: the
 quadratic cost compaction removes, too slow to measure here.)
+Then the budget figures (``_budget_figures``): how far a budget is overrun, by one run
+and by concurrent spenders of one ledger, and the CPU time caching and cost accounting
+add to a model call.
 
 Figures are printed next to their bars, never asserted: the exit status is 0 whatever
 they are (it is not 0 when the benchmark itself goes wrong).
@@ -47,6 +50,7 @@ import warnings
 from typing import Any
 
 import trio
+from _budget_figures import budget_rows
 from _harness import header, table
 
 import satsuma
@@ -215,6 +219,7 @@ def main() -> None:
             f"{whole['largest']:,} tokens",
         ],
     ]
+    rows += budget_rows(quick=args.quick)
     lines += table(["figure", "measured", "bar", "notes"], rows)
     print("\n".join(lines))
 

@@ -356,6 +356,9 @@ COST_ROW_NAMES = (
     "TokenBudget(",
     "Compaction(",
     "Compaction / sent whole",
+    "usd_per_run $",
+    "4 spenders, one daily ledger: overrun",
+    "cache, prices and budget: CPU per call",
 )
 
 

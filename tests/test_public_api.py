@@ -33,6 +33,7 @@ EXPECTED_SATSUMA = {
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
     "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
     "Compaction", "ContextWindowExceeded", "set_context_window",
+    "Budget", "BudgetExceeded", "BudgetWarning", "set_budget",
     # supervision
     "Backoff", "ChildCrashed", "ChildExited", "ChildInfo", "ChildRestarted", "ChildSpec",
     "ChildStarted", "RestartType", "Supervisor", "SupervisorEvent", "SupervisorGaveUp",

@@ -17,6 +17,7 @@ import typing as _typing
 from ._exceptions import AgentCrashed as AgentCrashed
 from ._exceptions import AgentDefinitionError as AgentDefinitionError
 from ._exceptions import AgentUnavailable as AgentUnavailable
+from ._exceptions import BudgetExceeded as BudgetExceeded
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import MCPServerError as MCPServerError
 from ._exceptions import ModelError as ModelError

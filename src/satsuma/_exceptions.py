@@ -7,6 +7,7 @@ The hierarchy::
     ├── ToolDefinitionError    a tool, toolset or runner was declared wrongly (also a TypeError)
     ├── AgentDefinitionError   an Agent subclass was declared wrongly (also a TypeError)
     ├── ModelError             a model call failed and retries could not cure it
+    ├── BudgetExceeded         a model call would pass a budget (the run fails; names it)
     ├── ConfigurationError     what the environment or the setup lacks (a missing API key)
     ├── AgentUnavailable       the agent is not running (stopped, or restarting too long)
     ├── AgentCrashed           the agent crashed while serving this call
@@ -37,6 +38,7 @@ __all__ = [
     "ToolDefinitionError",
     "AgentDefinitionError",
     "ModelError",
+    "BudgetExceeded",
     "ConfigurationError",
     "AgentUnavailable",
     "AgentCrashed",
@@ -139,6 +141,47 @@ class ModelError(SatsumaError):
         self.retryable = retryable
         self.retry_after = retry_after
         super().__init__(f"{status}: {message}" if status is not None else message)
+
+
+class BudgetExceeded(SatsumaError):
+    """A model call would pass a budget (``satsuma.Budget``): it is not sent, and the run
+    ends ``failed`` with this as its ``error`` (``BudgetExceeded: ...``). The agent goes
+    on serving: the next run may fit (another run, the next UTC day).
+
+    Attributes:
+        budget: The budget's field: ``usd_per_run``, ``usd_per_agent`` or
+            ``usd_per_agent_per_day``.
+        source: Whose budget it is: ``agent`` (the class's ``budget``) or ``process``
+            (``satsuma.set_budget``).
+        limit: The limit, in USD.
+        spent: What was spent under it, in USD, with what calls in flight hold.
+        estimate: What the call could cost at most, in USD (its input estimated, its
+            output at ``max_tokens``).
+        agent_id: The agent whose call it was.
+    """
+
+    def __init__(
+        self,
+        budget: str,
+        *,
+        source: str,
+        limit: float,
+        spent: float,
+        estimate: float,
+        agent_id: str,
+    ) -> None:
+        self.budget = budget
+        self.source = source
+        self.limit = limit
+        self.spent = spent
+        self.estimate = estimate
+        self.agent_id = agent_id
+        whose = "the agent's budget" if source == "agent" else "the process's budget"
+        super().__init__(
+            f"{budget} of ${limit:.4f} ({whose}) would be passed by agent {agent_id!r}: "
+            f"${spent:.4f} spent, and the next model call is estimated at up to "
+            f"${estimate:.4f}"
+        )
 
 
 class ConfigurationError(SatsumaError):

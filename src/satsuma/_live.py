@@ -46,6 +46,7 @@ from . import supervisor
 from ._terminal import show, visible, visible_text
 from .agents import (
     AgentEvent,
+    BudgetWarning,
     ModelRetry,
     ModelWaitEnd,
     ModelWaitStart,
@@ -209,6 +210,14 @@ class LiveView:
                 Text(
                     f"{run.agent}: model call retried in {event.delay:.1f}s "
                     f"({visible(event.reason)})",
+                    "yellow",
+                )
+            )
+        elif isinstance(event, BudgetWarning):
+            self._line(
+                Text(
+                    f"{run.agent}: {event.spent_usd / event.limit_usd:.0%} of its budget "
+                    f"{event.budget} spent (${event.spent_usd:.4f} of ${event.limit_usd:.4f})",
                     "yellow",
                 )
             )

@@ -118,7 +118,7 @@ async def _paused_text(
 async def run_lines(record: RunRecord, store: Store) -> list[str]:
     """A run of ``satsuma runs``: id, status, when, the prompt; for a run that did not
     end, its calls in doubt (started, no outcome recorded: they may or may not have
-    happened); for a run awaiting approval, its pending calls and why they wait; last,
+    happened); for a run awaiting approval, its pending calls and why they wait; for a failed run, its error; last,
     its tokens and their cost (once it paused or ended having called the model).
     Each field from the store is one line, made ``visible``."""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
@@ -137,6 +137,9 @@ async def run_lines(record: RunRecord, store: Store) -> list[str]:
                 f"      pending   {_call_text(pending.tool_name, pending.input)}  "
                 f"{visible(pending.tool_use_id)}  ({visible(pending.reason)})"
             )
+    if record.status == "failed" and record.error:
+        # What ended it (a BudgetExceeded names the budget and what was spent).
+        lines.append(f"      error: {visible(_shortened(record.error, 300))}")
     usage = record.usage  # as of its pause or end
     if not usage.is_empty:
         lines.append(

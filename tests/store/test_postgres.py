@@ -26,6 +26,7 @@ import satsuma
 from satsuma import Message
 from satsuma.store import Owner, PostgresStore, RunRecord
 from satsuma.store._postgres import SCHEMA_VERSION
+from satsuma.store._schema import POSTGRES_MIGRATIONS
 from satsuma.testing import FunctionModel, Reply, ScriptedModel, check_conversation
 
 WORKER = Path(__file__).with_name("prompt_worker.py")
@@ -293,10 +294,14 @@ async def test_the_schema_is_created_once_by_stores_opening_at_once(postgres_dsn
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = current_schema() ORDER BY table_name"
         ).fetchall()
+    # Every version of the history once, with no gap.
     assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    assert sorted(POSTGRES_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+    assert max(POSTGRES_MIGRATIONS) == SCHEMA_VERSION
     assert [t for (t,) in tables] == [
-        "approvals", "leases", "messages", "nodes", "run_event_streams", "run_events",
-        "run_queue", "runs", "satsuma_schema", "summaries", "tool_calls",
+        "approvals", "budget_holds", "budget_ledgers", "leases", "messages", "nodes",
+        "run_event_streams", "run_events", "run_queue", "runs", "satsuma_schema", "summaries",
+        "tool_calls",
     ]  # fmt: skip
 
 

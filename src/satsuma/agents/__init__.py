@@ -7,8 +7,11 @@ from .._public import public_names as _public_names
 # DESIGN.md, nor in __all__).
 from . import _internal as internal  # noqa: F401  (for other rooms, see above)
 from ._agent import Agent as Agent
+from ._budget import Budget as Budget
+from ._budget import set_budget as set_budget
 from ._compaction import Compaction as Compaction
 from ._events import AgentEvent as AgentEvent
+from ._events import BudgetWarning as BudgetWarning
 from ._events import ModelRetry as ModelRetry
 from ._events import ModelWaitEnd as ModelWaitEnd
 from ._events import ModelWaitStart as ModelWaitStart
@@ -41,6 +44,8 @@ __all__ = [
     "AgentHandle",
     "AgentTool",
     "Compaction",
+    "Budget",
+    "BudgetWarning",
     "HistoryProcessor",
     "JsonLinesLog",
     "KeepAll",
@@ -64,6 +69,7 @@ __all__ = [
     "VerifyContext",
     "event_to_json",
     "open_agent",
+    "set_budget",
 ]
 
 # Users import these names from satsuma: they carry that path (tracebacks, reprs, pickles).

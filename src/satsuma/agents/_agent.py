@@ -14,6 +14,7 @@ from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from .._frozen import freeze
 from ..models import CACHE_MODES, CacheMode, import_sdk_in_background, model_problem
 from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver, ToolRunner, ToolServer, as_strategy
+from ._budget import Budget
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
 from ._result import OutputT
@@ -49,6 +50,7 @@ class AgentSpec:
     output: OutputSpec | None = None  # the compiled output_type; None: the final text
     output_retries: int = 2
     cache: CacheMode | None = "auto"
+    budget: Budget | None = None
     origin: str = ""  # the class's module and qualified name (for warnings about it)
 
     @property
@@ -93,6 +95,8 @@ class Agent(Generic[OutputT]):
       and the conversation's prefix, the last breakpoint moving with it, kept 5
       minutes), ``"1h"`` (the same, kept an hour) or None (no breakpoint). See
       docs/agents.md.
+    - ``budget``: a ``satsuma.Budget``, limits on what the agent's model calls cost
+      (per run, per agent id, per agent id and UTC day; default None). See docs/budgets.md.
     - ``mailbox_size``: how many requests may wait for the agent (default 16);
     - ``resume_interrupted``: with a store, resume the runs a crash or a kill
       interrupted when the agent starts again (default False);
@@ -130,6 +134,7 @@ class Agent(Generic[OutputT]):
     loop_guard: ClassVar[int | None] = 3
     history: ClassVar[HistoryProcessor] = KeepAll()
     cache: ClassVar[CacheMode | None] = "auto"
+    budget: ClassVar[Budget | None] = None
     mailbox_size: ClassVar[int] = 16
     resume_interrupted: ClassVar[bool] = False
     approver: ClassVar[Approver | None] = None
@@ -194,6 +199,8 @@ def _declare(cls: type[Agent[Any]]) -> AgentSpec:
         raise fail(f"history must be a HistoryProcessor, got: {cls.history!r}")
     if cls.cache is not None and (not isinstance(cls.cache, str) or cls.cache not in CACHE_MODES):
         raise fail(f'cache must be "auto", "1h" or None, got: {cls.cache!r}')
+    if cls.budget is not None and not isinstance(cls.budget, Budget):
+        raise fail(f"budget must be a satsuma.Budget or None, got: {cls.budget!r}")
     if isinstance(cls.tools, (str, bytes)) or not isinstance(cls.tools, Sequence):
         raise fail(f"tools must be a list, got: {type(cls.tools).__name__}")
     if isinstance(cls.verifiers, (str, bytes)) or not isinstance(cls.verifiers, Sequence):
@@ -231,6 +238,7 @@ def _declare(cls: type[Agent[Any]]) -> AgentSpec:
         output=output,
         output_retries=cls.output_retries,
         cache=cls.cache,
+        budget=cls.budget,
         origin=f"{cls.__module__}.{cls.__qualname__}",
     )
     try:

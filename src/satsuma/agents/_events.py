@@ -18,6 +18,7 @@ from ._result import RunResult, raw_output
 
 __all__ = [
     "AgentEvent",
+    "BudgetWarning",
     "ModelRetry",
     "ModelWaitEnd",
     "ModelWaitStart",
@@ -130,6 +131,25 @@ class TurnEnd(_RunEvent):
 
 
 @attrs.frozen(kw_only=True)
+class BudgetWarning(_RunEvent):
+    """A model call's cost took a budget past 80 % of its limit (``satsuma.Budget``):
+    sent once per budget and period (a run; an agent; an agent's UTC day), by the run
+    whose call crossed the mark, whichever process it is in.
+
+    Attributes:
+        budget: ``usd_per_run``, ``usd_per_agent`` or ``usd_per_agent_per_day``.
+        source: ``agent`` (the class's budget) or ``process`` (``satsuma.set_budget``).
+        limit_usd: The limit.
+        spent_usd: What is spent under it now.
+    """
+
+    budget: str
+    source: str
+    limit_usd: float
+    spent_usd: float
+
+
+@attrs.frozen(kw_only=True)
 class RunEnd(_RunEvent):
     """The run ended; always the last event of a run."""
 
@@ -148,6 +168,7 @@ AgentEvent: TypeAlias = (
     | OutputValidated
     | OutputRejected
     | TurnEnd
+    | BudgetWarning
     | RunEnd
 )
 

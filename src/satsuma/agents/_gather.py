@@ -16,7 +16,8 @@ from ..models import (
     context_window_for,
     estimate_input_tokens,
 )
-from . import _tracing
+from . import _spending, _tracing
+from ._budget import budgeted
 from ._compaction import Compaction, compacted
 from ._events import ModelRetry, ModelWaitEnd, ModelWaitStart, TextDelta, ThinkingDelta, TurnEnd
 from ._history import choose, fixed_size
@@ -87,6 +88,8 @@ async def gather(run: Run) -> ModelResponse:
 
     Raises:
         ModelError: what the model's retries could not cure (the run fails).
+        BudgetExceeded: the call would pass a budget; it is not sent (the run fails).
+        ConfigurationError: the agent has a budget, and the model no prices.
     """
     if run.job.wait_for_reader is not None:
         # Before the call, not inside it: the events of a turn come synchronously.
@@ -123,6 +126,23 @@ async def gather(run: Run) -> ModelResponse:
     window = context_window_for(ctx.model_id)
     if window is not None:
         _check_window(run, window, memo.sent_chars * rate)
+    # Without a budget, nothing reserved (BudgetExceeded: the call is not sent).
+    held = await _spending.reserve(run, request) if budgeted(spec.budget) else None
+    try:
+        response = await _call(run, request)
+    except BaseException:
+        if held is not None:
+            await _spending.settle(run, held, None)  # the reservation given back
+        raise
+    if held is not None:
+        await _spending.settle(run, held, response.usage)
+    return response
+
+
+async def _call(run: Run, request: ModelRequest) -> ModelResponse:
+    """The model's checked response to ``request``, admitted by the limiter."""
+    ctx = run.ctx
+    conversation = ctx.conversation
     # Without limits, no limiter: nothing awaited or allocated for them.
     permit = None if ctx.limiter is None else await _admit(run, ctx.limiter, request)
     try:

@@ -19,8 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._exceptions import LeaseLost, ModelError, StoreClosed, StoreError
-from .._text import MESSAGE_LIMIT, describe_exception, reportable
+from .._exceptions import (
+    BudgetExceeded,
+    ConfigurationError,
+    LeaseLost,
+    ModelError,
+    StoreClosed,
+    StoreError,
+)
+from .._text import MESSAGE_LIMIT, describe_exception, describe_exception_text, reportable
 from ..models import ContextWindowExceeded
 from ..tools import cancelled_text, error_outcome, format_results
 from . import _tracing
@@ -141,6 +148,10 @@ async def _loop(run: Run) -> tuple[RunStatus, str | None]:
             # run; anything else raised by the model is a bug, and crashes the agent
             # (a supervisor restarts it).
             return "failed", said(exc)
+        except (BudgetExceeded, ConfigurationError) as exc:
+            # A budget refused the call (or cannot be kept: a model without prices):
+            # named by its kind, which serve's run JSON shows as the error's type.
+            return "failed", describe_exception_text(exc)
         commit_response(run, response)
         if response.stop_reason == "pause_turn":
             continue  # the API paused a long turn: send it back as it is to go on

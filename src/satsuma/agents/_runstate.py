@@ -56,6 +56,7 @@ class Run:
         self.result: RunResult[Any] | None = None
         self.chat = _telemetry.null_scope()  # the model call's span, while one runs
         self.permit: Permit | None = None  # the model call's admission, with limits
+        self.spent_usd = 0.0  # what the run's calls cost, counted for its budget only
         self.before: tuple[int, Message | None] | None = None
         # A typed answer (docs/output.md): the compiled output type, or None for text.
         self.output_spec, self.output_retries = (

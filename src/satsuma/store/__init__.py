@@ -29,7 +29,8 @@ from ._summaries import Summary as Summary
 
 # isort: split
 # For satsuma's own rooms, not for users (not in DESIGN.md, so not in __all__): an agent
-# takes its lease for DEFAULT_LEASE_SECONDS (satsuma.agents); the cluster keeps its queue,
+# takes its lease for DEFAULT_LEASE_SECONDS (satsuma.agents) and charges its budgets on
+# the store's ledgers (ledgers_of, Charge, Hold, Shortfall, Balance); the cluster keeps its queue,
 # its runs' events and its nodes in a PostgresStore's database, and listens on the
 # store's connections (satsuma.cluster, `satsuma cluster status`). QueuedRun and
 # QueuedRunStatus are public as satsuma.cluster's. run_queue: the queue's functions, each
@@ -46,6 +47,11 @@ from ._browse import page_runs as page_runs
 from ._browse import recent_decisions as recent_decisions
 from ._browse import usage_total as usage_total
 from ._lease import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
+from ._ledger import Balance as Balance
+from ._ledger import Charge as Charge
+from ._ledger import Hold as Hold
+from ._ledger import Shortfall as Shortfall
+from ._ledger import ledgers_of as ledgers_of
 from ._link import Link as Link
 from ._link import Ticket as Ticket
 from ._link import run_abandonable as run_abandonable

@@ -59,6 +59,21 @@ RUN_AGENT: Final = (
     "ALTER TABLE runs ADD COLUMN agent TEXT",
     "CREATE INDEX runs_by_class ON runs (agent, started_at)",
 )
+# The budgets' ledgers (satsuma.Budget, _ledger.py): per key (an agent, an agent on a
+# UTC day) the USD settled and the USD held by model calls in flight; and each call's
+# holds, given back when settled or, left by a process that died, once expired.
+LEDGERS: Final = """CREATE TABLE budget_ledgers (
+            ledger TEXT PRIMARY KEY,
+            spent {real} NOT NULL DEFAULT 0,
+            reserved {real} NOT NULL DEFAULT 0
+        )"""
+HOLDS: Final = """CREATE TABLE budget_holds (
+            hold_id TEXT NOT NULL,
+            ledger TEXT NOT NULL,
+            amount {real} NOT NULL,
+            expires_at {real} NOT NULL,
+            PRIMARY KEY (ledger, hold_id)
+        )"""
 
 # SQLite's: each entry moves the schema from the previous version to its own.
 SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -120,6 +135,8 @@ SQLITE_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     7: RUN_AGENT,
     # Compaction's summaries of older messages (_summaries.py).
     8: (summaries_table("REAL"),),
+    # Budgets' ledgers and holds (_ledger.py).
+    9: (LEDGERS.format(real="REAL"), HOLDS.format(real="REAL")),
 }
 SQLITE_SCHEMA_VERSION: Final = max(SQLITE_MIGRATIONS)
 
@@ -259,6 +276,8 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     9: RUN_AGENT,
     # Compaction's summaries of older messages (_summaries.py).
     10: (summaries_table("DOUBLE PRECISION"),),
+    # Budgets' ledgers and holds (_ledger.py).
+    11: (LEDGERS.format(real="DOUBLE PRECISION"), HOLDS.format(real="DOUBLE PRECISION")),
 }
 POSTGRES_SCHEMA_VERSION: Final = max(POSTGRES_MIGRATIONS)
 
@@ -280,7 +299,9 @@ def upgrade(db: Any, where: str, migrations: Mapping[int, tuple[str, ...]], inse
             f"its schema is version {current}, newer than this satsuma knows "
             f"({latest}); upgrade satsuma to use it",
         )
-    for version in range(current + 1, latest + 1):
+    # In order, each version above the current one. (A history may have a gap while
+    # versions written on parallel branches are merged: the gap is skipped.)
+    for version in sorted(v for v in migrations if v > current):
         for statement in migrations[version]:
             db.execute(statement)
         db.execute(insert, (version,))
