@@ -299,9 +299,7 @@ def upgrade(db: Any, where: str, migrations: Mapping[int, tuple[str, ...]], inse
             f"its schema is version {current}, newer than this satsuma knows "
             f"({latest}); upgrade satsuma to use it",
         )
-    # In order, each version above the current one. (A history may have a gap while
-    # versions written on parallel branches are merged: the gap is skipped.)
-    for version in sorted(v for v in migrations if v > current):
+    for version in range(current + 1, latest + 1):
         for statement in migrations[version]:
             db.execute(statement)
         db.execute(insert, (version,))
