@@ -37,6 +37,12 @@ class MemoryStore(BaseStore):
     def __init__(self) -> None:
         self._messages: dict[str, list[Message]] = {}
         self._runs: dict[str, RunRecord] = {}
+        # agent_id -> its run ids (a dict for its order): opening an agent and starting a
+        # run read that agent's runs, which a scan of every run made quadratic in a
+        # server holding thousands of conversations.
+        self._agent_runs: dict[str, dict[str, None]] = {}
+        # The ids of the runs awaiting approval, of any agent.
+        self._paused: set[str] = set()
         self._calls: dict[str, dict[str, JournalEntry]] = {}
         self._approvals: dict[str, list[ApprovalRecord]] = {}
         self._proposed: dict[str, dict[str, ApprovalDecision]] = {}
@@ -144,6 +150,8 @@ class MemoryStore(BaseStore):
         if start is not None:
             self._write_tail(record.agent_id, start, messages)
         self._runs[record.run_id] = record
+        self._agent_runs.setdefault(record.agent_id, {})[record.run_id] = None
+        self._set_paused(record)
 
     async def end_run(
         self,
@@ -158,14 +166,22 @@ class MemoryStore(BaseStore):
         await trio.lowlevel.checkpoint()
         self._check(lease)
         record = self._runs[run_id]
-        self._runs[run_id] = attrs.evolve(
+        self._runs[run_id] = ended = attrs.evolve(
             record, status=status, ended_at=ended_at, usage=usage, error=error
         )
+        self._set_paused(ended)
 
     async def runs(self, agent_id: str) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
-        mine = [r for r in self._runs.values() if r.agent_id == agent_id]
+        mine = [self._runs[run_id] for run_id in self._agent_runs.get(agent_id, ())]
         return sorted(mine, key=lambda r: r.started_at)
+
+    def _set_paused(self, record: RunRecord) -> None:
+        """Keep ``_paused`` in step with ``record``, just written to ``_runs``."""
+        if record.status == "awaiting_approval":
+            self._paused.add(record.run_id)
+        else:
+            self._paused.discard(record.run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         await trio.lowlevel.checkpoint()
@@ -177,8 +193,9 @@ class MemoryStore(BaseStore):
         await trio.lowlevel.checkpoint()
         self._check(lease)
         marked = []
-        for run_id, record in list(self._runs.items()):
-            if record.agent_id == agent_id and record.status == "running":
+        for run_id in self._agent_runs.get(agent_id, ()):
+            record = self._runs[run_id]
+            if record.status == "running":
                 self._runs[run_id] = marked_record = attrs.evolve(record, status="interrupted")
                 marked.append(marked_record)
         return sorted(marked, key=lambda r: r.started_at)
@@ -196,6 +213,7 @@ class MemoryStore(BaseStore):
         self._runs[run_id] = attrs.evolve(
             self._runs[run_id], status="awaiting_approval", usage=usage
         )
+        self._paused.add(run_id)
         self._proposed.pop(run_id, None)  # a new pause: its calls are undecided
         decided = [a for a in self._approvals.get(run_id, ()) if a.decision is not None]
         self._approvals[run_id] = decided + [
@@ -229,9 +247,7 @@ class MemoryStore(BaseStore):
     async def runs_awaiting_approval(self, agent_id: str | None = None) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
         paused = [
-            r
-            for r in self._runs.values()
-            if r.status == "awaiting_approval" and agent_id in (None, r.agent_id)
+            r for r in map(self._runs.__getitem__, self._paused) if agent_id in (None, r.agent_id)
         ]
         return sorted(paused, key=lambda r: r.started_at)
 
@@ -248,6 +264,7 @@ class MemoryStore(BaseStore):
         if record is None or record.status != "awaiting_approval":
             return False
         self._runs[run_id] = attrs.evolve(record, status="running")
+        self._paused.discard(run_id)
         decisions = decisions or {}
         self._approvals[run_id] = [
             attrs.evolve(a, decision=decisions[a.tool_use_id])
@@ -353,7 +370,8 @@ class MemoryStore(BaseStore):
             )
         if not dry_run:
             for run_id in doomed:
-                del self._runs[run_id]
+                del self._agent_runs[self._runs.pop(run_id).agent_id][run_id]
+                self._paused.discard(run_id)
                 self._calls.pop(run_id, None)
                 self._approvals.pop(run_id, None)
                 self._proposed.pop(run_id, None)
