@@ -14,7 +14,7 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import pytest
@@ -68,6 +68,14 @@ class Daily(satsuma.Agent):
     model = MODEL
     max_tokens = 10
     budget = satsuma.Budget(usd_per_agent_per_day=50)
+
+
+class PerAgent(satsuma.Agent):
+    name = "per_agent"
+    model = MODEL
+    max_tokens = 10
+    tools = [ping]
+    budget = satsuma.Budget(usd_per_agent=1000)
 
 
 class Unbudgeted(satsuma.Agent):
@@ -288,32 +296,25 @@ async def test_the_live_view_prints_a_budget_warning_on_a_line_of_its_own() -> N
     )
 
 
-def test_the_estimate_counted_from_the_last_request_is_estimate_input_tokens() -> None:
-    from satsuma.agents._conversation import Conversation
-    from satsuma.models import ModelRequest, estimate_input_tokens
-
-    def text(role: Literal["user", "assistant"], words: str) -> satsuma.Message:
-        return satsuma.Message(role=role, content=[{"type": "text", "text": words}])
-
-    conversation = Conversation([], None)
-    messages: list[satsuma.Message] = []
-    tools = ({"name": "ping", "description": "Answer pong.", "input_schema": {}},)
-
-    def request(shown: list[satsuma.Message]) -> ModelRequest:
-        return ModelRequest(
-            model=MODEL, system="You help.", messages=tuple(shown), tools=tools, max_tokens=10
-        )
-
-    for turn in range(6):
-        messages.append(text("user", f"question {turn} " * (turn + 1)))
-        messages.append(text("assistant", f"answer {turn}"))
-        for shown in (messages, messages[4:], messages[:3]):  # grown, trimmed, cut short
-            asked = request(shown)
-            assert _spending._input_tokens(conversation, asked) == estimate_input_tokens(asked)
-    # The last message replaced (a prompt merged into it): counted again.
-    messages[-1] = text("assistant", "a much longer answer " * 20)
-    asked = request(messages)
-    assert _spending._input_tokens(conversation, asked) == estimate_input_tokens(asked)
+async def test_the_estimate_is_calibrated_on_the_tokens_the_api_counted_last() -> None:
+    # The first call is estimated at 4 characters a token (a few dollars of input). The
+    # API then counts its input at 5,000 tokens ($500): a token for a few characters, as
+    # for code or non-Latin text. The second call, a little longer, is estimated at that
+    # rate (some $600 of input), which would pass $1,000; at 4 characters a token it
+    # would have been sent.
+    first = Reply(
+        tool_calls=[("ping", {})], usage=satsuma.Usage(input_tokens=5000, output_tokens=1)
+    )
+    async with (
+        MessagesServer([first, costing(1, text="done")]) as server,
+        satsuma.open_agent(PerAgent, model=satsuma.AnthropicModel(server.client())) as agent,
+    ):
+        result = await agent.run("go")
+        sent = len(server.requests)
+    assert sent == 1
+    assert result.status == "failed"
+    assert result.error is not None and "BudgetExceeded: usd_per_agent" in result.error
+    assert "$501.0000 spent" in result.error, result.error
 
 
 # An agent with a budget on a SQLite file, in a process of its own that the test kills

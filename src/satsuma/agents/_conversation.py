@@ -26,7 +26,7 @@ __all__ = ["Conversation", "Steering"]
 class Conversation:
     """The messages, and what changed since the store last wrote them."""
 
-    __slots__ = ("compaction", "counted", "last_usage", "messages", "persistence", "trim")
+    __slots__ = ("compaction", "last_usage", "messages", "persistence", "trim")
 
     def __init__(self, messages: list[Message], persistence: Persistence | None) -> None:
         self.messages = messages
@@ -34,8 +34,6 @@ class Conversation:
         self.last_usage: Usage | None = None
         self.trim = TrimMemo()  # where the history processor last cut, for the cache
         self.compaction = CompactionState()  # the summary in force (history = Compaction)
-        # What a budget counted of the last request (``_spending``), or None.
-        self.counted: object = None
 
     def commit(self, message: Message) -> None:
         if self.persistence is not None:

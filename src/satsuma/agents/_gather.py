@@ -123,11 +123,13 @@ async def gather(run: Run) -> ModelResponse:
         max_tokens=spec.max_tokens,
         cache=spec.cache,
     )
+    # The request's input tokens, estimated from its size and the API's last count.
+    estimate = memo.sent_chars * rate
     window = context_window_for(ctx.model_id)
     if window is not None:
-        _check_window(run, window, memo.sent_chars * rate)
+        _check_window(run, window, estimate)
     # Without a budget, nothing reserved (BudgetExceeded: the call is not sent).
-    held = await _spending.reserve(run, request) if budgeted(spec.budget) else None
+    held = await _spending.reserve(run, request, estimate) if budgeted(spec.budget) else None
     try:
         response = await _call(run, request)
     except BaseException:

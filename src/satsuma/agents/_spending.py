@@ -1,9 +1,9 @@
 """What a run's model calls spend under its budgets (``_budget``): the check and the
 charge around each call that ``_gather`` makes.
 
-Before a call, its most possible cost is estimated (its input estimated as
-``estimate_input_tokens`` does, at the model's input price, and its output at
-``max_tokens``) and reserved: against the run's own count for ``usd_per_run`` (a run
+Before a call, its most possible cost is estimated (its input as the context window's
+check estimates it, at the model's input price, and its output at ``max_tokens``) and
+reserved: against the run's own count for ``usd_per_run`` (a run
 makes one call at a time, in one process), and on the store's ledgers for
 ``usd_per_agent`` and ``usd_per_agent_per_day`` (``satsuma.store``'s ledgers, shared by
 every process and node on the store's database). A call that does not fit is not sent:
@@ -20,14 +20,13 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
 from .._exceptions import BudgetExceeded, ConfigurationError, StoreError
-from .._messages import Message, Usage, message_size
+from .._messages import Usage
 from ..models import prices_for
 from ..store import Charge, Hold, Shortfall, ledgers_of
 from ._budget import Budget, BudgetName, Limit, process_budget
@@ -36,7 +35,6 @@ from ._events import BudgetWarning
 
 if TYPE_CHECKING:
     from ..models import ModelRequest
-    from ._conversation import Conversation
     from ._runstate import Run
 
 __all__ = ["HOLD_SECONDS", "WARN_AT", "Held", "reserve", "settle", "wall_clock"]
@@ -71,7 +69,7 @@ class Held:
     ledgers: dict[str, BudgetName]  # ledger -> the budget it counts
 
 
-def _estimate(run: Run, request: ModelRequest) -> float:
+def _estimate(run: Run, request: ModelRequest, input_tokens: float) -> float:
     prices = prices_for(request.model)
     if prices is None:
         # Never silently unlimited: a budget cannot be kept without a price.
@@ -80,57 +78,8 @@ def _estimate(run: Run, request: ModelRequest) -> float:
             f"{request.model!r} are unknown, so what its calls cost cannot be counted",
             "Set them with satsuma.set_prices(model, satsuma.ModelPrices(...))",
         )
-    tokens = _input_tokens(run.ctx.conversation, request)
+    tokens = max(1.0, input_tokens)
     return (tokens * prices.input + request.max_tokens * prices.output) / _MILLION
-
-
-@attrs.define
-class _Counted:
-    """What was counted of a conversation's last request: its first and last messages,
-    how many, and their characters; its tools and theirs."""
-
-    first: Message | None
-    last: Message | None
-    count: int
-    chars: int
-    tools: Sequence[Mapping[str, Any]]
-    tool_chars: int
-
-
-def _input_tokens(conversation: Conversation, request: ModelRequest) -> int:
-    """``estimate_input_tokens(request)``, the same figure, counted from where the
-    conversation's last request left off: a long-lived agent's history grows a few
-    messages a call, and counting all of it at each call would cost its length."""
-    messages, tools = request.messages, request.tools
-    memo = conversation.counted
-    if not isinstance(memo, _Counted):
-        memo = conversation.counted = _Counted(None, None, 0, 0, (), 0)
-    if (
-        memo.count
-        and len(messages) >= memo.count
-        and messages[0] is memo.first
-        and messages[memo.count - 1] is memo.last
-    ):
-        chars = memo.chars + sum(map(message_size, messages[memo.count :]))
-    else:
-        chars = sum(map(message_size, messages))
-    if len(tools) == len(memo.tools) and all(map(_same, tools, memo.tools)):
-        tool_chars = memo.tool_chars
-    else:
-        tool_chars = sum(len(str(tool)) for tool in tools)
-    if messages:
-        memo.first, memo.last, memo.count, memo.chars = (
-            messages[0],
-            messages[-1],
-            len(messages),
-            chars,
-        )
-    memo.tools, memo.tool_chars = tools, tool_chars
-    return max(1, (len(request.system or "") + chars + tool_chars) // 4)
-
-
-def _same(one: object, other: object) -> bool:
-    return one is other
 
 
 _HOLD_IDS: Final = itertools.count()
@@ -138,8 +87,11 @@ _HOLD_IDS: Final = itertools.count()
 _HOLD_PREFIX: Final = uuid.uuid4().hex
 
 
-async def reserve(run: Run, request: ModelRequest) -> Held:
-    """Reserve the call's estimated cost under every budget that applies to it.
+async def reserve(run: Run, request: ModelRequest, input_tokens: float) -> Held:
+    """Reserve the call's estimated cost under every budget that applies to it:
+    ``input_tokens`` (the request's estimate that ``_gather`` made for the context
+    window's check, calibrated on the API's last usage) at the input price, and
+    ``max_tokens`` at the output price.
 
     Raises:
         BudgetExceeded: the call would pass a budget; nothing is reserved.
@@ -148,7 +100,7 @@ async def reserve(run: Run, request: ModelRequest) -> Held:
     """
     budget, process = run.ctx.spec.budget, process_budget()
     limits = limits_of(budget, process)
-    estimate = _estimate(run, request)
+    estimate = _estimate(run, request, input_tokens)
     agent_id = run.ctx.agent_id
     per_run = limits.get("usd_per_run")
     if per_run is not None and run.spent_usd + estimate > per_run.usd:
