@@ -259,7 +259,9 @@ async def test_sigkill_at_random_points_loses_nothing_and_repeats_no_side_effect
             code = await server.exit_code(pid)
             pid = None
             assert code == -signal.SIGKILL, f"worker {kill} ended by itself:\n{server.stderr()}"
-            lines = out.read_text().splitlines()
+            # A worker killed before it opened its progress file (a busy machine can
+            # leave a fresh fork unscheduled past the sleep) was still starting.
+            lines = out.read_text().splitlines() if out.exists() else []
             landed[where(lines)] += 1
             if any(line.startswith("resume") for line in lines):
                 landed["(resumed a run)"] += 1
