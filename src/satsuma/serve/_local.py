@@ -46,8 +46,10 @@ from ._views import (
     error_json,
     json_values,
     pending_view,
+    settled_view,
     split_stored_id,
     stored_id,
+    stored_pending,
     undecided,
     usage_json,
 )
@@ -234,30 +236,7 @@ class LocalRuns:
     def _settle(
         self, run: _Run, result: RunResult[Any] | None, failure: BaseException | None
     ) -> None:
-        view = run.view
-        now = epoch_now()
-        if result is not None:
-            pending = tuple(pending_view(view, call) for call in result.pending)
-            view = attrs.evolve(
-                view,
-                status=result.status,
-                output=internal.output_to_json(internal.raw_output(result)),
-                error=error_json(result.error),
-                usage=usage_json(result.usage),
-                pending=pending,
-                ended_at=None if result.status == "awaiting_approval" else now,
-                started_at=view.started_at or now,
-            )
-        elif failure is not None:
-            view = attrs.evolve(
-                view,
-                status="failed",
-                error={"type": type(failure).__name__, "message": str(failure)},
-                ended_at=now,
-            )
-        else:  # cancelled before it ran (queued) or while it ran
-            view = attrs.evolve(view, status="cancelled", ended_at=now, pending=())
-        run.view = view
+        view = run.view = settled_view(run.view, result, failure)
         if run.log.last_type != "RunEnd":
             run.log.append({"type": "RunEnd", "run_id": view.run_id, "status": view.status})
         run.log.settle()
@@ -397,22 +376,7 @@ class LocalRuns:
         decided already (the run waits on others) are left out."""
         if agent is not None:
             self._agent_class(agent)
-        views: list[PendingView] = []
-        for record in await self._store.runs_awaiting_approval():
-            parts = split_stored_id(record.agent_id)
-            if parts is None or parts[0] not in self._agents or agent not in (None, parts[0]):
-                continue
-            base = RunView(
-                run_id=record.run_id,
-                agent=parts[0],
-                agent_id=parts[1],
-                status="awaiting_approval",
-                prompt=record.prompt,
-            )
-            calls = await self._store.pending_calls(record.run_id)
-            base = attrs.evolve(base, pending=tuple(pending_view(base, c) for c in calls))
-            views += (await undecided(base, self._store)).pending
-        return views
+        return await stored_pending(self._store, self._agents, agent)
 
     async def decide(self, run_id: str, call_id: str, decision: Approve | Deny) -> RunView | None:
         """See ``Runs.decide``."""

@@ -1,5 +1,6 @@
 """How agents' and the store's values become the server's views of them: the stored id of
-a served conversation, usage and errors as JSON, pending calls as ``PendingView``."""
+a served conversation, usage and errors as JSON, a run's end as its ``RunView``, pending
+calls as ``PendingView`` (and the store's list of them, for every ``Runs``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from ..agents import RunResult, internal
 from ..store import PendingApproval, Store
 from ..tools import PendingCall
 from ._runs import PendingView, RunView
@@ -18,9 +20,11 @@ __all__ = [
     "error_json",
     "json_values",
     "pending_view",
+    "settled_view",
     "split_stored_id",
-    "undecided",
     "stored_id",
+    "stored_pending",
+    "undecided",
     "usage_json",
 ]
 
@@ -36,8 +40,19 @@ def split_stored_id(stored: str) -> tuple[str, str] | None:
     return (agent, agent_id) if sep and agent_id else None
 
 
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
 def usage_json(result_usage: Any) -> dict[str, int | float | None]:
-    """A ``Usage`` as the API answers it (``cost_usd`` null when the cost is unknown)."""
+    """A ``Usage`` as the API answers it (``cost_usd`` null when the cost is unknown);
+    None (nothing counted) is zeros, with every key all the same."""
+    if result_usage is None:
+        return {**dict.fromkeys(_USAGE_KEYS, 0), "cost_usd": None}
     return {
         "input_tokens": result_usage.input_tokens,
         "output_tokens": result_usage.output_tokens,
@@ -98,3 +113,55 @@ async def undecided(view: RunView, store: Store) -> RunView:
     decided = await store.proposed_decisions(view.run_id)
     waiting = tuple(call for call in view.pending if call.call_id not in decided)
     return view if len(waiting) == len(view.pending) else attrs.evolve(view, pending=waiting)
+
+
+def settled_view(
+    view: RunView, result: RunResult[Any] | None, failure: BaseException | None
+) -> RunView:
+    """``view`` once its run ended or paused with ``result``, failed to run at all with
+    ``failure`` (the agent stopped or crashed), or neither (cancelled)."""
+    now = epoch_now()
+    if result is not None:
+        return attrs.evolve(
+            view,
+            status=result.status,
+            output=internal.output_to_json(internal.raw_output(result)),
+            error=error_json(result.error),
+            usage=usage_json(result.usage),
+            pending=tuple(pending_view(view, call) for call in result.pending),
+            ended_at=None if result.status == "awaiting_approval" else now,
+            started_at=view.started_at or now,
+        )
+    if failure is not None:
+        return attrs.evolve(
+            view,
+            status="failed",
+            error={"type": type(failure).__name__, "message": str(failure)},
+            usage=view.usage or usage_json(None),
+            ended_at=now,
+        )
+    return attrs.evolve(view, status="cancelled", ended_at=now, pending=())
+
+
+async def stored_pending(
+    store: Store, served: Mapping[str, Any], agent: str | None = None
+) -> list[PendingView]:
+    """The calls waiting for a decision in ``store``, of the ``served`` agents (or of
+    ``agent`` alone), leaving out those decided already: what ``Runs.pending`` lists, on
+    any process of the store and after a restart."""
+    views: list[PendingView] = []
+    for record in await store.runs_awaiting_approval():
+        parts = split_stored_id(record.agent_id)
+        if parts is None or parts[0] not in served or agent not in (None, parts[0]):
+            continue
+        base = RunView(
+            run_id=record.run_id,
+            agent=parts[0],
+            agent_id=parts[1],
+            status="awaiting_approval",
+            prompt=record.prompt,
+        )
+        calls = await store.pending_calls(record.run_id)
+        base = attrs.evolve(base, pending=tuple(pending_view(base, c) for c in calls))
+        views += (await undecided(base, store)).pending
+    return views
