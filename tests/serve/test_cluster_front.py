@@ -84,6 +84,11 @@ async def test_any_front_answers_for_any_run(postgres_dsn: str, serve_http: Any)
         assert paused["status"] == "awaiting_approval", paused
         listed = (await second.get("/v1/approvals")).json()["approvals"]
         assert {c["call_id"] for c in listed} == {c["call_id"] for c in paused["pending"]}
+        # Its conversation is busy while it waits on a person (if_busy: reject).
+        refused = await second.post(
+            "/v1/agents/payer/p1/runs", json={"prompt": "again", "if_busy": "reject"}
+        )
+        assert refused.status_code == 409 and "awaiting approval" in refused.text
         one, two = paused["pending"]
         answer = await second.post(
             f"/v1/approvals/{paused['run_id']}/{one['call_id']}", json={"decision": "approve"}

@@ -38,6 +38,7 @@ from ._runs import (
     UnknownRun,
 )
 from ._views import (
+    is_paused,
     pending_view,
     split_stored_id,
     stored_id,
@@ -85,6 +86,8 @@ class ClusterRuns:
             )
             if in_flight and if_busy == "reject":
                 raise Busy(f"conversation {agent_id!r} of {agent} has a run in progress")
+            if if_busy == "reject" and await is_paused(self.store, agent, agent_id):
+                raise Busy(f"conversation {agent_id!r} of {agent} has a run awaiting approval")
             if in_flight:
                 raise ValueError(
                     "if_busy 'interrupt' steers the run in progress on its node: not built "

@@ -44,6 +44,7 @@ from ._runs import (
 from ._views import (
     epoch_now,
     error_json,
+    is_paused,
     json_values,
     pending_view,
     settled_view,
@@ -189,6 +190,9 @@ class LocalRuns:
         if if_busy not in ("enqueue", "reject", "interrupt"):
             raise ValueError(f"if_busy must be enqueue, reject or interrupt, got: {if_busy!r}")
         conversation = await self._open(agent, agent_id)
+        paused = if_busy == "reject" and not conversation.active
+        if paused and await is_paused(self._store, agent, agent_id):
+            raise Busy(f"conversation {agent_id} of {agent} has a run awaiting approval")
         if conversation.active:
             if if_busy == "reject":
                 raise Busy(f"conversation {agent_id} of {agent} has a run in progress")

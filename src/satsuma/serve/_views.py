@@ -18,6 +18,7 @@ from ._runs import PendingView, RunView
 __all__ = [
     "epoch_now",
     "error_json",
+    "is_paused",
     "json_values",
     "pending_view",
     "settled_view",
@@ -165,3 +166,11 @@ async def stored_pending(
         base = attrs.evolve(base, pending=tuple(pending_view(base, c) for c in calls))
         views += (await undecided(base, store)).pending
     return views
+
+
+async def is_paused(store: Store, agent: str, agent_id: str) -> bool:
+    """Whether the conversation has a run awaiting approval: busy, for ``if_busy:
+    "reject"``, as a run in progress is (its next run would go past the paused one and
+    end it cancelled)."""
+    records = await store.runs(stored_id(agent, agent_id))
+    return any(record.status == "awaiting_approval" for record in records)
