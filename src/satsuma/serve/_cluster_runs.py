@@ -40,6 +40,8 @@ from ._runs import (
 from ._views import (
     is_paused,
     pending_view,
+    public_event,
+    public_text,
     split_stored_id,
     stored_id,
     stored_pending,
@@ -121,7 +123,7 @@ class ClusterRuns:
                 number = stream.position
                 if isinstance(event, RunEnd) and number <= after:
                     continue  # the end was given already, with the last event before it
-                yield RunEvent(number, event_to_json(event))  # type: ignore[arg-type]
+                yield RunEvent(number, public_event(event_to_json(event)))  # type: ignore[arg-type]
 
     async def cancel(self, run_id: str) -> RunView:
         view = await self.get(run_id)
@@ -216,7 +218,7 @@ class ClusterRuns:
         if result.error is not None:
             error = {
                 "type": "run_failed" if result.status == "failed" else result.status,
-                "message": result.error,
+                "message": public_text(result.error),
             }
         view = attrs.evolve(
             base,

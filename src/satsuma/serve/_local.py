@@ -47,6 +47,7 @@ from ._views import (
     is_paused,
     json_values,
     pending_view,
+    public_event,
     settled_view,
     split_stored_id,
     stored_id,
@@ -174,7 +175,7 @@ class LocalRuns:
 
     def _on_event(self, run: _Run) -> Callable[[AgentEvent], None]:
         def record(event: AgentEvent) -> None:
-            data = event_to_json(event)
+            data = public_event(event_to_json(event))
             if data["type"] == "RunStart" and run.view.status == "queued":
                 run.view = attrs.evolve(run.view, status="running", started_at=epoch_now())
             run.log.append(data)

@@ -4,6 +4,7 @@ calls as ``PendingView`` (and the store's list of them, for every ``Runs``)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,8 @@ __all__ = [
     "is_paused",
     "json_values",
     "pending_view",
+    "public_event",
+    "public_text",
     "settled_view",
     "split_stored_id",
     "stored_id",
@@ -63,14 +66,43 @@ def usage_json(result_usage: Any) -> dict[str, int | float | None]:
     }
 
 
+# An absolute file path of a folder and a name at least (``/srv/app/agents.db``,
+# ``C:\\app\\x``): not one inside a URL (``http://host/path``) or a relative name
+# (``support/t-1``), which a word, a slash or a colon comes before.
+_PATH = re.compile(r"(?<![\w.:/\\])(?:/|[A-Za-z]:\\)(?:[^\s'\"/\\]+[/\\])+[^\s'\",)/\\]+")
+
+
+def public_text(text: str) -> str:
+    """``text`` (a run's error) with the server's file paths left out: a client learns
+    what failed, not where the server keeps its files (the server's log has them)."""
+    return _PATH.sub("<path>", text)
+
+
+def public_event(data: dict[str, Any]) -> dict[str, Any]:
+    """A run's event as a client is shown it: a crashed tool's traceback (its outcome's
+    ``details``) left out, and the run's error without file paths. The conversation the
+    model read is not changed."""
+    outcome = data.get("outcome")
+    if isinstance(outcome, dict) and isinstance(outcome.get("details"), dict):
+        details = outcome["details"]
+        if "traceback" in details:
+            kept = {k: v for k, v in details.items() if k != "traceback"}
+            data = {**data, "outcome": {**outcome, "details": kept}}
+    result = data.get("result")
+    if isinstance(result, dict) and isinstance(result.get("error"), str):
+        data = {**data, "result": {**result, "error": public_text(result["error"])}}
+    return data
+
+
 def error_json(text: str | None) -> dict[str, str] | None:
-    """A run's error text (``Kind: message``) as ``{"type", "message"}``."""
+    """A run's error text (``Kind: message``) as ``{"type", "message"}``, without the
+    server's file paths (``public_text``)."""
     if text is None:
         return None
-    kind, sep, message = text.partition(": ")
+    kind, sep, message = public_text(text).partition(": ")
     if sep and kind.isidentifier():
         return {"type": kind, "message": message}
-    return {"type": "Error", "message": text}
+    return {"type": "Error", "message": public_text(text)}
 
 
 def json_values(value: Any) -> Any:
@@ -137,7 +169,7 @@ def settled_view(
         return attrs.evolve(
             view,
             status="failed",
-            error={"type": type(failure).__name__, "message": str(failure)},
+            error={"type": type(failure).__name__, "message": public_text(str(failure))},
             usage=view.usage or usage_json(None),
             ended_at=now,
         )
