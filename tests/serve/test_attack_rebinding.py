@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 import satsuma
 from conftest import ServeHTTP
@@ -143,3 +144,15 @@ async def test_with_tokens_the_token_is_the_check(serve_http: ServeHTTP, tmp_pat
         assert answer.status_code == 200, answer.text
         refused = await served.client.get("/v1/approvals", headers=forged)
         assert refused.status_code == 401
+
+
+async def test_a_request_without_host_is_no_browsers_and_is_served(serve_http: ServeHTTP) -> None:
+    # HTTP/1.0 may leave Host out; a browser never does (it sends the name it resolved).
+    async with serve_http([Support]) as served:
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        async with await trio.open_tcp_stream(host, int(port)) as stream:
+            await stream.send_all(b"GET /v1/approvals HTTP/1.0\r\n\r\n")
+            received = b""
+            while chunk := await stream.receive_some():
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 200"), received[:200]

@@ -5,7 +5,8 @@ whoever reaches its socket, and a web page in a browser on the same machine can 
 too: by DNS rebinding (a name of the attacker's that resolves to 127.0.0.1, so the
 browser sends ``Host: attacker.example``) or by a cross-origin ``fetch`` (``Origin:
 http://attacker.example``). So a request that arrives on a loopback socket of such a
-server must name a loopback ``Host`` (else 421 ``misdirected``) and, when it sends an
+server that names a ``Host`` must name a loopback one (else 421 ``misdirected``; a
+request with none, HTTP/1.0's, is no browser's) and, when it sends an
 ``Origin``, a loopback one or one the server's CORS list allows (else 403
 ``forbidden``). Non-browser clients send neither a foreign ``Host`` nor an ``Origin``.
 With tokens the token is the check: behind a proxy the ``Host`` is the public name.
@@ -49,8 +50,10 @@ def rebinding_refusal(
     server = scope.get("server")
     if not server or not is_loopback(str(server[0])):
         return None  # a socket others can reach: only with --insecure, which says so
-    host = headers.get("host", "")
-    if not is_loopback(_host_name(host)):
+    host = headers.get("host")
+    # No Host at all is an HTTP/1.0 client's request, never a browser's (a browser
+    # always sends the name it resolved): served. An empty one is refused.
+    if host is not None and not is_loopback(_host_name(host)):
         return HTTPError(
             421,
             "misdirected",
