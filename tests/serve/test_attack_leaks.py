@@ -151,3 +151,28 @@ async def test_a_store_failing_mid_run_names_no_file(serve_http: ServeHTTP, tmp_
         assert view["status"] == "failed", view
         assert _leaks(json.dumps(view), str(tmp_path)) == []
         assert _leaks(events, str(tmp_path)) == []
+
+
+async def test_a_run_that_crashes_keeps_the_usage_it_spent(serve_http: ServeHTTP) -> None:
+    calls: list[Any] = []
+
+    def answer_once(request: Any) -> Any:
+        calls.append(request)
+        if len(calls) == 1:
+            return Reply(tool_calls=[("wait_for_gate", {"label": "a"})])
+        return _crashing_model()
+
+    _gate.update(open=trio.Event(), entered=trio.Event())
+    _gate["open"].set()
+    async with serve_http([Reader], model={"reader": FunctionModel(answer_once)}) as served:
+        run = (await served.client.post("/v1/agents/reader/d/runs", json={"prompt": "x"})).json()
+        assert run["status"] == "failed", run
+        # The first call's tokens, spent before the second crashed.
+        assert run["usage"]["input_tokens"] > 0 and run["usage"]["output_tokens"] > 0, run
+        assert set(run["usage"]) == {
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "cost_usd",
+        }

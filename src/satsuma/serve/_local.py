@@ -42,6 +42,7 @@ from ._runs import (
     UnknownRun,
 )
 from ._views import (
+    add_usage,
     epoch_now,
     error_json,
     is_paused,
@@ -178,6 +179,9 @@ class LocalRuns:
             data = public_event(event_to_json(event))
             if data["type"] == "RunStart" and run.view.status == "queued":
                 run.view = attrs.evolve(run.view, status="running", started_at=epoch_now())
+            elif data["type"] == "TurnEnd" and isinstance(data.get("usage"), Mapping):
+                # Spent so far: what a run that crashes before its result shows.
+                run.view = attrs.evolve(run.view, usage=add_usage(run.view.usage, data["usage"]))
             run.log.append(data)
 
         return record

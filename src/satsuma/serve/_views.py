@@ -18,6 +18,7 @@ from ._runs import PendingView, RunView
 
 __all__ = [
     "epoch_now",
+    "add_usage",
     "error_json",
     "is_paused",
     "json_values",
@@ -92,6 +93,19 @@ def public_event(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(result, dict) and isinstance(result.get("error"), str):
         data = {**data, "result": {**result, "error": public_text(result["error"])}}
     return data
+
+
+def add_usage(total: Mapping[str, Any], turn: Mapping[str, Any]) -> dict[str, Any]:
+    """``total`` (a run's usage as JSON, or empty) with one turn's ``usage`` added: what
+    a run has spent so far, kept should it crash before its result says (the cost is
+    unknown, null, once any turn's is)."""
+    summed: dict[str, Any] = {
+        key: int(total.get(key) or 0) + int(turn.get(key) or 0) for key in _USAGE_KEYS
+    }
+    costs = (total.get("cost_usd", 0.0) if total else 0.0, turn.get("cost_usd"))
+    known = all(isinstance(cost, int | float) for cost in costs)
+    summed["cost_usd"] = sum(costs) if known else None
+    return summed
 
 
 def error_json(text: str | None) -> dict[str, str] | None:
