@@ -176,6 +176,14 @@ def command_parser() -> argparse.ArgumentParser:
         help="also serve a cluster's queued runs in this process (with a PostgreSQL --store)",
     )
     serve.add_argument(
+        "--drain-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests and connections in flight are given to end "
+        "before the rest are cut (default: 30)",
+    )
+    serve.add_argument(
         "--model",
         help="a model alias or id, instead of the classes'; 'fake' for the offline fake "
         "model (no key, no network)",

@@ -62,7 +62,8 @@ def create_token_command(argv: Sequence[str]) -> int:
 
 
 def serve_command(args: argparse.Namespace, console: Console, errors: Console) -> int:
-    """``satsuma serve TARGET...``: serve until SIGTERM or SIGINT, which drain; exit 0."""
+    """``satsuma serve TARGET...``: serve until SIGTERM or SIGINT, which drain (within
+    ``--drain-timeout``, then the connections left are cut); exit 0."""
     _check_extra()
     where = store_option(args.store) if args.store is not None else None
     if args.node and (where is None or not where.postgres):
@@ -82,6 +83,7 @@ def serve_command(args: argparse.Namespace, console: Console, errors: Console) -
         "certfile": args.certfile,
         "keyfile": args.keyfile,
         "node": args.node,
+        "drain_timeout": args.drain_timeout,
     }
     try:
         # Built before the store is opened or a key is asked for: its refusals (a host
@@ -130,6 +132,12 @@ async def _serve(
                     say(errors, f"satsuma serve: {signal.Signals(received).name}: draining")
                     server.shutdown()
                     break
+        if server.connections_cut:
+            say(
+                errors,
+                f"satsuma serve: {server.connections_cut} connection(s) still open after "
+                f"the drain's {server.drain_timeout:g}s were cut",
+            )
         say(errors, "satsuma serve: stopped")
         return 0
     finally:

@@ -371,7 +371,7 @@ async def test_a_client_that_leaves_a_stream_cancels_nothing(serve_http: Any) ->
         # A raw connection, to leave it as a client that goes away does: mid-stream.
         stream = await trio.open_tcp_stream(host, int(port))
         await stream.send_all(
-            b"POST /a2a/banker HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /a2a/banker HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )

@@ -119,8 +119,11 @@ async def test_the_cards_need_no_token_and_declare_the_bearer_scheme(
         assert not {"securitySchemes", "securityRequirements", "security"} & set(card)
 
 
-async def test_the_card_names_the_host_the_client_used(serve_http: Any) -> None:
-    async with serve_http([Greeter], model=scripted()) as served:
+async def test_the_card_names_the_host_the_client_used(serve_http: Any, tmp_path: Path) -> None:
+    # With tokens (a server without them answers only to a loopback Host): the card is
+    # public all the same.
+    create_token(tmp_path / "tokens.txt", name="ops", scopes=["read"])
+    async with serve_http([Greeter], model=scripted(), tokens=tmp_path / "tokens.txt") as served:
         card = (await served.client.get(CARD, headers={"Host": "agents.example:8443"})).json()
         assert card["supportedInterfaces"][0]["url"] == "http://agents.example:8443/a2a/greeter"
         assert card["url"] == "http://agents.example:8443/a2a/greeter"

@@ -209,3 +209,41 @@ async def test_bad_paths_over_http(serve_http: Any) -> None:
             assert "agent_id" in answer.json()["error"]["message"]
         answer = await served.client.get("/v1/runs/nope/events", headers={"Last-Event-ID": "x"})
         assert answer.status_code == 400
+
+
+async def test_a_paused_run_makes_its_conversation_busy_and_a_bare_denial_says_denied(
+    serve_http: Any,
+) -> None:
+    model = scripted(*two_transfers("Other.", "Not paid."))
+    async with serve_http([Banker], model=model) as served:
+        client = served.client
+        run = (await client.post("/v1/agents/banker/t/runs", json={"prompt": "Pay"})).json()
+        assert run["status"] == "awaiting_approval"
+        # The conversation is busy while its run waits on a person, not only while it runs.
+        refused = await client.post(
+            "/v1/agents/banker/t/runs", json={"prompt": "Again", "if_busy": "reject"}
+        )
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["type"] == "busy"
+        assert "awaiting approval" in refused.json()["error"]["message"]
+        # Another conversation is not.
+        other = await client.post(
+            "/v1/agents/banker/u/runs", json={"prompt": "x", "if_busy": "reject"}
+        )
+        assert other.status_code == 200 and other.json()["output"] == "Other.", other.text
+        # Denials without a reason, and with a blank one: the model reads "denied".
+        first, second = (p["call_id"] for p in run["pending"])
+        path = f"/v1/approvals/{run['run_id']}"
+        assert (await client.post(f"{path}/{first}", json={"decision": "deny"})).status_code == 202
+        done = await client.post(f"{path}/{second}", json={"decision": "deny", "reason": "  "})
+        assert done.status_code == 200 and done.json()["output"] == "Not paid.", done.text
+        messages = (await client.get("/v1/agents/banker/t/messages")).json()["messages"]
+        results = [
+            block
+            for message in messages
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+        assert len(results) == 2
+        assert all("Denied: denied" in json.dumps(block["content"]) for block in results)
+        assert serve_agents.done == []  # nothing was transferred

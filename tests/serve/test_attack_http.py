@@ -54,7 +54,7 @@ async def _exchange(served: Served, data: bytes, answers: int) -> list[tuple[int
 
 def _post(agent_id: str, headers: bytes, body: bytes) -> bytes:
     return (
-        f"POST /v1/agents/support/{agent_id}/runs HTTP/1.1\r\nHost: x\r\n".encode()
+        f"POST /v1/agents/support/{agent_id}/runs HTTP/1.1\r\nHost: localhost\r\n".encode()
         + b"Content-Type: application/json\r\n"
         + headers
         + b"\r\n"
@@ -87,7 +87,7 @@ async def test_content_length_and_transfer_encoding_together(
         assert b'"prompt": "hi"' in body
         # Chunked, then a Content-Length that would swallow a second request: the second
         # is a request of its own (TE framing), answered on its own, not part of a body.
-        second = b"GET /v1/runs/nope HTTP/1.1\r\nHost: x\r\n\r\n"
+        second = b"GET /v1/runs/nope HTTP/1.1\r\nHost: localhost\r\n\r\n"
         smuggled = _post(
             "b", b"Transfer-Encoding: chunked\r\nContent-Length: 45\r\n", b"0\r\n\r\n" + second
         )
@@ -133,16 +133,19 @@ async def test_a_body_shorter_than_declared_starts_no_run(serve_http: ServeHTTP)
     ("request_bytes", "status"),
     [
         # A header past hypercorn's h11_max_incomplete_size (16 KiB).
-        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n", 431),
-        (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 431),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n",
+            431,
+        ),
+        (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n", 431),
         (_post("a", b"Content-Length: 16\r\nContent-Length: 17\r\n", _BODY), 400),
         (_post("a", b"Transfer-Encoding : chunked\r\nContent-Length: 3\r\n", b"abc"), 400),
         (_post("a", b"Transfer-Encoding: gzip, chunked\r\n", b"0\r\n\r\n"), 501),
         (_post("a", b"Content-Length: -1\r\n", b""), 400),
         (_post("a", b"Content-Length: 99999999999999999999\r\n", b""), 413),
-        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad\x00: 1\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Bad\x00: 1\r\n\r\n", 400),
         # An obsolete line folding is unfolded into one value (RFC 9112, 5.2 lets a server).
-        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n", 200),
+        (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-A: 1\r\n folded\r\n\r\n", 200),
     ],
 )
 async def test_malformed_framing_is_refused_never_a_500(

@@ -100,7 +100,7 @@ async def test_a_client_that_reads_nothing_stalls_no_run_and_no_other_client(
             "/v1/agents/writer/long/runs", json={"prompt": "write", "wait": False}
         )
         run_id = started.json()["run_id"]
-        request = f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        request = f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
         async with _slow_client(served, request) as slow:
             # Another client reads the whole stream, every event once, in order.
             fast = await _read_sse(client, f"/v1/runs/{run_id}/events")
@@ -136,7 +136,7 @@ async def test_a_client_too_far_behind_is_told_what_it_lost(serve_http: ServeHTT
             "/v1/agents/writer/long/runs", json={"prompt": "write", "wait": False}
         )
         run_id = started.json()["run_id"]
-        request = f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        request = f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
         async with _slow_client(served, request) as slow:
             view = await client.post(f"/v1/runs/{run_id}/cancel")  # ended already: as is
             assert view.json()["status"] == "completed"
@@ -170,7 +170,7 @@ async def test_an_ag_ui_client_that_reads_nothing_stalls_no_run(serve_http: Serv
             }
         ).encode()
         request = (
-            b"POST /ag-ui/writer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /ag-ui/writer HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
         ) + body
         async with _slow_client(served, request) as slow:

@@ -84,6 +84,11 @@ async def test_any_front_answers_for_any_run(postgres_dsn: str, serve_http: Any)
         assert paused["status"] == "awaiting_approval", paused
         listed = (await second.get("/v1/approvals")).json()["approvals"]
         assert {c["call_id"] for c in listed} == {c["call_id"] for c in paused["pending"]}
+        # Its conversation is busy while it waits on a person (if_busy: reject).
+        refused = await second.post(
+            "/v1/agents/payer/p1/runs", json={"prompt": "again", "if_busy": "reject"}
+        )
+        assert refused.status_code == 409 and "awaiting approval" in refused.text
         one, two = paused["pending"]
         answer = await second.post(
             f"/v1/approvals/{paused['run_id']}/{one['call_id']}", json={"decision": "approve"}
@@ -92,6 +97,11 @@ async def test_any_front_answers_for_any_run(postgres_dsn: str, serve_http: Any)
         # The other front knows of that decision: only the other call is left.
         left = (await first.get("/v1/approvals")).json()["approvals"]
         assert [c["call_id"] for c in left] == [two["call_id"]]
+        # And the run itself, on either front, waits on that one call alone.
+        for front in (first, second):
+            seen = (await front.get(f"/v1/runs/{paused['run_id']}")).json()
+            assert seen["status"] == "awaiting_approval"
+            assert [c["call_id"] for c in seen["pending"]] == [two["call_id"]]
         with trio.fail_after(30):
             done = await first.post(
                 f"/v1/approvals/{paused['run_id']}/{two['call_id']}",

@@ -23,7 +23,7 @@ import attrs
 
 from .. import _a2a as wire
 from ..tools import Approve, Deny
-from ._runs import PendingView, RunState, RunView
+from ._runs import DENIED, PendingView, RunState, RunView
 
 __all__ = [
     "OUTPUT_ARTIFACT",
@@ -209,10 +209,10 @@ def decisions_in(message: wire.Message, by: str | None) -> list[Decision]:
         elif verdict == "deny":
             if "input" in raw:
                 raise _invalid(f"{where}: 'input' goes with an approval only")
-            reason = raw.get("reason", "denied")
+            reason = raw.get("reason", "")
             if not isinstance(reason, str):
                 raise _invalid(f"{where}.reason must be a string")
-            decisions.append(Decision(call_id, Deny(reason or "denied", by=by)))
+            decisions.append(Decision(call_id, Deny(reason.strip() or DENIED, by=by)))
         else:
             raise _invalid(f"{where}.decision must be 'approve' or 'deny', got: {verdict!r:.40}")
     return decisions

@@ -21,6 +21,7 @@ import trio
 from ..tools import Approve, Deny
 from ._http import HTTPError, JSONAnswer, Request, Scope, ServerSentEvent, SSEAnswer, agent_id_from
 from ._runs import (
+    DENIED,
     Busy,
     IfBusy,
     RunEvent,
@@ -273,7 +274,7 @@ class ApiSurface:
         else:
             if "input" in body:
                 _bad("field 'input' goes with an approval only")
-            decision = Deny(body.get("reason") or "denied", by=by)
+            decision = Deny(body.get("reason", "").strip() or DENIED, by=by)
         resumed = await self._runs.decide(run_id, call_id, decision)
         if resumed is None:
             waiting = [p for p in await self._runs.pending(view.agent) if p.run_id == run_id]

@@ -1,6 +1,7 @@
 """The server's ASGI application: everything a request meets before a surface answers it.
 
-In order: ``/healthz`` and ``/readyz`` (no token needed: they say nothing but whether
+In order: without tokens, the DNS-rebinding check (_rebinding: 421 for a foreign
+``Host``, 403 for a foreign ``Origin``); ``/healthz`` and ``/readyz`` (no token needed: they say nothing but whether
 the server is up); a CORS preflight from a listed origin; the body, read in chunks and
 refused past the limit (413, never buffered past it; a ``Content-Length`` far over it
 refused without reading); the token (401; not asked on a surface's public paths, such
@@ -34,6 +35,7 @@ from ._http import (
     SSEAnswer,
     Surface,
 )
+from ._rebinding import rebinding_refusal
 from ._runs import AlreadyDecided, BadDecision, Busy, Runs, UnknownAgent, UnknownRun
 from ._slots import CURRENT_PRINCIPAL, RunSlots
 from ._sse import KEEPALIVE_SECONDS, send_stream
@@ -223,6 +225,11 @@ class App:
         method = str(scope.get("method", "GET")).upper()
         path = str(scope.get("path", "/"))
         headers = _headers(scope)
+        if self.tokens is None:
+            # A browser's request from elsewhere (DNS rebinding, a cross-origin page).
+            refusal = rebinding_refusal(scope, headers, self.cors_origins)
+            if refusal is not None:
+                raise refusal
         if path in ("/healthz", "/readyz"):
             await self._health(path, method, start, send, cors)
             return

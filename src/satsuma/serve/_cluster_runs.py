@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, final
 
+import attrs
 import trio
 
 from .._exceptions import RunNotAwaitingApproval
@@ -36,7 +37,17 @@ from ._runs import (
     UnknownAgent,
     UnknownRun,
 )
-from ._views import split_stored_id, stored_id, usage_json
+from ._views import (
+    is_paused,
+    pending_view,
+    public_event,
+    public_text,
+    split_stored_id,
+    stored_id,
+    stored_pending,
+    undecided,
+    usage_json,
+)
 
 __all__ = ["ClusterRuns"]
 
@@ -77,6 +88,8 @@ class ClusterRuns:
             )
             if in_flight and if_busy == "reject":
                 raise Busy(f"conversation {agent_id!r} of {agent} has a run in progress")
+            if if_busy == "reject" and await is_paused(self.store, agent, agent_id):
+                raise Busy(f"conversation {agent_id!r} of {agent} has a run awaiting approval")
             if in_flight:
                 raise ValueError(
                     "if_busy 'interrupt' steers the run in progress on its node: not built "
@@ -110,7 +123,7 @@ class ClusterRuns:
                 number = stream.position
                 if isinstance(event, RunEnd) and number <= after:
                     continue  # the end was given already, with the last event before it
-                yield RunEvent(number, event_to_json(event))  # type: ignore[arg-type]
+                yield RunEvent(number, public_event(event_to_json(event)))  # type: ignore[arg-type]
 
     async def cancel(self, run_id: str) -> RunView:
         view = await self.get(run_id)
@@ -141,30 +154,9 @@ class ClusterRuns:
         return [{"role": m.role, "content": list(m.content)} for m in history]
 
     async def pending(self, agent: str | None = None) -> list[PendingView]:
-        found: list[PendingView] = []
-        for record in await self.store.runs_awaiting_approval():
-            looked = await self.cluster.lookup(record.run_id)
-            if looked is None or looked[0].agent_name not in self._agents:
-                continue
-            name = looked[0].agent_name
-            parts = split_stored_id(record.agent_id)
-            if (agent is not None and name != agent) or parts is None:
-                continue
-            decided = await self.store.proposed_decisions(record.run_id)
-            for call in await self.store.pending_calls(record.run_id):
-                if call.tool_use_id not in decided:
-                    found.append(
-                        PendingView(
-                            run_id=call.run_id,
-                            agent=name,
-                            agent_id=parts[1],
-                            call_id=call.tool_use_id,
-                            tool=call.tool_name,
-                            input=call.input,
-                            reason=call.reason,
-                        )
-                    )
-        return found
+        if agent is not None:
+            self._class(agent)
+        return await stored_pending(self.store, self._agents, agent)
 
     async def decide(self, run_id: str, call_id: str, decision: Approve | Deny) -> RunView | None:
         if not isinstance(decision, (Approve, Deny)):
@@ -219,22 +211,6 @@ class ClusterRuns:
         )
         if result is None:
             return base
-        pending: tuple[PendingView, ...] = ()
-        if result.status == "awaiting_approval":
-            decided = await self.store.proposed_decisions(run.run_id)
-            pending = tuple(
-                PendingView(
-                    run_id=run.run_id,
-                    agent=run.agent_name,
-                    agent_id=agent_id,
-                    call_id=call.id,
-                    tool=call.tool_name,
-                    input=call.input,
-                    reason=call.reason,
-                )
-                for call in result.pending
-                if call.id not in decided
-            )
         output = None
         if result.status == "completed":
             output = internal.output_to_json(internal.raw_output(result))
@@ -242,18 +218,16 @@ class ClusterRuns:
         if result.error is not None:
             error = {
                 "type": "run_failed" if result.status == "failed" else result.status,
-                "message": result.error,
+                "message": public_text(result.error),
             }
-        return RunView(
-            run_id=run.run_id,
-            agent=run.agent_name,
-            agent_id=agent_id,
+        view = attrs.evolve(
+            base,
             status=result.status,
-            prompt=run.prompt,
             output=output,
             error=error,
             usage=usage_json(result.usage),
-            pending=pending,
-            started_at=run.claimed_at,
             ended_at=run.ended_at if result.status != "awaiting_approval" else None,
         )
+        # Only the calls nobody has decided yet, as LocalRuns answers (_views.undecided).
+        pending = tuple(pending_view(view, call) for call in result.pending)
+        return await undecided(attrs.evolve(view, pending=pending), self.store)

@@ -42,12 +42,17 @@ from ._runs import (
     UnknownRun,
 )
 from ._views import (
+    add_usage,
     epoch_now,
     error_json,
+    is_paused,
     json_values,
     pending_view,
+    public_event,
+    settled_view,
     split_stored_id,
     stored_id,
+    stored_pending,
     undecided,
     usage_json,
 )
@@ -171,9 +176,12 @@ class LocalRuns:
 
     def _on_event(self, run: _Run) -> Callable[[AgentEvent], None]:
         def record(event: AgentEvent) -> None:
-            data = event_to_json(event)
+            data = public_event(event_to_json(event))
             if data["type"] == "RunStart" and run.view.status == "queued":
                 run.view = attrs.evolve(run.view, status="running", started_at=epoch_now())
+            elif data["type"] == "TurnEnd" and isinstance(data.get("usage"), Mapping):
+                # Spent so far: what a run that crashes before its result shows.
+                run.view = attrs.evolve(run.view, usage=add_usage(run.view.usage, data["usage"]))
             run.log.append(data)
 
         return record
@@ -187,6 +195,9 @@ class LocalRuns:
         if if_busy not in ("enqueue", "reject", "interrupt"):
             raise ValueError(f"if_busy must be enqueue, reject or interrupt, got: {if_busy!r}")
         conversation = await self._open(agent, agent_id)
+        paused = if_busy == "reject" and not conversation.active
+        if paused and await is_paused(self._store, agent, agent_id):
+            raise Busy(f"conversation {agent_id} of {agent} has a run awaiting approval")
         if conversation.active:
             if if_busy == "reject":
                 raise Busy(f"conversation {agent_id} of {agent} has a run in progress")
@@ -234,30 +245,7 @@ class LocalRuns:
     def _settle(
         self, run: _Run, result: RunResult[Any] | None, failure: BaseException | None
     ) -> None:
-        view = run.view
-        now = epoch_now()
-        if result is not None:
-            pending = tuple(pending_view(view, call) for call in result.pending)
-            view = attrs.evolve(
-                view,
-                status=result.status,
-                output=internal.output_to_json(internal.raw_output(result)),
-                error=error_json(result.error),
-                usage=usage_json(result.usage),
-                pending=pending,
-                ended_at=None if result.status == "awaiting_approval" else now,
-                started_at=view.started_at or now,
-            )
-        elif failure is not None:
-            view = attrs.evolve(
-                view,
-                status="failed",
-                error={"type": type(failure).__name__, "message": str(failure)},
-                ended_at=now,
-            )
-        else:  # cancelled before it ran (queued) or while it ran
-            view = attrs.evolve(view, status="cancelled", ended_at=now, pending=())
-        run.view = view
+        view = run.view = settled_view(run.view, result, failure)
         if run.log.last_type != "RunEnd":
             run.log.append({"type": "RunEnd", "run_id": view.run_id, "status": view.status})
         run.log.settle()
@@ -397,22 +385,7 @@ class LocalRuns:
         decided already (the run waits on others) are left out."""
         if agent is not None:
             self._agent_class(agent)
-        views: list[PendingView] = []
-        for record in await self._store.runs_awaiting_approval():
-            parts = split_stored_id(record.agent_id)
-            if parts is None or parts[0] not in self._agents or agent not in (None, parts[0]):
-                continue
-            base = RunView(
-                run_id=record.run_id,
-                agent=parts[0],
-                agent_id=parts[1],
-                status="awaiting_approval",
-                prompt=record.prompt,
-            )
-            calls = await self._store.pending_calls(record.run_id)
-            base = attrs.evolve(base, pending=tuple(pending_view(base, c) for c in calls))
-            views += (await undecided(base, self._store)).pending
-        return views
+        return await stored_pending(self._store, self._agents, agent)
 
     async def decide(self, run_id: str, call_id: str, decision: Approve | Deny) -> RunView | None:
         """See ``Runs.decide``."""

@@ -20,29 +20,25 @@ clients call tools with no notion of one. Its answer:
 The session manager is stateless: each request is served on its own, so nothing of a
 client's is kept between requests and nothing outlives the server's ``run()``.
 
-A server without tokens (which binds loopback only) trusts whoever reaches its socket,
-so a web page must not reach it through the browser: a request with no token that
-arrives on loopback must name a loopback ``Host`` (else 421) and, if it has an
-``Origin``, a loopback one (else 403). That is the SDK's DNS-rebinding protection, kept
-here because the SDK's own check cannot tell a token's request from a tokenless one.
+A server without tokens refuses a browser's request from elsewhere before it reaches
+this app, on every path (_rebinding); the SDK's own DNS-rebinding check is left off, as
+it cannot tell a token's request from a tokenless one.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import secrets
 from collections.abc import AsyncIterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 import mcp_types as types
 from mcp.server.lowlevel import Server as MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ..agents import Agent
-from ._app import EVERYONE, PRINCIPAL_KEY
+from ._app import PRINCIPAL_KEY
 from ._hold import hand_back
 from ._http import HTTPError, Principal
 from ._runs import Busy, Runs, RunView, UnknownAgent, UnknownRun
@@ -202,8 +198,6 @@ class MCPApp:
             await _refuse(send, 404, "not_found", "the MCP endpoint is /mcp")
         elif scope["method"] != "POST":
             await _refuse(send, 405, "method_not_allowed", "the MCP endpoint takes POST")
-        elif (refusal := _rebinding_refusal(scope)) is not None:
-            await _refuse(send, *refusal)
         else:
             await self._manager.handle_request(scope, receive, send)
 
@@ -265,35 +259,6 @@ class MCPApp:
         finally:
             # A caller gone before the end leaves the run in flight: its slot with it.
             hand_back(self._runs, view.run_id, slot, run_over=over)
-
-
-def _is_loopback_name(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _rebinding_refusal(scope: Mapping[str, Any]) -> tuple[int, str, str] | None:
-    """Why a tokenless request on loopback is refused (a web page's), or None."""
-    principal = scope.get(PRINCIPAL_KEY)
-    server = scope.get("server")
-    if principal not in (None, EVERYONE) or not server or not _is_loopback_name(str(server[0])):
-        return None  # a token vouches for the caller; a public socket has tokens or --insecure
-    headers = {k.lower(): v for k, v in scope.get("headers", ())}
-    host = headers.get(b"host", b"").decode("latin-1")
-    # A bare IPv6 host is bracketed ("[::1]:8000"), so the port is after the last colon.
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or "]:" in host else host
-    if not name or not _is_loopback_name(name):
-        return 421, "misdirected", f"Host {host!r} is not this loopback server's"
-    origin = headers.get(b"origin")
-    if origin is not None:
-        parts = urlsplit(origin.decode("latin-1"))
-        if parts.scheme not in ("http", "https") or not _is_loopback_name(parts.hostname or ""):
-            return 403, "forbidden", "a request from another origin may not use this server"
-    return None
 
 
 async def _refuse(send: Any, status: int, kind: str, message: str) -> None:

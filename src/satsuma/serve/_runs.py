@@ -23,6 +23,7 @@ from ..agents import Agent
 from ..tools import Approve, Deny
 
 __all__ = [
+    "DENIED",
     "ENDED",
     "AlreadyDecided",
     "BadDecision",
@@ -36,6 +37,10 @@ __all__ = [
     "UnknownAgent",
     "UnknownRun",
 ]
+
+DENIED = "denied"
+"""The reason a denial without one (or with a blank one) gives, on every surface: the
+model reads ``Error: Denied: denied``."""
 
 RunState = Literal[
     "queued",  # waiting for the agent (a run before it) or, in a cluster, for a node

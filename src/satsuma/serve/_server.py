@@ -1,19 +1,18 @@
 """``Server``: agents served over HTTP on hypercorn's trio worker, a supervisable child.
 
 It puts the pieces together: the agents' ``Runs``, the surfaces built over them, the
-ASGI ``App`` in front, and hypercorn listening. Leaving ``serve`` (a cancel, or
-``shutdown`` and its drain) closes every connection and stops every run task it
-started: nothing of it outlives its scope.
+ASGI ``App`` in front, and hypercorn listening (_listen). Leaving ``serve`` (``shutdown``,
+or a cancel, which drains the same way within ``drain_timeout``) closes every connection
+and stops every run task it started: nothing of it outlives its scope.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
+import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import Any, cast, final
 
 import attrs
@@ -32,14 +31,16 @@ from ._console import ConsoleSurface
 from ._http import JSONAnswer, Request, SSEAnswer, Surface
 from ._mcp import MCPApp
 from ._open_runs import open_local_runs
+from ._rebinding import is_loopback
 from ._runs import Runs
 from ._slots import CappedRuns, RunSlots
 from ._tokens import TokenBook
 
-__all__ = ["SURFACES", "ServeContext", "Server", "SurfaceFactory", "is_loopback"]
+__all__ = ["DRAIN_TIMEOUT", "SURFACES", "ServeContext", "Server", "SurfaceFactory", "is_loopback"]
 
 log = logging.getLogger("satsuma.serve")
 _BACKLOG = 4096
+DRAIN_TIMEOUT = 30.0
 
 
 @attrs.frozen
@@ -97,17 +98,6 @@ SURFACES: list[SurfaceFactory] = [
 MCP and the console add themselves here, one line each."""
 
 
-def is_loopback(host: str) -> bool:
-    """True for a host that only this machine can reach (``localhost``, 127.0.0.0/8,
-    ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _served(agents: Iterable[type[Agent[Any]]]) -> dict[str, type[Agent[Any]]]:
     by_name: dict[str, type[Agent[Any]]] = {}
     for agent in agents:
@@ -155,10 +145,14 @@ class Server:
         node: With a ``PostgresStore`` (a cluster front: runs go through the cluster's
             queue, and any front answers for any run), also run a node serving the
             agents in this process.
+        drain_timeout: Seconds a drain (``shutdown``, or ``serve`` cancelled) gives the
+            requests and connections in flight to end; those still open then are cut
+            (``connections_cut`` says how many).
 
     Raises:
         ValueError: two classes with one name; a host beyond loopback without tokens
-            (and without ``insecure``); a certificate without its key.
+            (and without ``insecure``); a certificate without its key; a negative
+            ``drain_timeout``.
         TokenFileError: the token file cannot be read or is wrong.
     """
 
@@ -181,8 +175,14 @@ class Server:
         runs: Runs | RunsFactory | None = None,
         surfaces: Sequence[SurfaceFactory] | None = None,
         node: bool = False,
+        drain_timeout: float = DRAIN_TIMEOUT,
     ) -> None:
         self.agents = _served(agents)
+        if not 0 <= drain_timeout < math.inf:
+            raise ValueError(f"drain_timeout is seconds, 0 or more: got {drain_timeout!r}")
+        self.drain_timeout = drain_timeout
+        self.connections_cut = 0
+        """How many connections the last drain cut, still open when its time was up."""
         book = TokenBook.from_file(tokens) if isinstance(tokens, (str, os.PathLike)) else tokens
         if book is None and not insecure and not is_loopback(host):
             raise ValueError(
@@ -286,15 +286,57 @@ class Server:
 
     def shutdown(self) -> None:
         """Drain: stop accepting, end the SSE streams, let requests in flight finish
-        (within hypercorn's graceful timeout), then return from ``serve``."""
+        within ``drain_timeout`` (then cut the connections left), and return from
+        ``serve``."""
         self._stop.set()
         self.asgi.stopping.set()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled or ``shutdown``; ``task_status.started()`` once it
-        accepts connections (``url`` is then known)."""
+        accepts connections (``url`` is then known).
+
+        Cancelled (a supervisor stopping its child), it drains as ``shutdown`` does
+        before the cancel goes on: the event streams end cleanly and the requests in
+        flight get ``drain_timeout`` seconds. The runs still in flight after that are
+        cancelled as the server's runs close, their state kept in the store.
+        """
+        from ._listen import listen  # hypercorn: imported when serving, not with the room
+
+        config = self._config()
+        drained = trio.Event()
+
+        async def listening(task_status: trio.TaskStatus[list[str]]) -> None:
+            # Shielded: only shutdown() (or the cancel below, through it) ends it, so a
+            # cancel drains rather than drops the connections; the drain is bounded.
+            try:
+                with trio.CancelScope(shield=True):
+                    self.connections_cut = await listen(
+                        self.asgi,
+                        config,
+                        stop=self._stop,
+                        drain_timeout=self.drain_timeout,
+                        task_status=task_status,
+                    )
+            finally:
+                drained.set()
+            if self.connections_cut:
+                log.warning(
+                    "drained: %d connection(s) still open after %gs were cut",
+                    self.connections_cut,
+                    self.drain_timeout,
+                )
+
+        async with self.open_runs(), trio.open_nursery() as nursery:
+            self._urls = await nursery.start(listening)
+            task_status.started()
+            try:
+                await drained.wait()
+            except trio.Cancelled:
+                self.shutdown()
+                raise
+
+    def _config(self) -> Any:
         from hypercorn.config import Config
-        from hypercorn.trio import serve
 
         config = Config()
         host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
@@ -308,18 +350,7 @@ class Server:
         if self.certfile is not None:
             config.certfile = os.fspath(self.certfile)
             config.keyfile = os.fspath(self.keyfile) if self.keyfile is not None else None
-        async with self.open_runs(), trio.open_nursery() as nursery:
-            binds: list[str] = await nursery.start(
-                partial(
-                    serve,
-                    cast("Any", self.asgi),  # hypercorn types its app by its own scope TypedDicts
-                    config,
-                    shutdown_trigger=self._stop.wait,
-                    mode="asgi",
-                )
-            )
-            self._urls = binds
-            task_status.started()
+        return config
 
 
 class _NotOpen:
