@@ -67,6 +67,10 @@ class MessagesServer(ScriptedServer):
       ``Failure.overloaded()``, ``Failure.cut_stream(reply)``, ...);
     - a function of the request body (a dict), sync or async, returning one of the above.
 
+    A request with the API's ``context_management`` field (context editing) is answered
+    as any other, its field and ``anthropic-beta`` header recorded in ``received``; the
+    server clears nothing, and its answer says so (``"applied_edits": []``).
+
     A request after the last item gets a 500 saying that the script is exhausted, so a
     test that asks for more than it scripted fails clearly; unless ``then`` is given: a
     function of the request body (as a script function) that answers every request
@@ -211,13 +215,19 @@ class MessagesServer(ScriptedServer):
         message_id = f"msg_test_{next(self._message_ids)}"
         model = str(payload.get("model", ""))
         stop_reason = reply.final_stop_reason
+        # Context editing (the context_management field) is accepted and recorded, not
+        # applied: the answer reports that no edit was applied, where the API reports
+        # the edits it made.
+        editing: dict[str, Any] | None = None
+        if "context_management" in payload:
+            editing = {"applied_edits": []}
         if not stream:
-            return JSONAnswer(
-                200,
-                _codec.message_object(
-                    id=message_id, model=model, content=blocks, stop_reason=stop_reason, usage=usage
-                ),
+            message = _codec.message_object(
+                id=message_id, model=model, content=blocks, stop_reason=stop_reason, usage=usage
             )
+            if editing is not None:
+                message["context_management"] = editing
+            return JSONAnswer(200, message)
         raw_inputs = {call.id: call.input for call in calls if isinstance(call.input, str)}
         events = _codec.stream_events(
             id=message_id,
@@ -227,4 +237,8 @@ class MessagesServer(ScriptedServer):
             usage=usage,
             tool_inputs=raw_inputs,
         )
+        if editing is not None:
+            for event in events:
+                if event["type"] == "message_delta":
+                    event["context_management"] = editing
         return StreamAnswer([sse(event["type"], event) for event in events])
