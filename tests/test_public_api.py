@@ -32,7 +32,7 @@ EXPECTED_SATSUMA = {
     "ModelError", "ConfigurationError", "ModelListener", "ModelRequest", "ModelResponse", "ModelRetry", "ModelLimits", "ModelPrices", "ModelWaitStart", "ModelWaitEnd", "set_model_limits", "set_prices", "NoOutput", "OutputDelta", "OutputRejected", "OutputValidated", "RunEnd",
     "RunResult", "RunStart", "RunStatus", "TextDelta", "ThinkingDelta", "TokenBudget",
     "TurnEnd", "Usage", "Verdict", "Verifier", "VerifyContext", "event_to_json", "open_agent",
-    "Compaction", "ContextWindowExceeded", "set_context_window",
+    "Compaction", "ContextEditing", "ContextWindowExceeded", "set_context_window",
     "Budget", "BudgetExceeded", "BudgetWarning", "set_budget",
     # supervision
     "Backoff", "ChildCrashed", "ChildExited", "ChildInfo", "ChildRestarted", "ChildSpec",

@@ -34,6 +34,7 @@ from ._codec import error_object as error_object
 from ._codec import error_type as error_type
 from ._codec import message_object as message_object
 from ._codec import stream_events as stream_events
+from ._context_editing import ContextEditing as ContextEditing
 from ._limiter import ModelLimiter as ModelLimiter
 from ._limiter import Permit as Permit
 from ._limits import ModelLimits as ModelLimits
@@ -64,6 +65,7 @@ from ._windows import set_context_window as set_context_window
 __all__ = [
     "MODEL_ALIASES",
     "AnthropicModel",
+    "ContextEditing",
     "ContextWindowExceeded",
     "Model",
     "ModelLimits",

@@ -22,6 +22,7 @@ from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import message_param
 from ._clients import Provider
 from ._codec import StreamAccumulator, conversation_breakpoints, error_status, request_params
+from ._context_editing import BETA_HEADER, ContextEditing, check_context_editing, log_applied_edits
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._retries import check_retry_settings, retryable_status
@@ -81,10 +82,15 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
             docs/limits.md. None (the default): none, unless set by model id with
             ``satsuma.set_model_limits``. A ``retry-after`` answer pauses every agent
             using a configuration with limits, not just the one it answered.
+        context_editing: The API's server-side context editing (a ContextEditing):
+            every request (and token count) carries its ``context_management`` field
+            and beta header, and the edits the API reports applying are logged
+            (``satsuma.models``, INFO). None (the default): none. See docs/agents.md.
 
     Raises:
         ValueError: A negative retry count or backoff.
-        TypeError: ``limits`` is not a ModelLimits or None.
+        TypeError: ``limits`` is not a ModelLimits or None, ``context_editing`` not a
+            ContextEditing or None.
         ConfigurationError: No API key: none in the environment (without a client), or
             none in the client passed.
     """
@@ -103,9 +109,11 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         jitter: bool = True,
         stream: bool | None = None,
         limits: ModelLimits | None = None,
+        context_editing: ContextEditing | None = None,
     ) -> None:
         check_retry_settings(max_retries, backoff_base, backoff_cap)
         check_limits(limits)
+        check_context_editing(context_editing)
         # Imported here rather than at the top: the SDK takes seconds to import, and
         # importing satsuma.agents should not cost that to code that never calls a model.
         import anthropic
@@ -132,6 +140,15 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         # Anthropic's own API takes the top-level (automatic) cache_control; Bedrock and
         # Vertex AI take breakpoints on blocks only.
         self._automatic_cache = isinstance(client, anthropic.AsyncAnthropic)
+        self.context_editing = context_editing
+        # Built once: the same header and body on every request. The header is added to
+        # the betas the client already sends (extra_headers would replace them).
+        self._editing: dict[str, Any] = {}
+        if context_editing is not None:
+            self._editing = context_editing.request_options()
+            betas = client.default_headers.get("anthropic-beta")
+            if isinstance(betas, str) and betas and BETA_HEADER not in betas.split(","):
+                self._editing["extra_headers"] = {"anthropic-beta": f"{betas},{BETA_HEADER}"}
         self._use(
             client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )
@@ -149,6 +166,8 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         params["messages"] = [message_param(message) for message in request.messages]
         if request.cache is not None:
             conversation_breakpoints(params, ttl=request.cache, automatic=self._automatic_cache)
+        if self._editing:
+            params.update(self._editing)
         return params
 
     async def count_tokens(self, request: ModelRequest) -> int | None:
@@ -192,7 +211,10 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
                 return await self._respond_once(params, model, listener, True)
             raise ModelError(f"stream=False cannot be used here: {exc}") from exc
         try:
-            accumulator.feed_message(json.loads(raw.http_response.content))
+            message = json.loads(raw.http_response.content)
+            accumulator.feed_message(message)
+            if "context_management" in message:
+                log_applied_edits(message)
         except MALFORMED as exc:
             raise ModelError(
                 f"the API's answer is not a message: {malformed_detail(exc)}", retryable=True
@@ -278,6 +300,8 @@ def _take(accumulator: StreamAccumulator, event: Mapping[str, Any]) -> ModelErro
         accumulator.feed(event)
     except MALFORMED as exc:
         return _malformed(exc)
+    if "context_management" in event:  # on message_delta: the edits the API applied
+        log_applied_edits(event)
     return None if accumulator.error is None else _stream_error(accumulator.error)
 
 
