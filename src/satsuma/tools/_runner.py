@@ -35,7 +35,7 @@ from ._approval import (
     approval_reason,
     consult,
 )
-from ._calls import ToolCall, as_call, decoded, gated
+from ._calls import ToolCall, admitted, decoded
 from ._environment import (
     Environment,
     Interrupt,
@@ -188,9 +188,8 @@ class ToolRunner:
         Raises:
             TypeError: a call, the context or the event sink has the wrong shape.
         """
-        # The one JSON gate of values (decoded text has its own): the ToolCallStart
-        # event, hooks, the approver and on_outcome see only plain values (or {}).
-        call_list = [gated(as_call(call, index)) for index, call in enumerate(calls)]
+        # The one JSON gate of values: what every later step sees is plain.
+        call_list = admitted(calls)
         working_dir, capabilities, extra = parse_context(context)
         emitter = make_emitter(events if events is not None else self._events)
         env = Environment(
