@@ -20,8 +20,8 @@ Once the SDK is imported, the same thread runs one full garbage collection. The 
 leaves the tens of thousands of objects it made waiting for one (Python runs a full
 collection once the objects that survived since the last one reach a quarter of those
 that survived it), and the first conversation's own allocations would set it off, in the
-middle of the first answer: measured 107-230 ms on a shared 2-core machine, in every
-fresh interpreter. Run here, at declaration, it finds the same heap, and the first
+middle of the first answer: 83-230 ms on a shared 2-core machine, in every one of 11
+fresh interpreters. Run here, at declaration, it finds the same heap, and the first
 conversation pays none. It is an ordinary collection, as Python runs by itself in any
 thread that allocates (this import's thread already runs some): nothing changes for the
 rest of the process (``gc.freeze`` would have done as well, but it exempts every object
