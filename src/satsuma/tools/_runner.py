@@ -393,7 +393,7 @@ class ToolRunner:
                 return refused, call
         arguments = call.input
         ctx = env.context_for(call)
-        preset = env.decisions.get(call.id)
+        preset = env.decisions.get(call.id) if env.decisions else None
         asked = approval_reason(call.name) if definition.requires_approval else None
         # A call decided after a pause had its hooks run when it was first made: run again,
         # an Ask would only ask again, and a Rewrite rewrite what was already rewritten.
@@ -469,12 +469,13 @@ class ToolRunner:
             crash = exc
             finished = True
         finally:
-            ctx._end(abandoned=not finished or scope.cancel_called)
+            late = scope.cancel_called  # read once: a property, on every call
+            ctx._end(abandoned=not finished or late)
 
         duration = env.now() - start
         # After the scope exits, cancel_called means our own deadline (an outer cancel
         # raises past here): a tool that swallowed the Cancelled and returned is late.
-        if scope.cancel_called:
+        if late:
             assert timeout is not None
             return error_outcome(
                 call.id, call.name, "timeout", timeout_text(timeout), duration=duration
