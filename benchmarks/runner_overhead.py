@@ -22,6 +22,7 @@ Figures are printed, never asserted: the exit status is 0 whether a target is me
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import platform
@@ -42,6 +43,10 @@ FULL_IO_CALLS = 1_000
 QUICK_CALLS = 200
 QUICK_REPEATS = 2
 QUICK_IO_CALLS = 50
+# Calls of the first turn of the counted agent runs (past one); the turn's request and its
+# hundred-odd results stay small enough for the loopback server.
+FULL_AGENT_CALLS = 40
+QUICK_AGENT_CALLS = 5
 
 OVERHEAD_TARGET_RATIO = 2.0
 IO_SLEEP = 0.1
@@ -221,6 +226,64 @@ def count_calls(calls: int) -> dict[str, float]:
     return {**per_call, "ratio": per_call["satsuma"] / per_call["floor"]}
 
 
+def _run_counted(contender: Any, text: str) -> int:
+    """Function calls of one run of ``contender`` (the second: the first warms), counted
+    in this thread only: the loopback server's thread is not."""
+    count = 0
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    async def counted() -> None:
+        await contender.open()
+        try:
+            await contender.run(text)
+            sys.setprofile(profile)
+            try:
+                await contender.run(text)
+            finally:
+                sys.setprofile(None)
+        finally:
+            await contender.aclose()
+
+    if contender.flavour == "trio":
+        trio.run(counted)
+    else:
+        asyncio.run(counted())
+    return count
+
+
+def count_agent_calls(calls: int) -> dict[str, float]:
+    """Function calls per extra tool call of a whole agent run, satsuma's and the floor's
+    (``_contenders.PlainLoop``, a hand-written loop over ``AsyncAnthropic``), both against
+    the loopback Messages API: a run whose first turn asks for ``calls + 1`` calls of a
+    one-argument no-op tool minus one that asks for one, over ``calls``.
+
+    Returns ``satsuma`` and ``floor`` (calls per extra call) and ``ratio``.
+    """
+    if calls < 1:
+        raise ValueError("calls must be at least 1")
+    # The benchmarks' own modules: importable when this file runs as a script.
+    from _contenders import PlainLoop, Satsuma, Sizes
+    from _conversation import prompt
+    from _servers import serve
+
+    per_call = {}
+    with serve() as servers:
+        for name, kind in (("satsuma", Satsuma), ("floor", PlainLoop)):
+            made = {
+                n: _run_counted(
+                    kind(Sizes(), servers.anthropic_url, servers.openai_url),
+                    prompt(2, [("noop", n)]),
+                )
+                for n in (calls + 1, 1)
+            }
+            per_call[name] = (made[calls + 1] - made[1]) / calls
+    return {**per_call, "ratio": per_call["satsuma"] / per_call["floor"]}
+
+
 async def _parallel_io(calls: int) -> float:
     call_list = [
         ToolCall(id=f"toolu_{index:06d}", name="sleep", input={}) for index in range(calls)
@@ -255,6 +318,8 @@ def format_report(
     io_calls: int,
     io_seconds: float,
     counted: dict[str, float] | None = None,
+    agent_counted: dict[str, float] | None = None,
+    agent_calls: int = 0,
 ) -> str:
     calls = overhead["calls"]
     samples = overhead["samples"]
@@ -303,6 +368,19 @@ def format_report(
                 "information",
             ),
         )
+    if agent_counted is not None:
+        rows.insert(
+            2 if counted is not None else 1,
+            (
+                "agent run, function calls per call",
+                f"{agent_calls:,}",
+                f"{agent_counted['satsuma']:.1f}",
+                f"{agent_counted['floor']:.1f}",
+                f"{agent_counted['ratio']:.2f}x",
+                "-",
+                "information",
+            ),
+        )
     widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -333,6 +411,9 @@ def format_report(
         "sequential ratio is against the parallel floor, for information only.",
         "function calls per call: Python and C functions a tool call calls (sys.setprofile),",
         "the same however busy the machine is.",
+        "agent run: a whole run of a one-argument tool against the loopback Messages API,",
+        "per extra call of its first turn; its floor is a hand-written loop over",
+        "AsyncAnthropic (_contenders.PlainLoop, asyncio). The server's thread is not counted.",
     ]
     return "\n".join(out)
 
@@ -348,7 +429,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     overhead = measure_overhead(calls, repeats)
     io_seconds = measure_parallel_io(io_calls)
     counted = count_calls(calls)
-    print(format_report(overhead, io_calls, io_seconds, counted))
+    agent_calls = QUICK_AGENT_CALLS if options.quick else FULL_AGENT_CALLS
+    agent_counted = count_agent_calls(agent_calls)
+    print(format_report(overhead, io_calls, io_seconds, counted, agent_counted, agent_calls))
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ def test_satsuma_exports_exactly_the_documented_names() -> None:
 # What satsuma.tools exports for satsuma's other rooms (the agents, the supervisor, the
 # cluster, the CLI) rather than for users: in neither its __all__ nor satsuma's.
 TOOLS_FOR_OTHER_ROOMS = {
-    "Content", "DEFAULT_APPROVAL_TIMEOUT", "Deferral", "INTERRUPTED_TEXT", "ObjectNode",
-    "Property", "StringNode", "as_strategy", "cancelled_text", "check_arguments",
+    "CheckedCalls", "Content", "DEFAULT_APPROVAL_TIMEOUT", "Deferral", "INTERRUPTED_TEXT",
+    "ObjectNode", "Property", "StringNode", "as_strategy", "cancelled_text", "check_arguments",
+    "checked_calls",
     "compile_hint", "content_text", "denied_text", "error_outcome", "gated", "structure",
     "structure_errors", "unstructure", "validate_common", "ToolServer",
 }  # fmt: skip

@@ -8,7 +8,7 @@ in the shared kernel, below both. ``satsuma.tools`` exports it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -17,7 +17,11 @@ from ._jsonvalue import expected_text, plain_or_problem
 from ._shapes import parse_tool_use
 from ._text import is_valid_text, valid_text
 
-__all__ = ["ToolCall", "as_call", "gated"]
+__all__ = ["CheckedCalls", "ToolCall", "as_call", "checked_calls", "gated"]
+
+# The mark gated() leaves on each call it returns. Only this module has it, so no call
+# can claim to have passed the gate without passing it.
+_PASSED = object()
 
 
 @attrs.frozen
@@ -39,6 +43,29 @@ class ToolCall:
     name: str
     input: Any = attrs.field(factory=dict)
     refused: str | None = attrs.field(default=None, kw_only=True)
+    # Not an argument, not compared, not shown: set by gated() alone, and lost by
+    # attrs.evolve (a call changed after the gate is gated again).
+    _gate: object = attrs.field(default=None, init=False, eq=False, repr=False)
+
+
+class CheckedCalls(tuple[ToolCall, ...]):
+    """A turn's calls, every one through the JSON gate: made only by ``checked_calls``,
+    for the agent, whose calls the response's check has just gated, so that the runner
+    does not walk them again. The runner gates any other calls it is given."""
+
+    __slots__ = ()
+
+    def __new__(cls, calls: Iterable[ToolCall], key: object = None) -> CheckedCalls:
+        if key is not _PASSED:
+            raise TypeError("CheckedCalls are made by checked_calls() alone")
+        return super().__new__(cls, calls)
+
+
+def checked_calls(calls: Iterable[ToolCall]) -> CheckedCalls:
+    """``calls``, each gated unless ``gated`` returned that very call (an agent's calls
+    come from its response's check; one renamed since, by ``attrs.evolve``, is walked
+    again)."""
+    return CheckedCalls([call if call._gate is _PASSED else gated(call) for call in calls], _PASSED)
 
 
 def as_call(value: object, index: int) -> ToolCall:
@@ -78,14 +105,18 @@ def gated(call: ToolCall) -> ToolCall:
         call = attrs.evolve(call, id=_plain_str(call.id), name=_plain_str(call.name))
     given = call.input
     if call.refused is not None or type(given) in (str, bytes, bytearray):
+        # JSON text is not through the gate yet: the runner decodes and gates it.
         return call
     plain, problem = plain_or_problem(given, "")
     if problem is not None:
         if not issubclass(type(given), (dict, list, tuple)) and not _is_mapping(given):
             # Not an object at all: said as validation says it of any other non-object.
             problem = expected_text("arguments", "object", given)
-        return attrs.evolve(call, input={}, refused=problem)
-    return call if plain is given else attrs.evolve(call, input=plain)
+        call = attrs.evolve(call, input={}, refused=problem)
+    elif plain is not given:
+        call = attrs.evolve(call, input=plain)
+    object.__setattr__(call, "_gate", _PASSED)
+    return call
 
 
 def _is_mapping(value: object) -> bool:

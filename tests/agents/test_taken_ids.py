@@ -4,8 +4,12 @@ plus messages at its end. A stale index would let a provider's reused id through
 
 from __future__ import annotations
 
-from satsuma import Message
-from satsuma.agents._ids import TakenIds
+from typing import Any
+
+import pytest
+
+from satsuma import Message, ModelError, ModelResponse, ToolCall
+from satsuma.agents._ids import TakenIds, unique_ids
 
 
 def uses(*ids: str) -> Message:
@@ -44,3 +48,48 @@ def test_a_shorter_history_is_read_again() -> None:
     assert taken.of(history) == {"a", "c"}
     history.clear()
     assert taken.of(history) == set()
+
+
+# --- unique_ids: one pass over the response (issue 36, item 3) ---------------------------
+
+
+def response(block_ids: list[str], call_ids: list[str]) -> ModelResponse:
+    content: list[dict[str, Any]] = [{"type": "text", "text": "calling"}]
+    content += [{"type": "tool_use", "id": i, "name": "t", "input": {}} for i in block_ids]
+    return ModelResponse(content=tuple(content), calls=tuple(ToolCall(i, "t") for i in call_ids))
+
+
+def test_ids_valid_and_new_are_kept_and_the_response_is_the_same_object() -> None:
+    given = response(["a", "b"], ["a", "b"])
+    taken = {"z"}
+    assert unique_ids(given, taken) is given
+    assert taken == {"a", "b", "z"}
+
+
+def test_only_the_reused_or_invalid_ids_are_renamed_in_both_block_and_call() -> None:
+    taken = {"b"}
+    out = unique_ids(response(["a", "b", "bad id", "a"], ["a", "b", "bad id", "a"]), taken)
+    block_ids = [block["id"] for block in out.content if block.get("type") == "tool_use"]
+    assert block_ids == [call.id for call in out.calls]
+    assert block_ids[0] == "a"
+    assert block_ids[1].startswith("b_") and block_ids[2].startswith("badid_")
+    assert block_ids[3].startswith("a_")
+    assert len(set(block_ids)) == 4 and set(block_ids) <= taken
+    assert out.content[0] == {"type": "text", "text": "calling"}
+
+
+@pytest.mark.parametrize(
+    ("block_ids", "call_ids", "counts"),
+    [
+        (["a"], ["a", "b"], "(2 calls, 1 tool_use blocks)"),
+        (["a", "b"], ["a"], "(1 calls, 2 tool_use blocks)"),
+        (["a", "b"], ["b", "a"], "(2 calls, 2 tool_use blocks)"),
+    ],
+)
+def test_calls_that_do_not_match_the_blocks_are_a_models_bug(
+    block_ids: list[str], call_ids: list[str], counts: str
+) -> None:
+    with pytest.raises(ModelError, match="do not match its tool_use blocks") as raised:
+        unique_ids(response(block_ids, call_ids), set())
+    assert str(raised.value).endswith(counts)
+    assert raised.value.retryable is False

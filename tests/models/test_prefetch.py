@@ -124,3 +124,50 @@ def test_every_provider_says_whether_its_sdk_is_imported_early() -> None:
 def test_a_model_string_no_provider_knows_starts_nothing() -> None:
     assert import_sdk_in_background("no-such-model") is None
     assert import_sdk_in_background(None) is None
+
+
+# A stand-in SDK that, like the real one, leaves many objects that survive its import.
+_LARGE_SDK = """
+import _gate
+_gate.entered.set()
+KEPT = [{"n": [n]} for n in range(50_000)]
+DONE = True
+"""
+
+_COLLECTIONS = """
+import gc, threading
+import _gate, satsuma
+
+full = []  # (thread, whether the SDK's import had finished by then)
+
+def on_gc(phase, info):
+    if phase == "stop" and info["generation"] == 2:
+        done = getattr(sys.modules.get("anthropic"), "DONE", False)
+        full.append((threading.current_thread().name, done))
+
+gc.callbacks.append(on_gc)
+{before}
+
+class Helper(satsuma.Agent):
+    name = "helper"
+    model = "sonnet"
+
+[importer] = [t for t in threading.enumerate() if t.name == "satsuma: import anthropic"]
+importer.join()
+print(sorted(set(full)))
+"""
+
+
+def test_the_import_thread_runs_the_full_collection_the_import_made_due(
+    tmp_path: Path,
+) -> None:
+    done = _run(tmp_path, _LARGE_SDK, _COLLECTIONS.format(before=""))
+    assert done.returncode == 0, done.stderr
+    # A full collection after the import, in its thread, not the first conversation's.
+    assert "('satsuma: import anthropic', True)" in done.stdout
+
+
+def test_with_the_collector_turned_off_the_import_thread_runs_none(tmp_path: Path) -> None:
+    done = _run(tmp_path, _LARGE_SDK, _COLLECTIONS.format(before="gc.disable()"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[]\n"

@@ -8,7 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..tools import Approver, Deferral, ToolCall, ToolOutcome, error_outcome, format_results
+from ..tools import (
+    Approver,
+    Deferral,
+    ToolCall,
+    ToolOutcome,
+    checked_calls,
+    error_outcome,
+    format_results,
+)
 from ._approval import pause
 from ._loopguard import loop_guard_reason, loop_guard_refusal, names_of
 
@@ -57,7 +65,8 @@ async def act(
         if approver is None and persistence is not None:
             approver = deferral = Deferral()
         outcomes = await ctx.tools.runner.execute(
-            calls,
+            # Gated as the response was checked: the runner does not walk them again.
+            checked_calls(calls),
             ctx.tool_context,
             interrupt=ctx.steering.event,
             events=run.tool_sink(),

@@ -117,28 +117,35 @@ def unique_ids(response: ModelResponse, taken: set[str]) -> ModelResponse:
         ModelError: the calls do not match the ``tool_use`` blocks (a Model's bug: not
             retryable).
     """
-    blocks = [block for block in response.content if block.get("type") == "tool_use"]
-    if len(blocks) != len(response.calls) or any(
-        block.get("id") != call.id for block, call in zip(blocks, response.calls, strict=True)
-    ):
-        raise ModelError(
-            "malformed response: its calls do not match its tool_use blocks "
-            f"({len(response.calls)} calls, {len(blocks)} tool_use blocks)"
-        )
-    renamed: list[str | None] = []
-    for block in blocks:
+    calls = response.calls
+    count = len(calls)
+    renamed: dict[int, str] = {}  # by the call's position: the common case renames none
+    index = 0
+    # One pass, the check of each id inline: this runs on every call of every response.
+    for block in response.content:
+        if block.get("type") != "tool_use":
+            continue
         given = block.get("id")
-        if _is_valid(given) and given not in taken:
+        if index >= count or given != calls[index].id:
+            raise _mismatch(response)
+        index += 1
+        if (
+            isinstance(given, str)
+            and len(given) <= MAX_ID_LENGTH
+            and _VALID.fullmatch(given) is not None
+            and given not in taken
+        ):
             taken.add(given)
-            renamed.append(None)
             continue
         fresh = _fresh_id(given, taken)
         taken.add(fresh)
-        renamed.append(fresh)
+        renamed[index - 1] = fresh
         logger.debug("tool_use id %.100r from the model is now %s", given, fresh)
-    if not any(renamed):
+    if index != count:
+        raise _mismatch(response)
+    if not renamed:
         return response
-    fresh_ids = iter(renamed)
+    fresh_ids = iter([renamed.get(position) for position in range(count)])
     content = [
         {**block, "id": new_id}
         if block.get("type") == "tool_use" and (new_id := next(fresh_ids)) is not None
@@ -146,10 +153,18 @@ def unique_ids(response: ModelResponse, taken: set[str]) -> ModelResponse:
         for block in response.content
     ]
     calls = tuple(
-        call if new_id is None else attrs.evolve(call, id=new_id)
-        for call, new_id in zip(response.calls, renamed, strict=True)
+        call if position not in renamed else attrs.evolve(call, id=renamed[position])
+        for position, call in enumerate(calls)
     )
     return attrs.evolve(response, content=tuple(content), calls=calls)
+
+
+def _mismatch(response: ModelResponse) -> ModelError:
+    blocks = sum(1 for block in response.content if block.get("type") == "tool_use")
+    return ModelError(
+        "malformed response: its calls do not match its tool_use blocks "
+        f"({len(response.calls)} calls, {blocks} tool_use blocks)"
+    )
 
 
 def distinct_ids(history: list[Message]) -> int | None:

@@ -53,7 +53,7 @@ class _TurnRequest:
 
     @classmethod
     def of(cls, calls: Sequence[ToolCall]) -> _TurnRequest:
-        return cls(calls, tuple(sorted(call.name for call in calls)))
+        return cls(calls, tuple(sorted([call.name for call in calls])))
 
     def full(self) -> tuple[tuple[str, str], ...]:
         if self._full is None:

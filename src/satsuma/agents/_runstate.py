@@ -149,6 +149,9 @@ class Run:
     def add_subagent_usage(self, outcomes: Iterable[ToolOutcome]) -> None:
         """Count what sub-agents run as tools spent in this run's usage."""
         for outcome in outcomes:
+            # Most outcomes carry no details: they cost the turn no call.
+            if outcome.details is None:
+                continue
             nested = subagent_usage(outcome.details)
             if nested is not None:
                 self.usage = self.usage + nested

@@ -45,13 +45,16 @@ from ._tool import tool as tool
 # For satsuma's other rooms, not for users (none of these is in DESIGN.md): the agent
 # answers calls it does not run (a cancelled run, a denied or interrupted call) with the
 # runner's own fixed texts and outcomes, checks the model's calls through the same JSON
-# gate, defers approvals, and declares typed output and AgentTool with the machinery of
-# tool parameters (schema nodes, type hints, cattrs structuring, the declaration checks);
+# gate (and hands the runner the calls it gated as CheckedCalls, not walked again),
+# defers approvals, and declares typed output and AgentTool with the machinery of tool
+# parameters (schema nodes, type hints, cattrs structuring, the declaration checks);
 # the supervisor and the agent share the approval timeout's default; MCP servers and
 # remote A2A agents are servers of tools (ToolServer) that an agent starts; the cluster's
 # events and the demo read tool content.
 from ._approval import DEFAULT_APPROVAL_TIMEOUT as DEFAULT_APPROVAL_TIMEOUT
 from ._approval import Deferral as Deferral
+from ._calls import CheckedCalls as CheckedCalls
+from ._calls import checked_calls as checked_calls
 from ._calls import gated as gated
 from ._hints import compile_hint as compile_hint
 from ._hints import structure as structure

@@ -5,13 +5,29 @@ carries calls too."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 
 import attrs
 
 from .._jsonvalue import MAX_DEPTH
-from .._toolcall import ToolCall, as_call, gated
+from .._toolcall import CheckedCalls, ToolCall, as_call, checked_calls, gated
 
-__all__ = ["ToolCall", "as_call", "decoded", "gated"]
+__all__ = ["CheckedCalls", "ToolCall", "admitted", "as_call", "checked_calls", "decoded", "gated"]
+
+
+def admitted(calls: Iterable[object]) -> Sequence[ToolCall]:
+    """``execute``'s calls as ToolCalls through the JSON gate (JSON text has its own,
+    after decoding): the event of a call's start, hooks, the approver and on_outcome see
+    only plain values (or {}). CheckedCalls, which only ``checked_calls`` makes, passed
+    it already; whatever else a caller gives is walked, even calls that passed once (a
+    caller may have changed their input since).
+
+    Raises:
+        TypeError: a call has the wrong shape.
+    """
+    if type(calls) is CheckedCalls:
+        return calls
+    return [gated(as_call(call, index)) for index, call in enumerate(calls)]
 
 
 def decoded(call: ToolCall) -> tuple[ToolCall, str | None]:

@@ -35,7 +35,7 @@ from ._approval import (
     approval_reason,
     consult,
 )
-from ._calls import ToolCall, as_call, decoded, gated
+from ._calls import ToolCall, admitted, decoded
 from ._environment import (
     Environment,
     Interrupt,
@@ -188,9 +188,8 @@ class ToolRunner:
         Raises:
             TypeError: a call, the context or the event sink has the wrong shape.
         """
-        # The one JSON gate of values (decoded text has its own): the ToolCallStart
-        # event, hooks, the approver and on_outcome see only plain values (or {}).
-        call_list = [gated(as_call(call, index)) for index, call in enumerate(calls)]
+        # The one JSON gate of values: what every later step sees is plain.
+        call_list = admitted(calls)
         working_dir, capabilities, extra = parse_context(context)
         emitter = make_emitter(events if events is not None else self._events)
         env = Environment(
@@ -394,7 +393,7 @@ class ToolRunner:
                 return refused, call
         arguments = call.input
         ctx = env.context_for(call)
-        preset = env.decisions.get(call.id)
+        preset = env.decisions.get(call.id) if env.decisions else None
         asked = approval_reason(call.name) if definition.requires_approval else None
         # A call decided after a pause had its hooks run when it was first made: run again,
         # an Ask would only ask again, and a Rewrite rewrite what was already rewritten.
@@ -470,12 +469,13 @@ class ToolRunner:
             crash = exc
             finished = True
         finally:
-            ctx._end(abandoned=not finished or scope.cancel_called)
+            late = scope.cancel_called  # read once: a property, on every call
+            ctx._end(abandoned=not finished or late)
 
         duration = env.now() - start
         # After the scope exits, cancel_called means our own deadline (an outer cancel
         # raises past here): a tool that swallowed the Cancelled and returned is late.
-        if scope.cancel_called:
+        if late:
             assert timeout is not None
             return error_outcome(
                 call.id, call.name, "timeout", timeout_text(timeout), duration=duration
