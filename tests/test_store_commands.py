@@ -78,11 +78,13 @@ async def test_prune_prints_what_it_deletes_and_a_dry_run_deletes_nothing(tmp_pa
     lines = out.splitlines()
     assert lines[0].startswith("state.db: runs that ended before ")
     assert lines[1:] == [
-        "  runs           8",
-        "  tool_calls     8",
-        "  approvals      0",
-        "  conversations  0",
-        "  messages       0",
+        "  runs            8",
+        "  tool_calls      8",
+        "  approvals       0",
+        "  conversations   0",
+        "  messages        0",
+        "  budget_ledgers  0",
+        "  budget_holds    0",
         "would delete 16 rows (dry run: nothing was deleted)",
     ]
     assert counts(path) == {"runs": 12, "tool_calls": 12, "messages": 12}
@@ -96,7 +98,8 @@ async def test_prune_prints_what_it_deletes_and_a_dry_run_deletes_nothing(tmp_pa
     status, out, err = await satsuma_command(*args, "--conversations", cwd=tmp_path)
     assert (status, err) == (0, ""), err
     assert out.splitlines()[0].startswith("state.db: ended runs and conversations idle before ")
-    assert out.splitlines()[-3:] == ["  conversations  2", "  messages       6", "deleted 6 rows"]
+    assert out.splitlines()[-5:-3] == ["  conversations   2", "  messages        6"]
+    assert out.splitlines()[-1] == "deleted 6 rows"
     assert counts(path) == {"runs": 4, "tool_calls": 4, "messages": 6}
 
 

@@ -2,7 +2,8 @@
 MessagesServer: a call that would pass a budget is not sent and the run fails with
 ``BudgetExceeded``, shown as the run's error in its result, ``satsuma runs`` and serve's
 run JSON; a ``BudgetWarning`` at 80 %; daily budgets roll over at midnight UTC (on a
-clock the test moves); a cancelled call gives its reservation back; a model without
+clock the test moves); a run resumed after an approval counts what it spent before;
+a cancelled call gives its reservation back; a model without
 prices fails the run rather than spend without a count; and bad budgets are refused
 when the class is declared."""
 
@@ -385,3 +386,52 @@ async def test_a_process_killed_during_a_call_leaves_a_hold_that_expires(
     assert result.usage.cost_usd is not None
     assert after.spent == result.usage.cost_usd
     assert abs(after.reserved) < 1e-12  # both holds given back (sums of floats)
+
+
+@satsuma.tool(requires_approval=True)
+async def pay(amount: int) -> str:
+    """Pay an amount.
+
+    Args:
+        amount: How much.
+    """
+    return f"paid {amount}"
+
+
+class Payer(satsuma.Agent):
+    name = "payer"
+    model = MODEL
+    max_tokens = 10
+    tools = [pay]
+    budget = satsuma.Budget(usd_per_run=100)
+
+
+async def test_a_run_resumed_after_approval_counts_what_it_spent_before_the_pause(
+    tmp_path: Path,
+) -> None:
+    # The first call costs $85 and asks for an approval. Resumed, the run has $15 left,
+    # under the next call's estimate (about $10 of output and some input): refused.
+    script = [costing(85, tool_calls=[("pay", {"amount": 3})]), costing(1, text="done")]
+    async with (
+        MessagesServer(script) as server,
+        satsuma.open_agent(
+            Payer,
+            model=satsuma.AnthropicModel(server.client()),
+            store=SQLiteStore(tmp_path / "pay.db"),
+            agent_id="payer-1",
+        ) as agent,
+    ):
+        paused = await agent.run("pay 3")
+        assert paused.status == "awaiting_approval"
+        assert paused.usage.cost_usd == 85
+        (pending,) = paused.pending
+        resumed = await agent.resume(paused.run_id, decisions={pending.id: satsuma.Approve()})
+        sent = len(server.requests)
+    assert resumed.status == "failed"
+    assert resumed.error is not None
+    assert resumed.error.startswith(
+        "BudgetExceeded: usd_per_run of $100.0000 (the agent's budget) would be passed by "
+        "agent 'payer-1': $85.0000 spent, and the next model call is estimated"
+    ), resumed.error
+    assert sent == 1  # the refused call was never sent
+    assert resumed.usage.cost_usd == 85

@@ -193,13 +193,15 @@ async def test_status_shows_table_sizes_and_store_prune_empties_them(postgres_ds
     assert printed[0].startswith(f"{store.location}: runs that ended before ")
     events = tables["run_events"]["rows"]
     assert printed[1:] == [
-        "  runs           4",
-        "  tool_calls     0",
-        "  approvals      0",
-        "  run_queue      4",
-        f"  run_events     {events}",
-        "  conversations  0",
-        "  messages       0",
+        "  runs            4",
+        "  tool_calls      0",
+        "  approvals       0",
+        "  run_queue       4",
+        f"  run_events      {events}",
+        "  conversations   0",
+        "  messages        0",
+        "  budget_ledgers  0",
+        "  budget_holds    0",
         f"deleted {8 + events} rows",
     ]
     status, out, err = await satsuma_command("cluster", "status", "--store", url, "--json")

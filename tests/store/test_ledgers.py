@@ -1,11 +1,15 @@
 """The budgets' ledgers in every store: a reservation that fits is held and one that does
 not is refused whole; settling charges the actual cost; a hold left by a process that
-died is given back once it expires; and on PostgreSQL two stores (two nodes) spending one
+died is given back once it expires; a prune removes the day ledgers of days that ended
+and the expired holds, never a live one; and on PostgreSQL two stores (two nodes) spending one
 agent's daily budget at once never promise it beyond its limit."""
 
 from __future__ import annotations
 
+import datetime
 import math
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import trio
@@ -23,6 +27,7 @@ from satsuma.store import (
 
 NOW = 1_800_000_000.0
 LATER = NOW + 3600
+DAY = 86_400.0
 
 
 async def test_a_reservation_that_fits_is_held_and_settled_to_its_actual_cost(
@@ -139,3 +144,57 @@ async def test_the_ledger_tables_come_with_the_schema(tmp_path: Path, postgres_d
                 ).fetchone()
             )
         assert tables == (0,)
+
+
+def _day(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).date().isoformat()
+
+
+async def test_prune_removes_ended_day_ledgers_and_expired_holds_and_nothing_live(
+    store: Store,
+) -> None:
+    ledgers = ledgers_of(store)
+    now = time.time()  # prune's cut is on the real clock
+    old, older, later = _day(now - 3 * DAY), _day(now - 2 * DAY), _day(now + 60)
+    spent = [f"day:a:{old}", f"day:b:{old}", f"day:a:{later}", "agent:a"]
+    for ledger in spent:  # charged and settled: no hold left
+        hold = await ledgers.reserve(
+            [Charge(ledger=ledger, limit=10.0)], 1.0, hold_id="h", now=now, expires_at=now + 900
+        )
+        assert isinstance(hold, Hold)
+        await ledgers.settle(hold, 0.5)
+    # A call in flight on a day that ended (its hold live) keeps its ledger.
+    live = [Charge(ledger=f"day:c:{older}", limit=10.0)]
+    assert isinstance(
+        await ledgers.reserve(live, 2.0, hold_id="live", now=now, expires_at=now + 900), Hold
+    )
+    # A process that died mid-call left a hold that expired a while ago.
+    dead = [Charge(ledger="agent:d", limit=10.0)]
+    assert isinstance(
+        await ledgers.reserve(dead, 3.0, hold_id="dead", now=now - 1000, expires_at=now - 100),
+        Hold,
+    )
+
+    dry = await store.prune(older_than=0, dry_run=True)
+    assert (dry.budget_ledgers, dry.budget_holds) == (2, 1)
+    assert await ledgers.balance(f"day:a:{old}") == Balance(spent=0.5)
+    assert await ledgers.balance("agent:d") == Balance(reserved=3.0)
+    # A cut five days ago: no day before its own ended, and the dead hold still goes.
+    assert (await store.prune(older_than=timedelta(days=5), dry_run=True)).budget_ledgers == 0
+
+    report = await store.prune(older_than=0)
+    assert (report.budget_ledgers, report.budget_holds) == (2, 1)
+    assert report.counts()["budget_ledgers"] == 2
+    assert await ledgers.balance(f"day:a:{old}") == Balance()
+    assert await ledgers.balance(f"day:b:{old}") == Balance()
+    # Kept: the day not over, the lifetime ledger, the ledger a live hold is on, and
+    # the dead hold's amount given back to its ledger.
+    assert await ledgers.balance(f"day:a:{later}") == Balance(spent=0.5)
+    assert await ledgers.balance("agent:a") == Balance(spent=0.5)
+    assert await ledgers.balance(f"day:c:{older}") == Balance(reserved=2.0)
+    assert await ledgers.balance("agent:d") == Balance()
+    # The live hold still settles; nothing more goes at the next prune.
+    await ledgers.settle(Hold(hold_id="live", ledgers=(live[0].ledger,), amount=2.0), 1.0)
+    assert await ledgers.balance(f"day:c:{older}") == Balance(spent=1.0)
+    again = await store.prune(older_than=0)
+    assert (again.budget_ledgers, again.budget_holds) == (1, 0)  # day c, its hold gone

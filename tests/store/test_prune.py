@@ -137,7 +137,14 @@ async def test_prune_deletes_ended_runs_past_the_cut_and_nothing_else(store: Sto
     expected = {"runs": 198, "tool_calls": 396, "approvals": 100, "run_queue": 0}
     dry = await store.prune(older_than=timedelta(days=30), dry_run=True)
     assert dry.dry_run
-    assert dry.counts() == {**expected, "run_events": 0, "conversations": 0, "messages": 0}
+    assert dry.counts() == {
+        **expected,
+        "run_events": 0,
+        "conversations": 0,
+        "messages": 0,
+        "budget_ledgers": 0,
+        "budget_holds": 0,
+    }
     assert await seen(store) == before  # a dry run deletes nothing
 
     report = await store.prune(older_than=30 * DAY)

@@ -56,7 +56,11 @@ class Run:
         self.result: RunResult[Any] | None = None
         self.chat = _telemetry.null_scope()  # the model call's span, while one runs
         self.permit: Permit | None = None  # the model call's admission, with limits
-        self.spent_usd = 0.0  # what the run's calls cost, counted for its budget only
+        # What the run's calls cost, counted for its usd_per_run only. A resumed run
+        # (after an approval, after a restart) goes on from what its record says it
+        # spent: otherwise each resume would grant it its whole budget again.
+        resumed = job.resume.usage.cost_usd if job.resume is not None else None
+        self.spent_usd = resumed or 0.0
         self.before: tuple[int, Message | None] | None = None
         # A typed answer (docs/output.md): the compiled output type, or None for text.
         self.output_spec, self.output_retries = (

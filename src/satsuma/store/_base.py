@@ -272,6 +272,9 @@ class Store(Protocol):
         messages, and its released lease row. An agent opened later under that id
         starts a new conversation.
 
+        The budgets' ledgers go too: the day ledgers of UTC days before the cut's that
+        no call in flight holds money on, and the reservations that expired.
+
         Safe while agents and nodes run: it deletes in batches of a few hundred rows,
         one short transaction each, and skips rows another transaction holds (they go at
         the next prune).

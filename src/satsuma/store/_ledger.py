@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from ._dialect import POSTGRES, SQLITE, Connection, Dialect
+from ._ledger_expiry import changed, day_ended, give_back
 from ._memory import MemoryStore
 from ._postgres import PostgresStore
 from ._sql import SQLStore
@@ -168,11 +169,26 @@ class _MemoryLedgers(Ledgers):
         spent, reserved = self._ledgers.get(ledger, (0.0, 0.0))
         return Balance(spent=spent, reserved=reserved)
 
+    def prune(self, day: str, now: float, *, dry_run: bool) -> tuple[int, int]:
+        """``Store.prune`` of these ledgers: the holds expired before ``now`` and the day
+        ledgers of days before ``day`` that no live hold is on; how many of each went
+        (or would go)."""
+        expired = [key for key, (_, expiry) in self._holds.items() if expiry < now]
+        live = {ledger for (_, ledger), (_, expiry) in self._holds.items() if expiry >= now}
+        ended = [k for k in self._ledgers if day_ended(k, day) and k not in live]
+        if not dry_run:
+            for key in expired:
+                held, _ = self._holds.pop(key)
+                if key[1] in self._ledgers:
+                    self._ledgers[key[1]][1] -= held
+            for ledger in ended:
+                del self._ledgers[ledger]
+        return len(ended), len(expired)
+
 
 # --- in the database ------------------------------------------------------------------
 
 _CREATE: Final = "INSERT INTO budget_ledgers (ledger) VALUES (?) ON CONFLICT (ledger) DO NOTHING"
-_EXPIRED: Final = "SELECT hold_id, amount FROM budget_holds WHERE ledger = ? AND expires_at < ?"
 _DROP_HOLD: Final = "DELETE FROM budget_holds WHERE hold_id = ? AND ledger = ?"
 _UNRESERVE: Final = "UPDATE budget_ledgers SET reserved = reserved - ? WHERE ledger = ?"
 _RESERVE: Final = (
@@ -194,14 +210,7 @@ class _SQLLedgers(Ledgers):
     dialect: Dialect
 
     def _changed(self, db: Connection, template: str, params: tuple[Any, ...]) -> bool:
-        """Whether the write changed a row. PostgreSQL's pipeline knows a rowcount only
-        once the result is read: RETURNING reads it."""
-        if self.dialect.returning:
-            return (
-                db.execute(self.dialect.sql(template + " RETURNING 1"), params).fetchone()
-                is not None
-            )
-        return bool(db.execute(self.dialect.sql(template), params).rowcount == 1)
+        return changed(db, self.dialect, template, params)
 
     async def reserve(
         self,
@@ -218,11 +227,7 @@ class _SQLLedgers(Ledgers):
         def work(db: Connection) -> Hold | Shortfall:
             for charge in ordered:
                 db.execute(sql(_CREATE), (charge.ledger,))
-                for expired, held in db.execute(sql(_EXPIRED), (charge.ledger, now)).fetchall():
-                    # One row at a time: of two transactions giving back the same hold,
-                    # only the one that deletes it gives the amount back.
-                    if self._changed(db, _DROP_HOLD, (expired, charge.ledger)):
-                        db.execute(sql(_UNRESERVE), (held, charge.ledger))
+                give_back(db, self.dialect, charge.ledger, now)
             taken: list[str] = []
             for charge in ordered:
                 params = (amount, charge.ledger, amount, charge.limit)
@@ -264,7 +269,7 @@ class _SQLLedgers(Ledgers):
         return await self.store.read(work)
 
 
-# The ledgers kept in memory, per store (MemoryStore, a user's store), and the
+# The ledgers kept in memory, per store of the user's (a MemoryStore keeps its own), and the
 # process's own for agents without a store.
 _IN_MEMORY: Final[weakref.WeakKeyDictionary[object, _MemoryLedgers]] = weakref.WeakKeyDictionary()
 _PINNED: Final[dict[int, tuple[object, _MemoryLedgers]]] = {}
@@ -277,17 +282,21 @@ def ledgers_of(store: object | None) -> Ledgers:
         return _PROCESS
     if isinstance(store, SQLStore):
         return _SQLLedgers(store, POSTGRES if isinstance(store, PostgresStore) else SQLITE)
+    if isinstance(store, MemoryStore):  # kept on the store, which prunes them
+        kept = store._budget_ledgers
+        if not isinstance(kept, _MemoryLedgers):
+            kept = store._budget_ledgers = _MemoryLedgers()
+        return kept
     try:
         ledgers = _IN_MEMORY.get(store)
     except TypeError:  # a store of the user's that cannot be weakly referenced
         ledgers = _PINNED.get(id(store), (None, None))[1]
     if ledgers is None:
-        if not isinstance(store, MemoryStore):
-            logger.warning(
-                "%r keeps no budget ledgers: budgets per agent are counted in this "
-                "process's memory, and hold per process only",
-                store,
-            )
+        logger.warning(
+            "%r keeps no budget ledgers: budgets per agent are counted in this "
+            "process's memory, and hold per process only",
+            store,
+        )
         ledgers = _MemoryLedgers()
         try:
             _IN_MEMORY[store] = ledgers

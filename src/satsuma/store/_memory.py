@@ -14,6 +14,7 @@ from .._exceptions import LeaseLost, StoreError
 from .._messages import Message, Usage
 from ._base import BaseStore
 from ._lease import Lease, Owner, let_go, owner_text, refuse_takeover
+from ._ledger_expiry import PrunedLedgers, day_of
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -49,6 +50,9 @@ class MemoryStore(BaseStore):
         self._summaries: dict[str, dict[int, Summary]] = {}  # agent_id -> through -> it
         # agent_id -> (holder or None once released, epoch, expires_at)
         self._leases: dict[str, tuple[Owner | None, int, float]] = {}
+        # The budgets' ledgers of this store, once an agent charged them (set by
+        # ``_ledger.ledgers_of``, which imports this module): what prune reaches of them.
+        self._budget_ledgers: PrunedLedgers | None = None
 
     async def open(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -342,6 +346,11 @@ class MemoryStore(BaseStore):
     async def _prune(self, older_than: float, *, conversations: bool, dry_run: bool) -> PruneReport:
         cut = cut_before(older_than)
         await trio.lowlevel.checkpoint()
+        ledgers = holds = 0
+        if self._budget_ledgers is not None:
+            ledgers, holds = self._budget_ledgers.prune(
+                day_of(cut), cut + older_than, dry_run=dry_run
+            )
         doomed = [
             r.run_id
             for r in self._runs.values()
@@ -353,6 +362,8 @@ class MemoryStore(BaseStore):
             runs=len(doomed),
             tool_calls=sum(len(self._calls.get(run_id, ())) for run_id in doomed),
             approvals=sum(len(self._approvals.get(run_id, ())) for run_id in doomed),
+            budget_ledgers=ledgers,
+            budget_holds=holds,
         )
         gone = set(doomed)
         kept_agents = {r.agent_id for r in self._runs.values() if r.run_id not in gone}

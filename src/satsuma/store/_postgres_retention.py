@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from ._dialect import NOW
+from ._dialect import NOW, POSTGRES
+from ._ledger_expiry import prune as prune_ledgers
+from ._ledger_expiry import prune_counts
 from ._retention import PRUNE_BATCH, PruneReport, batches, ended_before, idle
 
 if TYPE_CHECKING:
@@ -40,13 +42,14 @@ async def prune(
     """``Store.prune`` on PostgreSQL; ``older_than`` in seconds, on the database's clock
     (the one every machine of a cluster shares)."""
     cut = await _cut(store, older_than)
+    now = cut + older_than  # holds expire on the clock of the process that took them
     if dry_run:
-        return await store.transaction(lambda db: _counts(db, cut, conversations))
+        return await store.transaction(lambda db: _counts(db, cut, now, conversations))
     report = await batches(store.transaction, _runs_batch, cut)
     report += await batches(store.transaction, _queue_batch, cut)
     if conversations:
         report += await batches(store.transaction, _conversations_batch, cut)
-    return report
+    return report + await prune_ledgers(store, POSTGRES, cut, now)
 
 
 async def expire_queue(store: SQLStore, older_than: float) -> int:
@@ -67,7 +70,9 @@ async def _cut(store: SQLStore, older_than: float) -> float:
     return await store.read(work)
 
 
-def _counts(db: psycopg.Connection[Any], cut: float, conversations: bool) -> PruneReport:
+def _counts(
+    db: psycopg.Connection[Any], cut: float, now: float, conversations: bool
+) -> PruneReport:
     db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     doomed = f"SELECT run_id FROM runs WHERE {_ENDED_BEFORE}"
     queued = f"SELECT run_id FROM run_queue q WHERE {_QUEUE_ENDED_BEFORE}"
@@ -88,6 +93,7 @@ def _counts(db: psycopg.Connection[Any], cut: float, conversations: bool) -> Pru
         ).fetchone()
         assert counted is not None
         agents, messages = counted
+    ledgers, holds = prune_counts(db, POSTGRES, cut, now)
     return PruneReport(
         dry_run=True,
         cut=cut,
@@ -98,6 +104,8 @@ def _counts(db: psycopg.Connection[Any], cut: float, conversations: bool) -> Pru
         run_events=row[4],
         conversations=agents,
         messages=messages,
+        budget_ledgers=ledgers,
+        budget_holds=holds,
     )
 
 

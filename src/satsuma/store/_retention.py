@@ -56,6 +56,8 @@ class PruneReport:
         run_events: Recorded events of those queued runs (PostgreSQL only).
         conversations: Agents whose conversation was deleted (``conversations=True``).
         messages: The messages of those conversations.
+        budget_ledgers: Budgets' day ledgers of days that ended before the cut's day.
+        budget_holds: Budgets' holds that had expired (left by processes that died).
     """
 
     dry_run: bool
@@ -67,6 +69,8 @@ class PruneReport:
     run_events: int = 0
     conversations: int = 0
     messages: int = 0
+    budget_ledgers: int = 0
+    budget_holds: int = 0
 
     def counts(self) -> dict[str, int]:
         """The counts by table name, in a fixed order (what the CLI prints)."""
@@ -78,6 +82,8 @@ class PruneReport:
             "run_events": self.run_events,
             "conversations": self.conversations,
             "messages": self.messages,
+            "budget_ledgers": self.budget_ledgers,
+            "budget_holds": self.budget_holds,
         }
 
     def __add__(self, other: PruneReport) -> PruneReport:

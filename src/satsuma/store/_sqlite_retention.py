@@ -11,6 +11,9 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Final
 
+from ._dialect import SQLITE
+from ._ledger_expiry import prune as prune_ledgers
+from ._ledger_expiry import prune_counts
 from ._retention import PRUNE_BATCH, PruneReport, batches, cut_before, ended_before, idle
 
 if TYPE_CHECKING:
@@ -29,15 +32,16 @@ async def prune(
 ) -> PruneReport:
     """``Store.prune`` on SQLite; ``older_than`` in seconds."""
     cut = cut_before(older_than)
+    now = cut + older_than
     if dry_run:
-        return await store.transaction(lambda db: _counts(db, cut, conversations))
+        return await store.transaction(lambda db: _counts(db, cut, now, conversations))
     report = await batches(store.transaction, _runs_batch, cut)
     if conversations:
         report += await batches(store.transaction, _conversations_batch, cut)
-    return report
+    return report + await prune_ledgers(store, SQLITE, cut, now)
 
 
-def _counts(db: sqlite3.Connection, cut: float, conversations: bool) -> PruneReport:
+def _counts(db: sqlite3.Connection, cut: float, now: float, conversations: bool) -> PruneReport:
     doomed = f"SELECT run_id FROM runs WHERE {_ENDED_BEFORE}"
     (runs,) = db.execute(f"SELECT count(*) FROM runs WHERE {_ENDED_BEFORE}", (cut,)).fetchone()
     (calls,) = db.execute(
@@ -51,6 +55,7 @@ def _counts(db: sqlite3.Connection, cut: float, conversations: bool) -> PruneRep
         agents, messages = db.execute(
             f"SELECT count(DISTINCT agent_id), count(*) FROM messages m WHERE {_IDLE}", (cut,)
         ).fetchone()
+    ledgers, holds = prune_counts(db, SQLITE, cut, now)
     return PruneReport(
         dry_run=True,
         cut=cut,
@@ -59,6 +64,8 @@ def _counts(db: sqlite3.Connection, cut: float, conversations: bool) -> PruneRep
         approvals=approvals,
         conversations=agents,
         messages=messages,
+        budget_ledgers=ledgers,
+        budget_holds=holds,
     )
 
 
