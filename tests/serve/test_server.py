@@ -175,3 +175,47 @@ async def test_runs_in_flight_are_capped_for_every_surface(serve_http: Any, tmp_
             "/v1/agents/banker/d/runs", json={"prompt": "go"}, headers=headers
         )
         assert again.status_code == 200, again.text
+
+
+async def _answer(stream: trio.SocketStream) -> bytes:
+    """One HTTP/1.1 response read off ``stream`` (its head and a Content-Length body), or
+    b"" when the server has closed the connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await stream.receive_some()
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += await stream.receive_some()
+    return head
+
+
+async def test_an_idle_connection_outlives_a_proxys_keep_alive(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A proxy (nginx keeps upstream connections 60 s) or a client pool reuses an idle
+    # connection: if the server closed it first, the request sent on it as it closes is
+    # lost ("Server disconnected without sending a response", a 502 at a proxy). The
+    # server keeps idle connections longer than they do: 75 s.
+    server = Server([Greeter], port=0, model=scripted("Hello!"))
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        port = int(server.url.rsplit(":", 1)[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(request)
+            assert (await _answer(stream)).startswith(b"HTTP/1.1 200")
+            await trio.sleep(65)
+            await stream.send_all(request)
+            assert (await _answer(stream)).startswith(b"HTTP/1.1 200")
+            await trio.sleep(80)  # past the server's keep-alive: it closes the connection
+            assert await stream.receive_some() == b""
+        server.shutdown()

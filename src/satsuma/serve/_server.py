@@ -40,6 +40,7 @@ __all__ = ["DRAIN_TIMEOUT", "SURFACES", "ServeContext", "Server", "SurfaceFactor
 
 log = logging.getLogger("satsuma.serve")
 _BACKLOG = 4096
+_KEEP_ALIVE = 75.0  # seconds
 DRAIN_TIMEOUT = 30.0
 
 
@@ -346,6 +347,10 @@ class Server:
         # thousand event streams opening at once on a busy machine) had connections
         # reset by the kernel. The kernel caps this at its somaxconn.
         config.backlog = _BACKLOG
+        # An idle connection is kept longer than the clients and proxies that reuse it
+        # keep it (nginx's upstream keep-alive 60 s, httpx's pool 5 s): closed first by
+        # the server, a request sent on it as it closes is lost (a proxy's 502).
+        config.keep_alive_timeout = _KEEP_ALIVE
         config.errorlog = logging.getLogger("satsuma.serve.hypercorn")
         if self.certfile is not None:
             config.certfile = os.fspath(self.certfile)
