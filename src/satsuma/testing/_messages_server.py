@@ -16,7 +16,7 @@ import functools
 import json
 import re
 import urllib.parse
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
 import trio
 
@@ -25,6 +25,13 @@ from ._billing import PromptCache
 from ._http import Answer, JSONAnswer, StreamAnswer, sse
 from ._script import Reply, estimate_usage, reply_blocks
 from ._server import Route, ScriptedServer
+from ._server_compaction import (
+    SUMMARY,
+    compacted,
+    compacting,
+    compaction_iteration,
+    stream_compaction,
+)
 
 if TYPE_CHECKING:
     import anthropic
@@ -69,7 +76,12 @@ class MessagesServer(ScriptedServer):
 
     A request with the API's ``context_management`` field (context editing) is answered
     as any other, its field and ``anthropic-beta`` header recorded in ``received``; the
-    server clears nothing, and its answer says so (``"applied_edits": []``).
+    server clears nothing, and its answer says so (``"applied_edits": []``). One with the
+    compaction edit (``compact_20260112``) is measured from its last ``compaction``
+    block on, as the API drops what came before; past the edit's trigger (a token per
+    4 characters) the answer begins with a compaction block holding a fixed summary
+    (``MessagesServer.compaction_summary``), is billed from the summary on, and reports
+    the compaction's own call in ``usage.iterations``.
 
     A request after the last item gets a 500 saying that the script is exhausted, so a
     test that asks for more than it scripted fails clearly; unless ``then`` is given: a
@@ -110,6 +122,9 @@ class MessagesServer(ScriptedServer):
     """
 
     _server_name = "MessagesServer"
+
+    compaction_summary: ClassVar[str] = SUMMARY
+    """The text of every compaction block the server answers with."""
 
     @functools.cached_property
     def count_requests(self) -> list[dict[str, Any]]:
@@ -188,6 +203,13 @@ class MessagesServer(ScriptedServer):
         self, reply: Reply, payload: dict[str, Any], prompt_chars: int, stream: bool
     ) -> JSONAnswer | StreamAnswer:
         blocks, calls = reply_blocks(reply)
+        compaction = compacting(payload, prompt_chars)
+        if compaction is not None:
+            # Billed as the model reads it: from the last compaction block, or the new one.
+            payload, prompt_chars = compaction.payload, compaction.prompt_chars
+            if compaction.compacts:
+                payload, prompt_chars = compacted(payload)
+                blocks = [payload["messages"][0]["content"][0], *blocks]
         estimate = estimate_usage(reply, prompt_chars)
         # The API's fields only (Usage's own cost and hour's writes are not on the wire).
         usage: dict[str, Any] = {
@@ -212,6 +234,13 @@ class MessagesServer(ScriptedServer):
                 "ephemeral_5m_input_tokens": written - hour,
                 "ephemeral_1h_input_tokens": hour,
             }
+        iterations: list[dict[str, Any]] | None = None
+        if compaction is not None and compaction.compacts:
+            # The compaction's own call is not in the top-level counts (as on the API).
+            iterations = [
+                compaction_iteration(compaction.prompt_chars),
+                {"type": "message", **usage},
+            ]
         message_id = f"msg_test_{next(self._message_ids)}"
         model = str(payload.get("model", ""))
         stop_reason = reply.final_stop_reason
@@ -227,6 +256,8 @@ class MessagesServer(ScriptedServer):
             )
             if editing is not None:
                 message["context_management"] = editing
+            if iterations is not None:
+                message["usage"]["iterations"] = iterations
             return JSONAnswer(200, message)
         raw_inputs = {call.id: call.input for call in calls if isinstance(call.input, str)}
         events = _codec.stream_events(
@@ -237,8 +268,12 @@ class MessagesServer(ScriptedServer):
             usage=usage,
             tool_inputs=raw_inputs,
         )
-        if editing is not None:
-            for event in events:
-                if event["type"] == "message_delta":
+        if iterations is not None:
+            stream_compaction(events)
+        for event in events:
+            if event["type"] == "message_delta":
+                if editing is not None:
                     event["context_management"] = editing
+                if iterations is not None:
+                    event["usage"]["iterations"] = iterations
         return StreamAnswer([sse(event["type"], event) for event in events])
