@@ -12,12 +12,13 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from .._exceptions import AgentCrashed, AgentUnavailable
+from .._exceptions import AgentCrashed, AgentUnavailable, ConfigurationError
 from ..models import Model, shared_model
 from ..store import Store
 from ..tools import Approver
 from ._actor import Actor
 from ._agent import Agent, seconds_or_none, spec_of
+from ._compaction import Compaction
 from ._handle import AgentHandle
 from ._result import OutputT
 
@@ -76,7 +77,9 @@ def open_agent(
     Raises:
         TypeError: ``agent`` is not a concrete Agent subclass.
         ValueError: ``approval_timeout`` is not a positive number or None.
-        ConfigurationError: no model is passed and the environment has no API key.
+        ConfigurationError: no model is passed and the environment has no API key, or
+            the agent's history is a ``Compaction`` and the model compacts on the API's
+            side too (``ContextEditing(compact=True)``).
     """
     return _open_agent(
         agent,
@@ -111,6 +114,16 @@ async def _open_agent(
         spec = attrs.evolve(spec, approval_timeout=seconds)
     if model is None:
         model = await shared_model(spec.name, spec.model)
+    editing = getattr(model, "context_editing", None)
+    if isinstance(spec.history, Compaction) and getattr(editing, "compact", False) is True:
+        # Two summarisers of one conversation: satsuma's would fold the API's compaction
+        # blocks into its own summary, and the API's would summarise satsuma's.
+        raise ConfigurationError(
+            f"agent {spec.name!r} compacts its history twice: its history is a "
+            "satsuma.Compaction and its model's ContextEditing has compact=True",
+            "Use one of them: history = satsuma.KeepAll() with the API's compaction, "
+            "or ContextEditing(compact=False) with satsuma's",
+        )
     if store is not None and agent_id is None:
         raise ValueError("an agent with a store needs an agent_id, to find its conversation again")
     if store is not None:

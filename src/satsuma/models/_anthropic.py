@@ -22,7 +22,7 @@ from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import message_param
 from ._clients import Provider
 from ._codec import StreamAccumulator, conversation_breakpoints, error_status, request_params
-from ._context_editing import BETA_HEADER, ContextEditing, check_context_editing, log_applied_edits
+from ._context_editing import ContextEditing, check_context_editing, log_applied_edits
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._retries import check_retry_settings, retryable_status
@@ -147,8 +147,10 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         if context_editing is not None:
             self._editing = context_editing.request_options()
             betas = client.default_headers.get("anthropic-beta")
-            if isinstance(betas, str) and betas and BETA_HEADER not in betas.split(","):
-                self._editing["extra_headers"] = {"anthropic-beta": f"{betas},{BETA_HEADER}"}
+            if isinstance(betas, str) and betas:
+                sent = betas.split(",")
+                added = [beta for beta in context_editing.betas if beta not in sent]
+                self._editing["extra_headers"] = {"anthropic-beta": ",".join([*sent, *added])}
         self._use(
             client, owns_client, max_retries, backoff_base, backoff_cap, jitter, stream, limits
         )

@@ -534,12 +534,18 @@ class StreamAccumulator:
     def _citation(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
         block.setdefault("citations", []).append(_without_none(delta["citation"]))
 
+    def _compaction(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        # The API's compaction summary comes whole in one delta (the SDK replaces, not
+        # appends); kept so that it goes back verbatim (ContextEditing(compact=True)).
+        block.update(_without_none({k: v for k, v in delta.items() if k != "type"}))
+
     _ON_DELTA: ClassVar[dict[str, _DeltaHandler]] = {
         "text_delta": _text,
         "thinking_delta": _thinking,
         "signature_delta": _signature,
         "input_json_delta": _input_json,
         "citations_delta": _citation,
+        "compaction_delta": _compaction,
     }
 
     def _block_stop(self, event: Mapping[str, Any]) -> None:

@@ -7,6 +7,11 @@ carries a ``context_management`` field and the ``context-management-2025-06-27``
 header. The history satsuma stores is not changed: the edit happens on the API's side, on
 every request, so the conversation is kept whole and can be resumed on any model.
 
+With ``compact=True`` the API also compacts (``compact_20260112``, beta header
+``compact-2026-01-12``): past the trigger it summarises the conversation and answers
+with a ``compaction`` block before its reply. That block is kept in the history like any
+other block and sent back verbatim; the API then drops what came before it.
+
 The pinned SDK types the field only on its beta client, which satsuma does not use; the
 regular client sends it as ``extra_body`` and the header as ``extra_headers``, which is
 what ``request_options`` gives.
@@ -20,10 +25,21 @@ from typing import Any, Literal
 
 import attrs
 
-__all__ = ["BETA_HEADER", "ContextEditing", "check_context_editing", "log_applied_edits"]
+__all__ = [
+    "BETA_HEADER",
+    "COMPACT_BETA_HEADER",
+    "ContextEditing",
+    "check_context_editing",
+    "log_applied_edits",
+]
 
 BETA_HEADER = "context-management-2025-06-27"
 """The ``anthropic-beta`` header value that turns context editing on."""
+
+COMPACT_BETA_HEADER = "compact-2026-01-12"
+"""The ``anthropic-beta`` header value that turns the API's compaction on."""
+
+_LEAST_COMPACT_TRIGGER = 50_000  # the API refuses a smaller compaction trigger
 
 _logger = logging.getLogger("satsuma.models")
 
@@ -74,10 +90,18 @@ class ContextEditing:
         keep_thinking_turns: Also clear thinking blocks (``clear_thinking_20251015``),
             keeping those of this many latest assistant turns, or ``"all"`` to keep every
             one (which keeps the cache); None (the default): no thinking edit.
+        compact: Also let the API compact the conversation (``compact_20260112``): past
+            the trigger it answers with a ``compaction`` block (a summary) before its
+            reply, which the history keeps and later requests send back.
+        compact_trigger_tokens: The request's input tokens at which the API compacts (the
+            API's default: 150,000; at least 50,000).
+        compact_instructions: Instructions for the summary, replacing the API's own.
 
     Raises:
-        ValueError: A count that is not a positive whole number, or nothing to clear.
-        TypeError: ``exclude_tools`` is not a list of tool names, or a flag not a bool.
+        ValueError: A count that is not a positive whole number, a compaction setting
+            without ``compact``, or nothing to clear.
+        TypeError: ``exclude_tools`` is not a list of tool names, a flag not a bool, or
+            ``compact_instructions`` not a string.
     """
 
     clear_tool_uses: bool = True
@@ -87,9 +111,12 @@ class ContextEditing:
     exclude_tools: tuple[str, ...] = attrs.field(default=(), converter=_tool_names)
     clear_tool_inputs: bool = False
     keep_thinking_turns: int | Literal["all"] | None = None
+    compact: bool = False
+    compact_trigger_tokens: int | None = None
+    compact_instructions: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        for flag in ("clear_tool_uses", "clear_tool_inputs"):
+        for flag in ("clear_tool_uses", "clear_tool_inputs", "compact"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(
                     f"ContextEditing.{flag} must be True or False, got: {getattr(self, flag)!r}"
@@ -99,6 +126,7 @@ class ContextEditing:
         _positive("clear_at_least_tokens", self.clear_at_least_tokens)
         if self.keep_thinking_turns != "all":
             _positive("keep_thinking_turns", self.keep_thinking_turns)
+        self._check_compaction()
         if not self.clear_tool_uses:
             for name in ("trigger_tokens", "keep_tool_uses", "clear_at_least_tokens"):
                 if getattr(self, name) is not None:
@@ -112,11 +140,43 @@ class ContextEditing:
                     f"ContextEditing.{name} is set but clear_tool_uses is False: "
                     "it only applies to clearing tool results"
                 )
-            if self.keep_thinking_turns is None:
+            if self.keep_thinking_turns is None and not self.compact:
                 raise ValueError(
-                    "ContextEditing clears nothing: clear_tool_uses is False and "
-                    "keep_thinking_turns is None"
+                    "ContextEditing clears nothing: clear_tool_uses is False, "
+                    "keep_thinking_turns is None and compact is False"
                 )
+
+    def _check_compaction(self) -> None:
+        trigger, instructions = self.compact_trigger_tokens, self.compact_instructions
+        _positive("compact_trigger_tokens", trigger)
+        if trigger is not None and trigger < _LEAST_COMPACT_TRIGGER:
+            raise ValueError(
+                "ContextEditing.compact_trigger_tokens must be at least 50,000 (the API's "
+                f"least), got: {trigger!r}"
+            )
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(
+                f"ContextEditing.compact_instructions must be a string, got: {instructions!r}"
+            )
+        if instructions is not None and not instructions.strip():
+            raise ValueError("ContextEditing.compact_instructions is empty")
+        if not self.compact:
+            name = "compact_trigger_tokens" if trigger is not None else "compact_instructions"
+            if trigger is not None or instructions is not None:
+                raise ValueError(
+                    f"ContextEditing.{name} is set but compact is False: "
+                    "it only applies to the API's compaction"
+                )
+
+    @property
+    def betas(self) -> tuple[str, ...]:
+        """The ``anthropic-beta`` values these edits need."""
+        only_compact = (
+            self.compact and not self.clear_tool_uses and self.keep_thinking_turns is None
+        )
+        if only_compact:
+            return (COMPACT_BETA_HEADER,)
+        return (BETA_HEADER, COMPACT_BETA_HEADER) if self.compact else (BETA_HEADER,)
 
     def request_options(self) -> dict[str, Any]:
         """The SDK call's ``extra_headers`` and ``extra_body`` that ask for these edits."""
@@ -145,8 +205,15 @@ class ContextEditing:
             if self.clear_tool_inputs:
                 edit["clear_tool_inputs"] = True
             edits.append(edit)
+        if self.compact:
+            compact: dict[str, Any] = {"type": "compact_20260112"}
+            if self.compact_trigger_tokens is not None:
+                compact["trigger"] = {"type": "input_tokens", "value": self.compact_trigger_tokens}
+            if self.compact_instructions is not None:
+                compact["instructions"] = self.compact_instructions
+            edits.append(compact)
         return {
-            "extra_headers": {"anthropic-beta": BETA_HEADER},
+            "extra_headers": {"anthropic-beta": ",".join(self.betas)},
             "extra_body": {"context_management": {"edits": edits}},
         }
 
