@@ -183,3 +183,30 @@ async def test_satsumas_compaction_and_the_apis_together_are_refused() -> None:
         async with satsuma.open_agent(Summariser, model=plain) as agent:
             assert agent.agent_id
     assert server.requests == []
+
+
+async def test_a_conversation_goes_on_past_the_context_window_once_compacted() -> None:
+    # The stored history outgrows the window; the API reads it from the last block on,
+    # and the window check, calibrated on the API's count of the compacted request,
+    # lets it through.
+    satsuma.set_context_window("sonnet", 60_000)
+    try:
+        editing = compacting(compact_trigger_tokens=TRIGGER)
+        async with MessagesServer(["One.", "Two.", "Three."]) as server:
+            model = AnthropicModel(server.client(), context_editing=editing)
+            async with satsuma.open_agent(Talker, model=model) as agent:
+                results = [await agent.run(LONG), await agent.run(LONG)]
+                results.append(await agent.run("And now?"))
+    finally:
+        satsuma.set_context_window("sonnet", None)
+    assert [(r.status, r.output) for r in results] == [
+        ("completed", "One."),
+        ("completed", "Two."),
+        ("completed", "Three."),
+    ]
+    last = server.requests[2]["messages"]
+    assert sum(len(str(message)) for message in last) // 4 > 60_000  # past the window
+    # Each long request was compacted; the last, read from the second block on, was not.
+    blocks = [m["content"][0] for m in last if m["role"] == "assistant"]
+    assert blocks == [summary_block(), summary_block()]
+    assert results[2].usage.input_tokens < 1_000
