@@ -106,6 +106,31 @@ async def test_the_block_is_kept_in_the_history_and_sent_back(stream: bool) -> N
     assert len(history) == 4
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_compaction_steps_tokens_are_in_the_calls_cost(stream: bool) -> None:
+    # The API reports the compaction's own call under usage.iterations, not in the
+    # top-level counts: its tokens are priced into the call's cost (what a budget
+    # charges), while the counts stay the request's own.
+    prices = satsuma.ModelPrices(input=3.0, output=15.0)
+    satsuma.set_prices(Talker.model, prices)
+    try:
+        editing = compacting(compact_trigger_tokens=TRIGGER)
+        async with MessagesServer(["Noted.", "Still here."]) as server:
+            model = AnthropicModel(server.client(), context_editing=editing, stream=stream)
+            async with satsuma.open_agent(Talker, model=model) as agent:
+                first = await agent.run(LONG)
+                second = await agent.run("And now?")
+    finally:
+        satsuma.set_prices(Talker.model, None)
+    own = prices.cost(first.usage)
+    assert first.usage.cost_usd is not None and first.usage.input_tokens < 1_000
+    # The step read the long prompt (at the server's 4 characters a token).
+    step = first.usage.cost_usd - own
+    assert step >= len(LONG) / 4 * 3.0 / 1_000_000
+    # A call without a compaction step costs its counts alone.
+    assert second.usage.cost_usd == prices.cost(second.usage)
+
+
 async def test_a_resume_on_a_sqlite_store_sends_the_block_back(tmp_path: Path) -> None:
     path = tmp_path / "compaction.db"
     editing = compacting(compact_trigger_tokens=TRIGGER)

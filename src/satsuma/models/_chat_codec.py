@@ -323,5 +323,7 @@ class ChatAccumulator:
             stop_reason=_STOP_REASONS.get(stop, stop) if stop is not None else None,
             model=self._model,
             id=self._id,
-            **self._usage,
+            input_tokens=self._usage.get("input_tokens", 0),
+            output_tokens=self._usage.get("output_tokens", 0),
+            cache_read_input_tokens=self._usage.get("cache_read_input_tokens", 0),
         )

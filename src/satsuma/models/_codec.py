@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Protocol, TypeAlias
 
 import attrs
 
+from ._context_editing import compaction_steps
+
 __all__ = [
     "MessageLike",
     "StreamAccumulator",
@@ -343,6 +345,8 @@ class StreamedMessage:
         cache_read_input_tokens: Input tokens read from the cache.
         cache_creation_1h_input_tokens: Of those written, the ones written for an hour
             (the API's ``cache_creation.ephemeral_1h_input_tokens``).
+        compaction: The tokens of the API's server-side compaction steps, which the
+            counts above leave out (``compaction_steps``), or None.
     """
 
     content: tuple[dict[str, Any], ...]
@@ -355,6 +359,7 @@ class StreamedMessage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_1h_input_tokens: int = 0
+    compaction: Mapping[str, int] | None = None
 
 
 def no_delta(delta: str) -> None:
@@ -463,6 +468,7 @@ class StreamAccumulator:
     _id: str = attrs.field(default="", init=False)
     _stop_reason: str | None = attrs.field(default=None, init=False)
     _usage: dict[str, int] = attrs.field(factory=dict, init=False)
+    _compaction_steps: dict[str, int] | None = attrs.field(default=None, init=False)
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Take one event. Unknown event types (``ping``, future ones) are ignored."""
@@ -587,6 +593,9 @@ class StreamAccumulator:
             written.get("ephemeral_1h_input_tokens"), int
         ):
             self._usage["cache_creation_1h_input_tokens"] = written["ephemeral_1h_input_tokens"]
+        compaction = compaction_steps(usage)
+        if compaction is not None:
+            self._compaction_steps = compaction
 
     _ON_EVENT: ClassVar[dict[str, _EventHandler]] = {
         "message_start": _message_start,
@@ -612,5 +621,6 @@ class StreamAccumulator:
             stop_reason=self._stop_reason,
             model=self._model,
             id=self._id,
+            compaction=self._compaction_steps,
             **self._usage,
         )

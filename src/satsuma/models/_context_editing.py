@@ -235,3 +235,31 @@ def log_applied_edits(payload: Mapping[str, Any]) -> None:
         if isinstance(edit, Mapping):
             cleared = {key: value for key, value in edit.items() if key != "type"}
             _logger.info("context editing applied by the API: %s %s", edit.get("type"), cleared)
+
+
+# The usage keys of a step of ``usage.iterations`` that are added up.
+_STEP_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def compaction_steps(usage: Mapping[str, Any]) -> dict[str, int] | None:
+    """The tokens of the API's server-side compaction steps in a response's usage, summed
+    (``usage.iterations`` entries of type ``compaction``), or None if it made none. The
+    top-level counts leave them out: they are priced into the call's cost on their own."""
+    steps = usage.get("iterations")
+    if not isinstance(steps, list):
+        return None
+    summed = dict.fromkeys(_STEP_KEYS, 0)
+    found = False
+    for step in steps:
+        if isinstance(step, Mapping) and step.get("type") == "compaction":
+            found = True
+            for key in _STEP_KEYS:
+                count = step.get(key)
+                if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                    summed[key] += count
+    return summed if found else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -25,7 +26,15 @@ import attrs
 from .._messages import Usage
 from ._aliases import MODEL_ALIASES
 
-__all__ = ["PRICES", "ModelPrices", "price_key", "priced", "prices_for", "set_prices"]
+__all__ = [
+    "PRICES",
+    "ModelPrices",
+    "price_key",
+    "priced",
+    "prices_for",
+    "set_prices",
+    "with_compaction",
+]
 
 _MILLION: Final = 1_000_000
 
@@ -216,3 +225,15 @@ def priced(usage: Usage, *models: str) -> Usage:
         if prices is not None:
             return attrs.evolve(usage, cost_usd=prices.cost(usage))
     return usage
+
+
+def with_compaction(usage: Usage, steps: Mapping[str, int] | None, *models: str) -> Usage:
+    """``usage`` with the cost of the API's server-side compaction steps (``steps``:
+    their summed tokens, which the usage's counts leave out) added to its cost. The
+    counts stay the request's own, which the next request's estimate is calibrated on."""
+    if steps is None or usage.cost_usd is None:
+        return usage
+    step = priced(Usage(**steps), *models)
+    if step.cost_usd is None:
+        return usage
+    return attrs.evolve(usage, cost_usd=usage.cost_usd + step.cost_usd)

@@ -26,7 +26,7 @@ from .._toolcall import ToolCall
 from ._codec import StreamedMessage
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
-from ._prices import priced
+from ._prices import priced, with_compaction
 from ._responses import checked_response
 from ._retries import retry_after_seconds, retryable_status, retrying
 
@@ -198,14 +198,19 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
                 stop_reason=message.stop_reason,
                 # Priced by the model asked for (the name its prices were set by),
                 # else by the one that answered (a dated id the table knows).
-                usage=priced(
-                    Usage(
-                        input_tokens=message.input_tokens,
-                        output_tokens=message.output_tokens,
-                        cache_creation_input_tokens=message.cache_creation_input_tokens,
-                        cache_read_input_tokens=message.cache_read_input_tokens,
-                        cache_creation_1h_input_tokens=message.cache_creation_1h_input_tokens,
+                usage=with_compaction(
+                    priced(
+                        Usage(
+                            input_tokens=message.input_tokens,
+                            output_tokens=message.output_tokens,
+                            cache_creation_input_tokens=message.cache_creation_input_tokens,
+                            cache_read_input_tokens=message.cache_read_input_tokens,
+                            cache_creation_1h_input_tokens=message.cache_creation_1h_input_tokens,
+                        ),
+                        model,
+                        message.model,
                     ),
+                    message.compaction,
                     model,
                     message.model,
                 ),
