@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import satsuma
 from satsuma import AnthropicModel, Compaction, ContextWindowExceeded, Usage, tool
-from satsuma.store import MemoryStore, SQLiteStore
+from satsuma.store import MemoryStore, SQLiteStore, ledgers_of
 from satsuma.testing import FunctionModel, MessagesServer, Reply
 
 INSTRUCTIONS = "Summarise the conversation for the test."
@@ -114,6 +114,37 @@ async def test_older_turns_become_one_summary_and_requests_stay_under_the_limit(
     # A summary is made only when the limit is passed: between two, the head holds.
     heads = [json.dumps(body["messages"][0]) for body in summarised]
     assert len(set(heads)) == answers.summaries
+
+
+async def test_a_budget_charges_the_summary_call_too() -> None:
+    # The summary is a model call: checked against the agent's budget and charged to its
+    # ledger like the agent's own calls, so the ledger holds what every call cost.
+    model_id = "claude-compaction-budget-test"
+
+    class Budgeted(Reader):
+        name = "compacting_budgeted"
+        model = model_id
+        budget = satsuma.Budget(usd_per_agent=10_000)
+
+    satsuma.set_prices(model_id, satsuma.ModelPrices(input=1_000, output=1_000))
+    try:
+        answers = Answers()
+        store = MemoryStore()
+        async with MessagesServer(then=answers, keep_requests=None) as server:
+            model = AnthropicModel(server.client())
+            async with satsuma.open_agent(Budgeted, model=model, store=store, agent_id="b") as a:
+                results = []
+                while answers.summaries == 0:
+                    results.append(await a.run(f"question {answers.turn}"))
+        balance = await ledgers_of(store).balance("agent:b")
+    finally:
+        satsuma.set_prices(model_id, None)
+    costs = [result.usage.cost_usd for result in results]
+    assert None not in costs
+    # The summary's reported usage alone costs 12,345 * $0.001 + 67 * $0.001.
+    assert sum(c for c in costs if c is not None) > 12.4
+    assert balance.spent == pytest.approx(sum(c for c in costs if c is not None))
+    assert balance.reserved == pytest.approx(0)
 
 
 async def test_a_summary_call_on_another_model_names_that_model() -> None:

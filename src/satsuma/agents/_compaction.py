@@ -31,8 +31,10 @@ import attrs
 
 from .._exceptions import ModelError
 from .._messages import Message, Usage, message_size
-from ..models import ModelRequest, count_input_tokens
+from ..models import ModelRequest, ModelResponse, count_input_tokens, estimate_input_tokens
 from ..store import Summary
+from . import _spending
+from ._budget import budgeted
 from ._history import TrimMemo, exchange_starts, starts_exchange
 from ._summary_state import CompactionState
 
@@ -224,6 +226,37 @@ async def _summarise(
         ),
         cache=None,
     )
+    # The summary is a model call like any other: a budget is checked before it (a
+    # BudgetExceeded fails the run) and charged its cost after.
+    held = (
+        await _spending.reserve(run, request, estimate_input_tokens(request))
+        if budgeted(ctx.spec.budget)
+        else None
+    )
+    try:
+        response = await _ask(run, request, len(part))
+    except BaseException:
+        if held is not None:
+            await _spending.settle(run, held, None)  # the reservation given back
+        raise
+    if held is not None:
+        await _spending.settle(run, held, response.usage if response is not None else None)
+    if response is None:
+        return None
+    text = response.text.strip()
+    if not text:
+        logger.warning(
+            "agent %s: the summary call answered no text; this request is trimmed instead",
+            ctx.agent_id,
+        )
+        return None
+    return text
+
+
+async def _ask(run: Run, request: ModelRequest, messages: int) -> ModelResponse | None:
+    """The summary call's response, admitted by the limiter and counted in the run's
+    usage; None when it failed (logged)."""
+    ctx = run.ctx
     limiter = ctx.limiter
     permit = await limiter.admit(0) if limiter is not None else None
     try:
@@ -233,7 +266,7 @@ async def _summarise(
             "agent %s: the summary of %d messages failed (%s); this request is trimmed "
             "instead, and the next one tries again",
             ctx.agent_id,
-            len(part),
+            messages,
             exc,
         )
         return None
@@ -243,14 +276,7 @@ async def _summarise(
     if permit is not None:
         permit.settle(response.usage)
     run.usage = run.usage + response.usage
-    text = response.text.strip()
-    if not text:
-        logger.warning(
-            "agent %s: the summary call answered no text; this request is trimmed instead",
-            ctx.agent_id,
-        )
-        return None
-    return text
+    return response
 
 
 async def compacted(
