@@ -85,6 +85,8 @@ class _Run:
     stopped: trio.Event = attrs.Factory(trio.Event)  # ended or paused
     done: trio.Event = attrs.Factory(trio.Event)  # its driver returned
     settled_at: float | None = None
+    # Called once when it next stops (see ``LocalRuns.when_stopped``).
+    on_stop: list[Callable[[], None]] = attrs.Factory(list)
 
 
 class LocalRuns:
@@ -176,13 +178,19 @@ class LocalRuns:
 
     def _on_event(self, run: _Run) -> Callable[[AgentEvent], None]:
         def record(event: AgentEvent) -> None:
-            data = public_event(event_to_json(event))
-            if data["type"] == "RunStart" and run.view.status == "queued":
+            kind = type(event).__name__
+            if kind == "TurnEnd":
+                data = public_event(event_to_json(event))
+                if isinstance(data.get("usage"), Mapping):
+                    # Spent so far: what a run that crashes before its result shows.
+                    usage = add_usage(run.view.usage, data["usage"])
+                    run.view = attrs.evolve(run.view, usage=usage)
+                run.log.append(data)
+                return
+            if kind == "RunStart" and run.view.status == "queued":
                 run.view = attrs.evolve(run.view, status="running", started_at=epoch_now())
-            elif data["type"] == "TurnEnd" and isinstance(data.get("usage"), Mapping):
-                # Spent so far: what a run that crashes before its result shows.
-                run.view = attrs.evolve(run.view, usage=add_usage(run.view.usage, data["usage"]))
-            run.log.append(data)
+            # Encoded only if someone reads it (see EventLog).
+            run.log.append_lazy(kind, lambda: public_event(event_to_json(event)))
 
         return record
 
@@ -251,6 +259,19 @@ class LocalRuns:
         run.log.settle()
         run.settled_at = trio.current_time()
         run.stopped.set()
+        callbacks, run.on_stop = run.on_stop, []
+        for callback in callbacks:
+            callback()
+
+    def when_stopped(self, run_id: str, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` (at once, without awaiting) when run ``run_id`` next stops:
+        ends or pauses for approval, when ``wait`` would return. False, and nothing
+        called, for a run this server does not drive or that has stopped already."""
+        run = self._runs.get(run_id)
+        if run is None or run.stopped.is_set():
+            return False
+        run.on_stop.append(callback)
+        return True
 
     async def wait(self, run_id: str) -> RunView:
         """See ``Runs.wait``."""
