@@ -31,6 +31,7 @@ from ._runs import RunEvent
 
 __all__ = ["DEFAULT_EVENT_LIMIT", "EventLog", "first_id_now"]
 
+
 class _Unencoded:
     """An event appended by ``append_lazy``, not read yet: its id, type and encoder."""
 
