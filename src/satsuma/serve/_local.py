@@ -140,7 +140,12 @@ class LocalRuns:
     async def _open(self, agent: str, agent_id: str) -> _Conversation:
         cls = self._agent_class(agent)
         key = (agent, agent_id)
-        lock = self._opening.setdefault(key, trio.Lock())
+        conversation = self._conversations.get(key)
+        if conversation is not None and is_open(self._supervisor, conversation.child_id):
+            # Open already: no lock, no checkpoint (a pass of trio's scheduler per run).
+            conversation.last_used = trio.current_time()
+            return conversation
+        lock = self._opening.get(key) or self._opening.setdefault(key, trio.Lock())
         async with lock:
             conversation = self._conversations.get(key)
             # New, or its own supervisor gave up (a crash loop): opened anew.
@@ -222,7 +227,8 @@ class LocalRuns:
         conversation.active += 1
 
         async def drive() -> RunResult[Any]:
-            await previous.wait()
+            if not previous.is_set():  # a set event's wait is a checkpoint, for nothing
+                await previous.wait()
             conversation.current = run
             result, _ = await internal.run_with_id(
                 conversation.handle, prompt, run_id, events=self._on_event(run)
@@ -259,14 +265,13 @@ class LocalRuns:
         run.log.settle()
         run.settled_at = trio.current_time()
         run.stopped.set()
-        callbacks, run.on_stop = run.on_stop, []
-        for callback in callbacks:
+        for callback in run.on_stop:
             callback()
+        run.on_stop.clear()
 
     def when_stopped(self, run_id: str, callback: Callable[[], None]) -> bool:
-        """Call ``callback`` (at once, without awaiting) when run ``run_id`` next stops:
-        ends or pauses for approval, when ``wait`` would return. False, and nothing
-        called, for a run this server does not drive or that has stopped already."""
+        """Call ``callback`` when run ``run_id`` next stops (when ``wait`` would return);
+        False, and never called, for a run not driven here or stopped already."""
         run = self._runs.get(run_id)
         if run is None or run.stopped.is_set():
             return False
