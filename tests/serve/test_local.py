@@ -272,6 +272,49 @@ async def test_many_readers_follow_one_live_run() -> None:
     assert all(ids == [1, 2, 3, 4, 5, 6] for ids in seen)
 
 
+async def test_an_event_appended_unencoded_is_encoded_once_when_first_read() -> None:
+    log = EventLog()
+    encoded: list[int] = []
+
+    def encoder(n: int) -> dict[str, object]:
+        encoded.append(n)
+        return {"type": "TextDelta", "n": n}
+
+    log.append_lazy("TextDelta", lambda: encoder(1))
+    log.append_lazy("TextDelta", lambda: encoder(2))
+    assert (log.last_type, log.last_id, encoded) == ("TextDelta", 2, [])
+    seen: list[list[object]] = [[], []]
+
+    async def read(into: list[object]) -> None:
+        async for event in log.follow(0):
+            into.append((event.id, event.data["n"] if event.type == "TextDelta" else None))
+
+    async with trio.open_nursery() as nursery:
+        for into in seen:
+            nursery.start_soon(read, into)
+        await trio.testing.wait_all_tasks_blocked()
+        # Readers waiting for more are woken by an unencoded event too.
+        log.append_lazy("TextDelta", lambda: encoder(3))
+        await trio.testing.wait_all_tasks_blocked()
+        log.append({"type": "RunEnd"})
+        log.settle()
+    assert seen[0] == seen[1] == [(1, 1), (2, 2), (3, 3), (4, None)]
+    assert encoded == [1, 2, 3]  # once each, however many read them
+
+
+async def test_when_stopped_calls_back_once_when_the_run_ends() -> None:
+    async with open_local_runs([Greeter], model=scripted("Hi.")) as runs:
+        assert not runs.when_stopped("no-such-run", lambda: None)
+        called: list[str] = []
+        started = await runs.start("greeter", "w", "Hello")
+        assert runs.when_stopped(started.run_id, lambda: called.append(started.run_id))
+        ended = await runs.wait(started.run_id)
+        assert ended.status == "completed" and called == [started.run_id]
+        # Stopped already: the caller is told to wait another way.
+        assert not runs.when_stopped(started.run_id, lambda: called.append("again"))
+    assert called == [started.run_id]
+
+
 async def test_a_new_run_goes_past_a_paused_one() -> None:
     async with open_local_runs([Banker], model=scripted(*two_transfers(), "Hi.")) as runs:
         paused = await runs.wait((await runs.start("banker", "t", "Pay")).run_id)

@@ -12,12 +12,17 @@ A log begun for a run of an earlier server life (paused, then resumed after a re
 not kept across that restart, so it starts from ``first_id``: a number above any the
 earlier life gave (see ``LocalRuns``). A client resuming with an id of that life is then
 told of the gap by an ``EventsLost`` event, never given an old number again.
+
+An event may be appended unencoded (``append_lazy``: its type and a function giving its
+JSON dict): most runs' events are read by nobody (a client that waits for the run reads
+its view, not its events), and encoding each one was a measurable share of a served
+run's CPU. It is encoded once, when a reader first reaches it, and kept encoded.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import trio
@@ -25,6 +30,18 @@ import trio
 from ._runs import RunEvent
 
 __all__ = ["DEFAULT_EVENT_LIMIT", "EventLog", "first_id_now"]
+
+
+class _Unencoded:
+    """An event appended by ``append_lazy``, not read yet: its id, type and encoder."""
+
+    __slots__ = ("encode", "id", "type")
+
+    def __init__(self, id_: int, type_: str, encode: Callable[[], Mapping[str, Any]]) -> None:
+        self.id = id_
+        self.type = type_
+        self.encode = encode
+
 
 DEFAULT_EVENT_LIMIT = 10_000
 """Events kept per run: far past a long run's (text deltas come a few per word)."""
@@ -53,10 +70,13 @@ class EventLog:
         if first_id < 1:
             raise ValueError(f"first_id must be at least 1, got: {first_id}")
         self._limit = limit
-        self._events: list[RunEvent] = []
+        self._events: list[RunEvent | _Unencoded] = []
         self._first = first_id  # the id of self._events[0]
         self._next = first_id
         self._changed = trio.Event()
+        # True once a reader waits on _changed: until then an append has no one to wake
+        # and keeps it (a new trio.Event per event was a share of a run's CPU).
+        self._watched = False
         # True while the run is not going on (ended, or paused awaiting approval): a
         # reader that has read everything then stops instead of waiting.
         self._settled = False
@@ -74,6 +94,15 @@ class EventLog:
     def append(self, data: Mapping[str, Any]) -> RunEvent:
         """Add one event (``event_to_json``'s dict) and wake every reader."""
         event = RunEvent(self._next, data)
+        self._add(event)
+        return event
+
+    def append_lazy(self, type_: str, encode: Callable[[], Mapping[str, Any]]) -> None:
+        """Add one event of type ``type_`` whose dict ``encode()`` gives, called once
+        when a reader first reaches it (never if none does), and wake every reader."""
+        self._add(_Unencoded(self._next, type_, encode))
+
+    def _add(self, event: RunEvent | _Unencoded) -> None:
         self._next += 1
         self._events.append(event)
         if len(self._events) > self._limit:
@@ -82,7 +111,6 @@ class EventLog:
             del self._events[:drop]
             self._first += drop
         self._wake()
-        return event
 
     def settle(self) -> None:
         """The run stopped (ended or paused): readers that are done stop waiting."""
@@ -94,8 +122,10 @@ class EventLog:
         self._settled = False
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._watched:
+            self._watched = False
+            self._changed.set()
+            self._changed = trio.Event()
 
     async def follow(self, after: int = 0) -> AsyncGenerator[RunEvent, None]:
         """The events numbered above ``after``, then each as it comes; it ends after a
@@ -108,7 +138,12 @@ class EventLog:
                 yield RunEvent(lost, {"type": "EventsLost", "first_id": after + 1, "last_id": lost})
                 after = lost
             if after < self.last_id:
-                event = self._events[after + 1 - self._first]
+                index = after + 1 - self._first
+                held = self._events[index]
+                if isinstance(held, _Unencoded):
+                    event = self._events[index] = RunEvent(held.id, held.encode())
+                else:
+                    event = held
                 after = event.id
                 yield event
                 if event.type == "RunEnd":
@@ -116,4 +151,5 @@ class EventLog:
                 continue
             if self._settled:
                 return
+            self._watched = True
             await self._changed.wait()

@@ -85,6 +85,8 @@ class _Run:
     stopped: trio.Event = attrs.Factory(trio.Event)  # ended or paused
     done: trio.Event = attrs.Factory(trio.Event)  # its driver returned
     settled_at: float | None = None
+    # Called once when it next stops (see ``LocalRuns.when_stopped``).
+    on_stop: list[Callable[[], None]] = attrs.Factory(list)
 
 
 class LocalRuns:
@@ -138,7 +140,12 @@ class LocalRuns:
     async def _open(self, agent: str, agent_id: str) -> _Conversation:
         cls = self._agent_class(agent)
         key = (agent, agent_id)
-        lock = self._opening.setdefault(key, trio.Lock())
+        conversation = self._conversations.get(key)
+        if conversation is not None and is_open(self._supervisor, conversation.child_id):
+            # Open already: no lock, no checkpoint (a pass of trio's scheduler per run).
+            conversation.last_used = trio.current_time()
+            return conversation
+        lock = self._opening.get(key) or self._opening.setdefault(key, trio.Lock())
         async with lock:
             conversation = self._conversations.get(key)
             # New, or its own supervisor gave up (a crash loop): opened anew.
@@ -176,13 +183,19 @@ class LocalRuns:
 
     def _on_event(self, run: _Run) -> Callable[[AgentEvent], None]:
         def record(event: AgentEvent) -> None:
-            data = public_event(event_to_json(event))
-            if data["type"] == "RunStart" and run.view.status == "queued":
+            kind = type(event).__name__
+            if kind == "TurnEnd":
+                data = public_event(event_to_json(event))
+                if isinstance(data.get("usage"), Mapping):
+                    # Spent so far: what a run that crashes before its result shows.
+                    usage = add_usage(run.view.usage, data["usage"])
+                    run.view = attrs.evolve(run.view, usage=usage)
+                run.log.append(data)
+                return
+            if kind == "RunStart" and run.view.status == "queued":
                 run.view = attrs.evolve(run.view, status="running", started_at=epoch_now())
-            elif data["type"] == "TurnEnd" and isinstance(data.get("usage"), Mapping):
-                # Spent so far: what a run that crashes before its result shows.
-                run.view = attrs.evolve(run.view, usage=add_usage(run.view.usage, data["usage"]))
-            run.log.append(data)
+            # Encoded only if someone reads it (see EventLog).
+            run.log.append_lazy(kind, lambda: public_event(event_to_json(event)))
 
         return record
 
@@ -214,7 +227,8 @@ class LocalRuns:
         conversation.active += 1
 
         async def drive() -> RunResult[Any]:
-            await previous.wait()
+            if not previous.is_set():  # a set event's wait is a checkpoint, for nothing
+                await previous.wait()
             conversation.current = run
             result, _ = await internal.run_with_id(
                 conversation.handle, prompt, run_id, events=self._on_event(run)
@@ -251,6 +265,18 @@ class LocalRuns:
         run.log.settle()
         run.settled_at = trio.current_time()
         run.stopped.set()
+        for callback in run.on_stop:
+            callback()
+        run.on_stop.clear()
+
+    def when_stopped(self, run_id: str, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` when run ``run_id`` next stops (when ``wait`` would return);
+        False, and never called, for a run not driven here or stopped already."""
+        run = self._runs.get(run_id)
+        if run is None or run.stopped.is_set():
+            return False
+        run.on_stop.append(callback)
+        return True
 
     async def wait(self, run_id: str) -> RunView:
         """See ``Runs.wait``."""

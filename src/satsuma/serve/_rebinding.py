@@ -14,6 +14,7 @@ With tokens the token is the check: behind a proxy the ``Host`` is the public na
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -24,6 +25,10 @@ from ._http import HTTPError
 __all__ = ["is_loopback", "rebinding_refusal"]
 
 
+# Asked twice per request of a server without tokens (its socket, its Host), nearly
+# always of the same few names: parsing an address each time was a visible share of a
+# request's CPU. Bounded, so that foreign Host headers cannot grow it.
+@functools.lru_cache(maxsize=256)
 def is_loopback(host: str) -> bool:
     """True for a host that only this machine can reach (``localhost``, 127.0.0.0/8,
     ``::1``, bracketed or not)."""

@@ -140,7 +140,11 @@ class CappedRuns:
             raise
         if view.ended or view.status == "awaiting_approval":
             slot.release()
-        else:
+            return view
+        # Runs that can call back when a run stops (LocalRuns) spare a task per run,
+        # spawned and woken for nothing but this; others are waited for by a task.
+        when_stopped = getattr(self.inner, "when_stopped", None)
+        if when_stopped is None or not when_stopped(view.run_id, slot.release):
             self.nursery.start_soon(self._release_at_end, view.run_id, slot)
         return view
 
