@@ -23,11 +23,12 @@ import attrs
 import trio
 
 from .._exceptions import RunNotAwaitingApproval
-from ..agents import Agent, AgentEvent, AgentHandle, RunResult, event_to_json, internal
+from ..agents import Agent, AgentEvent, AgentHandle, RunResult, internal
 from ..models import Model
 from ..store import RunRecord, Store
 from ..supervisor import Supervisor
 from ..tools import Approve, Deny
+from ._driven import DrivenRun
 from ._eventlog import EventLog, first_id_now
 from ._refusal import is_open, start_agent
 from ._runs import (
@@ -42,14 +43,10 @@ from ._runs import (
     UnknownRun,
 )
 from ._views import (
-    add_usage,
-    epoch_now,
     error_json,
     is_paused,
     json_values,
     pending_view,
-    public_event,
-    settled_view,
     split_stored_id,
     stored_id,
     stored_pending,
@@ -72,21 +69,7 @@ class _Conversation:
     tail: trio.Event
     active: int = 0
     last_used: float = 0.0
-    current: _Run | None = None
-
-
-@attrs.define(eq=False)
-class _Run:
-    """A run this server drives (or drove, until its retention passes)."""
-
-    view: RunView
-    log: EventLog
-    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
-    stopped: trio.Event = attrs.Factory(trio.Event)  # ended or paused
-    done: trio.Event = attrs.Factory(trio.Event)  # its driver returned
-    settled_at: float | None = None
-    # Called once when it next stops (see ``LocalRuns.when_stopped``).
-    on_stop: list[Callable[[], None]] = attrs.Factory(list)
+    current: DrivenRun | None = None
 
 
 class LocalRuns:
@@ -121,7 +104,7 @@ class LocalRuns:
         self._event_limit = event_limit
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._opening: dict[tuple[str, str], trio.Lock] = {}
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, DrivenRun] = {}
         self._deciding: dict[str, trio.Lock] = {}  # one decision at a time, per run
 
     @property
@@ -181,24 +164,6 @@ class LocalRuns:
 
     # --- runs ----------------------------------------------------------------------------
 
-    def _on_event(self, run: _Run) -> Callable[[AgentEvent], None]:
-        def record(event: AgentEvent) -> None:
-            kind = type(event).__name__
-            if kind == "TurnEnd":
-                data = public_event(event_to_json(event))
-                if isinstance(data.get("usage"), Mapping):
-                    # Spent so far: what a run that crashes before its result shows.
-                    usage = add_usage(run.view.usage, data["usage"])
-                    run.view = attrs.evolve(run.view, usage=usage)
-                run.log.append(data)
-                return
-            if kind == "RunStart" and run.view.status == "queued":
-                run.view = attrs.evolve(run.view, status="running", started_at=epoch_now())
-            # Encoded only if someone reads it (see EventLog).
-            run.log.append_lazy(kind, lambda: public_event(event_to_json(event)))
-
-        return record
-
     async def start(
         self, agent: str, agent_id: str, prompt: str, *, if_busy: IfBusy = "enqueue"
     ) -> RunView:
@@ -222,7 +187,7 @@ class LocalRuns:
         view = RunView(
             run_id=run_id, agent=agent, agent_id=agent_id, status="queued", prompt=prompt
         )
-        run = self._runs[run_id] = _Run(view=view, log=EventLog(self._event_limit))
+        run = self._runs[run_id] = DrivenRun(view=view, log=EventLog(self._event_limit))
         previous, conversation.tail = conversation.tail, run.done
         conversation.active += 1
 
@@ -231,14 +196,16 @@ class LocalRuns:
                 await previous.wait()
             conversation.current = run
             result, _ = await internal.run_with_id(
-                conversation.handle, prompt, run_id, events=self._on_event(run)
+                conversation.handle, prompt, run_id, events=run.record
             )
             return result
 
         self._nursery.start_soon(self._drive, conversation, run, drive)
         return run.view
 
-    async def _drive(self, conversation: _Conversation, run: _Run, body: Callable[[], Any]) -> None:
+    async def _drive(
+        self, conversation: _Conversation, run: DrivenRun, body: Callable[[], Any]
+    ) -> None:
         """Run ``body`` (a run or a resume) as the server's, and settle the run's view."""
         run.log.unsettle()
         result: RunResult[Any] | None = None
@@ -253,21 +220,8 @@ class LocalRuns:
             conversation.last_used = trio.current_time()
             if conversation.current is run:
                 conversation.current = None
-            self._settle(run, result, failure)
+            run.settle(result, failure)
             run.done.set()
-
-    def _settle(
-        self, run: _Run, result: RunResult[Any] | None, failure: BaseException | None
-    ) -> None:
-        view = run.view = settled_view(run.view, result, failure)
-        if run.log.last_type != "RunEnd":
-            run.log.append({"type": "RunEnd", "run_id": view.run_id, "status": view.status})
-        run.log.settle()
-        run.settled_at = trio.current_time()
-        run.stopped.set()
-        for callback in run.on_stop:
-            callback()
-        run.on_stop.clear()
 
     def when_stopped(self, run_id: str, callback: Callable[[], None]) -> bool:
         """Call ``callback`` when run ``run_id`` next stops (when ``wait`` would return);
@@ -450,7 +404,7 @@ class LocalRuns:
         conversation = await self._open(view.agent, view.agent_id)
         run = self._runs.get(view.run_id)
         if run is None:  # paused before this server started: a fresh log, numbered past it
-            run = _Run(view=view, log=EventLog(self._event_limit, first_id=first_id_now()))
+            run = DrivenRun(view=view, log=EventLog(self._event_limit, first_id=first_id_now()))
             self._runs[view.run_id] = run
         run.view = attrs.evolve(view, status="running", pending=())
         run.stopped = trio.Event()
@@ -466,7 +420,7 @@ class LocalRuns:
         async def drive() -> RunResult[Any]:
             await previous.wait()
             conversation.current = run
-            record = self._on_event(run)
+            record = run.record
 
             def events(event: AgentEvent) -> None:
                 claimed.set()
