@@ -6,8 +6,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import attrs
+import pytest
+
 import satsuma
-from satsuma.models import AnthropicModel
+from satsuma.models import AnthropicModel, ModelRequest
 from satsuma.testing import FakeModel, MessagesServer, fake_reply
 
 
@@ -94,3 +97,43 @@ async def test_without_a_cache_nothing_is_read_or_written() -> None:
         assert usage.input_tokens > 0
         assert usage.cache_creation_input_tokens == 0
         assert usage.cache_read_input_tokens == 0
+
+
+@attrs.define
+class _Listener:
+    """Without deltas wanted, AnthropicModel asks for the answer whole, else streamed."""
+
+    wants_deltas: bool
+
+    def text(self, delta: str) -> None:
+        pass
+
+    def thinking(self, delta: str) -> None:
+        pass
+
+    def retry(self, attempt: int, delay: float, reason: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_request_bills_as_the_server_bills_it_whole_or_streamed(streamed: bool) -> None:
+    request = ModelRequest(
+        model="claude-test-1",
+        system="You are a careful clerk. " * 40,
+        messages=(satsuma.Message(role="user", content=({"type": "text", "text": "hello"},)),),
+        max_tokens=100,
+    )
+
+    def answer(body: dict[str, Any]) -> Any:
+        assert body.get("stream", False) is streamed
+        return fake_reply(body["messages"], body.get("tools", []))
+
+    fake = FakeModel()
+    fake.prompt_cache.min_tokens = 100
+    offline = [await fake.respond(request, _Listener(streamed)) for _ in range(2)]
+    async with MessagesServer(then=answer) as server, server.client() as client:
+        server.prompt_cache.min_tokens = 100
+        model = AnthropicModel(client)
+        online = [await model.respond(request, _Listener(streamed)) for _ in range(2)]
+    assert [_tokens(r.usage) for r in offline] == [_tokens(r.usage) for r in online]
+    assert offline[1].usage.cache_read_input_tokens > 0
