@@ -26,6 +26,7 @@ from ._aliases import MODEL_ALIASES as MODEL_ALIASES
 from ._aliases import model_problem as model_problem
 from ._aliases import resolve_model as resolve_model
 from ._anthropic import AnthropicModel as AnthropicModel
+from ._anthropic import anthropic_params as anthropic_params
 from ._chat_codec import completion_chunks as completion_chunks
 from ._chat_codec import completion_object as completion_object
 from ._chat_codec import error_body as error_body

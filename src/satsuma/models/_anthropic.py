@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import anthropic
     import httpx2
 
-__all__ = ["ANTHROPIC", "AnthropicModel", "AnyAnthropicClient"]
+__all__ = ["ANTHROPIC", "AnthropicModel", "AnyAnthropicClient", "anthropic_params"]
 
 AnyAnthropicClient: TypeAlias = (
     "anthropic.AsyncAnthropic | anthropic.AsyncAnthropicBedrock | anthropic.AsyncAnthropicVertex"
@@ -156,18 +156,7 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
         )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
-        params = request_params(
-            model=request.model,
-            system=request.system,
-            messages=(),
-            tools=request.tools,
-            max_tokens=request.max_tokens,
-            cache=request.cache is not None,
-            ttl=request.cache,
-        )
-        params["messages"] = [message_param(message) for message in request.messages]
-        if request.cache is not None:
-            conversation_breakpoints(params, ttl=request.cache, automatic=self._automatic_cache)
+        params = anthropic_params(request, automatic=self._automatic_cache)
         if self._editing:
             params.update(self._editing)
         return params
@@ -236,6 +225,26 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
 
     def _status_message(self, exc: anthropic.APIStatusError) -> str:
         return exc.api_message or exc.message
+
+
+def anthropic_params(request: ModelRequest, *, automatic: bool = True) -> dict[str, Any]:
+    """The Messages API parameters an AnthropicModel sends for ``request`` (without
+    ``stream`` and context editing), with its cache breakpoints: top-level automatic
+    caching with ``automatic`` (Anthropic's own API), block breakpoints only otherwise.
+    Shared with satsuma.testing's FakeModel, which bills the prompt cache on them."""
+    params = request_params(
+        model=request.model,
+        system=request.system,
+        messages=(),
+        tools=request.tools,
+        max_tokens=request.max_tokens,
+        cache=request.cache is not None,
+        ttl=request.cache,
+    )
+    params["messages"] = [message_param(message) for message in request.messages]
+    if request.cache is not None:
+        conversation_breakpoints(params, ttl=request.cache, automatic=automatic)
+    return params
 
 
 async def _read_sse(response: httpx2.Response, accumulator: StreamAccumulator) -> ModelError | None:

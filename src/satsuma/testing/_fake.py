@@ -16,6 +16,13 @@ It is deterministic and does what the prompt asks of it, no more:
   type), so that a typed run completes too.
 
 Every answer starts with ``(fake model)``, so that it is never taken for a real one.
+
+Its usage is billed as ``MessagesServer`` bills the same request sent by an
+AnthropicModel: the prompt is the JSON body that model would send (a token per 4
+characters), and a prompt cache (one per FakeModel, on trio's clock) reads and writes
+the prefixes the request's breakpoints mark, so that an offline agent with
+``cache="auto"`` shows what caching saves. A request with ``cache=None`` is billed as by
+``FunctionModel``: a token per 4 characters of its messages.
 """
 
 from __future__ import annotations
@@ -25,7 +32,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models import ModelListener, ModelRequest, ModelResponse
+import attrs
+import trio
+
+from .._messages import Usage
+from ..models import ModelListener, ModelRequest, ModelResponse, anthropic_params
+from ._billing import PromptCache
 from ._script import Reply
 from ._scripted import FunctionModel
 
@@ -198,6 +210,12 @@ class FakeModel:
 
     def __init__(self) -> None:
         self._model = FunctionModel(self._reply)
+        self._cache = PromptCache()
+
+    @property
+    def prompt_cache(self) -> PromptCache:
+        """The model's own prompt cache (``min_tokens`` as ``MessagesServer``'s)."""
+        return self._cache
 
     @property
     def requests(self) -> list[ModelRequest]:
@@ -213,4 +231,28 @@ class FakeModel:
         return fake_reply(messages, request.tools)
 
     async def respond(self, request: ModelRequest, listener: ModelListener) -> ModelResponse:
-        return await self._model.respond(request, listener)
+        # Billed as it arrives, as MessagesServer bills a request before it answers.
+        now = trio.current_time()
+        # Streamed or whole as an AnthropicModel with its default stream=None chooses:
+        # the body it would send differs by its "stream" field.
+        stream = bool(getattr(listener, "wants_deltas", True))
+        response = await self._model.respond(request, listener)
+        if request.cache is None:
+            return response  # billed as ever: a token per 4 characters of the messages
+        return attrs.evolve(response, usage=self._billed(request, response.usage, stream, now))
+
+    def _billed(self, request: ModelRequest, usage: Usage, stream: bool, now: float) -> Usage:
+        params = anthropic_params(request)
+        if stream:
+            params["stream"] = True
+        # Measured as the SDK writes the body (compact, UTF-8) and the server reads it.
+        body = json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode()
+        usage = attrs.evolve(usage, input_tokens=max(1, len(body) // 4))
+        bill = self._cache.bill(json.loads(body), usage.input_tokens, now)
+        return attrs.evolve(
+            usage,
+            input_tokens=bill.input_tokens,
+            cache_creation_input_tokens=bill.cache_creation_input_tokens,
+            cache_read_input_tokens=bill.cache_read_input_tokens,
+            cache_creation_1h_input_tokens=bill.written_for_an_hour,
+        )
