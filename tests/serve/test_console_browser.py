@@ -24,7 +24,8 @@ import pytest
 import serve_agents
 import trio
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, NoSuchElementException
+from selenium.common.exceptions import StaleElementReferenceException as StaleElement
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -141,27 +142,34 @@ async def test_login_then_approve_an_edited_input_and_deny_with_a_reason(
         assert await off(log_in, browser) == "Approvals"
         first, second = (p["call_id"] for p in run["pending"])
 
-        def refused_edit(driver: WebDriver, sent: str) -> tuple[str, str]:
+        def refused_edit(driver: WebDriver, sent: str, saying: str) -> tuple[str, str]:
             field = driver.find_element(By.ID, f"call-{first}-input")
             field.clear()
             field.send_keys(sent)
             card = driver.find_element(By.ID, f"call-{first}")
             card.find_element(By.XPATH, ".//button[text()='Approve']").click()
-            shown = until(
-                driver, lambda d: d.find_element(By.CSS_SELECTOR, f"#call-{first} [role=alert]")
-            )
+
+            def alert(d: WebDriver) -> str | bool:
+                # The previous refusal's alert may still be shown, then replaced: wait
+                # for the one saying this refusal's problem.
+                text = d.find_element(By.CSS_SELECTOR, f"#call-{first} [role=alert]").text
+                return text if saying in text else False
+
+            shown = WebDriverWait(
+                driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElement)
+            ).until(alert)
             kept = driver.find_element(By.ID, f"call-{first}-input").get_attribute("value")
             # The 400 the refusal answers with is the only error the browser notes.
             errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
             assert all("status of 400" in e["message"] for e in errors), errors
-            return shown.text, str(kept)
+            return str(shown), str(kept)
 
         # Refused in the page, with what was sent kept to correct: not JSON, then JSON
         # the tool's schema refuses (checked as resume checks it). Nothing ran.
-        problem, kept = await off(refused_edit, browser, "{to: carol")
+        problem, kept = await off(refused_edit, browser, "{to: carol", "the input is not JSON")
         assert "the input is not JSON" in problem and kept == "{to: carol"
         schema = json.dumps({"to": "carol", "amount": "five"})
-        problem, kept = await off(refused_edit, browser, schema)
+        problem, kept = await off(refused_edit, browser, schema, "amount")
         assert "amount" in problem and kept == schema
         assert serve_agents.done == []
 
