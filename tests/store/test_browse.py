@@ -4,14 +4,18 @@ PostgresStore: grouped, summed, ordered and cut to a page by the store."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from satsuma import Message, Usage
 from satsuma.store import (
     ApprovalDecision,
-    MemoryStore,
     PendingApproval,
+    PostgresStore,
     RunRecord,
+    SQLiteStore,
     Store,
     StoreUnreadable,
     conversation_page,
@@ -149,9 +153,21 @@ async def test_a_page_of_messages_and_the_runs_that_wrote_it(store: Store) -> No
     assert await page_runs(store, "support/nobody", start=0, end=50) == []
 
 
-async def test_a_page_with_a_missing_message_says_so(store: Store) -> None:
-    if isinstance(store, MemoryStore):
-        pytest.skip("a MemoryStore holds its messages in a list: none can go missing")
+# On the SQL stores only: a MemoryStore holds its messages in a list, none can go missing.
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_page_with_a_missing_message_says_so(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    made: Any = (
+        SQLiteStore(tmp_path / "s.db")
+        if kind == "sqlite"
+        else PostgresStore(request.getfixturevalue("postgres_dsn"))
+    )
+    async with made as store:
+        await _a_missing_message_is_named(store)
+
+
+async def _a_missing_message_is_named(store: Store) -> None:
     await store.write_tail(
         "support/holes",
         0,
