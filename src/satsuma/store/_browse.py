@@ -168,7 +168,7 @@ def _memory_runs(store: MemoryStore, under: Sequence[str], search: str) -> list[
     # The store room's own dictionary: a MemoryStore has no SQL to ask.
     return [
         record
-        for record in store._runs.values()
+        for record in store.held_runs.values()
         if record.agent_id.startswith(tuple(under)) and search in record.agent_id
     ]
 
@@ -314,8 +314,8 @@ async def recent_decisions(
     if isinstance(store, MemoryStore):
         await trio.lowlevel.checkpoint()
         decided = []
-        for run_id, records in store._approvals.items():
-            run = store._runs.get(run_id)
+        for run_id, records in store.held_approvals.items():
+            run = store.held_runs.get(run_id)
             if run is None or not run.agent_id.startswith(tuple(under)):
                 continue
             decided += [(run.agent_id, r) for r in records if r.decision is not None]
@@ -351,7 +351,7 @@ async def message_page(
     limit = max(limit, 1)
     if isinstance(store, MemoryStore):
         await trio.lowlevel.checkpoint()
-        stored = store._messages.get(agent_id, [])
+        stored = store.held_messages.get(agent_id, [])
         first = _first(start, len(stored), limit)
         return MessagePage(
             start=first, messages=tuple(stored[first : first + limit]), total=len(stored)
@@ -396,7 +396,11 @@ async def page_runs(store: Any, agent_id: str, *, start: int, end: int) -> list[
     if isinstance(store, MemoryStore):
         await trio.lowlevel.checkpoint()
         placed = sorted(
-            (r for r in store._runs.values() if r.agent_id == agent_id and r.position is not None),
+            (
+                r
+                for r in store.held_runs.values()
+                if r.agent_id == agent_id and r.position is not None
+            ),
             key=lambda r: (r.position, r.started_at),
         )
         before = [r.position for r in placed if r.position is not None and r.position <= start]

@@ -283,9 +283,8 @@ def ledgers_of(store: object | None) -> Ledgers:
     if isinstance(store, SQLStore):
         return _SQLLedgers(store, POSTGRES if isinstance(store, PostgresStore) else SQLITE)
     if isinstance(store, MemoryStore):  # kept on the store, which prunes them
-        kept = store._budget_ledgers
-        if not isinstance(kept, _MemoryLedgers):
-            kept = store._budget_ledgers = _MemoryLedgers()
+        kept = store.kept_ledgers(_MemoryLedgers)
+        assert isinstance(kept, _MemoryLedgers)  # only this function makes them
         return kept
     try:
         ledgers = _IN_MEMORY.get(store)

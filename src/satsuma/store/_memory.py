@@ -4,8 +4,9 @@ process)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, final
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar, final
 
 import attrs
 import trio
@@ -28,6 +29,8 @@ from ._run_query import RunQuery, chosen
 from ._summaries import Summary
 
 __all__ = ["MemoryStore"]
+
+_L = TypeVar("_L", bound=PrunedLedgers)
 
 
 @final
@@ -53,6 +56,30 @@ class MemoryStore(BaseStore):
         # The budgets' ledgers of this store, once an agent charged them (set by
         # ``_ledger.ledgers_of``, which imports this module): what prune reaches of them.
         self._budget_ledgers: PrunedLedgers | None = None
+
+    # --- read-only views, for the store room's own readers (_browse, _ledger) -----------
+
+    @property
+    def held_runs(self) -> Mapping[str, RunRecord]:
+        """Every run record held, by run id (read-only)."""
+        return MappingProxyType(self._runs)
+
+    @property
+    def held_messages(self) -> Mapping[str, Sequence[Message]]:
+        """Every conversation's messages, by agent_id (read-only)."""
+        return MappingProxyType(self._messages)
+
+    @property
+    def held_approvals(self) -> Mapping[str, Sequence[ApprovalRecord]]:
+        """Every run's approval records, by run id (read-only)."""
+        return MappingProxyType(self._approvals)
+
+    def kept_ledgers(self, make: Callable[[], _L]) -> _L | PrunedLedgers:
+        """This store's budget ledgers, made by ``make`` the first time: kept here, so
+        that ``prune`` reaches them."""
+        if self._budget_ledgers is None:
+            self._budget_ledgers = make()
+        return self._budget_ledgers
 
     async def open(self) -> None:
         await trio.lowlevel.checkpoint()
