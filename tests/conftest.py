@@ -55,3 +55,25 @@ def collect_garbage() -> Iterator[Callable[[], int]]:
         yield gc.collect
     finally:
         gc.unfreeze()
+
+
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate escaped: the tests of hostile text log it, and
+    pytest-xdist's channel (execnet) sends a report's text as UTF-8, which a lone
+    surrogate cannot be."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [(title, _printable(text)) for title, text in report.sections]
+    if report.longrepr is not None:
+        shown = str(report.longrepr)
+        if _printable(shown) != shown:
+            report.longrepr = _printable(shown)
