@@ -613,7 +613,7 @@ DEFAULT, FLOOR = "satsuma_default", "plain_trio_whole"
 
 
 def _bar_rows(ours: dict[str, Any], floor: dict[str, Any], settings: Settings) -> list[list[str]]:
-    """Issue 17's bars, each figure of the default path next to the floor's."""
+    """Issue 36's bars, each figure of the default path next to the floor's."""
     rows: list[list[str]] = []
 
     def bar(name: str, key: str, digits: int, most: float | None, least: float | None) -> None:
@@ -627,15 +627,16 @@ def _bar_rows(ours: dict[str, Any], floor: dict[str, Any], settings: Settings) -
         row = [_cell(value, digits), _cell(reference, digits), f"{share:.2f}x", limit]
         rows.append([name, *row, "yes" if held else "no"])
 
-    bar("round trip, no tools (ms)", "dispatch_rt", 2, 1.5, None)
+    bar("first round trip, no tools (ms)", "dispatch_rt", 2, 1.15, None)
+    bar("a run with 1 call (ms)", "dispatch_1", 2, 1.15, None)
     for calls in settings.dispatch_calls[1:]:
-        bar(f"per extra call, {calls} calls (µs)", f"dispatch_{calls}", 1, 1.3, None)
+        bar(f"per extra call, {calls} calls (µs)", f"dispatch_{calls}", 1, 1.1, None)
     bar(f"{settings.parallel_calls} parallel calls, one turn (s)", "parallel", 3, 1.1, None)
-    bar(f"{settings.conversation_turns}-turn conversation (runs/s)", "runs_per_s", 1, None, 0.9)
-    bar(f"{settings.conversation_turns}-turn conversation (CPU ms/run)", "cpu_ms", 1, 1.2, None)
+    bar(f"{settings.conversation_turns}-turn conversation (runs/s)", "runs_per_s", 1, None, 0.95)
+    bar(f"{settings.conversation_turns}-turn conversation (CPU ms/run)", "cpu_ms", 1, 1.1, None)
     *smaller, largest = settings.many_runs
     for runs in smaller:
-        bar(f"{runs:,} concurrent agents (wall s)", f"many_wall_{runs}", 2, 1.2, None)
+        bar(f"{runs:,} concurrent agents (wall s)", f"many_wall_{runs}", 2, 1.0, None)
     wall = ours.get(f"many_wall_{largest}")
     reference = floor.get(f"many_wall_{largest}")
     held = "yes" if wall is not None and wall < 10 else "no"

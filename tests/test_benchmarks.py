@@ -186,7 +186,8 @@ def test_side_by_side_quick_run_reports_every_library() -> None:
     rows = [line for line in bars[4:] if line.strip()]
     assert {row.split()[-1] for row in rows} <= {"yes", "no"}, out
     for figure in (
-        "round trip, no tools",
+        "first round trip, no tools",
+        "a run with 1 call",
         "per extra call, 5 calls",
         "parallel calls, one turn",
         "conversation (runs/s)",
