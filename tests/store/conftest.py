@@ -111,11 +111,17 @@ class PostgresServer:
             try:
                 entry = pwd.getpwnam(user)
             except KeyError:
-                subprocess.run(
+                # Each test worker starts a server of its own, so another may be adding
+                # the same user at this moment: its "already exists" (9) is a success.
+                added = subprocess.run(
                     ["useradd", "--system", "--no-create-home", user],
-                    check=True,
+                    check=False,
                     capture_output=True,
                 )
+                if added.returncode not in (0, 9):
+                    raise RuntimeError(
+                        f"useradd {user} failed ({added.returncode}): {added.stderr.decode()}"
+                    ) from None
                 entry = pwd.getpwnam(user)
             os.chown(folder, entry.pw_uid, entry.pw_gid)
             _let_traverse(folder)
