@@ -20,6 +20,12 @@ answers. Runs are submitted from this process with ``satsuma.cluster.Cluster``.
    marks it done with a NOTIFY, the caller hears it and reads the result), the same run
    in this process with ``open_agent`` on a SQLiteStore and on a PostgresStore (no
    cluster), and ``cluster.run`` with one node.
+1b. Exact counts per run, on each side (``_store_counts``): store calls (each a hop to a
+   worker thread), transactions, SQL statements, round trips and NOTIFYs, of a run in
+   this process on a PostgresStore, and of a ``cluster.run``'s caller and node (the node
+   in this process, on a store of its own), for a ping and for the two-tool run. These
+   hold on a busy machine, where the timings do not. ``--counts-only`` prints them
+   alone (some 20 s); SATSUMA_BENCH_CALLERS=1 adds the store calls by function.
 2. Throughput: ``--callers`` (32) tasks, each running ``cluster.run`` one after another
    (a new conversation each), ``--runs`` runs in all, with 1, 2 and 3 nodes; the floor
    is the same runs in this process with ``open_agent`` on SQLiteStore and on
@@ -37,7 +43,7 @@ running, on Ctrl-C too: nodes and the model server run in sessions of their own 
 terminal's Ctrl-C reaches only this process, which stops them: SIGTERM, then SIGKILL),
 and they stop by themselves when this process dies.
 
-    python benchmarks/cluster.py [--dsn DSN] [--quick]
+    python benchmarks/cluster.py [--dsn DSN] [--quick | --counts-only]
 
 ``--quick`` uses tiny sizes and two nodes (leases of 1 s) so that a test can exercise
 the harness in a few seconds.
@@ -63,6 +69,7 @@ from typing import Any
 import psycopg
 import trio
 from _harness import header, median, ratio, table
+from _store_counts import Counts, count
 from postgres_store import database, embedded_server, turn_latency
 
 import satsuma
@@ -420,6 +427,58 @@ async def sequential(run: Callable[[str], Awaitable[None]], tag: str, count: int
     return samples
 
 
+# --- 1b. what each side asks of the server ---------------------------------------------------
+
+COUNTED = ("calls", "transactions", "statements", "round_trips", "notifies")
+
+
+async def store_counts(dsn: str, prompt: str, label: str, runs: int) -> dict[str, dict[str, float]]:
+    """Exact counts per run (``_store_counts``): an in-process run on a PostgresStore,
+    and a cluster run's caller and node, the node in this process on a store of its own.
+    With SATSUMA_BENCH_CALLERS set, the store calls by where they come from too."""
+    progress(f"counts: {label}")
+    out: dict[str, dict[str, float]] = {}
+    async with PostgresStore(dsn) as alone:
+        counts = count(alone)
+        await _in_process_run(alone, f"count-{label}-warm", prompt)
+        counts.reset()
+        for index in range(runs):
+            await _in_process_run(alone, f"count-{label}-{index}", prompt)
+        out["in one process"] = counts.per(runs)
+    async with (
+        PostgresStore(dsn) as caller_store,
+        PostgresStore(dsn) as node_store,
+        trio.open_nursery() as nursery,
+    ):
+        caller, node = count(caller_store), count(node_store)
+        await nursery.start(Node(node_store, agents=[Courier]).serve)
+        cluster = Cluster(caller_store)
+        await _cluster_run(cluster, f"count-cluster-{label}-warm", prompt)
+        await trio.sleep(0.2)  # the node's last writes of the warm-up run
+        caller.reset()
+        node.reset()
+        for index in range(runs):
+            await _cluster_run(cluster, f"count-cluster-{label}-{index}", prompt)
+        await trio.sleep(0.2)
+        out["cluster: caller"] = caller.per(runs)
+        out["cluster: node"] = node.per(runs)
+        both = Counts(**{name: getattr(caller, name) + getattr(node, name) for name in COUNTED})
+        out["cluster: caller + node"] = both.per(runs)
+        if os.environ.get("SATSUMA_BENCH_CALLERS"):
+            for side, counted in (("caller", caller), ("node", node)):
+                for where, calls in counted.callers.most_common():
+                    progress(f"  {side}: {calls / runs:5.1f} {where}")
+        nursery.cancel_scope.cancel()
+    return out
+
+
+async def all_counts(dsn: str, sizes: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "ping": await store_counts(dsn, PING, "ping", sizes.count_runs),
+        "two tools": await store_counts(dsn, ship(sizes.tool_ms / 1000), "tools", sizes.count_runs),
+    }
+
+
 # --- 2. throughput ------------------------------------------------------------------------
 
 
@@ -541,6 +600,9 @@ async def measure(
     out: dict[str, Any] = {"latency": {}, "throughput": {}, "takeover": []}
     latency: dict[str, list[float]] = out["latency"]
     throughput: dict[str, Throughput] = out["throughput"]
+    out["counts"] = await all_counts(dsn, sizes)
+    if sizes.counts_only:
+        return out
     progress("latency: raw queue round trip")
     latency["raw queue round trip (floor)"] = await trio.to_thread.run_sync(
         raw_round_trips, dsn, sizes.latency_runs
@@ -619,9 +681,66 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
 
+def _count_lines(counts: dict[str, Any], sizes: argparse.Namespace) -> list[str]:
+    lines: list[str] = []
+    for workload, sides in counts.items():
+        lines += [
+            "",
+            f"1b. per run ({workload}), exact: what each side asks of PostgreSQL (a store "
+            f"call is one hop to a worker thread; mean of {sizes.count_runs} runs)",
+            "",
+            *table(
+                ["", *COUNTED, ""],
+                [
+                    [side, *(f"{figures[name]:.1f}" for name in COUNTED), ""]
+                    for side, figures in sides.items()
+                ],
+            ),
+        ]
+    return lines
+
+
+def _bars(latency: dict[str, list[float]], throughput: dict[str, Throughput]) -> list[str]:
+    """The cluster's bars (issue 36), each against the same run in one process on
+    PostgreSQL, measured in this run."""
+
+    def cpu(label: str) -> float:
+        return sum(median(values) for values in throughput[label].cpu.values())
+
+    one_node = next(label for label in throughput if label.startswith("cluster, "))
+    run_ratio = median(latency[next(k for k in latency if k.startswith("cluster.run"))]) / median(
+        latency["open_agent, PostgresStore"]
+    )
+    cpu_ratio = cpu(one_node) / cpu("in-process, PostgresStore")
+    return [
+        "",
+        "bars: the cluster against the same run in one process on PostgreSQL",
+        "",
+        *table(
+            ["", "ratio", "bar", ""],
+            [
+                ["cluster.run latency", f"{run_ratio:.2f}x", "<= 1.50x", _met(run_ratio, 1.5)],
+                [
+                    f"CPU per run, all processes ({one_node})",
+                    f"{cpu_ratio:.2f}x",
+                    "<= 1.30x",
+                    _met(cpu_ratio, 1.3),
+                ],
+            ],
+        ),
+    ]
+
+
+def _met(figure: float, bar: float) -> str:
+    return "met" if figure <= bar else "not met"
+
+
 def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> list[str]:
     lines = header("satsuma cluster benchmark", f"psycopg {psycopg.__version__}", server)
     lines += [f"load before: {sizes.load_before}; after: {os.getloadavg()[0]:.2f} (1 min)"]
+    counted = _count_lines(figures["counts"], sizes)
+    if sizes.counts_only:
+        return [*lines, *counted]
     latency: dict[str, list[float]] = figures["latency"]
     floor = median(latency["raw queue round trip (floor)"])
     lines += [
@@ -643,6 +762,7 @@ def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> l
             ],
         ),
     ]
+    lines += counted
     throughput: dict[str, Throughput] = figures["throughput"]
     base = median(throughput["in-process, PostgresStore"].rates)
     rows = []
@@ -684,6 +804,7 @@ def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> l
         "",
         f"CPU-bound runs/s: what this machine's {os.cpu_count()} CPUs could do at that CPU "
         "time per run, if nothing else ran on them",
+        *_bars(latency, throughput),
     ]
     takeovers: list[tuple[float, dict[str, float]]] = figures["takeover"]
     rows = []
@@ -741,6 +862,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "$SATSUMA_TEST_POSTGRES_DSN, else a throwaway embedded server)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to test the harness")
+    parser.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="only the exact counts per run (store calls, statements, round trips, ...)",
+    )
     parser.add_argument("--callers", type=int, default=32, help="concurrent callers")
     parser.add_argument("--runs", type=int, default=400, help="runs per repetition")
     parser.add_argument("--repeats", type=int, default=5, help="repetitions per contender")
@@ -771,10 +897,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if options.quick:
         options.callers, options.runs, options.repeats = 4, 12, 1
         options.latency_runs, options.turns, options.turn_repeats = 5, 0, 0
+        options.count_runs = 3
         options.node_counts, options.node_lease = (2,), 1.0
         options.takeover = ()  # on the two nodes of the throughput phase
     else:
         options.latency_runs, options.turns, options.turn_repeats = 100, 100, 7
+        options.count_runs = 20
         options.node_counts, options.node_lease = (1, 2, 3), 15.0
         options.takeover = ((2.0, options.takeovers), (15.0, 1))
     with contextlib.ExitStack() as stack:
