@@ -571,7 +571,7 @@ async def _register(store: PostgresStore, node_id: str) -> None:
     )
 
 
-async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush(
+async def test_a_batch_cut_short_before_it_went_out_is_written_with_the_runs_end(
     postgres_dsn: str,
 ) -> None:
     # A pool of 4: the node writes one batch at a time.
@@ -599,10 +599,19 @@ async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush
                 while writers.statistics().tasks_waiting == 0:  # noqa: ASYNC110  (the flusher, with its batch)
                     await trio.sleep(0.01)
                 leave.set()  # the run ends: the flusher is cancelled while it waits
-                await trio.testing.wait_all_tasks_blocked()  # the last flush waits now
+                await trio.testing.wait_all_tasks_blocked()
                 writers.release()
+        # The batch was put back; it waits for the run's end, written with it.
+        before = await read_events(store, "run_cut", 0, 10)
+        assert before is not None and before.events == ()
+        last = recorder.last_events()
+        assert last is not None and recorder.last_events() is None  # taken once
+        result = encode_result(RunResult(run_id="run_cut", output="Hello", status="completed"))
+        assert await queue.finish(
+            store, run, "node-1", status="completed", result=result, error=None, events=last
+        )
         page = await read_events(store, "run_cut", 0, 10)
-    assert page is not None
+    assert page is not None and page.ended
     assert [decode_event(text) for _, text in page.events] == [
         RunStart(agent="shop", run_id="run_cut", iteration=0, prompt="hi"),
         TextDelta(agent="shop", run_id="run_cut", iteration=1, text="Hello"),

@@ -6,8 +6,9 @@ into their JSON at once, as the JSON-lines log does) and never waits. A flusher 
 writes what queued up in one transaction: 5 ms after a tool or turn boundary (a call
 starting or ending, a turn ending, a retry, an approval; the events that come with it go
 in the same batch: two or three transactions for a run of two quick turns, measured,
-rather than five), else ``flush_interval`` after the first event queued, and a last time
-when the run ends, before its result is written.
+rather than five), else ``flush_interval`` after the first event queued. What is left
+when the run ends is written with its end, in the transaction that writes its result
+(one transaction fewer per run); a run handed back writes it before it goes.
 
 A write that fails is logged and tried again with the next batch (a second later at the
 soonest): the run goes on whatever happens to its events. What waits in memory is bounded
@@ -39,6 +40,7 @@ from ..store import (
     expire_queue,
     purge_ended,
 )
+from ..store import run_queue as queue
 from ..tools import NestedEvent, ToolProgress, ToolUpdate
 from ._events import RunResumed, encode_event
 
@@ -182,26 +184,37 @@ class RunRecorder:
 
     @asynccontextmanager
     async def recording(self) -> AsyncIterator[RunRecorder]:
-        """Run the flusher while the block runs; write what is left when it ends (also
-        when it is cancelled: bounded, shielded)."""
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._flush_loop)
-                try:
-                    yield self
-                finally:
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True):
-                await self.flush()
-            lost = sum(entry if isinstance(entry, int) else 1 for entry in self._pending)
-            if lost and not self._stopped:
-                logger.warning(
-                    "run %s: its last %d events could not be written; a stream of it "
-                    "goes without them",
-                    self._run.run_id,
-                    lost,
-                )
+        """Run the flusher while the block runs. What is left when it ends waits: for
+        the run's end, which writes it in its own transaction (``last_events``), or for
+        ``flush_last`` (a run handed back)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_loop)
+            try:
+                yield self
+            finally:
+                nursery.cancel_scope.cancel()
+
+    def last_events(self) -> queue.LastEvents | None:
+        """What waits, for the run's end to write with it (``run_queue.finish``): taken
+        from here, so that it is written once. None when nothing waits, or nothing more
+        of the run is written here."""
+        if self._stopped or not self._pending:
+            return None
+        batch = self._batch()
+        return queue.LastEvents(batch, self._log.max_events, self._log.max_bytes)
+
+    async def flush_last(self) -> None:
+        """Write what is left, for a run that does not end here (handed back): bounded,
+        shielded, as a cancelled run's last write must be."""
+        with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True):
+            await self.flush()
+        lost = sum(entry if isinstance(entry, int) else 1 for entry in self._pending)
+        if lost and not self._stopped:
+            logger.warning(
+                "run %s: its last %d events could not be written; a stream of it goes without them",
+                self._run.run_id,
+                lost,
+            )
 
     async def _flush_loop(self) -> None:
         while True:
@@ -218,12 +231,7 @@ class RunRecorder:
         """Write what waits, in one transaction; False if that failed (it waits on)."""
         if self._stopped or not self._pending:
             return True
-        batch: list[Entry] = [
-            (KIND_DELTA, encode_event(entry.event())) if isinstance(entry, _Delta) else entry
-            for entry in self._pending
-        ]
-        self._pending, self._pending_bytes = [], 0
-        self._queued, self._boundary = trio.Event(), trio.Event()
+        batch = self._batch()
         try:
             async with _writers(self._store):
                 # Shielded, bounded: a batch that went out is never cut short by the
@@ -269,6 +277,16 @@ class RunRecorder:
             self._pending, self._pending_bytes = [], 0
         self._failures = 0
         return True
+
+    def _batch(self) -> list[Entry]:
+        """Take what waits, as the entries to write."""
+        batch: list[Entry] = [
+            (KIND_DELTA, encode_event(entry.event())) if isinstance(entry, _Delta) else entry
+            for entry in self._pending
+        ]
+        self._pending, self._pending_bytes = [], 0
+        self._queued, self._boundary = trio.Event(), trio.Event()
+        return batch
 
     def _put_back(self, batch: list[Entry]) -> None:
         self._pending[:0] = batch

@@ -21,12 +21,15 @@ import attrs
 
 from ._dialect import NOW
 from ._postgres import PostgresStore
+from ._run_events import Entry, write_batch
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
     "DONE_CHANNEL",
+    "Claimed",
+    "LastEvents",
     "QUEUED_CHANNEL",
     "QueuedRun",
     "QueuedRunStatus",
@@ -363,41 +366,85 @@ async def claim(store: PostgresStore, node_id: str, agent_names: Sequence[str]) 
     """Claim the oldest queued run of the given classes that may run now: none of its
     conversation's runs is in flight, and no older one of it waits (runs of one
     conversation go in order). SKIP LOCKED: nodes claiming at once take different runs."""
+    return (await claim_next(store, node_id, agent_names)).run
 
-    def work(db: psycopg.Connection[Any]) -> QueuedRun | None:
-        if not _registered(db, node_id):
-            return None
+
+@attrs.frozen
+class Claimed:
+    """What a claim got: the run (None: none could be claimed), and whether another
+    queued run of the classes was seen (the node claims again at once only then: a run
+    queued later NOTIFYs)."""
+
+    run: QueuedRun | None
+    more: bool
+
+
+async def claim_next(store: PostgresStore, node_id: str, agent_names: Sequence[str]) -> Claimed:
+    """``claim``, saying too whether more runs wait (one statement, one round trip)."""
+
+    def work(db: psycopg.Connection[Any]) -> Claimed:
+        # One statement: the node's row locked FOR SHARE (see _registered: a node
+        # counted dead claims nothing), the claim, and whether another queued run of
+        # the classes is there (a run another node holds locked counts: a claim then
+        # finds it taken, as one after a NOTIFY would).
         row = db.execute(
-            "WITH candidate AS ("
+            "WITH node AS (SELECT 1 FROM nodes WHERE node_id = %(node)s FOR SHARE), "
+            "candidate AS ("
             " SELECT run_id FROM run_queue q"
-            f" WHERE q.status = 'queued' AND q.agent_name = ANY(%s) AND q.available_at <= {NOW}"
+            f" WHERE q.status = 'queued' AND q.agent_name = ANY(%(names)s) AND q.available_at <= {NOW}"
             " AND NOT EXISTS (SELECT 1 FROM run_queue o WHERE o.agent_id = q.agent_id"
             "  AND (o.status IN ('claimed', 'running') OR (o.status = 'queued' AND o.seq < q.seq)))"
-            " ORDER BY q.seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
-            f"UPDATE run_queue SET status = 'claimed', node_id = %s, claimed_at = {NOW}, "
+            " AND EXISTS (SELECT 1 FROM node)"
+            " ORDER BY q.seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+            "claimed AS ("
+            f"UPDATE run_queue SET status = 'claimed', node_id = %(node)s, claimed_at = {NOW}, "
             "attempts = attempts + 1 WHERE run_id IN (SELECT run_id FROM candidate) "
-            f"RETURNING {_COLUMNS}",
-            (list(agent_names), node_id),
+            f"RETURNING {_COLUMNS}) "
+            "SELECT c.*, EXISTS (SELECT 1 FROM run_queue m WHERE m.status = 'queued' "
+            " AND m.agent_name = ANY(%(names)s) AND m.run_id NOT IN (SELECT run_id FROM candidate)"
+            f" AND m.available_at <= {NOW}) AND EXISTS (SELECT 1 FROM node) "
+            "FROM (SELECT 1) one LEFT JOIN claimed c ON true",
+            {"node": node_id, "names": list(agent_names)},
         ).fetchone()
-        return None if row is None else _queued_run(row)
+        assert row is not None  # one row, with or without a claimed run
+        run = None if row[0] is None else _queued_run(row)
+        return Claimed(run, bool(row[-1]))
 
     return await store.transaction(work)
 
 
 async def mark_running(store: PostgresStore, run_id: str, node_id: str) -> bool:
     """Whether the node still holds the run (and it is now ``running``)."""
+    return await start_running(store, run_id, node_id) is not None
 
-    def work(db: psycopg.Connection[Any]) -> bool:
-        if not _registered(db, node_id):
-            return False
+
+async def start_running(store: PostgresStore, run_id: str, node_id: str) -> bool | None:
+    """Mark the run ``running``, if the node still holds it (else None); and whether the
+    agent has a record of the run already (False: it starts afresh), read in the same
+    statement so that the node need not read it apart."""
+
+    def work(db: psycopg.Connection[Any]) -> bool | None:
+        # The node's row FOR SHARE, as _registered does, in the one statement.
         row = db.execute(
-            "UPDATE run_queue SET status = 'running' WHERE run_id = %s AND node_id = %s "
-            "AND status IN ('claimed', 'running') RETURNING run_id",
-            (run_id, node_id),
+            "UPDATE run_queue SET status = 'running' WHERE run_id = %(run)s "
+            "AND node_id = %(node)s AND status IN ('claimed', 'running') "
+            "AND EXISTS (SELECT 1 FROM nodes WHERE node_id = %(node)s FOR SHARE) "
+            "RETURNING EXISTS (SELECT 1 FROM runs WHERE run_id = %(run)s)",
+            {"run": run_id, "node": node_id},
         ).fetchone()
-        return row is not None
+        return None if row is None else bool(row[0])
 
     return await store.transaction(work)
+
+
+@attrs.frozen
+class LastEvents:
+    """The events of a run not yet written when it ended, written with its end (see
+    ``_run_events.write_batch``)."""
+
+    entries: Sequence[Entry]
+    max_events: int
+    max_bytes: int
 
 
 async def finish(
@@ -408,23 +455,32 @@ async def finish(
     status: QueuedRunStatus,
     result: str,
     error: str | None,
+    events: LastEvents | None = None,
 ) -> bool:
-    """Record the run's end and tell the listeners; False when the node no longer held
-    the run (it was declared dead and the run put back in the queue: nothing is
-    written)."""
+    """Record the run's end (with its last ``events``, in the same transaction) and tell
+    the listeners; False when the node no longer held the run (it was declared dead and
+    the run put back in the queue: nothing is written)."""
 
     def work(db: psycopg.Connection[Any]) -> bool:
+        # The NOTIFYs are sent at COMMIT. The queued channel only when a run of the
+        # conversation waits (its turn has come): a run of another conversation was
+        # announced when it was queued, and waking every node for nothing costs each a
+        # claim.
         row = db.execute(
             f"UPDATE run_queue SET status = %s, ended_at = {NOW}, result = %s, error = %s, "
             "node_id = NULL, decisions = NULL WHERE run_id = %s AND node_id = %s "
-            "AND status IN ('claimed', 'running') RETURNING run_id",
-            (status, result, error, run.run_id, node_id),
+            "AND status IN ('claimed', 'running') RETURNING "
+            "CASE WHEN EXISTS (SELECT 1 FROM run_queue w WHERE w.agent_id = run_queue.agent_id "
+            "AND w.status = 'queued') THEN pg_notify(%s, agent_name) END, "
+            "pg_notify(%s, run_id)",
+            (status, result, error, run.run_id, node_id, QUEUED_CHANNEL, DONE_CHANNEL),
         ).fetchone()
         if row is None:
             return False
-        db.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, run.run_id))
-        # The conversation's next run may go now.
-        db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, run.agent_name))
+        if events is not None and events.entries:
+            write_batch(
+                db, run.run_id, events.entries, events.max_events, events.max_bytes, held_by=None
+            )
         return True
 
     return await store.transaction(work)
