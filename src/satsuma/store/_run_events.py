@@ -82,10 +82,11 @@ def write_batch(
     held_by: str | None,
 ) -> bool:
     """Write a batch in the caller's transaction (two round trips with its COMMIT, in
-    pipeline mode); False, with nothing written, when ``held_by`` (a node id) no longer
-    holds the run. ``held_by`` None: the caller checked that already in this
-    transaction (``_queue.finish``: the run's end and its last events commit together).
-    """
+    pipeline mode) and NOTIFY the run's channel; False, with nothing written, when
+    ``held_by`` (a node id) no longer holds the run. ``held_by`` None: the caller
+    checked that already in this transaction, and its own NOTIFY wakes the run's
+    watchers (``_queue.finish``: the run's end and its last events commit together, and
+    a stream listens for the run's end too)."""
     # The run's stream row, made if missing, and locked: batches of one run are numbered
     # one after the other. With the check that the node holds the run, FOR SHARE: a
     # heartbeat that puts the run back in the queue waits for this batch, or this batch
@@ -144,17 +145,17 @@ def write_batch(
         pruned_events = len(pruned)
         pruned_bytes = sum(size for (size,) in pruned)
     # With the run's NOTIFY in the one statement (sent at COMMIT).
+    notify = "" if held_by is None else " RETURNING pg_notify(%s, '')"
     db.execute(
         "UPDATE run_event_streams SET next_seq = %s, stored_events = %s, "
-        f"stored_bytes = %s, dropped = dropped + %s, updated_at = {NOW} WHERE run_id = %s "
-        "RETURNING pg_notify(%s, '')",
+        f"stored_bytes = %s, dropped = dropped + %s, updated_at = {NOW} WHERE run_id = %s" + notify,
         (
             seq,
             stored_events - pruned_events,
             stored_bytes - pruned_bytes,
             lost + pruned_events,
             run_id,
-            channel_for(run_id),
+            *(() if held_by is None else (channel_for(run_id),)),
         ),
     )
     return True
