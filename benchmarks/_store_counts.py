@@ -6,7 +6,9 @@ that two stores in one process (a cluster's caller and its node) are counted apa
 benchmark's figures, not a test's: the wrapper reads private names of the store, which
 is fine for a measurement and would be wrong anywhere else.
 
-Round trips: a read (autocommit) waits for each statement; a transaction is sent in
+NOTIFYs: the pg_notify calls in the statements sent (one a statement sends only on a
+condition, as a run's end does for the queued channel, counts). Round trips: a read
+(autocommit) waits for each statement; a transaction is sent in
 pipeline mode, where a statement waits only when its answer is read (a fetch with
 statements sent since the last answer: one round trip), and COMMIT is one more.
 """

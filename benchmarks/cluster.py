@@ -30,7 +30,11 @@ answers. Runs are submitted from this process with ``satsuma.cluster.Cluster``.
    (a new conversation each), ``--runs`` runs in all, with 1, 2 and 3 nodes; the floor
    is the same runs in this process with ``open_agent`` on SQLiteStore and on
    PostgresStore. Printed: runs/s, the callers' median latency, how busy the machine's
-   CPUs were, and the CPU time per run of each kind of process (read from /proc).
+   CPUs were, and the CPU time per run of each kind of process (read from /proc). One
+   more node, recording no events (``event_log=None``), shows what the event log costs.
+   Then the issue's bars: ``cluster.run`` against ``open_agent`` + run on PostgreSQL
+   (<= 1.5x), and the CPU per run of all processes with one node against the same runs
+   in one process (<= 1.3x).
 3. Takeover: two nodes with ``lease_seconds`` L; 8 runs whose tools sleep 0.5 s; the
    node holding the most of them is SIGKILLed mid-tool; from the kill to the other
    node claiming the first of its runs (the queue's ``claimed_at``) and to it finishing
@@ -172,7 +176,7 @@ async def _serve_model(parent: int) -> None:
         n.cancel_scope.cancel()
 
 
-async def _serve_node(dsn: str, parent: int, lease_seconds: float) -> None:
+async def _serve_node(dsn: str, parent: int, lease_seconds: float, event_log: bool) -> None:
     # The SDK is imported when a node opens its first agent (some 2 s here): imported
     # before READY, so that this start-up cost, paid once in a node's life, is not
     # counted in the first runs the benchmark times.
@@ -180,7 +184,12 @@ async def _serve_node(dsn: str, parent: int, lease_seconds: float) -> None:
 
     async with PostgresStore(dsn) as store, trio.open_nursery() as nursery:
         nursery.start_soon(_orphan_watch, parent)
-        node = Node(store, agents=[Courier], lease_seconds=lease_seconds)
+        node = Node(
+            store,
+            agents=[Courier],
+            lease_seconds=lease_seconds,
+            **({} if event_log else {"event_log": None}),
+        )
         async with satsuma.Supervisor() as sup:
             await sup.start_child(node)
             _say("READY", node.node_id)
@@ -242,10 +251,15 @@ def children() -> Iterator[list[Child]]:
             child.stop()
 
 
-def spawn_nodes(started: list[Child], dsn: str, count: int, lease_seconds: float) -> list[Child]:
+def spawn_nodes(
+    started: list[Child], dsn: str, count: int, lease_seconds: float, *, event_log: bool = True
+) -> list[Child]:
     """Start ``count`` node processes at once (``ready_nodes`` waits for them)."""
+    flags = [] if event_log else ["--no-event-log"]
     nodes = [
-        Child(["--node", dsn, "--lease", str(lease_seconds)], f"node {len(started) + index}")
+        Child(
+            ["--node", dsn, "--lease", str(lease_seconds), *flags], f"node {len(started) + index}"
+        )
         for index in range(count)
     ]
     started.extend(nodes)
@@ -429,6 +443,7 @@ async def sequential(run: Callable[[str], Awaitable[None]], tag: str, count: int
 
 # --- 1b. what each side asks of the server ---------------------------------------------------
 
+NO_EVENT_LOG = "cluster, event_log=None"
 COUNTED = ("calls", "transactions", "statements", "round_trips", "notifies")
 
 
@@ -658,6 +673,14 @@ async def measure(
                 )
             for node in nodes:
                 node.stop()
+            if not sizes.quick:
+                # What the event log costs: one node that records no events
+                # (Node(event_log=None): streams then give only RunEnd).
+                alone = ready_nodes(spawn_nodes(started, dsn, 1, sizes.node_lease, event_log=False))
+                meter = CpuMeter(postmaster, model, alone)
+                label = f"{NO_EVENT_LOG}, 1 node"
+                await measure_throughput(label, throughput, shipped_by_cluster, meter, sizes)
+                alone[0].stop()
             for lease_seconds, repeats in sizes.takeover:
                 for repeat in range(repeats):
                     pair = ready_nodes(spawn_nodes(started, dsn, 2, lease_seconds))
@@ -712,22 +735,24 @@ def _bars(latency: dict[str, list[float]], throughput: dict[str, Throughput]) ->
         latency["open_agent, PostgresStore"]
     )
     cpu_ratio = cpu(one_node) / cpu("in-process, PostgresStore")
+    rows = [
+        ["cluster.run latency", f"{run_ratio:.2f}x", "<= 1.50x", _met(run_ratio, 1.5)],
+        [
+            f"CPU per run, all processes ({one_node})",
+            f"{cpu_ratio:.2f}x",
+            "<= 1.30x",
+            _met(cpu_ratio, 1.3),
+        ],
+    ]
+    bare = f"{NO_EVENT_LOG}, 1 node"
+    if bare in throughput:  # not in a quick run
+        bare_ratio = cpu(bare) / cpu("in-process, PostgresStore")
+        rows.append([f"  the same, {bare}", f"{bare_ratio:.2f}x", "(what events cost)", ""])
     return [
         "",
         "bars: the cluster against the same run in one process on PostgreSQL",
         "",
-        *table(
-            ["", "ratio", "bar", ""],
-            [
-                ["cluster.run latency", f"{run_ratio:.2f}x", "<= 1.50x", _met(run_ratio, 1.5)],
-                [
-                    f"CPU per run, all processes ({one_node})",
-                    f"{cpu_ratio:.2f}x",
-                    "<= 1.30x",
-                    _met(cpu_ratio, 1.3),
-                ],
-            ],
-        ),
+        *table(["", "ratio", "bar", ""], rows),
     ]
 
 
@@ -882,6 +907,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parent", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--lease", type=float, default=15.0, help=argparse.SUPPRESS)
+    parser.add_argument("--no-event-log", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     # The SDK warns, once per process, that a model id is near its end of life.
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -889,7 +915,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         trio.run(_serve_model, options.parent)
         return
     if options.node:
-        trio.run(_serve_node, options.node, options.parent, options.lease)
+        trio.run(_serve_node, options.node, options.parent, options.lease, not options.no_event_log)
         return
     # SIGTERM stops the benchmark as Ctrl-C does: the blocks below stop what they started.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
