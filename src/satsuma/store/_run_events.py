@@ -106,7 +106,10 @@ def write_batch(
     if row is None:
         return False
     seq, stored_events, stored_bytes = row
-    rows: list[tuple[str, int, int, int, str]] = []
+    seqs: list[int] = []
+    kinds: list[int] = []
+    sizes: list[int] = []
+    texts: list[str] = []
     lost = 0
     for entry in entries:
         if isinstance(entry, int):
@@ -115,16 +118,20 @@ def write_batch(
             continue
         kind, text = entry
         size = len(text.encode())
-        rows.append((run_id, seq, kind, size, text))
+        seqs.append(seq)
+        kinds.append(kind)
+        sizes.append(size)
+        texts.append(text)
         stored_events += 1
         stored_bytes += size
         seq += 1
-    if rows:
-        with db.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO run_events (run_id, seq, kind, size, event) VALUES (%s, %s, %s, %s, %s)",
-                rows,
-            )
+    if seqs:
+        # One statement for the batch, its rows as arrays.
+        db.execute(
+            "INSERT INTO run_events (run_id, seq, kind, size, event) SELECT %s, * FROM "
+            "unnest(%s::bigint[], %s::smallint[], %s::integer[], %s::text[])",
+            (run_id, seqs, kinds, sizes, texts),
+        )
     pruned_events, pruned_bytes = 0, 0
     if stored_events > max_events or stored_bytes > max_bytes:
         pruned = db.execute(
