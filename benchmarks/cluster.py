@@ -20,11 +20,21 @@ answers. Runs are submitted from this process with ``satsuma.cluster.Cluster``.
    marks it done with a NOTIFY, the caller hears it and reads the result), the same run
    in this process with ``open_agent`` on a SQLiteStore and on a PostgresStore (no
    cluster), and ``cluster.run`` with one node.
+1b. Exact counts per run, on each side (``_store_counts``): store calls (each a hop to a
+   worker thread), transactions, SQL statements, round trips and NOTIFYs, of a run in
+   this process on a PostgresStore, and of a ``cluster.run``'s caller and node (the node
+   in this process, on a store of its own), for a ping and for the two-tool run. These
+   hold on a busy machine, where the timings do not. ``--counts-only`` prints them
+   alone (some 20 s); SATSUMA_BENCH_CALLERS=1 adds the store calls by function.
 2. Throughput: ``--callers`` (32) tasks, each running ``cluster.run`` one after another
    (a new conversation each), ``--runs`` runs in all, with 1, 2 and 3 nodes; the floor
    is the same runs in this process with ``open_agent`` on SQLiteStore and on
    PostgresStore. Printed: runs/s, the callers' median latency, how busy the machine's
-   CPUs were, and the CPU time per run of each kind of process (read from /proc).
+   CPUs were, and the CPU time per run of each kind of process (read from /proc). One
+   more node, recording no events (``event_log=None``), shows what the event log costs.
+   Then the issue's bars: ``cluster.run`` against ``open_agent`` + run on PostgreSQL
+   (<= 1.5x), and the CPU per run of all processes with one node against the same runs
+   in one process (<= 1.3x).
 3. Takeover: two nodes with ``lease_seconds`` L; 8 runs whose tools sleep 0.5 s; the
    node holding the most of them is SIGKILLed mid-tool; from the kill to the other
    node claiming the first of its runs (the queue's ``claimed_at``) and to it finishing
@@ -37,7 +47,7 @@ running, on Ctrl-C too: nodes and the model server run in sessions of their own 
 terminal's Ctrl-C reaches only this process, which stops them: SIGTERM, then SIGKILL),
 and they stop by themselves when this process dies.
 
-    python benchmarks/cluster.py [--dsn DSN] [--quick]
+    python benchmarks/cluster.py [--dsn DSN] [--quick | --counts-only]
 
 ``--quick`` uses tiny sizes and two nodes (leases of 1 s) so that a test can exercise
 the harness in a few seconds.
@@ -63,6 +73,7 @@ from typing import Any
 import psycopg
 import trio
 from _harness import header, median, ratio, table
+from _store_counts import Counts, count
 from postgres_store import database, embedded_server, turn_latency
 
 import satsuma
@@ -165,7 +176,7 @@ async def _serve_model(parent: int) -> None:
         n.cancel_scope.cancel()
 
 
-async def _serve_node(dsn: str, parent: int, lease_seconds: float) -> None:
+async def _serve_node(dsn: str, parent: int, lease_seconds: float, event_log: bool) -> None:
     # The SDK is imported when a node opens its first agent (some 2 s here): imported
     # before READY, so that this start-up cost, paid once in a node's life, is not
     # counted in the first runs the benchmark times.
@@ -173,7 +184,12 @@ async def _serve_node(dsn: str, parent: int, lease_seconds: float) -> None:
 
     async with PostgresStore(dsn) as store, trio.open_nursery() as nursery:
         nursery.start_soon(_orphan_watch, parent)
-        node = Node(store, agents=[Courier], lease_seconds=lease_seconds)
+        node = Node(
+            store,
+            agents=[Courier],
+            lease_seconds=lease_seconds,
+            **({} if event_log else {"event_log": None}),
+        )
         async with satsuma.Supervisor() as sup:
             await sup.start_child(node)
             _say("READY", node.node_id)
@@ -235,10 +251,15 @@ def children() -> Iterator[list[Child]]:
             child.stop()
 
 
-def spawn_nodes(started: list[Child], dsn: str, count: int, lease_seconds: float) -> list[Child]:
+def spawn_nodes(
+    started: list[Child], dsn: str, count: int, lease_seconds: float, *, event_log: bool = True
+) -> list[Child]:
     """Start ``count`` node processes at once (``ready_nodes`` waits for them)."""
+    flags = [] if event_log else ["--no-event-log"]
     nodes = [
-        Child(["--node", dsn, "--lease", str(lease_seconds)], f"node {len(started) + index}")
+        Child(
+            ["--node", dsn, "--lease", str(lease_seconds), *flags], f"node {len(started) + index}"
+        )
         for index in range(count)
     ]
     started.extend(nodes)
@@ -420,6 +441,59 @@ async def sequential(run: Callable[[str], Awaitable[None]], tag: str, count: int
     return samples
 
 
+# --- 1b. what each side asks of the server ---------------------------------------------------
+
+NO_EVENT_LOG = "cluster, event_log=None"
+COUNTED = ("calls", "transactions", "statements", "round_trips", "notifies")
+
+
+async def store_counts(dsn: str, prompt: str, label: str, runs: int) -> dict[str, dict[str, float]]:
+    """Exact counts per run (``_store_counts``): an in-process run on a PostgresStore,
+    and a cluster run's caller and node, the node in this process on a store of its own.
+    With SATSUMA_BENCH_CALLERS set, the store calls by where they come from too."""
+    progress(f"counts: {label}")
+    out: dict[str, dict[str, float]] = {}
+    async with PostgresStore(dsn) as alone:
+        counts = count(alone)
+        await _in_process_run(alone, f"count-{label}-warm", prompt)
+        counts.reset()
+        for index in range(runs):
+            await _in_process_run(alone, f"count-{label}-{index}", prompt)
+        out["in one process"] = counts.per(runs)
+    async with (
+        PostgresStore(dsn) as caller_store,
+        PostgresStore(dsn) as node_store,
+        trio.open_nursery() as nursery,
+    ):
+        caller, node = count(caller_store), count(node_store)
+        await nursery.start(Node(node_store, agents=[Courier]).serve)
+        cluster = Cluster(caller_store)
+        await _cluster_run(cluster, f"count-cluster-{label}-warm", prompt)
+        await trio.sleep(0.2)  # the node's last writes of the warm-up run
+        caller.reset()
+        node.reset()
+        for index in range(runs):
+            await _cluster_run(cluster, f"count-cluster-{label}-{index}", prompt)
+        await trio.sleep(0.2)
+        out["cluster: caller"] = caller.per(runs)
+        out["cluster: node"] = node.per(runs)
+        both = Counts(**{name: getattr(caller, name) + getattr(node, name) for name in COUNTED})
+        out["cluster: caller + node"] = both.per(runs)
+        if os.environ.get("SATSUMA_BENCH_CALLERS"):
+            for side, counted in (("caller", caller), ("node", node)):
+                for where, calls in counted.callers.most_common():
+                    progress(f"  {side}: {calls / runs:5.1f} {where}")
+        nursery.cancel_scope.cancel()
+    return out
+
+
+async def all_counts(dsn: str, sizes: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "ping": await store_counts(dsn, PING, "ping", sizes.count_runs),
+        "two tools": await store_counts(dsn, ship(sizes.tool_ms / 1000), "tools", sizes.count_runs),
+    }
+
+
 # --- 2. throughput ------------------------------------------------------------------------
 
 
@@ -541,6 +615,9 @@ async def measure(
     out: dict[str, Any] = {"latency": {}, "throughput": {}, "takeover": []}
     latency: dict[str, list[float]] = out["latency"]
     throughput: dict[str, Throughput] = out["throughput"]
+    out["counts"] = await all_counts(dsn, sizes)
+    if sizes.counts_only:
+        return out
     progress("latency: raw queue round trip")
     latency["raw queue round trip (floor)"] = await trio.to_thread.run_sync(
         raw_round_trips, dsn, sizes.latency_runs
@@ -596,6 +673,14 @@ async def measure(
                 )
             for node in nodes:
                 node.stop()
+            if not sizes.quick:
+                # What the event log costs: one node that records no events
+                # (Node(event_log=None): streams then give only RunEnd).
+                alone = ready_nodes(spawn_nodes(started, dsn, 1, sizes.node_lease, event_log=False))
+                meter = CpuMeter(postmaster, model, alone)
+                label = f"{NO_EVENT_LOG}, 1 node"
+                await measure_throughput(label, throughput, shipped_by_cluster, meter, sizes)
+                alone[0].stop()
             for lease_seconds, repeats in sizes.takeover:
                 for repeat in range(repeats):
                     pair = ready_nodes(spawn_nodes(started, dsn, 2, lease_seconds))
@@ -619,9 +704,68 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
 
+def _count_lines(counts: dict[str, Any], sizes: argparse.Namespace) -> list[str]:
+    lines: list[str] = []
+    for workload, sides in counts.items():
+        lines += [
+            "",
+            f"1b. per run ({workload}), exact: what each side asks of PostgreSQL (a store "
+            f"call is one hop to a worker thread; mean of {sizes.count_runs} runs)",
+            "",
+            *table(
+                ["", *COUNTED, ""],
+                [
+                    [side, *(f"{figures[name]:.1f}" for name in COUNTED), ""]
+                    for side, figures in sides.items()
+                ],
+            ),
+        ]
+    return lines
+
+
+def _bars(latency: dict[str, list[float]], throughput: dict[str, Throughput]) -> list[str]:
+    """The cluster's bars (issue 36), each against the same run in one process on
+    PostgreSQL, measured in this run."""
+
+    def cpu(label: str) -> float:
+        return sum(median(values) for values in throughput[label].cpu.values())
+
+    one_node = next(label for label in throughput if label.startswith("cluster, "))
+    run_ratio = median(latency[next(k for k in latency if k.startswith("cluster.run"))]) / median(
+        latency["open_agent, PostgresStore"]
+    )
+    cpu_ratio = cpu(one_node) / cpu("in-process, PostgresStore")
+    rows = [
+        ["cluster.run latency", f"{run_ratio:.2f}x", "<= 1.50x", _met(run_ratio, 1.5)],
+        [
+            f"CPU per run, all processes ({one_node})",
+            f"{cpu_ratio:.2f}x",
+            "<= 1.30x",
+            _met(cpu_ratio, 1.3),
+        ],
+    ]
+    bare = f"{NO_EVENT_LOG}, 1 node"
+    if bare in throughput:  # not in a quick run
+        bare_ratio = cpu(bare) / cpu("in-process, PostgresStore")
+        rows.append([f"  the same, {bare}", f"{bare_ratio:.2f}x", "(what events cost)", ""])
+    return [
+        "",
+        "bars: the cluster against the same run in one process on PostgreSQL",
+        "",
+        *table(["", "ratio", "bar", ""], rows),
+    ]
+
+
+def _met(figure: float, bar: float) -> str:
+    return "met" if figure <= bar else "not met"
+
+
 def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> list[str]:
     lines = header("satsuma cluster benchmark", f"psycopg {psycopg.__version__}", server)
     lines += [f"load before: {sizes.load_before}; after: {os.getloadavg()[0]:.2f} (1 min)"]
+    counted = _count_lines(figures["counts"], sizes)
+    if sizes.counts_only:
+        return [*lines, *counted]
     latency: dict[str, list[float]] = figures["latency"]
     floor = median(latency["raw queue round trip (floor)"])
     lines += [
@@ -643,6 +787,7 @@ def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> l
             ],
         ),
     ]
+    lines += counted
     throughput: dict[str, Throughput] = figures["throughput"]
     base = median(throughput["in-process, PostgresStore"].rates)
     rows = []
@@ -684,6 +829,7 @@ def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> l
         "",
         f"CPU-bound runs/s: what this machine's {os.cpu_count()} CPUs could do at that CPU "
         "time per run, if nothing else ran on them",
+        *_bars(latency, throughput),
     ]
     takeovers: list[tuple[float, dict[str, float]]] = figures["takeover"]
     rows = []
@@ -741,6 +887,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "$SATSUMA_TEST_POSTGRES_DSN, else a throwaway embedded server)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to test the harness")
+    parser.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="only the exact counts per run (store calls, statements, round trips, ...)",
+    )
     parser.add_argument("--callers", type=int, default=32, help="concurrent callers")
     parser.add_argument("--runs", type=int, default=400, help="runs per repetition")
     parser.add_argument("--repeats", type=int, default=5, help="repetitions per contender")
@@ -756,6 +907,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parent", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--lease", type=float, default=15.0, help=argparse.SUPPRESS)
+    parser.add_argument("--no-event-log", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     # The SDK warns, once per process, that a model id is near its end of life.
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -763,7 +915,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         trio.run(_serve_model, options.parent)
         return
     if options.node:
-        trio.run(_serve_node, options.node, options.parent, options.lease)
+        trio.run(_serve_node, options.node, options.parent, options.lease, not options.no_event_log)
         return
     # SIGTERM stops the benchmark as Ctrl-C does: the blocks below stop what they started.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -771,10 +923,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if options.quick:
         options.callers, options.runs, options.repeats = 4, 12, 1
         options.latency_runs, options.turns, options.turn_repeats = 5, 0, 0
+        options.count_runs = 3
         options.node_counts, options.node_lease = (2,), 1.0
         options.takeover = ()  # on the two nodes of the throughput phase
     else:
         options.latency_runs, options.turns, options.turn_repeats = 100, 100, 7
+        options.count_runs = 20
         options.node_counts, options.node_lease = (1, 2, 3), 15.0
         options.takeover = ((2.0, options.takeovers), (15.0, 1))
     with contextlib.ExitStack() as stack:

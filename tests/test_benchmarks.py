@@ -270,6 +270,8 @@ CLUSTER_ROW_NAMES = (
     "in-process, PostgresStore",
     "cluster, 2 nodes",
     "takeover, lease_seconds=1",
+    "cluster: caller + node",
+    "cluster.run latency",
 )
 
 
@@ -291,6 +293,12 @@ def test_cluster_quick_run_prints_the_tables() -> None:
     cells = re.split(r"\s{2,}", rows["takeover, lease_seconds=1"].strip())
     assert len(cells) == 7 and cells[6].startswith("1 kills"), cells
     float(cells[3])
+    # name, then store calls, transactions, statements, round trips, NOTIFYs per run
+    cells = re.split(r"\s{2,}", rows["cluster: caller + node"].strip())
+    assert len(cells) == 6 and all(float(cell) > 0 for cell in cells[1:]), cells
+    # name, ratio, bar, verdict
+    cells = re.split(r"\s{2,}", rows["cluster.run latency"].strip())
+    assert cells[1].endswith("x") and cells[3] in ("met", "not met"), cells
 
 
 MODEL_LIMITS_SCRIPT = ROOT / "benchmarks" / "model_limits.py"

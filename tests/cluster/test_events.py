@@ -334,7 +334,8 @@ async def test_events_that_cannot_be_written_are_lost_and_the_run_is_not(
                 result = await cluster.run(Shop, "ticket-3", "Where is A7?")
             nursery.cancel_scope.cancel()
         assert (result.status, result.output) == ("completed", "Your order A7 ships tomorrow.")
-        assert "could not write its events" in caplog.text
+        # The events left at the end are written with it: that write fails, and the end
+        # is written without them (a batch written mid-run, if one was, failed too).
         assert "events could not be written; a stream of it goes without them" in caplog.text
         with psycopg.connect(postgres_dsn, autocommit=True) as db:
             db.execute("ALTER TABLE run_events_away RENAME TO run_events")
@@ -571,7 +572,7 @@ async def _register(store: PostgresStore, node_id: str) -> None:
     )
 
 
-async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush(
+async def test_a_batch_cut_short_before_it_went_out_is_written_with_the_runs_end(
     postgres_dsn: str,
 ) -> None:
     # A pool of 4: the node writes one batch at a time.
@@ -599,10 +600,19 @@ async def test_a_batch_cut_short_before_it_went_out_is_written_by_the_last_flush
                 while writers.statistics().tasks_waiting == 0:  # noqa: ASYNC110  (the flusher, with its batch)
                     await trio.sleep(0.01)
                 leave.set()  # the run ends: the flusher is cancelled while it waits
-                await trio.testing.wait_all_tasks_blocked()  # the last flush waits now
+                await trio.testing.wait_all_tasks_blocked()
                 writers.release()
+        # The batch was put back; it waits for the run's end, written with it.
+        before = await read_events(store, "run_cut", 0, 10)
+        assert before is not None and before.events == ()
+        last = recorder.last_events()
+        assert last is not None and recorder.last_events() is None  # taken once
+        result = encode_result(RunResult(run_id="run_cut", output="Hello", status="completed"))
+        assert await queue.finish(
+            store, run, "node-1", status="completed", result=result, error=None, events=last
+        )
         page = await read_events(store, "run_cut", 0, 10)
-    assert page is not None
+    assert page is not None and page.ended
     assert [decode_event(text) for _, text in page.events] == [
         RunStart(agent="shop", run_id="run_cut", iteration=0, prompt="hi"),
         TextDelta(agent="shop", run_id="run_cut", iteration=1, text="Hello"),
@@ -690,3 +700,38 @@ async def test_a_stream_waits_through_a_database_restart_and_goes_on(
     assert isinstance(got[1], RunEnd) and got[1].result.output == "done"
     assert len(got) == 2
     assert "the database is back: streaming run run_r again" in caplog.text
+
+
+async def test_a_runs_start_and_a_turns_end_wait_for_the_next_boundary(postgres_dsn: str) -> None:
+    # flush_interval of an hour: only a boundary writes.
+    async with PostgresStore(postgres_dsn) as store:
+        await queue.enqueue(store, "run_b", "shop", "boundary", "hi")
+        await _register(store, "node-1")
+        run = await queue.claim(store, "node-1", ["shop"])
+        assert run is not None
+        recorder = RunRecorder(store, run, "node-1", "n1", EventLog(flush_interval=3600))
+        start = RunStart(agent="shop", run_id="run_b", iteration=0, prompt="hi")
+        turn = TurnEnd(
+            agent="shop", run_id="run_b", iteration=1, usage=satsuma.Usage(), stop_reason="tool_use"
+        )
+        call = ToolCallStart(
+            agent="shop",
+            run_id="run_b",
+            iteration=1,
+            tool_use_id="t1",
+            tool_name="lookup",
+            input={},
+        )
+        with trio.fail_after(20):
+            async with recorder.recording():
+                recorder(start)
+                recorder(turn)
+                await trio.testing.wait_all_tasks_blocked()  # the flusher waits on
+                page = await read_events(store, "run_b", 0, 10)
+                assert page is not None and page.events == ()
+                recorder(call)  # a boundary: written with what waited
+                while not page.events:
+                    await trio.sleep(0.01)
+                    page = await read_events(store, "run_b", 0, 10)
+                    assert page is not None
+    assert [decode_event(text) for _, text in page.events] == [start, turn, call]

@@ -5,6 +5,7 @@ the node serves."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -102,6 +103,7 @@ class RunAttempts:
         store_error: StoreError | None = None
         handed_back = False
         node_id = entry.node_id
+        recorder: RunRecorder | None = None
         try:
             async with open_agent(
                 self.classes[run.agent_name],
@@ -111,20 +113,21 @@ class RunAttempts:
                 store=self.node.store,
             ) as handle:
                 entry.handle = handle
-                if not await queue.mark_running(self.node.store, run.run_id, entry.node_id):
+                recorded = await queue.start_running(self.node.store, run.run_id, entry.node_id)
+                if recorded is None:
                     handed_back = True  # no longer ours: the node was counted dead
                     return
                 if entry.cancel_requested:
                     result = RunResult(run_id=run.run_id, output="", status="cancelled")
                 elif self.node.event_log is None:
-                    result, store_error = await self._run(handle, run, None)
+                    result, store_error = await self._run(handle, run, None, recorded)
                 else:
                     recorder = RunRecorder(
                         self.node.store, run, node_id, self.node.name, self.node.event_log
                     )
-                    # Its last events are written before its result (_finish, below).
+                    # Its last events are written with its result (_finish, below).
                     async with recorder.recording():
-                        result, store_error = await self._run(handle, run, recorder)
+                        result, store_error = await self._run(handle, run, recorder, recorded)
         except StoreClosed:
             raise  # the node stops (serve): nothing it does can be written any more
         except StoreError as exc:
@@ -178,12 +181,14 @@ class RunAttempts:
                 result, handed_back = None, True
             if result is None and not handed_back:
                 # Cancelled (the drain's deadline) before it ended, or stopped on the
-                # store: another node goes on.
+                # store: another node goes on, after the events of this attempt.
+                if recorder is not None:
+                    await recorder.flush_last()
                 await self.hand_back(
                     run, node_id, "keep" if store_error is not None else "auto", 0.0
                 )
         if result is not None:
-            await self._finish(run, node_id, result)
+            await self._finish(run, node_id, result, recorder)
 
     def _crashed(self, run: QueuedRun, exc: Exception, result: RunResult | None) -> RunResult:
         """Log the agent's crash with its traceback, and give the run's result: the one
@@ -211,11 +216,13 @@ class RunAttempts:
         return failed_result(run.run_id, f"the agent crashed: {described}")
 
     async def _run(
-        self, handle: AgentHandle, run: QueuedRun, events: RunRecorder | None
+        self, handle: AgentHandle, run: QueuedRun, events: RunRecorder | None, recorded: bool
     ) -> tuple[RunResult, StoreError | None]:
         """Run the queued run, or go on with it where an earlier attempt stopped; with
-        the store's error that failed it, if one did."""
-        record = await self.node.store.get_run(run.run_id)
+        the store's error that failed it, if one did. ``recorded``: whether its agent has
+        a record of it (read with the queue's ``running``: the node holds the agent's
+        lease, so no one else makes one meanwhile)."""
+        record = await self.node.store.get_run(run.run_id) if recorded else None
         if record is None:
             return await internal.run_with_id(handle, run.prompt, run.run_id, events=events)
         if record.status == "awaiting_approval":
@@ -305,7 +312,9 @@ class RunAttempts:
             delay = min(delay * 2, _RETRY_MOST)
         raise AssertionError("unreachable")
 
-    async def _finish(self, run: QueuedRun, node_id: str, result: RunResult) -> None:
+    async def _finish(
+        self, run: QueuedRun, node_id: str, result: RunResult, recorder: RunRecorder | None
+    ) -> None:
         status: QueuedRunStatus = (
             "cancelled"
             if result.status == "cancelled"
@@ -313,20 +322,44 @@ class RunAttempts:
             if result.status == "failed"
             else "completed"
         )
-        # Tried again while the store is away (the run stays this node's meanwhile); a
-        # drain's deadline ends the tries, and the run goes back to the queue with the
-        # node's row (its agent's record has its end, which the next node reads).
-        written = await self._retrying(
-            f"record the end of run {run.run_id}",
-            lambda: queue.finish(
+        # The run's last events are written with its end, in one transaction.
+        events = None if recorder is None else recorder.last_events()
+
+        async def write() -> bool:
+            nonlocal events
+            end = functools.partial(
+                queue.finish,
                 self.node.store,
                 run,
                 node_id,
                 status=status,
                 result=encode_result(result),
                 error=result.error if status == "failed" else None,
-            ),
-        )
+            )
+            try:
+                return await end(events=events)
+            except (StoreClosed, StoreUnavailable):
+                raise  # the database is away: tried again, events and all
+            # Any other Exception (a refused write, a bug): as for any batch, the run
+            # must not fail, nor wait, because its events could not be written.
+            except Exception as exc:
+                if events is None:
+                    raise
+                logger.warning(
+                    "run %s: its last %d events could not be written; a stream of it "
+                    "goes without them (%s)",
+                    run.run_id,
+                    len(events.entries),
+                    exc,
+                    exc_info=not isinstance(exc, StoreError),
+                )
+                events = None
+                return await end()
+
+        # Tried again while the store is away (the run stays this node's meanwhile); a
+        # drain's deadline ends the tries, and the run goes back to the queue with the
+        # node's row (its agent's record has its end, which the next node reads).
+        written = await self._retrying(f"record the end of run {run.run_id}", write)
         if not written:
             logger.warning(
                 "node %s: run %s ended here after it went to another node; its result "

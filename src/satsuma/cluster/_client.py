@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -176,6 +176,17 @@ class Cluster:
                 error but StoreUnavailable (the store was closed: StoreClosed; the run's
                 row does not decode: StoreUnreadable).
         """
+        return await self._wait(run_id, timeout)
+
+    async def _wait(
+        self,
+        run_id: str,
+        timeout: float | None,  # noqa: ASYNC109  (result's, see there)
+        submit: Callable[[], Awaitable[None]] | None = None,
+    ) -> RunResult[Any]:
+        """``result``; with ``submit``, which queues the run once the wait listens: then
+        the run cannot have ended before, and the first read waits for its end's
+        NOTIFY (one read of the queue per run, rather than two)."""
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         known = False
         with trio.CancelScope(deadline=deadline):
@@ -187,6 +198,10 @@ class Cluster:
                 self.store, {queue.DONE_CHANNEL: run_id}, keep=[queue.DONE_CHANNEL]
             )
             try:
+                if submit is not None:
+                    await submit()
+                    known = True
+                    await subscription.wait(self.poll_interval)
                 while True:
                     try:
                         found = await queue.outcome(self.store, run_id)
@@ -237,7 +252,14 @@ class Cluster:
             TypeError, ValueError, StoreError: as ``submit`` and ``result``; ValueError
                 too when the answer does not fit the class's output type.
         """
-        result = await self.result(await self.submit(agent, agent_id, prompt))
+        name = _checked(agent, agent_id, prompt)
+        run_id = internal.new_run_id()
+
+        async def submit() -> None:
+            await queue.enqueue(self.store, run_id, name, agent_id, prompt)
+
+        # Listening before the run is queued: its end's NOTIFY is the first thing read.
+        result = await self._wait(run_id, None, submit)
         output = internal.spec_of(agent).output
         if output is None:
             return result

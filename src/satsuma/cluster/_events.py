@@ -250,7 +250,8 @@ class EventStream:
         if page.events:
             return
         if page.ended:
-            # Events are written before the run's end: none will come after this read.
+            # Events are written before the run's end, or with it (one transaction):
+            # none will come after this read.
             if page.next_seq > self.position:
                 self._dropped(page.agent_name, page.next_seq - self.position, _CAPPED)
                 self.position = page.next_seq

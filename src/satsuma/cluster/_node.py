@@ -1,7 +1,8 @@
 """Node: a supervisable service that runs the queued runs of the agent classes it serves.
 
 One task claims runs (``run_queue``, SELECT ... FOR UPDATE SKIP LOCKED) when a NOTIFY
-says there may be one, or every ``poll_interval`` seconds; each claimed run gets a task
+says there may be one, or every ``poll_interval`` seconds (at once again after a claim
+that saw more runs waiting); each claimed run gets a task
 that opens its agent with the store (taking the agent's lease, so that two nodes never
 run one agent at once), runs or resumes it, and writes its result. A heartbeat keeps the
 node's row alive and puts back in the queue the runs of nodes whose row expired; the node
@@ -232,13 +233,16 @@ class Node:
             await self._slots.acquire()
             self._wake = trio.Event()  # a NOTIFY from here on wakes the wait below
             node_id = self.node_id
+            more = False
             try:
-                run = await queue.claim(self.store, node_id, names)
+                claimed = await queue.claim_next(self.store, node_id, names)
             except StoreClosed:
                 raise
             except StoreError:
                 logger.warning("node %s: could not claim runs", self.name, exc_info=True)
                 run = None
+            else:
+                run, more = claimed.run, claimed.more
             if run is not None and node_id != self.node_id:
                 # Claimed under the id of an incarnation counted dead meanwhile.
                 await self._attempts.hand_back(run, node_id, "keep", 0.0)
@@ -251,6 +255,11 @@ class Node:
             entry = InFlight(run, node_id)
             self._in_flight[run.run_id] = entry
             runs.start_soon(self._execute, entry)
+            if not more:
+                # Nothing else waited: the next claim waits for a NOTIFY (one that came
+                # since this claim began has set the event already) or the poll.
+                with trio.move_on_after(self.poll_interval):
+                    await self._wake.wait()
 
     async def _listen(self, listener: Listener) -> None:
         while True:

@@ -3,11 +3,11 @@
 The agent calls the recorder with each event, on the trio thread; the recorder only
 queues it in memory (text deltas merged into the one before them, other events turned
 into their JSON at once, as the JSON-lines log does) and never waits. A flusher task
-writes what queued up in one transaction: 5 ms after a tool or turn boundary (a call
-starting or ending, a turn ending, a retry, an approval; the events that come with it go
-in the same batch: two or three transactions for a run of two quick turns, measured,
-rather than five), else ``flush_interval`` after the first event queued, and a last time
-when the run ends, before its result is written.
+writes what queued up in one transaction: 5 ms after a boundary (a call starting or
+ending, a retry, an approval; the events that come with it go in the same batch), else ``flush_interval`` after the first event
+queued. What is left when the run ends is written with its end, in the transaction that
+writes its result; a run handed back writes it before it goes. A run of two calls at
+once then costs two transactions of events (their starts; their ends), measured.
 
 A write that fails is logged and tried again with the next batch (a second later at the
 soonest): the run goes on whatever happens to its events. What waits in memory is bounded
@@ -27,7 +27,16 @@ import attrs
 import trio
 
 from .._exceptions import StoreError, StoreUnavailable
-from ..agents import AgentEvent, OutputDelta, RunEnd, TextDelta, ThinkingDelta
+from ..agents import (
+    AgentEvent,
+    OutputDelta,
+    OutputValidated,
+    RunEnd,
+    RunStart,
+    TextDelta,
+    ThinkingDelta,
+    TurnEnd,
+)
 from ..store import (
     KIND_CHATTER,
     KIND_DELTA,
@@ -39,6 +48,7 @@ from ..store import (
     expire_queue,
     purge_ended,
 )
+from ..store import run_queue as queue
 from ..tools import NestedEvent, ToolProgress, ToolUpdate
 from ._events import RunResumed, encode_event
 
@@ -83,8 +93,8 @@ class EventLog:
             token.
         max_bytes: A run keeps at most this many bytes of events (as JSON); an event
             larger than this is not kept at all.
-        flush_interval: Seconds an event may wait before it is written; a tool or turn
-            boundary writes at once.
+        flush_interval: Seconds an event may wait before it is written; a boundary (a
+            call starting or ending, a retry, an approval) writes at once.
         retention: Seconds a run's events are kept after it ended; nodes delete older
             ones about once a minute. They go earlier with the run's row in the queue
             (``Node(result_retention=...)``, an hour by default) when that is shorter.
@@ -160,7 +170,7 @@ class RunRecorder:
                 kind = KIND_CHATTER if isinstance(event, _CHATTER) else KIND_OTHER
                 self._pending.append((kind, text))
                 self._pending_bytes += len(text)
-                if kind == KIND_OTHER:
+                if kind == KIND_OTHER and _is_boundary(event):
                     self._boundary.set()
         self._queued.set()
         if len(self._pending) > self._log.max_events or self._pending_bytes > self._log.max_bytes:
@@ -182,26 +192,37 @@ class RunRecorder:
 
     @asynccontextmanager
     async def recording(self) -> AsyncIterator[RunRecorder]:
-        """Run the flusher while the block runs; write what is left when it ends (also
-        when it is cancelled: bounded, shielded)."""
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._flush_loop)
-                try:
-                    yield self
-                finally:
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True):
-                await self.flush()
-            lost = sum(entry if isinstance(entry, int) else 1 for entry in self._pending)
-            if lost and not self._stopped:
-                logger.warning(
-                    "run %s: its last %d events could not be written; a stream of it "
-                    "goes without them",
-                    self._run.run_id,
-                    lost,
-                )
+        """Run the flusher while the block runs. What is left when it ends waits: for
+        the run's end, which writes it in its own transaction (``last_events``), or for
+        ``flush_last`` (a run handed back)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_loop)
+            try:
+                yield self
+            finally:
+                nursery.cancel_scope.cancel()
+
+    def last_events(self) -> queue.LastEvents | None:
+        """What waits, for the run's end to write with it (``run_queue.finish``): taken
+        from here, so that it is written once. None when nothing waits, or nothing more
+        of the run is written here."""
+        if self._stopped or not self._pending:
+            return None
+        batch = self._batch()
+        return queue.LastEvents(batch, self._log.max_events, self._log.max_bytes)
+
+    async def flush_last(self) -> None:
+        """Write what is left, for a run that does not end here (handed back): bounded,
+        shielded, as a cancelled run's last write must be."""
+        with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True):
+            await self.flush()
+        lost = sum(entry if isinstance(entry, int) else 1 for entry in self._pending)
+        if lost and not self._stopped:
+            logger.warning(
+                "run %s: its last %d events could not be written; a stream of it goes without them",
+                self._run.run_id,
+                lost,
+            )
 
     async def _flush_loop(self) -> None:
         while True:
@@ -218,12 +239,7 @@ class RunRecorder:
         """Write what waits, in one transaction; False if that failed (it waits on)."""
         if self._stopped or not self._pending:
             return True
-        batch: list[Entry] = [
-            (KIND_DELTA, encode_event(entry.event())) if isinstance(entry, _Delta) else entry
-            for entry in self._pending
-        ]
-        self._pending, self._pending_bytes = [], 0
-        self._queued, self._boundary = trio.Event(), trio.Event()
+        batch = self._batch()
         try:
             async with _writers(self._store):
                 # Shielded, bounded: a batch that went out is never cut short by the
@@ -270,6 +286,16 @@ class RunRecorder:
         self._failures = 0
         return True
 
+    def _batch(self) -> list[Entry]:
+        """Take what waits, as the entries to write."""
+        batch: list[Entry] = [
+            (KIND_DELTA, encode_event(entry.event())) if isinstance(entry, _Delta) else entry
+            for entry in self._pending
+        ]
+        self._pending, self._pending_bytes = [], 0
+        self._queued, self._boundary = trio.Event(), trio.Event()
+        return batch
+
     def _put_back(self, batch: list[Entry]) -> None:
         self._pending[:0] = batch
         self._pending_bytes = sum(_size(entry) for entry in self._pending)
@@ -290,6 +316,16 @@ def _writers(store: PostgresStore) -> trio.CapacityLimiter:
         limiter = trio.CapacityLimiter(max(1, store.pool_size // 4))
         _limiters[store] = limiter
     return limiter
+
+
+def _is_boundary(event: AgentEvent | RunResumed) -> bool:
+    """Whether the event is a step's boundary, written at once (5 ms on): a call starting
+    or ending, a retry, an approval, a wait for the model's limits. A run's start (or
+    resumption) is followed at once by its model call, a turn's end by its calls'
+    starts or the run's end, a validated answer by the run's end: those wait for the
+    next boundary, the run's end (whose transaction writes them), or ``flush_interval``,
+    whichever comes first, rather than cost a transaction of their own."""
+    return not isinstance(event, (RunStart, RunResumed, TurnEnd, OutputValidated))
 
 
 def _size(entry: _Pending) -> int:

@@ -27,7 +27,14 @@ from ._postgres import PostgresStore
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["EventPage", "append_events", "channel_for", "purge_ended", "read_events"]
+__all__ = [
+    "EventPage",
+    "append_events",
+    "channel_for",
+    "purge_ended",
+    "read_events",
+    "write_batch",
+]
 
 
 # Which go first when a run passes its cap.
@@ -60,81 +67,105 @@ async def append_events(
     longer holds the run."""
 
     def work(db: psycopg.Connection[Any]) -> bool:
-        # FOR SHARE: a heartbeat that puts the run back in the queue waits for this
-        # batch, or this batch sees that the run is no longer the node's.
-        held = db.execute(
-            "SELECT 1 FROM run_queue WHERE run_id = %s AND node_id = %s "
-            "AND status IN ('claimed', 'running') FOR SHARE",
-            (run_id, node_id),
-        ).fetchone()
-        if held is None:
-            return False
-        db.execute(
-            "INSERT INTO run_event_streams (run_id, updated_at) "
-            f"VALUES (%s, {NOW}) ON CONFLICT (run_id) DO NOTHING",
-            (run_id,),
-        )
-        row = db.execute(
-            "SELECT next_seq, stored_events, stored_bytes FROM run_event_streams "
-            "WHERE run_id = %s FOR UPDATE",
-            (run_id,),
-        ).fetchone()
-        assert row is not None  # inserted above if it was missing
-        seq, stored_events, stored_bytes = row
-        rows: list[tuple[str, int, int, int, str]] = []
-        lost = 0
-        for entry in entries:
-            if isinstance(entry, int):
-                seq += entry
-                lost += entry
-                continue
-            kind, text = entry
-            size = len(text.encode())
-            rows.append((run_id, seq, kind, size, text))
-            stored_events += 1
-            stored_bytes += size
-            seq += 1
-        if rows:
-            with db.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO run_events (run_id, seq, kind, size, event) "
-                    "VALUES (%s, %s, %s, %s, %s)",
-                    rows,
-                )
-        pruned_events, pruned_bytes = 0, 0
-        if stored_events > max_events or stored_bytes > max_bytes:
-            pruned = db.execute(
-                "WITH ordered AS (SELECT seq, size, "
-                " sum(size) OVER w - size AS bytes_before, row_number() OVER w - 1 AS count_before"
-                " FROM run_events WHERE run_id = %(run)s"
-                " WINDOW w AS (ORDER BY kind, seq ROWS UNBOUNDED PRECEDING)) "
-                "DELETE FROM run_events e USING ordered o "
-                "WHERE e.run_id = %(run)s AND e.seq = o.seq "
-                "AND (o.bytes_before < %(bytes)s OR o.count_before < %(count)s) "
-                "RETURNING e.size",
-                {
-                    "run": run_id,
-                    "bytes": stored_bytes - max_bytes * 9 // 10,
-                    "count": stored_events - max_events * 9 // 10,
-                },
-            ).fetchall()
-            pruned_events = len(pruned)
-            pruned_bytes = sum(size for (size,) in pruned)
-        db.execute(
-            "UPDATE run_event_streams SET next_seq = %s, stored_events = %s, "
-            f"stored_bytes = %s, dropped = dropped + %s, updated_at = {NOW} WHERE run_id = %s",
-            (
-                seq,
-                stored_events - pruned_events,
-                stored_bytes - pruned_bytes,
-                lost + pruned_events,
-                run_id,
-            ),
-        )
-        db.execute("SELECT pg_notify(%s, '')", (channel_for(run_id),))
-        return True
+        return write_batch(db, run_id, entries, max_events, max_bytes, held_by=node_id)
 
     return await store.transaction(work)
+
+
+def write_batch(
+    db: psycopg.Connection[Any],
+    run_id: str,
+    entries: Sequence[Entry],
+    max_events: int,
+    max_bytes: int,
+    *,
+    held_by: str | None,
+) -> bool:
+    """Write a batch in the caller's transaction (two round trips with its COMMIT, in
+    pipeline mode) and NOTIFY the run's channel; False, with nothing written, when
+    ``held_by`` (a node id) no longer holds the run. ``held_by`` None: the caller
+    checked that already in this transaction, and its own NOTIFY wakes the run's
+    watchers (``_queue.finish``: the run's end and its last events commit together, and
+    a stream listens for the run's end too)."""
+    # The run's stream row, made if missing, and locked: batches of one run are numbered
+    # one after the other. With the check that the node holds the run, FOR SHARE: a
+    # heartbeat that puts the run back in the queue waits for this batch, or this batch
+    # sees that the run is no longer the node's (and then no row is made or returned).
+    held = (
+        ""
+        if held_by is None
+        else " WHERE EXISTS (SELECT 1 FROM run_queue WHERE run_id = %(run)s "
+        "AND node_id = %(node)s AND status IN ('claimed', 'running') FOR SHARE)"
+    )
+    row = db.execute(
+        "INSERT INTO run_event_streams (run_id, updated_at) "
+        f"SELECT %(run)s, {NOW}{held} ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at "
+        "RETURNING next_seq, stored_events, stored_bytes",
+        {"run": run_id, "node": held_by},
+    ).fetchone()
+    if row is None:
+        return False
+    seq, stored_events, stored_bytes = row
+    seqs: list[int] = []
+    kinds: list[int] = []
+    sizes: list[int] = []
+    texts: list[str] = []
+    lost = 0
+    for entry in entries:
+        if isinstance(entry, int):
+            seq += entry
+            lost += entry
+            continue
+        kind, text = entry
+        size = len(text.encode())
+        seqs.append(seq)
+        kinds.append(kind)
+        sizes.append(size)
+        texts.append(text)
+        stored_events += 1
+        stored_bytes += size
+        seq += 1
+    if seqs:
+        # One statement for the batch, its rows as arrays.
+        db.execute(
+            "INSERT INTO run_events (run_id, seq, kind, size, event) SELECT %s, * FROM "
+            "unnest(%s::bigint[], %s::smallint[], %s::integer[], %s::text[])",
+            (run_id, seqs, kinds, sizes, texts),
+        )
+    pruned_events, pruned_bytes = 0, 0
+    if stored_events > max_events or stored_bytes > max_bytes:
+        pruned = db.execute(
+            "WITH ordered AS (SELECT seq, size, "
+            " sum(size) OVER w - size AS bytes_before, row_number() OVER w - 1 AS count_before"
+            " FROM run_events WHERE run_id = %(run)s"
+            " WINDOW w AS (ORDER BY kind, seq ROWS UNBOUNDED PRECEDING)) "
+            "DELETE FROM run_events e USING ordered o "
+            "WHERE e.run_id = %(run)s AND e.seq = o.seq "
+            "AND (o.bytes_before < %(bytes)s OR o.count_before < %(count)s) "
+            "RETURNING e.size",
+            {
+                "run": run_id,
+                "bytes": stored_bytes - max_bytes * 9 // 10,
+                "count": stored_events - max_events * 9 // 10,
+            },
+        ).fetchall()
+        pruned_events = len(pruned)
+        pruned_bytes = sum(size for (size,) in pruned)
+    # With the run's NOTIFY in the one statement (sent at COMMIT).
+    notify = "" if held_by is None else " RETURNING pg_notify(%s, '')"
+    db.execute(
+        "UPDATE run_event_streams SET next_seq = %s, stored_events = %s, "
+        f"stored_bytes = %s, dropped = dropped + %s, updated_at = {NOW} WHERE run_id = %s" + notify,
+        (
+            seq,
+            stored_events - pruned_events,
+            stored_bytes - pruned_bytes,
+            lost + pruned_events,
+            run_id,
+            *(() if held_by is None else (channel_for(run_id),)),
+        ),
+    )
+    return True
 
 
 @attrs.frozen(kw_only=True)
