@@ -58,7 +58,7 @@ from ._link import Ticket as Ticket
 from ._link import run_abandonable as run_abandonable
 from ._step import RunEnd as RunEnd
 from ._step import Step as Step
-from ._step import write_step as write_step
+from ._write_step import write_step as write_step
 
 if _typing.TYPE_CHECKING:
     from . import _queue

@@ -341,7 +341,7 @@ class BaseStore(abc.ABC):
     @abc.abstractmethod
     async def write_step(self, step: Step, *, lease: Lease | None = None) -> None:
         """Write ``step``'s writes in one transaction: all of them, or, when any fails,
-        none (``satsuma.store._step``; agents call its ``write_step``, which makes the
+        none (``satsuma.store._step``; agents call ``_write_step.write_step``, which makes the
         same writes one call each on a store that is not one of these)."""
 
     @abc.abstractmethod

@@ -1,4 +1,4 @@
-"""A step of a run written at once (``Step``, ``write_step``): the writes an agent makes
+"""A step of a run written at once (``Step``; ``_write_step`` writes one): the writes an agent makes
 at one point of its loop, which its durability order lets go together, in one
 transaction of satsuma's stores rather than one each.
 
@@ -12,8 +12,8 @@ run's end. A write that must be durable before a side effect is never put in a s
 one that comes after it.
 
 Inside a step the writes are made in this order, which is also the order a store that is
-not satsuma's (``write_step``'s fallback, one call each) gets them: the calls' outcomes,
-the conversation's tail, the calls started, the runs' ends.
+not satsuma's gets them one call each (``_write_step``): the calls' outcomes, the
+conversation's tail, the calls started, the runs' ends.
 
 The journal's and the runs' statements of the SQL stores are here too (``start_call``,
 ``finish_call``, ``end_run_sql``), for their single calls and for a step alike.
@@ -22,25 +22,17 @@ The journal's and the runs' statements of the SQL stores are here too (``start_c
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import attrs
 
-from .._exceptions import LeaseLost, StoreClosed, StoreError
 from .._messages import Message, Usage
 from ._dialect import Connection, Dialect
 from ._records import JournalEntry, RunRecordStatus
 from ._rows import usage_json
 
-if TYPE_CHECKING:
-    from ._base import Store
-    from ._lease import Lease
-
-__all__ = ["RunEnd", "Step", "end_run_sql", "finish_call", "start_call", "write_step"]
-
-logger = logging.getLogger("satsuma.store")
+__all__ = ["RunEnd", "Step", "end_run_sql", "finish_call", "start_call", "step_sql"]
 
 
 @attrs.frozen(kw_only=True)
@@ -87,75 +79,6 @@ class Step:
     def empty(self) -> bool:
         """Whether the step writes nothing."""
         return not (self.finished or self.start is not None or self.started or self.ends)
-
-
-async def write_step(store: Store, step: Step, *, lease: Lease | None = None) -> None:
-    """Write ``step`` under ``lease``: in one transaction on satsuma's stores (nothing of it
-    is written if any of it fails), or one call after the other, in the step's order, on
-    any other ``Store``; there an outcome that its ``call_finished`` cannot write
-    (``StoreError``) is logged and the rest written, as a lone outcome's write is.
-
-    Raises:
-        StoreError: it could not be written (``LeaseLost``: another owner has the agent).
-    """
-    from ._base import BaseStore
-
-    if step.empty:
-        return
-    if isinstance(store, BaseStore) and _at_once(type(store)):
-        await store.write_step(step, lease=lease)
-        return
-    for entry in step.finished:
-        try:
-            await store.call_finished(
-                entry.run_id,
-                entry.tool_use_id,
-                content=entry.content,
-                is_error=entry.is_error,
-                error_kind=entry.error_kind,
-                lease=lease,
-            )
-        except (LeaseLost, StoreClosed):
-            raise
-        except StoreError:
-            # As an outcome written on its own: logged, and the outcome stands (on
-            # resume the call counts as unfinished).
-            logger.warning(
-                "could not journal the outcome of call %s", entry.tool_use_id, exc_info=True
-            )
-    if step.start is not None:
-        await store.write_tail(step.agent_id, step.start, step.messages, lease=lease)
-    for entry in step.started:
-        await store.call_started(
-            entry.run_id, entry.tool_use_id, entry.tool_name, entry.input, lease=lease
-        )
-    for end in step.ends:
-        await store.end_run(
-            end.run_id,
-            status=end.status,
-            ended_at=end.ended_at,
-            usage=end.usage,
-            error=end.error,
-            lease=lease,
-        )
-
-
-# The writes a step is made of: a subclass of a store that overrides one of them (to
-# watch it, or to fail it in a test) has them called one by one, so that its own
-# method runs, unless it overrides write_step too.
-_SINGLE_WRITES: Final = ("call_finished", "write_tail", "call_started", "end_run")
-_AT_ONCE: dict[type, bool] = {}
-
-
-def _at_once(kind: type) -> bool:
-    try:
-        return _AT_ONCE[kind]
-    except KeyError:
-        owner = next(klass for klass in kind.__mro__ if "write_step" in vars(klass))
-        found = _AT_ONCE[kind] = all(
-            getattr(kind, name) is getattr(owner, name) for name in _SINGLE_WRITES
-        )
-        return found
 
 
 # --- the SQL stores' statements -------------------------------------------------------
