@@ -50,7 +50,7 @@ from ._link import (
 )
 from ._postgres_errors import error, first_line, location, refused_connection
 from ._postgres_lease import renew, take
-from ._postgres_pipeline import pipelined, settle
+from ._postgres_pipeline import pipelined, settle, unanswered
 from ._records import RunRecord
 from ._retention import PruneReport
 from ._rows import Damaged
@@ -400,15 +400,19 @@ class PostgresStore(SQLStore):
             link, reused = self._checkout(ticket, fresh=attempt > 1)
             connection = link.connection
             committing = False
+            began = None
             try:
                 if transaction:
                     # One round trip, and one more per answer read on the way.
                     with connection.pipeline():
+                        began = connection.execute("BEGIN")
                         result = pipelined(connection, work, lease)
                         committing = True  # COMMIT is sent as the pipeline ends
                 else:
                     result = work(connection)
             except psycopg.Error as exc:
+                # Lost with no answer at all: the server never ran it (_postgres_pipeline).
+                committing = committing and not (connection.broken and unanswered(began))
                 refused = settle(connection, self.location, lease, exc)
                 self._checkin(ticket, link)
                 if refused is not None:

@@ -14,6 +14,16 @@ write after a takeover sees the new epoch, as before.
 A write's own check (a tail past the conversation's end) fails its statement the same
 way, with its text (``_dialect.REFUSED``): ``settle`` makes that the StoreError.
 
+A connection lost before any answer came back had its write never run: the server sends
+a pipeline's answers when it reaches its end (or sooner, with an error: a backend that is
+terminated, by a restart or ``pg_terminate_backend``, sends what it has, answers
+included, as it goes), so a write it committed has its answers on the way. That is what
+lets a call on a pooled connection that broke while idle run again on a new one, as
+when ``BEGIN`` had a round trip of its own. Only a backend killed outright (SIGKILL, a
+crash) in the instant between its ``COMMIT`` and the pipeline's end could have committed
+unanswered; the call is then run again once, which satsuma's agent writes bear (they
+write the same rows again) and a run's start refuses (its run id is taken).
+
 A write whose own code raises (a refusal of its own, a row that does not decode) has
 ``ROLLBACK`` sent in place of ``COMMIT``. A statement of the write that needs an answer
 before the rest is sent (``fetchone``) costs one round trip more, inside the same
@@ -36,7 +46,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["pipelined", "settle"]
+__all__ = ["pipelined", "settle", "unanswered"]
 
 # lease_holds's rule (the row's holder and epoch are the lease's), in SQL. One row when
 # the lease is current (1 / 1), none otherwise: 1 / 0, which PostgreSQL cannot fold at
@@ -54,13 +64,12 @@ _REFUSAL: Final = re.compile('"' + re.escape(REFUSED) + '(.*)"$')
 def pipelined(
     db: psycopg.Connection[Any], work: Callable[[psycopg.Connection[Any]], T], lease: Lease | None
 ) -> T:
-    """Send ``BEGIN``, ``lease``'s check (a write under a lease), ``work``'s statements and
-    ``COMMIT``, in the pipeline the caller opened (its end sends them and reads every
-    answer); ``work``'s result. Should ``work`` raise, ``ROLLBACK`` goes in place of
+    """Send ``lease``'s check (a write under a lease), ``work``'s statements and ``COMMIT``
+    after the caller's ``BEGIN``, in the pipeline it opened (its end sends them and reads
+    every answer); ``work``'s result. Should ``work`` raise, ``ROLLBACK`` goes in place of
     ``COMMIT`` (a statement the server failed already skips it: ``settle``)."""
     import psycopg
 
-    db.execute("BEGIN")
     if lease is not None:
         db.execute(_CHECK, (lease.agent_id, lease.owner.owner_id, lease.epoch))
     try:
@@ -71,6 +80,12 @@ def pipelined(
         raise
     db.execute("COMMIT")
     return result
+
+
+def unanswered(began: psycopg.Cursor[Any] | None) -> bool:
+    """Whether the server answered nothing of a write whose ``BEGIN`` is ``began`` (see the
+    module's notes: then it never ran the write)."""
+    return began is not None and began.pgresult is None
 
 
 def settle(
