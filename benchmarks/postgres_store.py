@@ -43,6 +43,7 @@ from typing import Any
 
 import psycopg
 import trio
+from _sql_counts import Exchanges, Tally, counting
 from psycopg.conninfo import make_conninfo
 
 from satsuma import Message, open_agent
@@ -177,7 +178,59 @@ async def turn_latency(stores: dict[str, Store], turns: int, repeats: int) -> di
     return {kind: statistics.median(values) * 1e6 for kind, values in samples.items()}
 
 
-async def measure(dsn: str, folder: Path, quick: bool) -> dict[str, Any]:
+async def open_latency(stores: dict[str, Store], repeats: int) -> dict[str, float]:
+    """ms per ``open_agent`` of a new agent id, a run of two turns (two calls, then the
+    answer) and the agent's close, by store: the median of ``repeats``, interleaved."""
+    samples: dict[str, list[float]] = {kind: [] for kind in stores}
+
+    async def one(store: Store, agent_id: str) -> float:
+        gc.collect()
+        started = time.perf_counter()
+        async with open_agent(Worker, model=turns_model(2), store=store, agent_id=agent_id) as a:
+            result = await a.run("go")
+        elapsed = time.perf_counter() - started
+        if result.status != "completed":
+            raise RuntimeError(f"the run ended {result.status}")
+        return elapsed
+
+    for repeat in range(repeats):
+        for kind, store in stores.items():
+            samples[kind].append(await one(store, f"open-{repeat}"))
+    return {kind: statistics.median(values) * 1e3 for kind, values in samples.items()}
+
+
+async def _counted_run(store: Store, agent_id: str, turns: int, exchanges: Any) -> Tally:
+    with counting(store, exchanges) as tally:
+        async with open_agent(
+            Worker, model=turns_model(turns), store=store, agent_id=agent_id
+        ) as agent:
+            result = await agent.run("go")
+    if result.status != "completed" or result.iterations != turns:
+        raise RuntimeError(f"the run ended {result.status} after {result.iterations} turns")
+    return tally
+
+
+async def turn_counts(
+    stores: dict[str, Store], exchanges: Exchanges, turns: int = 11
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Exact counts (``_sql_counts``) by store: ``open``, an ``open_agent`` with a run of one
+    turn and the agent's close; ``turn``, each turn of two calls after the first (the
+    difference between a run of ``turns`` turns and one of one turn). ``stores["postgres"]``
+    connects through ``exchanges``."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for kind, store in stores.items():
+        await _counted_run(store, f"count-warm-{kind}", 2, exchanges)  # the pool filled
+        one = await _counted_run(store, f"count-one-{kind}", 1, exchanges)
+        many = await _counted_run(store, f"count-many-{kind}", turns, exchanges)
+        first, more = one.per(1), many.per(1)
+        out[kind] = {
+            "open": first,
+            "turn": {key: (more[key] - first[key]) / (turns - 1) for key in first},
+        }
+    return out
+
+
+async def measure(dsn: str, folder: Path, quick: bool, turns_only: bool) -> dict[str, Any]:
     calls, per_agent, turns, repeats = (20, 4, 5, 2) if quick else (2_000, 40, 100, 7)
     stores: dict[str, Store] = {
         "memory": MemoryStore(),
@@ -187,18 +240,40 @@ async def measure(dsn: str, folder: Path, quick: bool) -> dict[str, Any]:
     for store in stores.values():
         await store.open()
     try:
-        calls_us = await per_call(stores, calls)
-        one = {k: await throughput(s, 1, per_agent * 50, f"one-{k}") for k, s in stores.items()}
-        many = {k: await throughput(s, 50, per_agent, f"many-{k}") for k, s in stores.items()}
+        if turns_only:
+            calls_us: dict[str, dict[str, float]] = {}
+            one: dict[str, float] = {}
+            many: dict[str, float] = {}
+        else:
+            calls_us = await per_call(stores, calls)
+            one = {k: await throughput(s, 1, per_agent * 50, f"one-{k}") for k, s in stores.items()}
+            many = {k: await throughput(s, 50, per_agent, f"many-{k}") for k, s in stores.items()}
         turn_us = await turn_latency(stores, turns, repeats)
+        open_ms = await open_latency(stores, repeats * 3)
     finally:
         for store in stores.values():
             await store.aclose()
+    exchanges = Exchanges(dsn)
+    counted: dict[str, Store] = {
+        "memory": MemoryStore(),
+        "sqlite": SQLiteStore(folder / "counts.db"),
+        "postgres": PostgresStore(exchanges.dsn),
+    }
+    try:
+        for store in counted.values():
+            await store.open()
+        counts = await turn_counts(counted, exchanges)
+    finally:
+        for store in counted.values():
+            await store.aclose()
+        exchanges.close()
     return {
         "calls": calls_us,
         "one": one,
         "many": many,
         "turn": turn_us,
+        "open": open_ms,
+        "counts": counts,
         "sizes": (calls, per_agent, turns, repeats),
     }
 
@@ -217,12 +292,16 @@ def report(figures: dict[str, Any], server: str) -> str:
         "",
         f"{'measurement':44}{'postgres':>12}{'sqlite':>12}{'memory':>12}",
     ]
-    for name, table, key, fmt in rows:
+    for name, table, key, fmt in rows if figures["calls"] else ():
         cells = "".join(f"{table[k][key]:>12{fmt}}" for k in ("postgres", "sqlite", "memory"))
         lines.append(f"{name:44}{cells}")
     for name, key in (
-        (f"write_tail, 1 agent x {per_agent * 50} (msg/s)", "one"),
-        (f"write_tail, 50 agents x {per_agent} (msg/s)", "many"),
+        (
+            (f"write_tail, 1 agent x {per_agent * 50} (msg/s)", "one"),
+            (f"write_tail, 50 agents x {per_agent} (msg/s)", "many"),
+        )
+        if figures["one"]
+        else ()
     ):
         cells = "".join(f"{figures[key][k]:>12,.0f}" for k in ("postgres", "sqlite", "memory"))
         lines.append(f"{name:44}{cells}")
@@ -233,6 +312,22 @@ def report(figures: dict[str, Any], server: str) -> str:
         f"added per turn over memory: postgres {turn['postgres'] - turn['memory']:+,.0f} µs, "
         f"sqlite {turn['sqlite'] - turn['memory']:+,.0f} µs ({calls} calls per µs/call figure)"
     )
+    opened = figures["open"]
+    cells = "".join(f"{opened[k]:>12.2f}" for k in ("postgres", "sqlite", "memory"))
+    lines.append(f"{'open_agent + 2-turn run + close (ms)':44}{cells}")
+    lines.append(
+        f"postgres / sqlite per turn: {turn['postgres'] / turn['sqlite']:.2f}x (bar: 2.5x); "
+        f"open_agent + run: {opened['postgres'] / opened['sqlite']:.2f}x"
+    )
+    lines += ["", "exact counts (a counted run of its own; round trips through a proxy)"]
+    counts = figures["counts"]
+    for scope, label in (("turn", "per turn of two calls"), ("open", "open_agent + 1-turn run")):
+        keys = list(counts["postgres"][scope])
+        lines.append(f"{label:44}" + "".join(f"{k:>14}" for k in keys))
+        for kind in ("postgres", "sqlite", "memory"):
+            row = counts[kind][scope]
+            cells = "".join(f"{row[k]:>14.1f}" if k in row else f"{'-':>14}" for k in keys)
+            lines.append(f"{'  ' + kind:44}{cells}")
     return "\n".join(lines)
 
 
@@ -245,6 +340,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "$SATSUMA_TEST_POSTGRES_DSN, else a throwaway embedded server)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to test the harness")
+    parser.add_argument(
+        "--turns-only",
+        action="store_true",
+        help="only the agent turn, open_agent and the counts (rounds of a before/after)",
+    )
     options = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
         admin = options.dsn or stack.enter_context(embedded_server())
@@ -252,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         with psycopg.connect(dsn) as probe:
             server = f"PostgreSQL {probe.info.server_version // 10000}"
-        figures = trio.run(measure, dsn, folder, options.quick)
+        figures = trio.run(measure, dsn, folder, options.quick, options.turns_only)
     print(report(figures, server if options.dsn else f"{server} (embedded, Unix socket)"))
 
 

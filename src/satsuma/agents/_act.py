@@ -52,11 +52,11 @@ async def act(
         outcomes = [error_outcome(call.id, call.name, "denied", text) for call in calls]
     else:
         # The assistant's tool_use message is committed before any call starts, and
-        # each call journaled as started: a kill from here on leaves calls to repair.
-        await ctx.conversation.flush()
+        # each call journaled as started (one transaction): a kill from here on leaves
+        # calls to repair.
         persistence = ctx.persistence
         if persistence is not None:
-            await persistence.calls_started(run.run_id, calls)
+            await persistence.calls_started(run.run_id, calls, ctx.conversation.messages)
         run.finished = {}
         # Without an approver, an agent with a store pauses on the calls that need a
         # decision; one without either denies them (the runner's default).

@@ -1,14 +1,14 @@
 """An agent's link to its store: the conversation written back before each model call and
-before tools run, run records, the tool-call journal; and a run read back as the store
-kept it (its part of the conversation, its answer). The repair of calls that a crash or a
-kill left without a result is ``_repair``'s."""
+before tools run, run records, the tool-call journal, each step's writes together. A run
+read back as the store kept it is ``_stored``'s (its names are here too, for the modules
+that read them from here); the repair of calls that a crash or a kill left without a
+result is ``_repair``'s."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
 
 import attrs
 import trio
@@ -18,20 +18,24 @@ from .._messages import Message, Usage
 from ..store import (
     DEFAULT_LEASE_SECONDS,
     ApprovalDecision,
+    JournalEntry,
     Lease,
     Owner,
     PendingApproval,
+    RunEnd,
     RunRecord,
     RunRecordStatus,
+    Step,
     Store,
     Summary,
+    write_step,
 )
-from ..tools import PendingCall, ToolCall, ToolOutcome
-from ._output import ANSWER_TAKEN_TEXT, OUTPUT_TOOL, OutputSpec, answer_json
-from ._result import NO_ANSWER, RunResult, RunStatus
+from ..tools import ToolCall, ToolOutcome
+from ._stored import gone_past, own_answer, run_part, stored_answer, stored_result
 
 __all__ = [
     "Persistence",
+    "gone_past",
     "own_answer",
     "run_part",
     "stored_answer",
@@ -41,159 +45,19 @@ __all__ = [
 logger = logging.getLogger("satsuma.agents")
 
 
-def own_answer(
-    record: RunRecord, runs: Sequence[RunRecord], history: Sequence[Message]
-) -> str | None:
-    """The answer of an interrupted run that later runs went past (its end could not be
-    written before the process stopped), found in its own part of the conversation:
-    from its prompt to where the next run starts. None when no later run started, so
-    that the run's part is the conversation's end (it is resumed there).
-
-    Raises:
-        ValueError: a later run went past it before it had an answer.
-    """
-    if record.position is None:
-        return None  # recorded by an older satsuma: where it starts is not known
-    order = [r.run_id for r in runs]
-    if record.run_id not in order:
-        return None
-    later = [r.position for r in runs[order.index(record.run_id) + 1 :] if r.position is not None]
-    if not later:
-        return None
-    part = history[record.position : max(record.position, min(later[0], len(history)))]
-    if part and part[-1].role == "assistant" and not part[-1].tool_uses:
-        return part[-1].text
-    raise ValueError(
-        f"run {record.run_id} can no longer be resumed: a later run went past it before "
-        "it had an answer"
-    )
-
-
-def run_part(record: RunRecord, history: Sequence[Message]) -> list[Message]:
-    """The messages a run added to the conversation: from its prompt to the next run's
-    prompt (a user message with text) or the end; empty when its position is unknown.
-
-    A run that ended on tool results (a typed answer's) had the next prompt joined to
-    that message (roles alternate): the run's part gets the results back alone, as the
-    run itself left them."""
-    part: list[Message] = []
-    if record.position is not None and record.position < len(history):
-        part.append(history[record.position])
-        for message in history[record.position + 1 :]:
-            if message.role == "user" and any(
-                block.get("type") == "text" for block in message.content
-            ):
-                # The next run's prompt.
-                results = message.tool_results
-                if results:
-                    part.append(Message(role="user", content=results))
-                break
-            part.append(message)
-    return part
-
-
-def stored_answer(part: Sequence[Message]) -> tuple[Any] | None:
-    """The typed answer a run took, as the model sent it (in a 1-tuple, since
-    None may be an answer), found in the run's part of the conversation: the input of
-    the final_answer call that was answered as taken (its input: a type that is not an
-    object is wrapped as ``{"value": ...}``). None when the run took none."""
-    for index in range(len(part) - 1, 0, -1):
-        results = part[index].tool_results if part[index].role == "user" else []
-        taken = {
-            result["tool_use_id"]
-            for result in results
-            if not result.get("is_error") and result.get("content") == ANSWER_TAKEN_TEXT
-        }
-        if not taken:
-            continue
-        for block in part[index - 1].tool_uses:
-            if block.get("id") in taken and block.get("name") == OUTPUT_TOOL:
-                return (block.get("input"),)
-    return None
-
-
-def stored_result(
-    record: RunRecord,
-    history: Sequence[Message],
-    pending: Sequence[PendingApproval],
-    output: OutputSpec | None,
-) -> RunResult[Any]:
-    """A run's result rebuilt from its record and its part of the conversation: its
-    typed answer read as ``output`` (the type to read it as; None: text).
-    ``iterations`` is counted from the run's assistant messages.
-
-    Raises:
-        ValueError: the run has not ended (running, interrupted); its stored answer does
-            not fit ``output``; or it completed with another kind of answer than
-            ``output`` reads (text for a type, or a typed answer read as text): it was
-            asked for another type with ``run(..., output_type=X)``.
-    """
-    if record.status in ("running", "interrupted"):
-        raise ValueError(
-            f"run {record.run_id} has not ended ({record.status}): it has no result yet"
-        )
-    part = run_part(record, history)
-    found = stored_answer(part)
-    value: Any
-    if found is not None and output is None:
-        raise ValueError(
-            f"run {record.run_id} completed with a typed answer (its final_answer input: "
-            f"{answer_json(found[0])}), not text: read it with result(run_id, "
-            "output_type=X), X the type it was asked for"
-        )
-    if found is not None:
-        assert output is not None
-        value = output.from_input(found[0])
-    elif output is not None and record.status == "completed":
-        raise ValueError(
-            f"run {record.run_id} completed with a text answer, not a typed one (it was "
-            "asked for text: output_type=str); read it with result(run_id, output_type=str)"
-        )
-    elif output is not None:
-        value = NO_ANSWER
-    else:
-        value = next((m.text for m in reversed(part) if m.role == "assistant" and m.text), "")
-    return RunResult(
-        run_id=record.run_id,
-        output=value,
-        status=cast("RunStatus", record.status),
-        messages=tuple(part),
-        usage=record.usage,
-        iterations=sum(1 for message in part if message.role == "assistant"),
-        error=record.error,
-        pending=tuple(
-            PendingCall(id=p.tool_use_id, tool_name=p.tool_name, input=p.input, reason=p.reason)
-            for p in pending
-        ),
-    )
-
-
-def gone_past(record: RunRecord, when: str) -> str:
-    """Why a run a new run or a reset goes past ends ``cancelled`` (see runs_left)."""
-    if record.status == "awaiting_approval":
-        return f"awaiting approval, and not decided {when}"
-    return (
-        "decided through the store without the agent's lease (Store.claim_paused_run), "
-        f"so nothing ran its calls; closed {when}"
-    )
-
-
-@attrs.frozen
-class _End:
-    """A run's end that could not be written yet."""
-
-    status: RunRecordStatus
-    ended_at: float
-    usage: Usage
-    error: str | None
-
-
 @attrs.define(eq=False)
 class Persistence:
     """Writes one agent's state to its store, under the agent's lease (see
     ``satsuma.store``'s lease rules): taken when the agent loads, renewed while it runs, let go
     when it stops. Every write carries the lease, so a store refuses the writes of an
-    owner that lost it."""
+    owner that lost it.
+
+    Writes that must be durable before the same next thing go as one step
+    (``satsuma.store.Step``: one transaction on satsuma's stores): the ``tool_use``
+    message with the calls journaled as started, before any tool runs; the outcome of a
+    turn's last call with the conversation written next (its results, before the model
+    is called); a run's last messages with its end. The outcome of a call that finishes
+    while others of its turn still run is written at once, as it always was."""
 
     store: Store
     agent_id: str
@@ -208,7 +72,11 @@ class Persistence:
     lease: Lease | None = None
     dirty_from: int | None = None  # the first message not yet written as it stands
     # Ends of runs that could not be written: tried again before the next run starts.
-    unwritten_ends: dict[str, _End] = attrs.Factory(dict)
+    unwritten_ends: dict[str, RunEnd] = attrs.Factory(dict)
+    # Outcomes of a turn's last calls, written with the next write (the turn's results).
+    unwritten_outcomes: list[JournalEntry] = attrs.Factory(list)
+    # (run id, call id) of the calls journaled as started that have not finished.
+    running: set[tuple[str, str]] = attrs.Factory(set)
 
     def _check_fence(self, what: str) -> None:
         if self.fence():
@@ -332,22 +200,58 @@ class Persistence:
                 )
 
     async def flush(self, history: Sequence[Message]) -> None:
-        """Write the changed tail of the conversation (one transaction). On failure the
-        tail stays marked, and the next flush writes it again."""
-        start = self.dirty_from
-        if start is None:
+        """Write the changed tail of the conversation, and the outcomes waiting to go with
+        it (one transaction). On failure the tail stays marked, and the next flush writes
+        it again."""
+        if self.dirty_from is None and not self.unwritten_outcomes:
             return
         self._check_fence("the conversation")
-        start = min(start, len(history))
-        await self.store.write_tail(self.agent_id, start, history[start:], lease=self.lease)
-        self.dirty_from = None
+        await self._write(history)
+
+    async def _write(
+        self,
+        history: Sequence[Message] | None,
+        *,
+        started: Sequence[JournalEntry] = (),
+        ends: Sequence[RunEnd] = (),
+        upto: int | None = None,
+    ) -> None:
+        """One step: the outcomes waiting, the changed tail of ``history`` (None: not
+        written; ``upto``: only the messages before it), ``started`` and ``ends``. On
+        failure the outcomes wait still, and the tail stays marked.
+
+        Raises:
+            StoreError: it could not be written.
+        """
+        start = self.dirty_from if history is not None else None
+        end = len(history) if history is not None and upto is None else upto
+        if start is not None:
+            assert history is not None and end is not None
+            start = min(start, end)
+            if upto is not None and start >= upto:
+                start = None  # nothing before ``upto`` changed
+        finished = tuple(self.unwritten_outcomes)
+        step = Step(
+            agent_id=self.agent_id,
+            finished=finished,
+            start=start,
+            messages=history[start:end] if history is not None and start is not None else (),
+            started=started,
+            ends=ends,
+        )
+        await write_step(self.store, step, lease=self.lease)
+        del self.unwritten_outcomes[: len(finished)]
+        if start is not None:
+            self.dirty_from = upto
 
     async def start_run(self, run_id: str, prompt: str, history: Sequence[Message]) -> None:
         """Record a new run together with the conversation's changed tail (its prompt),
         in one transaction: a prompt is never stored without its run. Ends of earlier
         runs that could not be written are tried again first."""
         self._check_fence("a run record")
-        await self._write_unwritten_ends()
+        # Written with the conversation before the prompt: an end never stands before
+        # the messages of its run.
+        await self._write_unwritten_ends(history, upto=len(history) - 1)
         start = self.dirty_from
         if start is not None:
             start = min(start, len(history))
@@ -369,43 +273,45 @@ class Persistence:
         self.dirty_from = None
 
     async def end_run(
-        self, run_id: str, status: RunRecordStatus, usage: Usage, error: str | None
+        self,
+        run_id: str,
+        status: RunRecordStatus,
+        usage: Usage,
+        error: str | None,
+        *,
+        history: Sequence[Message] | None = None,
     ) -> None:
-        """Record how a run ended. If the store cannot, the end is kept and written
-        before the next run starts; should the process stop first, the run is found
-        ``interrupted`` when the agent opens again.
+        """Record how a run ended; with ``history``, together with the conversation's
+        changed tail (one transaction). If the store cannot, the end is kept and
+        written before the next run starts, with those messages; should the process
+        stop first, the run is found ``interrupted`` when the agent opens again.
 
         Raises:
             StoreError: the store could not write it (now).
         """
         self._check_fence("a run's end")
-        end = _End(status=status, ended_at=time.time(), usage=usage, error=error)
+        end = RunEnd(run_id=run_id, status=status, ended_at=time.time(), usage=usage, error=error)
+        self.running = {key for key in self.running if key[0] != run_id}
         self.unwritten_ends[run_id] = end
-        await self._write_end(run_id, end)
-
-    async def _write_end(self, run_id: str, end: _End) -> None:
-        await self.store.end_run(
-            run_id,
-            status=end.status,
-            ended_at=end.ended_at,
-            usage=end.usage,
-            error=end.error,
-            lease=self.lease,
-        )
+        await self._write(history, ends=[end])
         self.unwritten_ends.pop(run_id, None)
 
-    async def _write_unwritten_ends(self) -> None:
-        for run_id, end in list(self.unwritten_ends.items()):
-            try:
-                await self._write_end(run_id, end)
-            except StoreError:
-                logger.warning(
-                    "agent %s: still cannot record the end of run %s",
-                    self.agent_id,
-                    run_id,
-                    exc_info=True,
-                )
-                return
+    async def _write_unwritten_ends(self, history: Sequence[Message], *, upto: int) -> None:
+        ends = list(self.unwritten_ends.values())
+        if not ends:
+            return
+        try:
+            await self._write(history, ends=ends, upto=upto)
+        except StoreError:
+            logger.warning(
+                "agent %s: still cannot record the end of runs %s",
+                self.agent_id,
+                ", ".join(end.run_id for end in ends),
+                exc_info=True,
+            )
+            return
+        for end in ends:
+            self.unwritten_ends.pop(end.run_id, None)
 
     async def pause_run(
         self, run_id: str, pending: Sequence[PendingApproval], usage: Usage
@@ -416,6 +322,7 @@ class Persistence:
             StoreError: the store could not record it (the run then fails).
         """
         self._check_fence("a paused run")
+        self.running = {key for key in self.running if key[0] != run_id}
         await self.store.pause_run(run_id, pending, usage=usage, lease=self.lease)
 
     async def claim_paused_run(
@@ -426,21 +333,50 @@ class Persistence:
         self._check_fence("a paused run")
         return await self.store.claim_paused_run(run_id, decisions=decisions, lease=self.lease)
 
-    async def calls_started(self, run_id: str, calls: Sequence[ToolCall]) -> None:
-        """Journal a turn's calls as started, before any of them runs.
+    async def calls_started(
+        self, run_id: str, calls: Sequence[ToolCall], history: Sequence[Message] | None = None
+    ) -> None:
+        """Journal a turn's calls as started, before any of them runs; with ``history``,
+        together with the conversation's changed tail (the ``tool_use`` message), in one
+        transaction.
 
         Raises:
             StoreError: the store could not record them (the run then fails with the
                 store's reason, before any tool runs: never a denial the model reads).
         """
         self._check_fence("the journal")
-        for call in calls:
-            await self.store.call_started(run_id, call.id, call.name, call.input, lease=self.lease)
+        started = [
+            JournalEntry(run_id=run_id, tool_use_id=call.id, tool_name=call.name, input=call.input)
+            for call in calls
+        ]
+        await self._write(history, started=started)
+        self.running.update((run_id, call.id) for call in calls)
 
     async def call_finished(self, run_id: str, outcome: ToolOutcome) -> None:
-        """Journal a call's final outcome, as the model reads it. A store that cannot
-        record it is logged: the outcome stands, and on resume the call counts as
-        unfinished."""
+        """Journal a call's final outcome, as the model reads it: at once while other
+        calls of its turn still run; the turn's last ones (those that end together) with
+        the next write, which comes before anything else happens (the results, before
+        the model is called).
+        A store that cannot record it is logged: the outcome stands, and on resume the
+        call counts as unfinished."""
+        entry = JournalEntry(
+            run_id=run_id,
+            tool_use_id=outcome.tool_use_id,
+            tool_name=outcome.tool_name,
+            input=None,
+            finished=True,
+            content=outcome.content,
+            is_error=outcome.is_error,
+            error_kind=outcome.error_kind,
+        )
+        self.running.discard((run_id, outcome.tool_use_id))
+        if any(key[0] == run_id for key in self.running):
+            # Calls of a turn often end together (quick ones, run at once): those that
+            # end while this one lets them go on go with it, and with the results.
+            await trio.lowlevel.checkpoint()
+        if not any(key[0] == run_id for key in self.running):
+            self.unwritten_outcomes.append(entry)
+            return
         try:
             self._check_fence("the journal")
             await self.store.call_finished(

@@ -281,10 +281,18 @@ async def _save_end(run: Run) -> None:
             # The journal agrees with the history: these calls ended cancelled.
             await persistence.call_finished(run.run_id, outcome)
         try:
-            await run.ctx.conversation.flush()
             result = run.result
-            if result.status != "awaiting_approval":  # a pause is recorded by pause
-                await persistence.end_run(result.run_id, result.status, result.usage, result.error)
+            if result.status == "awaiting_approval":  # a pause is recorded by pause
+                await run.ctx.conversation.flush()
+            else:
+                # The rest of the conversation with the run's end, in one transaction.
+                await persistence.end_run(
+                    result.run_id,
+                    result.status,
+                    result.usage,
+                    result.error,
+                    history=run.ctx.conversation.messages,
+                )
         except StoreError:
             logger.warning(
                 "agent %s: could not record the end of run %s",

@@ -20,6 +20,7 @@ from ._records import (
 )
 from ._retention import PruneReport, seconds_of
 from ._run_query import RunQuery
+from ._step import Step
 from ._summaries import Summary
 
 __all__ = ["BaseStore", "Store"]
@@ -336,6 +337,12 @@ class BaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
+
+    @abc.abstractmethod
+    async def write_step(self, step: Step, *, lease: Lease | None = None) -> None:
+        """Write ``step``'s writes in one transaction: all of them, or, when any fails,
+        none (``satsuma.store._step``; agents call ``_write_step.write_step``, which makes the
+        same writes one call each on a store that is not one of these)."""
 
     @abc.abstractmethod
     async def _take_lease(self, agent_id: str, owner: Owner, seconds: float) -> Lease:

@@ -19,11 +19,17 @@ import attrs
 
 from ._rows import APPROVAL_COLUMNS, RUN_COLUMNS
 
-__all__ = ["NOW", "POSTGRES", "SQLITE", "Connection", "Dialect", "executemany"]
+__all__ = ["NOW", "POSTGRES", "REFUSED", "SQLITE", "Connection", "Dialect", "executemany"]
 
 NOW: Final = "extract(epoch from clock_timestamp())::float8"
 """PostgreSQL's clock, in seconds since the epoch: the one clock every machine of a
 cluster shares, for leases, the queue and its events."""
+
+
+REFUSED: Final = "satsuma refuses: "
+"""How a refusal made by the server itself (``Dialect.refuses``) starts: the statement
+casts ``REFUSED`` and the refusal's text to an integer, which fails with that text in the
+error's message (``_postgres_pipeline`` makes it the StoreError)."""
 
 
 class Cursor(Protocol):
@@ -62,6 +68,9 @@ class Dialect:
             one conversation take turns, or None where transactions already do.
         numbers_calls: The store numbers a run's journal itself (the count of its
             calls), where the database has no identity column for it.
+        refuses: A write's own checks (a tail past the conversation's end) are made by
+            the server, failing the transaction, rather than read and made by the store:
+            a write then never waits for an answer before its COMMIT is sent.
     """
 
     name: str
@@ -72,6 +81,7 @@ class Dialect:
     returning: bool
     agent_lock: str | None
     numbers_calls: bool
+    refuses: bool
     # Statements as this dialect writes them, by their template (a dict: threads of the
     # store fill it, each writing the same value).
     _written: dict[str, str] = attrs.field(factory=dict, eq=False, repr=False)
@@ -101,6 +111,7 @@ SQLITE: Final = Dialect(
     returning=False,
     agent_lock=None,  # one writer at a time (BEGIN IMMEDIATE)
     numbers_calls=True,
+    refuses=False,  # a read costs no round trip
 )
 
 POSTGRES: Final = Dialect(
@@ -116,6 +127,7 @@ POSTGRES: Final = Dialect(
     agent_lock="SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
     # Two calls of one turn start at the same time: position is an identity column.
     numbers_calls=False,
+    refuses=True,  # a write is one round trip (see _postgres_pipeline)
 )
 
 

@@ -26,6 +26,7 @@ from ._records import (
 )
 from ._retention import LIVE_STATUSES, PruneReport, cut_before
 from ._run_query import RunQuery, chosen
+from ._step import RunEnd, Step
 from ._summaries import Summary
 
 __all__ = ["MemoryStore"]
@@ -196,11 +197,39 @@ class MemoryStore(BaseStore):
     ) -> None:
         await trio.lowlevel.checkpoint()
         self._check(lease)
-        record = self._runs[run_id]
-        self._runs[run_id] = ended = attrs.evolve(
-            record, status=status, ended_at=ended_at, usage=usage, error=error
+        self._end_run(
+            RunEnd(run_id=run_id, status=status, ended_at=ended_at, usage=usage, error=error)
+        )
+
+    def _end_run(self, end: RunEnd) -> None:
+        record = self._runs[end.run_id]
+        self._runs[end.run_id] = ended = attrs.evolve(
+            record, status=end.status, ended_at=end.ended_at, usage=end.usage, error=end.error
         )
         self._set_paused(ended)
+
+    async def write_step(self, step: Step, *, lease: Lease | None = None) -> None:
+        """Write ``step`` at once: checked whole first, so nothing of it is written if
+        any of it is refused."""
+        await trio.lowlevel.checkpoint()
+        self._check(lease)
+        if step.start is not None:
+            stored = len(self._messages.get(step.agent_id, ()))
+            if step.start > stored:
+                raise ValueError(
+                    f"write_tail at {step.start} past the end ({stored}) for {step.agent_id!r}"
+                )
+        for end in step.ends:
+            if end.run_id not in self._runs:
+                raise KeyError(end.run_id)
+        for entry in step.finished:
+            self._finish_call(entry)
+        if step.start is not None:
+            self._write_tail(step.agent_id, step.start, step.messages)
+        for entry in step.started:
+            self._start_call(entry)
+        for end in step.ends:
+            self._end_run(end)
 
     async def runs(self, agent_id: str) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
@@ -336,10 +365,13 @@ class MemoryStore(BaseStore):
     ) -> None:
         await trio.lowlevel.checkpoint()
         self._check(lease)
-        # dicts keep insertion order: a call run again keeps its place in the journal.
-        self._calls.setdefault(run_id, {})[tool_use_id] = JournalEntry(
-            run_id=run_id, tool_use_id=tool_use_id, tool_name=tool_name, input=input
+        self._start_call(
+            JournalEntry(run_id=run_id, tool_use_id=tool_use_id, tool_name=tool_name, input=input)
         )
+
+    def _start_call(self, entry: JournalEntry) -> None:
+        # dicts keep insertion order: a call run again keeps its place in the journal.
+        self._calls.setdefault(entry.run_id, {})[entry.tool_use_id] = entry
 
     async def call_finished(
         self,
@@ -353,11 +385,29 @@ class MemoryStore(BaseStore):
     ) -> None:
         await trio.lowlevel.checkpoint()
         self._check(lease)
-        entry = self._calls.get(run_id, {}).get(tool_use_id)
+        self._finish_call(
+            JournalEntry(
+                run_id=run_id,
+                tool_use_id=tool_use_id,
+                tool_name="",
+                input=None,
+                finished=True,
+                content=content,
+                is_error=is_error,
+                error_kind=error_kind,
+            )
+        )
+
+    def _finish_call(self, outcome: JournalEntry) -> None:
+        entry = self._calls.get(outcome.run_id, {}).get(outcome.tool_use_id)
         if entry is None:
             return  # never journaled as started: nothing to finish (as SQLiteStore does)
-        self._calls[run_id][tool_use_id] = attrs.evolve(
-            entry, finished=True, content=content, is_error=is_error, error_kind=error_kind
+        self._calls[outcome.run_id][outcome.tool_use_id] = attrs.evolve(
+            entry,
+            finished=True,
+            content=outcome.content,
+            is_error=outcome.is_error,
+            error_kind=outcome.error_kind,
         )
 
     async def calls(self, run_id: str) -> list[JournalEntry]:

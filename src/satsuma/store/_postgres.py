@@ -20,8 +20,8 @@ waiting for its thread: the connection is dropped from the pool, what runs on it
 cancelled server-side, and the thread woken (see ``_link``). Whether an abandoned write
 was committed is unknown; the store logs that it may have been.
 
-The statements are the SQL stores' (``_sql``); this module holds the connections, the
-lease checks a write sends in its pipeline, and the leases on the database's clock.
+The statements are the SQL stores' (``_sql``); this module holds the connections and the
+leases on the database's clock; a write goes out in one pipeline (``_postgres_pipeline``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from ._link import (
     said_goodbye,
 )
 from ._postgres_errors import error, first_line, location, refused_connection
-from ._postgres_lease import renew, send_check, take, verify
+from ._postgres_lease import renew, take
+from ._postgres_pipeline import pipelined, settle, unanswered
 from ._records import RunRecord
 from ._retention import PruneReport
 from ._rows import Damaged
@@ -399,24 +400,23 @@ class PostgresStore(SQLStore):
             link, reused = self._checkout(ticket, fresh=attempt > 1)
             connection = link.connection
             committing = False
+            began = None
             try:
                 if transaction:
-                    # Pipeline mode: statements go out without waiting for each answer,
-                    # which are read when needed, so a write is two round trips (up to
-                    # its first read; the rest and COMMIT) rather than one per statement.
-                    with connection.pipeline(), connection.transaction():
-                        check = send_check(connection, lease)
-                        try:
-                            result = work(connection)
-                        finally:
-                            # Before COMMIT is sent: a refused lease rolls it all back.
-                            if check is not None:
-                                verify(self.location, check, lease)
-                        committing = True
+                    # One round trip, and one more per answer read on the way.
+                    with connection.pipeline():
+                        began = connection.execute("BEGIN")
+                        result = pipelined(connection, work, lease)
+                        committing = True  # COMMIT is sent as the pipeline ends
                 else:
                     result = work(connection)
             except psycopg.Error as exc:
+                # Lost with no answer at all: the server never ran it (_postgres_pipeline).
+                committing = committing and not (connection.broken and unanswered(began))
+                refused = settle(connection, self.location, lease, exc)
                 self._checkin(ticket, link)
+                if refused is not None:
+                    raise refused from None
                 if (
                     reused
                     and connection.broken

@@ -1,7 +1,7 @@
 """The lease rule of ``_lease`` on PostgreSQL: taking and renewing a lease on the
-database's clock (the one every machine of a cluster shares), and the check that a write
-under a lease sends ahead of itself in its pipeline. Each runs in one call of
-PostgresStore's."""
+database's clock (the one every machine of a cluster shares). Each runs in one call of
+PostgresStore's; the check that a write under a lease sends in its pipeline is
+``_postgres_pipeline``'s."""
 
 from __future__ import annotations
 
@@ -9,33 +9,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._exceptions import LeaseLost
 from ._dialect import NOW, POSTGRES
-from ._lease import LEASE_ROW, Lease, Owner, lease_holds, lease_lost, next_epoch
+from ._lease import LEASE_ROW, Lease, Owner, lease_lost, next_epoch
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["renew", "send_check", "take", "verify"]
+__all__ = ["renew", "take"]
 
 _LEASE_ROW: Final = POSTGRES.sql(LEASE_ROW)
-# FOR SHARE: a takeover (which locks the row FOR UPDATE) waits until the write that
-# checks it committed, and a write that comes after the takeover sees the new epoch.
-_LEASE_ROW_FOR_SHARE: Final = _LEASE_ROW + " FOR SHARE"
-
-
-def send_check(db: psycopg.Connection[Any], lease: Lease | None) -> psycopg.Cursor[Any] | None:
-    """Send the read of ``lease``'s row (its answer is read by ``verify``, before COMMIT
-    is sent: a refused lease rolls the whole write back)."""
-    if lease is None:
-        return None
-    return db.execute(_LEASE_ROW_FOR_SHARE, (lease.agent_id,))
-
-
-def verify(where: str, check: psycopg.Cursor[Any] | None, lease: Lease | None) -> None:
-    """Raise LeaseLost unless the row ``check`` read says ``lease`` is still current."""
-    assert check is not None and lease is not None
-    row = check.fetchone()
-    if not lease_holds(lease, row):
-        raise lease_lost(where, lease, row)
 
 
 def take(

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._base import BaseStore
-from ._dialect import Connection, Dialect, executemany
+from ._dialect import REFUSED, Connection, Dialect, executemany
 from ._lease import Lease, let_go
 from ._records import (
     ApprovalDecision,
@@ -41,6 +41,7 @@ from ._rows import (
     run_record,
     usage_json,
 )
+from ._step import RunEnd, Step, end_run_sql, finish_call, start_call, step_sql
 from ._summaries import SummaryMethods, drop_past
 
 __all__ = ["SQLStore"]
@@ -67,18 +68,13 @@ _PROPOSED: Final = (
     "AND proposed IS NOT NULL AND EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ? "
     "AND runs.status = 'awaiting_approval')"
 )
-# A call run again (an idempotent one, on resume) keeps its place in the journal.
-_AGAIN: Final = (
-    " ON CONFLICT (run_id, tool_use_id) DO UPDATE SET tool_name = excluded.tool_name, "
-    "input = excluded.input, finished = {false}, content = NULL, is_error = {false}, "
-    "error_kind = NULL"
-)
-_CALL_NUMBERED: Final = (
-    "INSERT INTO tool_calls (run_id, tool_use_id, position, tool_name, input) "
-    "VALUES (?, ?, ?, ?, ?)" + _AGAIN
-)
-_CALL: Final = (
-    "INSERT INTO tool_calls (run_id, tool_use_id, tool_name, input) VALUES (?, ?, ?, ?)" + _AGAIN
+
+
+_END_OF_TAIL: Final = "SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = ?"
+# Fails, with the text of the refusal (see _dialect.REFUSED), when ? is past the end.
+_PAST_THE_END: Final = (
+    "SELECT CASE WHEN coalesce(max(seq), -1) + 1 >= ? THEN 0 "
+    "ELSE (? || (coalesce(max(seq), -1) + 1) || ?)::integer END FROM messages WHERE agent_id = ?"
 )
 
 
@@ -165,15 +161,15 @@ class SQLStore(SummaryMethods, BaseStore):
         if self._dialect.agent_lock is not None:
             db.execute(sql(self._dialect.agent_lock), (agent_id,))
         # max(seq) walks the primary key's index; count(*) would read every row.
-        row = db.execute(
-            sql("SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE agent_id = ?"), (agent_id,)
-        ).fetchone()
-        count = row[0] if row else 0
-        if start > count:
-            raise StoreError(
-                self._where,
-                f"write_tail at {start} past the end ({count}) of agent {agent_id!r}",
-            )
+        said = (f"write_tail at {start} past the end (", f") of agent {agent_id!r}")
+        if self._dialect.refuses:
+            # The server refuses a start past the end itself: no answer to wait for.
+            db.execute(sql(_PAST_THE_END), (start, REFUSED + said[0], said[1], agent_id))
+        else:
+            row = db.execute(sql(_END_OF_TAIL), (agent_id,)).fetchone()
+            count = row[0] if row else 0
+            if start > count:
+                raise StoreError(self._where, f"{said[0]}{count}{said[1]}")
         db.execute(sql("DELETE FROM messages WHERE agent_id = ? AND seq >= ?"), (agent_id, start))
         drop_past(db, self._dialect, agent_id, start)
         executemany(
@@ -231,16 +227,12 @@ class SQLStore(SummaryMethods, BaseStore):
         error: str | None,
         lease: Lease | None = None,
     ) -> None:
-        def work(db: Connection) -> None:
-            db.execute(
-                self._dialect.sql(
-                    "UPDATE runs SET status = ?, ended_at = ?, usage = ?, error = ? "
-                    "WHERE run_id = ?"
-                ),
-                (status, ended_at, usage_json(usage), error, run_id),
-            )
+        end = RunEnd(run_id=run_id, status=status, ended_at=ended_at, usage=usage, error=error)
+        await self._call(lambda db: end_run_sql(db, self._dialect, end), lease)
 
-        await self._call(work, lease)
+    async def write_step(self, step: Step, *, lease: Lease | None = None) -> None:
+        """Write ``step`` in one transaction (see ``satsuma.store._step``)."""
+        await self._call(lambda db: step_sql(db, self._dialect, step, self._write_tail), lease)
 
     async def runs(self, agent_id: str) -> list[RunRecord]:
         def work(db: Connection) -> list[RunRecord]:
@@ -448,20 +440,10 @@ class SQLStore(SummaryMethods, BaseStore):
         *,
         lease: Lease | None = None,
     ) -> None:
-        sql = self._dialect.sql
-        encoded = json.dumps(input)
-
-        def work(db: Connection) -> None:
-            if self._dialect.numbers_calls:
-                (position,) = db.execute(
-                    sql("SELECT count(*) FROM tool_calls WHERE run_id = ?"), (run_id,)
-                ).fetchone()
-                values: tuple[Any, ...] = (run_id, tool_use_id, position, tool_name, encoded)
-                db.execute(sql(_CALL_NUMBERED), values)
-            else:
-                db.execute(sql(_CALL), (run_id, tool_use_id, tool_name, encoded))
-
-        await self._call(work, lease)
+        entry = JournalEntry(
+            run_id=run_id, tool_use_id=tool_use_id, tool_name=tool_name, input=input
+        )
+        await self._call(lambda db: start_call(db, self._dialect, entry), lease)
 
     async def call_finished(
         self,
@@ -473,18 +455,17 @@ class SQLStore(SummaryMethods, BaseStore):
         error_kind: str | None,
         lease: Lease | None = None,
     ) -> None:
-        encoded = json.dumps(content)
-
-        def work(db: Connection) -> None:
-            db.execute(
-                self._dialect.sql(
-                    "UPDATE tool_calls SET finished = {true}, content = ?, is_error = ?, "
-                    "error_kind = ? WHERE run_id = ? AND tool_use_id = ?"
-                ),
-                (encoded, is_error, error_kind, run_id, tool_use_id),
-            )
-
-        await self._call(work, lease)
+        entry = JournalEntry(
+            run_id=run_id,
+            tool_use_id=tool_use_id,
+            tool_name="",
+            input=None,
+            finished=True,
+            content=content,
+            is_error=is_error,
+            error_kind=error_kind,
+        )
+        await self._call(lambda db: finish_call(db, self._dialect, entry), lease)
 
     async def calls(self, run_id: str) -> list[JournalEntry]:
         def work(db: Connection) -> list[JournalEntry]:
