@@ -223,17 +223,27 @@ class _TooDeep(Exception):
     pass
 
 
+_SCALARS = frozenset((str, int, float, bool))
 _SHALLOW = 50  # levels the recursive copy takes before the iterative one takes over
 
 
 def _copied(value: Any, depth: int) -> Any:
+    # Scalars are judged inline, not by a call each: this copies every block of every
+    # response, and a block is mostly strings and numbers.
     kind = type(value)
     if kind is dict:
         if depth > _SHALLOW:
             raise _TooDeep
-        return {
-            key: _copied(member, depth + 1) for key, member in value.items() if member is not None
-        }
+        copy: dict[Any, Any] = {}
+        for key, member in value.items():
+            member_kind = type(member)
+            if member_kind is dict or member_kind is list:
+                copy[key] = _copied(member, depth + 1)
+            elif member_kind in _SCALARS:
+                copy[key] = member
+            elif member is not None:
+                raise _TooDeep  # another type: the general copy decides
+        return copy
     if kind is list:
         if depth > _SHALLOW:
             raise _TooDeep
