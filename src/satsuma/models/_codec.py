@@ -362,9 +362,8 @@ class StreamAccumulator:
                 # call keeps what the model sent.
                 self._raw_inputs[index] = json.dumps(kept["input"])
                 kept["input"] = {}
-        self._message_delta(
-            {"delta": {"stop_reason": message.get("stop_reason")}, "usage": message.get("usage")}
-        )
+        # The usage was counted with the start: a whole message has no later figures.
+        self._stop_reason = message.get("stop_reason")
         self.complete = True
 
     def _message_start(self, event: Mapping[str, Any]) -> None:
