@@ -19,7 +19,7 @@ Role = Literal["user", "assistant"]
 
 
 def _freeze_blocks(blocks: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
-    return tuple(dict(block) for block in blocks)
+    return tuple(map(dict, blocks))  # no Python frame per block: every message of every turn
 
 
 @attrs.frozen(kw_only=True)

@@ -471,11 +471,16 @@ class StreamAccumulator:
 
     def result(self) -> StreamedMessage:
         """The message as assembled so far."""
-        content = tuple(self._blocks[index] for index in sorted(self._blocks))
+        # Comprehensions of lists, not generators: a generator's frame is resumed once
+        # per block, and this runs on every block of every response.
+        ordered = sorted(self._blocks.items())
+        content = tuple([block for _, block in ordered])
         tool_uses = tuple(
-            (block["id"], block["name"], self._raw_inputs.get(index, block.get("input", {})))
-            for index, block in sorted(self._blocks.items())
-            if block.get("type") == "tool_use"
+            [
+                (block["id"], block["name"], self._raw_inputs.get(index, block.get("input", {})))
+                for index, block in ordered
+                if block.get("type") == "tool_use"
+            ]
         )
         return StreamedMessage(
             content=content,

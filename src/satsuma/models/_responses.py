@@ -63,7 +63,7 @@ def checked_response(response: ModelResponse, *, fresh: bool = False) -> ModelRe
         if checked is not None:
             content.append(checked)
     calls = tuple(
-        gated(call, plain_input=id(call.input) in plain_inputs) for call in response.calls
+        [gated(call, plain_input=id(call.input) in plain_inputs) for call in response.calls]
     )
     return _record(attrs.evolve(response, content=tuple(content), calls=calls), fresh=fresh)
 
