@@ -114,7 +114,7 @@ def conversation_breakpoints(params: dict[str, Any], *, ttl: str | None, automat
     messages: list[Mapping[str, Any]] = params["messages"]
     if not messages or not _markable(messages[-1]):
         return
-    used = sum(1 for key in ("system", "tools") if params.get(key))
+    used = bool(params.get("system")) + bool(params.get("tools"))
     if automatic:
         params["cache_control"] = _marker(ttl)
     else:
