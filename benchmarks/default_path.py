@@ -18,6 +18,14 @@ are the client's:
    so satsuma runs twice: by name (whole responses, since nothing watches the text
    live) and with one shared ``AnthropicModel(stream=True)`` passed to ``open_agent``.
 
+3. Exact counts of a whole run (``_callcount.py``): the function calls (``sys.setprofile``)
+   and trio task steps of ``run.py``'s contenders against its loopback Messages API, the
+   same however busy the machine is: satsuma as the docs show it (``satsuma_default``)
+   and with a client passed in (``satsuma``), beside the hand-written trio loop over
+   ``AsyncAnthropic.messages.create`` (``plain_trio_whole``, the floor of issue 36's
+   targets): a text-only run, a 1-call run, per extra tool call (11-call run - 1-call
+   run, over 10) and per turn of 3 calls (10-turn run - 2-turn run, over 8).
+
 Figures are printed, never asserted: the exit status is 0 whatever they are (it is not 0
 when the benchmark itself goes wrong, e.g. a run did not complete).
 
@@ -36,8 +44,10 @@ import time
 import tracemalloc
 import warnings
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
+from _callcount import RunCounts, count_runs
 from _harness import header, table
 from long_lived import ANSWER, PROMPT_PADDING, Notes, _server
 from long_lived import _hand_loop as _hand_loop_over_one_client
@@ -136,6 +146,37 @@ async def _memory_over_runs(
     }
 
 
+# --- 3. exact counts ----------------------------------------------------------------------
+
+COUNTED = (
+    ("satsuma_default", "satsuma, as the docs show it"),
+    ("satsuma", "satsuma, client passed in"),
+    ("plain_trio_whole", "hand trio loop (floor)"),
+)
+
+
+def _count_rows(counts: dict[str, RunCounts]) -> list[list[str]]:
+    floor = counts["plain_trio_whole"]
+    figures: list[tuple[str, Any]] = [
+        ("function calls, text-only run", lambda c: c.calls["text"]),
+        ("function calls, 1-call run", lambda c: c.calls["1 call"]),
+        ("function calls per extra tool call", lambda c: c.per_extra_call()),
+        ("function calls per turn (3 calls)", lambda c: c.per_turn()),
+        (f"function calls, {floor.turns}-turn run", lambda c: c.calls["T turns"]),
+        ("task steps, 1-call run", lambda c: c.steps["1 call"]),
+        ("task steps per extra tool call", lambda c: c.per_extra_call("steps")),
+        ("task steps per turn (3 calls)", lambda c: c.per_turn("steps")),
+    ]
+    rows = []
+    for label, figure in figures:
+        # Whole runs' counts are whole; per call and per turn, differences over several.
+        cells = [f"{figure(counts[key]):,.1f}".removesuffix(".0") for key, _ in COUNTED]
+        first = figure(counts[COUNTED[0][0]])
+        ratio = first / figure(floor) if figure(floor) else float("nan")
+        rows.append([label, *cells, f"{ratio:.2f}x"])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a test")
@@ -157,6 +198,11 @@ def main() -> None:
                 ("satsuma, AnthropicModel(stream=True)", _streamed),
             )
         }
+    if args.quick:
+        counts = count_runs([key for key, _ in COUNTED], many=3, turns=3, samples=1)
+    else:
+        counts = count_runs([key for key, _ in COUNTED])
+    floor_counts = counts["plain_trio_whole"]
     lines = header("The default path: agents by name, one open_agent per conversation")
     lines += [
         "",
@@ -188,6 +234,16 @@ def main() -> None:
                 for label, m in memory.items()
             ],
         ),
+    ]
+    lines += [
+        "",
+        "3. Exact counts of one run (the least of several), against run.py's loopback "
+        "Messages API;",
+        f"   per extra call: ({floor_counts.many}-call run - 1-call run) / "
+        f"{floor_counts.many - 1}; per turn: ({floor_counts.turns}-turn run - 2-turn run) / "
+        f"{floor_counts.turns - 2}. Ratio: as the docs show it / the floor.",
+        "",
+        *table(["", *(label for _, label in COUNTED), "ratio"], _count_rows(counts)),
     ]
     print("\n".join(lines))
 

@@ -229,6 +229,14 @@ DEFAULT_PATH_ROWS = (
     "satsuma, AnthropicModel(stream=True)",
 )
 
+DEFAULT_PATH_COUNT_ROWS = (
+    "function calls, text-only run",
+    "function calls, 1-call run",
+    "function calls per extra tool call",
+    "function calls per turn (3 calls)",
+    "task steps, 1-call run",
+)
+
 
 def test_default_path_quick_run_prints_both_tables() -> None:
     rows = _quick_rows(DEFAULT_PATH_SCRIPT, DEFAULT_PATH_ROWS)
@@ -239,6 +247,14 @@ def test_default_path_quick_run_prints_both_tables() -> None:
         cells = re.split(r"\s{2,}", rows[name].strip())
         assert cells[0] == name and len(cells) == 6, cells
         assert cells[4].endswith("%") and cells[5].endswith(" MiB"), cells
+    counts = _quick_rows(DEFAULT_PATH_SCRIPT, DEFAULT_PATH_COUNT_ROWS)
+    for name, row in counts.items():
+        # name, as the docs show it, client passed in, floor, ratio
+        cells = re.split(r"\s{2,}", row.strip())
+        assert cells[0] == name and len(cells) == 5 and cells[4].endswith("x"), cells
+        figures = [float(cell.replace(",", "")) for cell in cells[1:4]]
+        # Every run calls functions and steps tasks; none is counted as nothing.
+        assert all(figure > 0 for figure in figures), cells
 
 
 POSTGRES_STORE_SCRIPT = ROOT / "benchmarks" / "postgres_store.py"

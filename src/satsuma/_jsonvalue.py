@@ -31,6 +31,7 @@ __all__ = [
     "MAX_MEMBERS",
     "JsonProblem",
     "expected_text",
+    "is_plain",
     "json_problem",
     "json_type",
     "plain_json",
@@ -332,6 +333,13 @@ def plain_or_problem(value: object, root: str) -> tuple[Any, str | None]:
         return plain_json(value, root), None
     except JsonProblem as problem:
         return None, str(problem)
+
+
+def is_plain(value: object) -> bool:
+    """Whether ``value`` passes the gate as it is: made only of dicts with string keys,
+    lists, tuples and finite JSON scalars, strings valid text, at most ``MAX_DEPTH``
+    levels deep (``plain_or_problem`` would return it unchanged)."""
+    return _plainly_sendable(value, 0)
 
 
 def json_problem(value: object, root: str) -> str | None:

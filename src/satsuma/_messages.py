@@ -19,7 +19,7 @@ Role = Literal["user", "assistant"]
 
 
 def _freeze_blocks(blocks: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
-    return tuple(dict(block) for block in blocks)
+    return tuple(map(dict, blocks))  # no Python frame per block: every message of every turn
 
 
 @attrs.frozen(kw_only=True)
@@ -56,14 +56,16 @@ class Message:
     @functools.cached_property
     def _param(self) -> Mapping[str, Any]:
         # Built once: the whole history goes out with every request, and a request late
-        # in a long conversation should allocate nothing per message it carries.
-        return {"role": self.role, "content": self.content}
+        # in a long conversation should allocate nothing per message it carries. The
+        # content as a list: the SDK copies a list by its exact type, a tuple only after
+        # a mapping check (five Python calls a message, for every request carrying it).
+        return {"role": self.role, "content": list(self.content)}
 
     @functools.cached_property
     def _size(self) -> int:
         # Computed once: a message never changes, and a long conversation is measured
         # before every model call.
-        return sum(len(str(block)) for block in self.content)
+        return sum(map(len, map(str, self.content)))  # no Python frame per block
 
 
 def message_param(message: Message) -> Mapping[str, Any]:

@@ -89,7 +89,7 @@ def as_call(value: object, index: int) -> ToolCall:
     return ToolCall(call_id, name if isinstance(name, str) else repr(name), arguments)
 
 
-def gated(call: ToolCall) -> ToolCall:
+def gated(call: ToolCall, *, plain_input: bool = False) -> ToolCall:
     """``call`` with its input through the JSON gate, before anything records, shows or
     serialises it (the journal, events, approvals, the loop guard).
 
@@ -98,6 +98,9 @@ def gated(call: ToolCall) -> ToolCall:
     ``satsuma._jsonvalue``) as ``{}`` with the reason in ``refused``. JSON text (a
     ``str`` or ``bytes``) is left to the runner, which decodes it and gates what it
     decodes to.
+
+    ``plain_input``: the caller has just found this very input plain (``is_plain``),
+    so it is not walked again.
     """
     if not _plain_valid(call.id) or not _plain_valid(call.name):
         # A custom Model's str subclasses: plain strs, read from their storage, and valid
@@ -106,6 +109,9 @@ def gated(call: ToolCall) -> ToolCall:
     given = call.input
     if call.refused is not None or type(given) in (str, bytes, bytearray):
         # JSON text is not through the gate yet: the runner decodes and gates it.
+        return call
+    if plain_input:
+        object.__setattr__(call, "_gate", _PASSED)
         return call
     plain, problem = plain_or_problem(given, "")
     if problem is not None:

@@ -143,6 +143,42 @@ async def test_a_hostile_input_from_a_custom_model_is_refused_before_the_journal
     json.dumps([m.content for m in history], allow_nan=False)
 
 
+@attrs.define
+class Twofaced:
+    """A Model whose tool_use blocks hold a plain input while its calls hold another
+    object: only an input found plain with its block passes the gate unwalked."""
+
+    given: Callable[[], Any]
+    seen: int = 0
+
+    async def respond(self, request: ModelRequest, listener: Any) -> ModelResponse:
+        self.seen += 1
+        if self.seen > 1:
+            return ModelResponse(content=({"type": "text", "text": "Done."},))
+        shared = {"note": "shared"}  # the block's and the call's very input
+        calls = (ToolCall("c1", "note", self.given()), ToolCall("c2", "note", shared))
+        content = (
+            {"type": "tool_use", "id": "c1", "name": "note", "input": {"note": "plain"}},
+            {"type": "tool_use", "id": "c2", "name": "note", "input": shared},
+        )
+        return ModelResponse(content=content, calls=calls, stop_reason="tool_use")
+
+
+@pytest.mark.parametrize("kind", ["nan", "nested-65", "object"])
+async def test_a_call_is_gated_even_when_its_block_holds_a_plain_input(kind: str) -> None:
+    ran.clear()
+    async with satsuma.open_agent(Noter, model=Twofaced(HOSTILE[kind])) as agent:
+        result = await agent.run("note it")
+        history = agent.history
+    assert result.status == "completed"
+    refused, shared = history[2].tool_results
+    assert refused["content"].startswith("Error: Invalid arguments: ")
+    assert EXPECTED[kind] in refused["content"]
+    assert shared["content"] == "noted"
+    assert ran == ['"shared"']
+    check_conversation(history)
+
+
 async def test_the_runner_gates_inputs_before_its_events_and_the_approver() -> None:
     seen: list[Any] = []
 

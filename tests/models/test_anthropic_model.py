@@ -19,7 +19,7 @@ import trio.lowlevel
 from satsuma import ToolCall
 from satsuma._exceptions import ModelError
 from satsuma._messages import Message, Usage
-from satsuma.models._anthropic import AnthropicModel
+from satsuma.models._anthropic import AnthropicModel, anthropic_params
 from satsuma.models._model import ModelRequest
 from satsuma.testing import MessagesServer
 from satsuma.testing._script import Failure, Reply
@@ -175,6 +175,40 @@ async def test_the_request_is_streamed_and_caches_system_tools_and_conversation(
     assert all("cache_control" not in tool for tool in uncached["tools"])
     # The request's own definitions were copied, not marked.
     assert all("cache_control" not in tool for tool in tools)
+
+
+def test_frozen_definitions_reach_the_sdk_as_plain_copies_made_once() -> None:
+    # The SDK copies a dict or list by its exact type, a FrozenDict only after abstract
+    # instance checks: the frozen definitions go out as plain copies, kept per definition.
+    tools = (
+        {
+            "name": "ping",
+            "description": "Ping.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"hosts": {"type": "array", "items": {"type": "string"}}},
+                "required": ["hosts"],
+            },
+        },
+    )
+    request = make_request(tools=tools, cache=None)
+    first = anthropic_params(request)["tools"]
+    second = anthropic_params(make_request(tools=request.tools, cache=None))["tools"]
+
+    def plain_all_the_way(value: Any) -> bool:
+        if isinstance(value, dict):
+            return type(value) is dict and all(map(plain_all_the_way, value.values()))
+        if isinstance(value, list):
+            return type(value) is list and all(map(plain_all_the_way, value))
+        return True
+
+    assert first == [*tools] == [*request.tools]
+    assert plain_all_the_way(first)
+    assert second[0] is first[0]  # made once for the definition
+    # A cached request's breakpoint goes on a copy, never on the kept one.
+    marked = anthropic_params(make_request(tools=request.tools))["tools"]
+    assert marked[0]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in first[0]
 
 
 async def test_frozen_blocks_go_out_as_plain_json_and_stay_as_they_were() -> None:

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from satsuma._messages import Message
-from satsuma.models import _codec
+from satsuma.models import _codec, _requests
 
 
 def test_request_params_leave_out_an_empty_system_prompt_and_no_tools() -> None:
-    params = _codec.request_params(
+    params = _requests.request_params(
         model="m", system="", messages=[Message.user("hi")], max_tokens=10, cache=True
     )
     assert params == {
@@ -27,7 +27,7 @@ def test_request_params_leave_out_an_empty_system_prompt_and_no_tools() -> None:
 
 def test_cache_breakpoints_go_on_the_last_system_block_and_tool() -> None:
     tools = [{"name": name, "description": name, "input_schema": {}} for name in "abc"]
-    params = _codec.request_params(
+    params = _requests.request_params(
         model="m", system="sys", messages=[], tools=tools, max_tokens=10, cache=True
     )
     assert params["system"] == [
@@ -255,7 +255,7 @@ def test_a_block_nested_past_the_quick_copy_is_copied_whole() -> None:
 
 
 def test_conversation_breakpoints_skip_an_empty_text_block() -> None:
-    params = _codec.request_params(
+    params = _requests.request_params(
         model="m",
         system="sys",
         messages=[
@@ -266,11 +266,11 @@ def test_conversation_breakpoints_skip_an_empty_text_block() -> None:
         max_tokens=10,
         cache=True,
     )
-    _codec.conversation_breakpoints(params, ttl=None, automatic=False)
+    _requests.conversation_breakpoints(params, ttl=None, automatic=False)
     # The API refuses cache_control on an empty text block: none is put there.
     assert "cache_control" not in json.dumps(params["messages"])
     params["messages"][-1] = {"role": "user", "content": [{"type": "text", "text": "q"}]}
-    _codec.conversation_breakpoints(params, ttl="1h", automatic=False)
+    _requests.conversation_breakpoints(params, ttl="1h", automatic=False)
     assert params["messages"][-1]["content"][-1]["cache_control"] == {
         "type": "ephemeral",
         "ttl": "1h",

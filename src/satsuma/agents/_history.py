@@ -172,7 +172,7 @@ def choose(
 
 def _chars(messages: Sequence[Message]) -> int:
     # Sizes are measured once per message (they are cached on it).
-    return sum(message_size(message) for message in messages)
+    return sum(map(message_size, messages))
 
 
 def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:

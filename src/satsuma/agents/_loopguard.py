@@ -30,9 +30,13 @@ def names_of(calls: Sequence[ToolCall]) -> str:
     return ", ".join(dict.fromkeys(call.name for call in calls))
 
 
+# One encoder for every signature: json.dumps with options builds a new one each call.
+_ENCODER = json.JSONEncoder(sort_keys=True, default=repr)
+
+
 def _signature(call: ToolCall) -> tuple[str, str]:
     try:
-        arguments = json.dumps(call.input, sort_keys=True, default=repr)
+        arguments = _ENCODER.encode(call.input)
     except Exception:  # RecursionError too: a hostile input is refused by the runner
         arguments = f"<unprintable {type(call.input).__name__} {id(call.input)}>"
     return call.name, arguments
@@ -57,7 +61,7 @@ class _TurnRequest:
 
     def full(self) -> tuple[tuple[str, str], ...]:
         if self._full is None:
-            self._full = tuple(sorted(_signature(call) for call in self.calls))
+            self._full = tuple(sorted(map(_signature, self.calls)))
         return self._full
 
     def repeats(self, previous: _TurnRequest | None) -> bool:

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias, final
 from .._exceptions import ConfigurationError, ModelError, missing_api_key
 from .._messages import message_param
 from ._clients import Provider
-from ._codec import StreamAccumulator, conversation_breakpoints, error_status, request_params
+from ._codec import StreamAccumulator, error_status
 from ._context_editing import ContextEditing, check_context_editing, log_applied_edits
+from ._definitions import plain_definitions
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
+from ._requests import conversation_breakpoints, request_params
 from ._retries import check_retry_settings, retryable_status
 from ._sdk_model import MALFORMED, Reading, SDKModel, check_limits, malformed_detail
 
@@ -236,7 +238,7 @@ def anthropic_params(request: ModelRequest, *, automatic: bool = True) -> dict[s
         model=request.model,
         system=request.system,
         messages=(),
-        tools=request.tools,
+        tools=plain_definitions(request.tools),
         max_tokens=request.max_tokens,
         cache=request.cache is not None,
         ttl=request.cache,

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._codec import MessageLike
+from ._requests import MessageLike
 
 __all__ = [
     "UnsupportedContent",

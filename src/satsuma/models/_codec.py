@@ -1,63 +1,43 @@
 """The Anthropic Messages API wire format: the one place that builds and parses its dicts.
 
 Everything else in satsuma works with its own attrs classes; only this module knows the
-shape of a request's parameters, of an error body, and of a message and its stream
-events (read by AnthropicModel, written by the test server, so that the two agree). The
+shape of an error body and of a message and its stream events (read by AnthropicModel,
+written by the test server, so that the two agree), and ``_requests`` the shape of a
+request's parameters. The
 shapes satsuma's own conversation shares with tools (a tool definition, ``tool_use`` and
 ``tool_result`` blocks) are the kernel's (``satsuma._shapes``). It imports nothing of
 satsuma, and not the SDK either, whose import takes seconds.
 
-One module past 500 lines, on purpose: it is the one place that knows the Messages
-API's dicts (STYLE.md), and what it writes (a message and its stream events, for the
-test server) and what it reads (the stream accumulator) must agree field for field,
-which they can be checked to do only side by side.
+What it writes (a message and its stream events, for the test server) and what it
+reads (the stream accumulator) must agree field for field, which they can be checked to
+do only side by side.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
 from ._context_editing import compaction_steps
 
 __all__ = [
-    "MessageLike",
     "StreamAccumulator",
     "StreamedMessage",
-    "conversation_breakpoints",
     "error_object",
     "error_status",
     "error_type",
     "message_object",
-    "message_params",
-    "mark_message",
     "no_delta",
-    "previous_turn_end",
-    "in_pieces",
     "plain",
-    "request_params",
+    "in_pieces",
     "stream_events",
-    "system_params",
-    "tool_params",
 ]
 
 
-# --- Requests --------------------------------------------------------------------------
-
-_EPHEMERAL = {"type": "ephemeral"}
-
-
-class MessageLike(Protocol):
-    """What the codec needs of a conversation message (``satsuma.Message`` has it)."""
-
-    @property
-    def role(self) -> str: ...
-
-    @property
-    def content(self) -> Sequence[Mapping[str, Any]]: ...
+# --- Plain values ----------------------------------------------------------------------
 
 
 def plain(value: Any) -> Any:
@@ -68,133 +48,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
     return value
-
-
-def message_params(messages: Iterable[MessageLike]) -> list[Mapping[str, Any]]:
-    """The ``messages`` parameter: one ``{role, content}`` mapping per message.
-
-    Nothing is copied: the whole history goes out with every request, and the SDK
-    (``anthropic>=2.12``) copies a request's body into plain dicts and lists before
-    sending it (tuples and read-only mappings included), never changing ours. A second
-    deep copy here was the largest cost of a request late in a long conversation."""
-    return [{"role": message.role, "content": message.content} for message in messages]
-
-
-def _marker(ttl: str | None) -> dict[str, Any]:
-    """A ``cache_control`` value: 5 minutes unless ``ttl`` is ``"1h"``."""
-    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else dict(_EPHEMERAL)
-
-
-def system_params(
-    system: str | None, *, cache: bool, ttl: str | None = None
-) -> list[dict[str, Any]]:
-    """The ``system`` parameter as text blocks (none for an empty prompt, which the API
-    rejects); with ``cache``, the last block carries the cache breakpoint."""
-    if not system:
-        return []
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": system}]
-    if cache:
-        blocks[-1]["cache_control"] = _marker(ttl)
-    return blocks
-
-
-def tool_params(
-    tools: Iterable[Mapping[str, Any]], *, cache: bool, ttl: str | None = None
-) -> list[Mapping[str, Any]]:
-    """The ``tools`` parameter; with ``cache``, the last definition carries the cache
-    breakpoint (the API caches every tool up to and including it).
-
-    The definitions themselves are not copied, for the reason ``message_params`` gives:
-    the SDK copies the body before sending it. Only the last one is, when it gets the
-    breakpoint, so that the caller's stays as it was."""
-    out: list[Mapping[str, Any]] = list(tools)
-    if cache and out:
-        out[-1] = {**out[-1], "cache_control": _marker(ttl)}
-    return out
-
-
-def previous_turn_end(messages: Sequence[Mapping[str, Any]]) -> int | None:
-    """The index, in a ``messages`` parameter, of the message that ended the previous request of the agent loop: the
-    last user message before the last assistant message (None if there is none).
-
-    Each request of the loop ends with a user message (a prompt or tool results) and
-    its answer comes next, so that message is where the last request's cache entry
-    ends: a breakpoint there reads it back even when this turn adds more than the 20
-    blocks the API looks back from a breakpoint (many parallel tool results)."""
-    seen_assistant = False
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index]["role"] == "assistant":
-            seen_assistant = True
-        elif seen_assistant and messages[index]["content"]:
-            return index
-    return None
-
-
-def mark_message(message: Mapping[str, Any], ttl: str | None) -> Mapping[str, Any]:
-    """A copy of a ``{role, content}`` parameter whose last block carries a breakpoint
-    (only that block and the list are copied: the rest is shared, as sent)."""
-    content = list(message["content"])
-    content[-1] = {**content[-1], "cache_control": _marker(ttl)}
-    return {"role": message["role"], "content": content}
-
-
-def conversation_breakpoints(params: dict[str, Any], *, ttl: str | None, automatic: bool) -> None:
-    """Add the breakpoints that move with the conversation to ``params`` (built by
-    ``request_params`` with ``cache``), keeping to the API's 4 a request.
-
-    With ``automatic`` (Anthropic's own API), the top-level ``cache_control`` puts one
-    on the last block; elsewhere (Bedrock, Vertex AI, which take block breakpoints
-    only) the last message's last block gets one. Either way the end of the previous
-    turn gets one too, while the 4 allow it (tools and system take up to 2)."""
-    messages: list[Mapping[str, Any]] = params["messages"]
-    if not messages or not _markable(messages[-1]):
-        return
-    used = sum(1 for key in ("system", "tools") if params.get(key))
-    if automatic:
-        params["cache_control"] = _marker(ttl)
-    else:
-        messages[-1] = mark_message(messages[-1], ttl)
-    used += 1
-    previous = previous_turn_end(messages)
-    if previous is not None and used < 4 and _markable(messages[previous]):
-        messages[previous] = mark_message(messages[previous], ttl)
-
-
-def _markable(message: Mapping[str, Any]) -> bool:
-    """Whether a message's last block may carry a breakpoint: the API refuses one on
-    an empty text block (and there is nothing to mark in an empty message)."""
-    content = message["content"]
-    if not content:
-        return False
-    last = content[-1]
-    return not (last.get("type") == "text" and not last.get("text"))
-
-
-def request_params(
-    *,
-    model: str,
-    system: str | None,
-    messages: Iterable[MessageLike],
-    tools: Iterable[Mapping[str, Any]] = (),
-    max_tokens: int,
-    cache: bool,
-    ttl: str | None = None,
-) -> dict[str, Any]:
-    """Keyword arguments for ``client.messages.create`` (without ``stream``).
-
-    With ``cache``, the tools and the system prompt carry breakpoints (``ttl`` ``"1h"``
-    for an hour, else 5 minutes); ``conversation_breakpoints`` adds the conversation's.
-    """
-    params: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "messages": message_params(messages),
-    }
-    if system_blocks := system_params(system, cache=cache, ttl=ttl):
-        params["system"] = system_blocks
-    if tool_definitions := tool_params(tools, cache=cache, ttl=ttl):
-        params["tools"] = tool_definitions
-    return params
 
 
 # --- Errors ----------------------------------------------------------------------------
@@ -370,17 +223,27 @@ class _TooDeep(Exception):
     pass
 
 
+_SCALARS = frozenset((str, int, float, bool))
 _SHALLOW = 50  # levels the recursive copy takes before the iterative one takes over
 
 
 def _copied(value: Any, depth: int) -> Any:
+    # Scalars are judged inline, not by a call each: this copies every block of every
+    # response, and a block is mostly strings and numbers.
     kind = type(value)
     if kind is dict:
         if depth > _SHALLOW:
             raise _TooDeep
-        return {
-            key: _copied(member, depth + 1) for key, member in value.items() if member is not None
-        }
+        copy: dict[Any, Any] = {}
+        for key, member in value.items():
+            member_kind = type(member)
+            if member_kind is dict or member_kind is list:
+                copy[key] = _copied(member, depth + 1)
+            elif member_kind in _SCALARS:
+                copy[key] = member
+            elif member is not None:
+                raise _TooDeep  # another type: the general copy decides
+        return copy
     if kind is list:
         if depth > _SHALLOW:
             raise _TooDeep
@@ -499,9 +362,8 @@ class StreamAccumulator:
                 # call keeps what the model sent.
                 self._raw_inputs[index] = json.dumps(kept["input"])
                 kept["input"] = {}
-        self._message_delta(
-            {"delta": {"stop_reason": message.get("stop_reason")}, "usage": message.get("usage")}
-        )
+        # The usage was counted with the start: a whole message has no later figures.
+        self._stop_reason = message.get("stop_reason")
         self.complete = True
 
     def _message_start(self, event: Mapping[str, Any]) -> None:
@@ -609,11 +471,16 @@ class StreamAccumulator:
 
     def result(self) -> StreamedMessage:
         """The message as assembled so far."""
-        content = tuple(self._blocks[index] for index in sorted(self._blocks))
+        # Comprehensions of lists, not generators: a generator's frame is resumed once
+        # per block, and this runs on every block of every response.
+        ordered = sorted(self._blocks.items())
+        content = tuple([block for _, block in ordered])
         tool_uses = tuple(
-            (block["id"], block["name"], self._raw_inputs.get(index, block.get("input", {})))
-            for index, block in sorted(self._blocks.items())
-            if block.get("type") == "tool_use"
+            [
+                (block["id"], block["name"], self._raw_inputs.get(index, block.get("input", {})))
+                for index, block in ordered
+                if block.get("type") == "tool_use"
+            ]
         )
         return StreamedMessage(
             content=content,

@@ -20,10 +20,13 @@ from .._toolcall import ToolCall
 __all__ = ["CACHE_MODES", "CacheMode", "Model", "ModelListener", "ModelRequest", "ModelResponse"]
 
 
+_FROZEN = frozenset((FrozenDict,))
+
+
 def _frozen_tools(tools: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
     # Frozen once where they are made (AgentSpec.tool_schemas): then this only checks,
     # and the class's one tuple goes on as it is.
-    if type(tools) is tuple and all(type(tool) is FrozenDict for tool in tools):
+    if type(tools) is tuple and set(map(type, tools)) <= _FROZEN:  # no frame per tool
         return tools
     return tuple(map(freeze, tools))
 

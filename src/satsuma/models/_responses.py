@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from .._exceptions import ModelError
-from .._jsonvalue import JsonProblem, plain_members, plain_or_problem
+from .._jsonvalue import JsonProblem, is_plain, plain_members, plain_or_problem
 from .._toolcall import gated
 from ._model import ModelResponse
 
@@ -51,28 +51,44 @@ def checked_response(response: ModelResponse, *, fresh: bool = False) -> ModelRe
     # Ids, names and inputs as plain values first: nothing below (nor the journal, the
     # events, the loop guard) reads a model's own objects. Ids are made unique later,
     # against the whole conversation (_ids).
-    calls = tuple(gated(call) for call in response.calls)
     content: list[Mapping[str, Any]] = []
+    # The ids of the tool inputs found plain with their blocks: each of them is alive in
+    # ``content``, so an id here is that very input, and its call is not walked again.
+    plain_inputs: set[int] = set()
     for block in response.content:
         try:
-            checked = _checked_block(block, f"content[{len(content)}]")
+            checked = _checked_block(block, f"content[{len(content)}]", plain_inputs)
         except JsonProblem as problem:
             raise ModelError(f"malformed response: {problem}", retryable=True) from None
         if checked is not None:
             content.append(checked)
+    calls = tuple(
+        [gated(call, plain_input=id(call.input) in plain_inputs) for call in response.calls]
+    )
     return _record(attrs.evolve(response, content=tuple(content), calls=calls), fresh=fresh)
 
 
 _NO_INPUT: Any = object()
 
 
-def _checked_block(block: object, where: str) -> dict[str, Any] | None:
+def _checked_block(block: object, where: str, plain_inputs: set[int]) -> dict[str, Any] | None:
     """The block as plain JSON values (a tool_use's refused input as ``{}``), or None
-    for an empty text block.
+    for an empty text block. The id of a tool_use input found plain as it is goes into
+    ``plain_inputs``.
 
     Raises:
         JsonProblem: the block is not an object, or holds what JSON cannot carry.
     """
+    if type(block) is dict and is_plain(block):
+        # The common case, in one walk: what json.loads made, every part as the gate
+        # would keep it. A tool_use whose input is not an object takes the long way.
+        kind = block.get("type")
+        if kind == "text" and not block.get("text"):
+            return None
+        if kind != "tool_use" or type(given := block.get("input")) is dict:
+            if kind == "tool_use":
+                plain_inputs.add(id(given))
+            return dict(block)
     members = plain_members(block, where)
     if members is None:
         raise JsonProblem(where, f"{where} is not an object")

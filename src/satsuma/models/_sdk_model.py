@@ -192,9 +192,7 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
         return checked_response(
             ModelResponse(
                 content=message.content,
-                calls=tuple(
-                    ToolCall(id, name, arguments) for id, name, arguments in message.tool_uses
-                ),
+                calls=tuple([ToolCall(*tool_use) for tool_use in message.tool_uses]),
                 stop_reason=message.stop_reason,
                 # Priced by the model asked for (the name its prices were set by),
                 # else by the one that answered (a dated id the table knows).

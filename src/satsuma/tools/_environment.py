@@ -134,7 +134,7 @@ def parse_context(
             f"context['capabilities'] must be a set or list of names, got: {capabilities!r}"
         )
     names = frozenset(capabilities)
-    if not all(isinstance(name, str) for name in names):
+    if names and not all(isinstance(name, str) for name in names):
         raise TypeError(
             f"context['capabilities'] must hold strings, got: {sorted(map(repr, names))}"
         )

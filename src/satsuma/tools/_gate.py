@@ -133,6 +133,8 @@ def check_content(content: object) -> tuple[Content | None, str | None]:
     only: nothing of the tool's own classes), or a problem text naming the type and
     where it is."""
     kind = type(content)
+    if type(content) is str and str.isascii(content):
+        return content, None  # an exact str of ASCII: plain and valid as it is
     if issubclass(kind, str):
         return plain_text(content), None  # type: ignore[arg-type]
     if kind is list:

@@ -172,7 +172,8 @@ class IntegerNode(_NumericNode):
         if not isinstance(value, int) or isinstance(value, bool):
             errors.append(expected_text(path, "integer", value))
             return value
-        self._bounds(value, path, errors)
+        if self.enum is not None or self.minimum is not None or self.maximum is not None:
+            self._bounds(value, path, errors)
         return value
 
     def schema(self) -> dict[str, Any]:
