@@ -31,10 +31,9 @@ from hypercorn.trio.tcp_server import TCPServer
 __all__ = ["Connection"]
 
 # The head of an HTTP/1.1 answer (status 200 or more) that announces a body: h11 sends
-# its body next, as the app gives it.
-_HEAD_WITH_BODY = re.compile(
-    rb"HTTP/1\.1 [2-5]\d\d .*?\r\ncontent-length: *[1-9]", re.IGNORECASE | re.DOTALL
-)
+# its body next, as the app gives it. Searched within the head alone.
+_HEAD = re.compile(rb"HTTP/1\.1 [2-5]\d\d ")
+_BODY_FOLLOWS = re.compile(rb"\r\ncontent-length: *[1-9]", re.IGNORECASE)
 
 
 class _KeepAlive:
@@ -89,29 +88,22 @@ class Connection(TCPServer):
                 data, self._held = self._held + data, b""
             elif not data:
                 return  # the end of a body of known length: nothing to write
-            elif _HEAD_WITH_BODY.match(data, 0, 4096) is not None:
+            elif _announces_body(data):
                 self._held = data
                 return
-            await self._write(data)
+            await super().protocol_send(RawData(data=data))
             return
         if isinstance(event, Closed) and self._held:
             # A head whose body never came (the app failed after starting its answer):
             # written, as hypercorn would have, before the connection closes.
             held, self._held = self._held, b""
-            await self._write(held)
+            await super().protocol_send(RawData(data=held))
         await super().protocol_send(event)
 
-    async def _write(self, data: bytes) -> None:
-        """Write ``data`` as hypercorn does (under the lock, shielded: a write is never
-        cut in half), taking a free lock without a pass of the scheduler."""
-        if self.send_lock.locked():
-            await super().protocol_send(RawData(data=data))
-            return
-        self.send_lock.acquire_nowait()
-        try:
-            with trio.CancelScope(shield=True):
-                await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            await self.protocol.handle(Closed())
-        finally:
-            self.send_lock.release()
+
+def _announces_body(data: bytes) -> bool:
+    """Whether ``data`` is an answer's head announcing a body of known length."""
+    if _HEAD.match(data) is None:
+        return False
+    end = data.find(b"\r\n\r\n")
+    return end >= 0 and _BODY_FOLLOWS.search(data, 0, end + 2) is not None
