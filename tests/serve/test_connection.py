@@ -141,3 +141,19 @@ async def test_a_busy_connection_is_not_closed_by_the_keep_alive() -> None:
             await client.send_all(_request())
             answer = await _read_until(client, b'{"ok": true}')
             assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_a_stream_outlasting_the_keep_alive_is_kept_then_the_idle_connection_closed() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await trio.sleep(0.6)  # three keep-alive timeouts
+        await send({"type": "http.response.body", "body": b"data: 2\n\n"})
+
+    async with _listening(app, keep_alive=0.2) as client:
+        await client.send_all(_request())
+        answer = await _read_until(client, b"0\r\n\r\n")
+        assert b"data: 1" in answer and b"data: 2" in answer
+        with trio.fail_after(10):
+            assert await client.receive_some(65536) == b""  # idle after it: closed

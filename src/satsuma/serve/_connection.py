@@ -60,11 +60,19 @@ class _KeepAlive:
         if self._scope is not None:
             self._scope.deadline = math.inf
 
+    def retire(self) -> None:
+        """A request is answered with a stream (no length): its task ends until the
+        connection is idle again, rather than sleeping beside a long-held stream."""
+        if self._busy and self._scope is not None:
+            self._scope.cancel()
+            self._scope = None
+
     async def _watch(self, scope: trio.CancelScope) -> None:
         with scope:
             await self._connection.context.terminated.wait()
-        if self._scope is scope:
-            self._scope = None
+        if self._scope is not scope:
+            return  # retired (a stream): the next idle spell has a watch of its own
+        self._scope = None
         if self._busy:
             # The server stops while a request is answered: the connection closes
             # itself after the answer (hypercorn's protocol sees the server stopping).
@@ -78,7 +86,7 @@ class Connection(TCPServer):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.idle_task = _KeepAlive(self)  # type: ignore[assignment]
+        self._keep_alive = self.idle_task = _KeepAlive(self)  # type: ignore[assignment]
         self._held = b""
 
     async def protocol_send(self, event: Event) -> None:
@@ -91,6 +99,8 @@ class Connection(TCPServer):
             elif _announces_body(data):
                 self._held = data
                 return
+            elif _HEAD.match(data) is not None:
+                self._keep_alive.retire()  # an event stream, most likely: held long
             await self._write(data)
             return
         if isinstance(event, Closed) and self._held:
