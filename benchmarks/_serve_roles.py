@@ -70,7 +70,7 @@ RUN_JSON = json.dumps({
 }).encode()  # fmt: skip
 
 
-class _Ticks:
+class Ticks:
     """The floor's one event source: the time every half second, for every stream."""
 
     def __init__(self) -> None:
@@ -86,7 +86,7 @@ class _Ticks:
             changed.set()
 
 
-def _floor_app(ticks: _Ticks) -> Callable[[Scope, Any, Any], Awaitable[None]]:
+def floor_app(ticks: Ticks) -> Callable[[Scope, Any, Any], Awaitable[None]]:
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         """The least an ASGI app on hypercorn can do: answer a POST with a run's JSON,
         and hold a GET open as an event stream, sending each tick as one chunk."""
@@ -120,10 +120,10 @@ async def serve_floor() -> None:
     config = Config()
     config.bind, config.accesslog, config.backlog = ["127.0.0.1:0"], None, 4096
     config.errorlog = logging.getLogger("floor")  # not its "Running on" line
-    ticks = _Ticks()
+    ticks = Ticks()
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        app = _floor_app(ticks)
+        app = floor_app(ticks)
         binds = await nursery.start(
             lambda task_status: serve(
                 app, config, shutdown_trigger=stop.wait, mode="asgi", task_status=task_status
@@ -139,7 +139,7 @@ async def serve_floor() -> None:
 # --- load generators ---------------------------------------------------------------------
 
 
-async def _answer(stream: trio.SocketStream, buffer: bytearray) -> bytes:
+async def read_answer(stream: trio.SocketStream, buffer: bytearray) -> bytes:
     """Read one HTTP/1.1 answer with a Content-Length; return its status, keep the rest."""
     while True:
         end = buffer.find(b"\r\n\r\n")
@@ -172,7 +172,7 @@ async def post_load(url: str, path: str, conversations: int, runs: int) -> None:
         buffer = bytearray()
         for _ in range(runs):
             await streams[n].send_all(request)
-            status = await _answer(streams[n], buffer)
+            status = await read_answer(streams[n], buffer)
             assert status == b"200", (status, bytes(buffer))
 
     start = time.perf_counter()

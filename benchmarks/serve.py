@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
 import os
 import statistics
@@ -44,11 +45,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
 from _harness import header, median, ratio, table
 from _serve_agents import Echo, echo
+from _serve_roles import Ticks, floor_app, read_answer
 
 import satsuma
 from satsuma.serve import Server
@@ -136,21 +139,46 @@ async def _one_at_a_time(rounds: int, runs: int) -> dict[str, list[float]]:
     server = Server([Echo], port=0, model=model)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
+        floor, stop_floor = await _floor_in_process(nursery)
         try:
-            return await _each(server.url, model, rounds, runs)
+            return await _each(server.url, floor, model, rounds, runs)
         finally:
             server.shutdown()
+            stop_floor.set()
 
 
-async def _each(url: str, model: FunctionModel, rounds: int, runs: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {"http": [], "a2a": [], "in process": []}
+async def _floor_in_process(nursery: trio.Nursery) -> tuple[str, trio.Event]:
+    """The floor app (``_serve_roles``) on hypercorn in this process, as ``Server``
+    configures it; its URL, and the event that stops it."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind, config.accesslog, config.backlog = ["127.0.0.1:0"], None, 4096
+    config.errorlog = logging.getLogger("floor")
+    stop = trio.Event()
+    app = floor_app(Ticks())
+    binds = await nursery.start(
+        lambda task_status: serve(
+            app, config, shutdown_trigger=stop.wait, mode="asgi", task_status=task_status
+        )
+    )
+    return binds[0], stop
+
+
+async def _each(
+    url: str, floor: str, model: FunctionModel, rounds: int, runs: int
+) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {"http": [], "a2a": [], "floor": [], "in process": []}
     async with (
         httpx.AsyncClient(base_url=url, timeout=30) as client,
+        httpx.AsyncClient(base_url=floor, timeout=30) as bare,
         satsuma.open_agent(Echo, model=model) as agent,
     ):
-        for _ in range(3):  # warm them all: imports, the connection, the agent
+        for _ in range(3):  # warm them all: imports, the connections, the agent
             await client.post("/v1/agents/echo/w/runs", json={"prompt": "warm"})
             await client.post("/a2a/echo", headers=_A2A, json=_send_message("w"))
+            await bare.post("/runs", json={"prompt": "warm"})
             await agent.run("warm")
         for _ in range(rounds):
             for _ in range(runs):
@@ -167,10 +195,97 @@ async def _each(url: str, model: FunctionModel, rounds: int, runs: int) -> dict[
                 assert state == "TASK_STATE_COMPLETED", answer.text
             for _ in range(runs):
                 start = time.perf_counter()
+                answer = await bare.post("/runs", json={"prompt": "hi"})
+                samples["floor"].append(time.perf_counter() - start)
+                assert answer.json()["status"] == "completed", answer.text
+            for _ in range(runs):
+                start = time.perf_counter()
                 result = await agent.run("hi")
                 samples["in process"].append(time.perf_counter() - start)
                 assert result.status == "completed"
     return samples
+
+
+class _Counts(trio.abc.Instrument):
+    """Tasks spawned and task steps (passes of trio's scheduler), and with
+    ``sys.setprofile`` the Python function calls (and resumptions of coroutines)."""
+
+    def __init__(self) -> None:
+        self.spawned = self.steps = self.calls = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+    def profile(self, frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            self.calls += 1
+
+
+async def _exact_counts(times: int) -> dict[str, tuple[float, float, float]]:
+    """Per request (or run), over ``times``: tasks spawned, task steps, function calls,
+    for the API's run, the floor's answer and the run in process. The client is a
+    plain socket writing the request and reading the answer (as the load generator
+    does), the same few calls for the API and the floor: what differs is the server's.
+    Exact, whatever else the machine runs."""
+    model = FunctionModel(echo, keep_requests=0)
+    server = Server([Echo], port=0, model=model)
+    counted: dict[str, tuple[float, float, float]] = {}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        floor, stop_floor = await _floor_in_process(nursery)
+        try:
+            async with satsuma.open_agent(Echo, model=model) as agent:
+                targets = {
+                    "API run": _poster(server.url, "/v1/agents/echo/c/runs"),
+                    "floor": _poster(floor, "/runs"),
+                    "in process": lambda: agent.run("hi"),
+                }
+                for key, one in targets.items():
+                    for _ in range(5):  # warm: the connection, the conversation
+                        await one()
+                    counts = _Counts()
+                    trio.lowlevel.add_instrument(counts)
+                    sys.setprofile(counts.profile)
+                    try:
+                        for _ in range(times):
+                            await one()
+                    finally:
+                        sys.setprofile(None)
+                        trio.lowlevel.remove_instrument(counts)
+                    counted[key] = (
+                        counts.spawned / times,
+                        counts.steps / times,
+                        counts.calls / times,
+                    )
+        finally:
+            server.shutdown()
+            stop_floor.set()
+    return counted
+
+
+def _poster(url: str, path: str) -> Any:
+    """An async function posting ``{"prompt": "hi"}`` to ``path`` on one keep-alive
+    connection of plain socket calls, and reading the answer."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    body = b'{"prompt": "hi"}'
+    request = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    held: list[trio.SocketStream] = []
+    buffer = bytearray()
+
+    async def post() -> None:
+        if not held:
+            held.append(await trio.open_tcp_stream(host, int(port)))
+        await held[0].send_all(request)
+        status = await read_answer(held[0], buffer)
+        assert status == b"200", (status, bytes(buffer))
+
+    return post
 
 
 # --- 2. many at once ---------------------------------------------------------------------
@@ -275,6 +390,7 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f} at the start",
     )
     samples = trio.run(_one_at_a_time, rounds, runs)
+    counted = trio.run(_exact_counts, 20 if args.quick else 200)
     with _server("api") as api, _server("floor") as floor:
         many = _many(api, floor, conversations, each, rounds)
         held = _subscribers(api, floor, subscribers, sub_rounds)
@@ -284,10 +400,22 @@ def main() -> None:
         over = median(samples[key]) * 1000
         rows.append([f"{name}, p50 (ms)", f"{over:.2f}", f"{local:.2f}", f"+{over - local:.2f}",
                      f"<= +{bar} ms: {_verdict(over - local <= bar)}"])  # fmt: skip
+    floor_ms = median(samples["floor"]) * 1000
+    rows.append([
+        "floor: a bare ASGI app's round trip, same client, p50 (ms)", f"{floor_ms:.2f}",
+        f"{local:.2f}", f"+{floor_ms - local:.2f}",
+        f"HTTP alone; the API adds {median(samples['http']) * 1000 - floor_ms:+.2f} ms to it",
+    ])  # fmt: skip
     rows.append(
         ["one run, p99 over HTTP (ms)", f"{_p99(samples['http']) * 1000:.2f}", "-", "-", ""]
     )
     lines += ["", *table(["figure", "over HTTP", "in process", "difference", "bar"], rows)]
+    lines += ["", *table(
+        ["per request, exact (plain-socket client)", "tasks spawned", "task steps",
+         "function calls"],
+        [[key, f"{spawned:.2f}", f"{steps:.2f}", f"{calls:.0f}"]
+         for key, (spawned, steps, calls) in counted.items()],
+    )]  # fmt: skip
     rates = {key: median(values) for key, values in many.items()}
     # The most a server can do on this hypercorn: the floor's answer and the run, one
     # after the other, as a served run is (1 / (1/floor + 1/in process)).

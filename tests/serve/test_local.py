@@ -252,6 +252,32 @@ async def test_a_bounded_log_tells_a_late_reader_what_it_lost() -> None:
     assert [e.id async for e in log.follow(24)] == [25, 26]
 
 
+async def test_events_dropped_while_a_reader_takes_its_loss_are_told_too() -> None:
+    # The reader is suspended on the EventsLost event (its send blocked) while the run
+    # goes on and the log drops more: every id after it is either given or told lost,
+    # never skipped in silence.
+    log = EventLog(limit=10)
+    for n in range(25):
+        log.append({"type": "TextDelta", "n": n})
+    reader = log.follow(0)
+    first = await reader.__anext__()
+    assert (first.type, first.data["first_id"], first.id) == ("EventsLost", 1, 15)
+    for n in range(25, 60):
+        log.append({"type": "TextDelta", "n": n})
+    log.append({"type": "RunEnd"})
+    log.settle()
+    rest = [event async for event in reader]
+    given = {e.id for e in [first, *rest] if e.type != "EventsLost"}
+    told = set()
+    for event in (first, *rest):
+        if event.type == "EventsLost":
+            told |= set(range(event.data["first_id"], event.data["last_id"] + 1))
+    ids = [e.id for e in (first, *rest)]
+    assert ids == sorted(set(ids))  # in order, nothing twice
+    assert given | told == set(range(1, 62)) and not given & told
+    assert rest[-1].type == "RunEnd"
+
+
 async def test_many_readers_follow_one_live_run() -> None:
     log = EventLog()
     seen: list[list[int]] = [[] for _ in range(50)]

@@ -372,8 +372,16 @@ class App:
             raise self._too_large()
         chunks: list[bytes] = []
         size = 0
+        # Hypercorn's receive is a trio channel's: a message already queued is taken
+        # without a pass of the scheduler (one per message: two for a short body).
+        queued = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
         while True:
-            message = await receive()
+            try:
+                if queued is None:
+                    raise trio.WouldBlock
+                message = queued()
+            except trio.WouldBlock:
+                message = await receive()
             if message["type"] == "http.disconnect":
                 raise HTTPError(400, "bad_request", "the client went away before its body ended")
             chunk = bytes(message.get("body", b""))

@@ -137,6 +137,9 @@ class EventLog:
                 lost = self._first - 1
                 yield RunEvent(lost, {"type": "EventsLost", "first_id": after + 1, "last_id": lost})
                 after = lost
+                # More may have been dropped while the reader took that one: looked at
+                # again, never read past the log's start (a negative index: the end's).
+                continue
             if after < self.last_id:
                 index = after + 1 - self._first
                 held = self._events[index]

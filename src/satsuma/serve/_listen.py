@@ -25,10 +25,11 @@ from typing import Any
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
-from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import repr_socket_addr
+
+from ._connection import Connection
 
 __all__ = ["listen"]
 
@@ -74,7 +75,7 @@ async def listen(
     async def connection(stream: Any) -> None:
         open_streams.add(stream)
         try:
-            await TCPServer(wrapped, config, context, ConnectionState({}), stream)
+            await Connection(wrapped, config, context, ConnectionState({}), stream)
         finally:
             open_streams.discard(stream)
             if not open_streams and stop.is_set():
