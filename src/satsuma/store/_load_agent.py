@@ -8,7 +8,7 @@ agents always called them."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol, cast
 
 import attrs
 
@@ -40,7 +40,7 @@ async def load_agent(store: Store, agent_id: str, *, lease: Lease | None) -> Loa
             taken the agent).
     """
     if _at_once(type(store)):
-        return await store.load_agent(agent_id, lease=lease)  # type: ignore[attr-defined,no-any-return]
+        return await cast(_AtOnce, store).load_agent(agent_id, lease=lease)
     messages = await store.load_messages(agent_id)
     await store.mark_interrupted(agent_id, lease=lease)
     runs = await store.runs(agent_id)
@@ -69,6 +69,12 @@ def load_sql(db: Connection, dialect: Dialect, agent_id: str) -> Loaded:
         ),
         runs=tuple(run_record(row) for row in runs.fetchall()),
     )
+
+
+class _AtOnce(Protocol):
+    """A store of satsuma's with a ``load_agent`` of its own (SQLStore, MemoryStore)."""
+
+    async def load_agent(self, agent_id: str, *, lease: Lease | None) -> Loaded: ...
 
 
 # The calls a load is made of: a subclass of a store that overrides one of them (to
