@@ -58,6 +58,7 @@ class Tally:
 
 
 _STORE_METHODS = (
+    "load_agent",
     "load_messages",
     "write_tail",
     "write_step",

@@ -226,6 +226,8 @@ async def turn_counts(
         out[kind] = {
             "open": first,
             "turn": {key: (more[key] - first[key]) / (turns - 1) for key in first},
+            # Which store calls the open and a run of one turn made, in the order first made.
+            "open calls": {name: float(count) for name, count in one.calls.items()},
         }
     return out
 
@@ -328,6 +330,9 @@ def report(figures: dict[str, Any], server: str) -> str:
             row = counts[kind][scope]
             cells = "".join(f"{row[k]:>14.1f}" if k in row else f"{'-':>14}" for k in keys)
             lines.append(f"{'  ' + kind:44}{cells}")
+    lines.append("store calls of open_agent + 1-turn run + close, by method (postgres)")
+    calls = counts["postgres"]["open calls"]
+    lines.append("  " + ", ".join(f"{name} {count:.0f}" for name, count in calls.items()))
     return "\n".join(lines)
 
 

@@ -91,7 +91,9 @@ async def _go_past(run: Run) -> None:
     persistence = ctx.persistence
     dangling = bool(dangling_tool_uses(ctx.conversation.messages))
     # Which runs wait is read from the store now, not remembered: a decision
-    # taken elsewhere, a restart or a prune cannot leave a stale list.
+    # taken elsewhere, a restart or a prune cannot leave a stale list. (The first run
+    # after an open that found none waiting is told so without a read: none can
+    # appear but through this agent; see Persistence.none_left.)
     left = (
         await persistence.runs_left(run.run_id, claimed=dangling) if persistence is not None else []
     )

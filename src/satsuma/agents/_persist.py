@@ -28,6 +28,7 @@ from ..store import (
     Step,
     Store,
     Summary,
+    load_agent,
     write_step,
 )
 from ..tools import ToolCall, ToolOutcome
@@ -77,6 +78,12 @@ class Persistence:
     unwritten_outcomes: list[JournalEntry] = attrs.Factory(list)
     # (run id, call id) of the calls journaled as started that have not finished.
     running: set[tuple[str, str]] = attrs.Factory(set)
+    # From a load that found no run awaiting approval until the first ``runs_left``,
+    # which then answers without asking: none can have appeared in between (only the
+    # lease's holder pauses a run, a claim through the store needs a paused one, and the
+    # load marked every running run interrupted), so a first run does not read again
+    # what its agent's open has just read.
+    none_left: bool = False
 
     def _check_fence(self, what: str) -> None:
         if self.fence():
@@ -107,15 +114,15 @@ class Persistence:
             self.agent_id, self.owner, seconds=self.lease_seconds
         )
         try:
-            messages = await self.store.load_messages(self.agent_id)
-            await self.store.mark_interrupted(self.agent_id, lease=self.lease)
-            # Every run still interrupted, also one an earlier start found and did not
-            # resume.
-            runs = await self.store.runs(self.agent_id)
+            # One transaction on satsuma's stores (store.load_agent).
+            loaded = await load_agent(self.store, self.agent_id, lease=self.lease)
         except BaseException:
             await self.release()
             raise
-        return messages, [record for record in runs if record.status == "interrupted"]
+        self.none_left = all(record.status != "awaiting_approval" for record in loaded.runs)
+        # Every run still interrupted, also one an earlier start found and did not resume.
+        interrupted = [record for record in loaded.runs if record.status == "interrupted"]
+        return list(loaded.messages), interrupted
 
     async def add_summary(self, summary: Summary) -> None:
         """Store a summary of the conversation (``Compaction``'s), under the lease.
@@ -138,6 +145,9 @@ class Persistence:
         Raises:
             StoreError: the store could not be read.
         """
+        if self.none_left:
+            self.none_left = False
+            return []
         # A run whose end this agent could not write yet has ended: the store is only
         # behind (the end is written with the next flush), and the end stands.
         paused = [
@@ -323,6 +333,7 @@ class Persistence:
         """
         self._check_fence("a paused run")
         self.running = {key for key in self.running if key[0] != run_id}
+        self.none_left = False
         await self.store.pause_run(run_id, pending, usage=usage, lease=self.lease)
 
     async def claim_paused_run(

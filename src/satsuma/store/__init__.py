@@ -37,7 +37,8 @@ from ._summaries import Summary as Summary
 # one transaction of the store's (run_queue.enqueue(store, ...)). The cluster's modules
 # load on first use (PEP 562): an agent that never meets a cluster does not import them.
 # The console reads many runs a page at a time (_browse's names, satsuma.serve). An agent
-# writes what goes together of one step of its loop at once (Step, RunEnd, write_step).
+# writes what goes together of one step of its loop at once (Step, RunEnd, write_step),
+# and reads what it opens with at once (load_agent, Loaded).
 from ._browse import ConversationSummary as ConversationSummary
 from ._browse import MessagePage as MessagePage
 from ._browse import UsageTotal as UsageTotal
@@ -56,6 +57,8 @@ from ._ledger import ledgers_of as ledgers_of
 from ._link import Link as Link
 from ._link import Ticket as Ticket
 from ._link import run_abandonable as run_abandonable
+from ._load_agent import Loaded as Loaded
+from ._load_agent import load_agent as load_agent
 from ._step import RunEnd as RunEnd
 from ._step import Step as Step
 from ._write_step import write_step as write_step

@@ -16,6 +16,7 @@ from .._messages import Message, Usage
 from ._base import BaseStore
 from ._lease import Lease, Owner, let_go, owner_text, refuse_takeover
 from ._ledger_expiry import PrunedLedgers, day_of
+from ._load_agent import Loaded
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -252,6 +253,9 @@ class MemoryStore(BaseStore):
     ) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
         self._check(lease)
+        return self._interrupt(agent_id)
+
+    def _interrupt(self, agent_id: str) -> list[RunRecord]:
         marked = []
         for run_id in self._agent_runs.get(agent_id, ()):
             record = self._runs[run_id]
@@ -259,6 +263,17 @@ class MemoryStore(BaseStore):
                 self._runs[run_id] = marked_record = attrs.evolve(record, status="interrupted")
                 marked.append(marked_record)
         return sorted(marked, key=lambda r: r.started_at)
+
+    async def load_agent(self, agent_id: str, *, lease: Lease | None = None) -> Loaded:
+        """``_load_agent.load_agent`` at once."""
+        await trio.lowlevel.checkpoint()
+        self._check(lease)
+        self._interrupt(agent_id)
+        mine = [self._runs[run_id] for run_id in self._agent_runs.get(agent_id, ())]
+        return Loaded(
+            messages=tuple(self._messages.get(agent_id, ())),
+            runs=tuple(sorted(mine, key=lambda r: r.started_at)),
+        )
 
     async def pause_run(
         self,

@@ -22,6 +22,7 @@ from .._messages import Message, Usage
 from ._base import BaseStore
 from ._dialect import REFUSED, Connection, Dialect, executemany
 from ._lease import Lease, let_go
+from ._load_agent import Loaded, load_sql
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -245,6 +246,10 @@ class SQLStore(SummaryMethods, BaseStore):
             return [run_record(row) for row in rows]
 
         return await self._call(work, transaction=False)
+
+    async def load_agent(self, agent_id: str, *, lease: Lease | None = None) -> Loaded:
+        """``_load_agent.load_agent`` in one transaction."""
+        return await self._call(lambda db: load_sql(db, self._dialect, agent_id), lease)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         def work(db: Connection) -> RunRecord | None:
