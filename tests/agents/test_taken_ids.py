@@ -4,12 +4,16 @@ plus messages at its end. A stale index would let a provider's reused id through
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+import satsuma
 from satsuma import Message, ModelError, ModelResponse, ToolCall
+from satsuma.agents import _ids
 from satsuma.agents._ids import TakenIds, unique_ids
+from satsuma.testing import Reply, ScriptedModel, tool_call
 
 
 def uses(*ids: str) -> Message:
@@ -93,3 +97,44 @@ def test_calls_that_do_not_match_the_blocks_are_a_models_bug(
         unique_ids(response(block_ids, call_ids), set())
     assert str(raised.value).endswith(counts)
     assert raised.value.retryable is False
+
+
+# --- kept by the conversation, across runs -----------------------------------------------
+
+
+@satsuma.tool
+async def ping() -> str:
+    """Answer pong."""
+    return "pong"
+
+
+class Pinger(satsuma.Agent):
+    name = "pinger"
+    tools = [ping]
+
+
+async def test_a_run_reads_only_the_messages_added_since_the_last_run_and_reused_ids_are_renamed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A long conversation's run walked its whole history for its ids; the index now
+    # lives with the conversation. A provider reusing an id of an earlier run is still
+    # given a fresh one.
+    read: list[int] = []
+    real = _ids.taken_ids
+
+    def counted(messages: Sequence[Message]) -> set[str]:
+        read.append(len(messages))
+        return real(messages)
+
+    monkeypatch.setattr(_ids, "taken_ids", counted)
+    again = Reply(tool_calls=[tool_call("ping", {}, id="toolu_same")])
+    script: list[Reply | str] = [again, "one", again, "two", again, "three"]
+    async with satsuma.open_agent(Pinger, model=ScriptedModel(script)) as agent:
+        for prompt in ("first", "second", "third"):
+            assert (await agent.run(prompt)).status == "completed"
+        history = agent.history
+    ids = [block["id"] for message in history for block in message.tool_uses]
+    assert len(ids) == 3 and len(set(ids)) == 3 and ids[0] == "toolu_same"
+    # Each model call reads what was added since the one before: the prompt (and the
+    # answer and results of the run before), never the whole history again.
+    assert sum(read) == len(history) - 1, (read, len(history))

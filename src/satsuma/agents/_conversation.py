@@ -14,6 +14,7 @@ import trio
 
 from .._messages import Message, Usage
 from ._history import TrimMemo
+from ._ids import TakenIds
 from ._summary_state import CompactionState
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ __all__ = ["Conversation", "Steering"]
 class Conversation:
     """The messages, and what changed since the store last wrote them."""
 
-    __slots__ = ("compaction", "last_usage", "messages", "persistence", "trim")
+    __slots__ = ("compaction", "last_usage", "messages", "persistence", "taken_ids", "trim")
 
     def __init__(self, messages: list[Message], persistence: Persistence | None) -> None:
         self.messages = messages
@@ -34,6 +35,9 @@ class Conversation:
         self.last_usage: Usage | None = None
         self.trim = TrimMemo()  # where the history processor last cut, for the cache
         self.compaction = CompactionState()  # the summary in force (history = Compaction)
+        # Its tool_use ids, read as it grows: kept across runs, so that a run of a long
+        # conversation does not walk the whole history again for them.
+        self.taken_ids = TakenIds()
 
     def commit(self, message: Message) -> None:
         if self.persistence is not None:

@@ -155,7 +155,7 @@ async def _call(run: Run, request: ModelRequest) -> ModelResponse:
             response = checked_response(await ctx.model.respond(request, _Listener(run)))
             # The one point every response passes, whichever Model made it: from
             # here on (runner, events, journal, history) its calls have their own ids.
-            response = unique_ids(response, run.taken_ids.of(conversation.messages))
+            response = unique_ids(response, conversation.taken_ids.of(conversation.messages))
             _tracing.end_chat(chat, response)
     finally:
         if permit is not None:

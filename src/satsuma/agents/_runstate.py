@@ -15,7 +15,6 @@ from .._messages import Message, Usage
 from .._text import describe_exception_text, exception_message
 from ..tools import PendingCall, ToolCall, ToolEvent, ToolOutcome
 from ._events import OutputDelta
-from ._ids import TakenIds
 from ._loopguard import Streak
 from ._output import OUTPUT_TOOL
 from ._result import RunResult, subagent_usage
@@ -44,7 +43,6 @@ class Run:
         self.usage = Usage()
         self.messages: list[Message] = []
         self.pending: list[str] = []  # tool_use ids in the history still without a result
-        self.taken_ids = TakenIds()  # the conversation's tool_use ids, read as it grows
         self.output = ""
         self.streak = Streak()  # the loop guard's count
         # Outcomes of this turn's calls that finished, as the model will read them: kept
