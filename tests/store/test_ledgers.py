@@ -129,8 +129,9 @@ async def test_two_postgres_nodes_spending_one_daily_budget_never_pass_it(
     assert math.isclose(balance.spent, spent)
     assert balance.reserved < 1e-9
     assert spent <= limit
-    # Both nodes spent: the ledger was shared, not two per-process counts.
-    assert sum(tallies[0]) > 0 and sum(tallies[1]) > 0
+    # Both nodes spent: the ledger was shared, not two per-process counts. (Per node, not
+    # per run: one run of four may lose every race for the budget to the others.)
+    assert sum(map(sum, tallies[0::2])) > 0 and sum(map(sum, tallies[1::2])) > 0
     # Nearly all of it: a refusal comes only when the estimate no longer fits.
     assert spent > limit - estimate - cost
 
