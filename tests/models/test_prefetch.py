@@ -130,6 +130,7 @@ def test_a_model_string_no_provider_knows_starts_nothing() -> None:
 _LARGE_SDK = """
 import _gate
 _gate.entered.set()
+_gate.release.wait()
 KEPT = [{"n": [n]} for n in range(50_000)]
 DONE = True
 """
@@ -152,7 +153,10 @@ class Helper(satsuma.Agent):
     name = "helper"
     model = "sonnet"
 
+_gate.entered.wait()
+# Found while its import waits: unheld, it may be done before the list is taken.
 [importer] = [t for t in threading.enumerate() if t.name == "satsuma: import anthropic"]
+_gate.release.set()
 importer.join()
 print(sorted(set(full)))
 """
