@@ -235,3 +235,38 @@ async def test_a_store_that_is_not_satsumas_gets_each_write_in_the_contracts_ord
     journal = await store.calls(result.run_id)
     assert [(e.tool_use_id, e.finished, e.content) for e in journal] == [(call_id, True, "noted a")]
     assert await store.load_messages("a4") == list(agent.history)
+
+
+async def test_a_connection_whose_write_failed_mid_pipeline_is_not_given_back(
+    postgres_dsn: str,
+) -> None:
+    # A write refused mid-pipeline (its lease lost): the server skips what follows the
+    # refusal, statements psycopg sent to be prepared included, which it may still count
+    # as prepared. On the fresh-clone CI run such a connection, given back to the pool,
+    # failed every later call with 'prepared statement "_pg3_4" does not exist' (a node
+    # that lost one lease could no longer claim runs). It is closed instead: with a pool
+    # of one, the next call runs on another server process, and every write after works.
+    def backend(db: Any) -> int:
+        return int(db.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+    async with PostgresStore(postgres_dsn, pool_size=1, prepare_threshold=1) as store:
+        await _a_run_with_one_call(store, "a3")
+        old = await store.acquire_lease("a3", Owner.new(), seconds=60)
+        await store.release_lease(old)
+        current = await store.acquire_lease("a3", Owner.new(), seconds=60)
+        step = Step(
+            agent_id="a3",
+            finished=[_finished("r1", "c1", "paid 1")],
+            start=1,
+            messages=[Message(role="assistant", content=[{"type": "text", "text": "late"}])],
+        )
+        await write_step(store, step, lease=current)
+        before = await store.transaction(backend)
+        assert await store.transaction(backend) == before  # pooled while all goes well
+        with pytest.raises(LeaseLost, match="no longer has"):
+            await write_step(store, step, lease=old)
+        assert await store.transaction(backend) != before
+        for _ in range(3):
+            await write_step(store, step, lease=current)
+        assert [(e.tool_use_id, e.finished) for e in await store.calls("r1")] == [("c1", True)]
+        assert [m.text for m in await store.load_messages("a3")] == ["p", "late"]

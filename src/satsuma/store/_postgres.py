@@ -320,15 +320,14 @@ class PostgresStore(SQLStore):
             raise StoreClosed(self.location, "the store is closed")
         return self._connect(), False
 
-    def _checkin(self, ticket: Ticket, link: Link) -> None:
-        """Give a connection back: to the pool when it is clean (idle, outside any
-        transaction) and its caller still waits, else closed."""
+    def _checkin(self, ticket: Ticket, link: Link, *, drop: bool = False) -> None:
+        """Give a connection back: pooled when clean and awaited, unless ``drop``."""
         from psycopg.pq import TransactionStatus
 
         if not ticket.release(link):
             return  # abandoned: closed (see _link)
         connection = link.connection
-        clean = (
+        clean = not drop and (
             not connection.closed
             and not connection.broken
             and connection.info.transaction_status == TransactionStatus.IDLE
@@ -414,7 +413,9 @@ class PostgresStore(SQLStore):
                 # Lost with no answer at all: the server never ran it (_postgres_pipeline).
                 committing = committing and not (connection.broken and unanswered(began))
                 refused = settle(connection, self.location, lease, exc)
-                self._checkin(ticket, link)
+                # A pipeline failed part-way: psycopg may count as prepared statements the
+                # server skipped ("_pg3_N does not exist" ever after): not given back.
+                self._checkin(ticket, link, drop=transaction)
                 if refused is not None:
                     raise refused from None
                 if (
