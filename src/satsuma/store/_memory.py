@@ -24,6 +24,7 @@ from ._records import (
     PendingApproval,
     RunRecord,
     RunRecordStatus,
+    outcome_entry,
 )
 from ._retention import LIVE_STATUSES, PruneReport, cut_before
 from ._run_query import RunQuery, chosen
@@ -401,15 +402,8 @@ class MemoryStore(BaseStore):
         await trio.lowlevel.checkpoint()
         self._check(lease)
         self._finish_call(
-            JournalEntry(
-                run_id=run_id,
-                tool_use_id=tool_use_id,
-                tool_name="",
-                input=None,
-                finished=True,
-                content=content,
-                is_error=is_error,
-                error_kind=error_kind,
+            outcome_entry(
+                run_id, tool_use_id, content=content, is_error=is_error, error_kind=error_kind
             )
         )
 

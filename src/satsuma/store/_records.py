@@ -16,6 +16,7 @@ __all__ = [
     "PendingApproval",
     "RunRecord",
     "RunRecordStatus",
+    "outcome_entry",
 ]
 
 ApprovalVerdict: TypeAlias = Literal["approved", "edited", "denied"]
@@ -86,6 +87,23 @@ class JournalEntry:
     content: Any = None
     is_error: bool = False
     error_kind: str | None = None
+
+
+def outcome_entry(
+    run_id: str, tool_use_id: str, *, content: Any, is_error: bool, error_kind: str | None
+) -> JournalEntry:
+    """A call's outcome as ``call_finished`` is given it: the stored entry it finishes
+    keeps its tool's name and input."""
+    return JournalEntry(
+        run_id=run_id,
+        tool_use_id=tool_use_id,
+        tool_name="",
+        input=None,
+        finished=True,
+        content=content,
+        is_error=is_error,
+        error_kind=error_kind,
+    )
 
 
 @attrs.frozen(kw_only=True)

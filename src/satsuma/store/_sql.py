@@ -30,6 +30,7 @@ from ._records import (
     PendingApproval,
     RunRecord,
     RunRecordStatus,
+    outcome_entry,
 )
 from ._rows import (
     approval_record,
@@ -460,15 +461,8 @@ class SQLStore(SummaryMethods, BaseStore):
         error_kind: str | None,
         lease: Lease | None = None,
     ) -> None:
-        entry = JournalEntry(
-            run_id=run_id,
-            tool_use_id=tool_use_id,
-            tool_name="",
-            input=None,
-            finished=True,
-            content=content,
-            is_error=is_error,
-            error_kind=error_kind,
+        entry = outcome_entry(
+            run_id, tool_use_id, content=content, is_error=is_error, error_kind=error_kind
         )
         await self._call(lambda db: finish_call(db, self._dialect, entry), lease)
 
