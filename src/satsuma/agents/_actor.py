@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, final
 
 import trio
+import trio.lowlevel
 
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message
@@ -174,12 +175,20 @@ class Actor:
 
     # --- serving ----------------------------------------------------------------------
 
+    @property
+    def starts_at_once(self) -> bool:
+        """Whether ``serve`` has nothing to do before it serves the mailbox (no store to
+        load, no tool server to start), so that nothing can fail its start: whoever
+        starts it need not wait for it (``open_agent`` does not), and its first request
+        is served as its task first runs."""
+        return self.persistence is None and not self.tools.sources
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the mailbox until cancelled. An exception raised here is a crash: the
         calls still waiting fail with AgentCrashed, and the exception goes on (to the
         supervisor, or out of ``open_agent``)."""
         persistence = self.persistence
-        if persistence is None and not self.tools.sources:
+        if self.starts_at_once:
             await self._serve_mailbox(task_status)
             return
         if persistence is not None:
@@ -227,7 +236,10 @@ class Actor:
                     await self._serve_job(
                         Job(prompt=record.prompt, run_id=record.run_id, sink=None, resume=record)
                     )
-            async for request in self.mailbox.receive:
+            while True:
+                request = await self._next_request()
+                if request is None:
+                    break
                 if isinstance(request, ResetRequest):
                     await self._reset()
                     request.done.set()
@@ -239,6 +251,25 @@ class Actor:
         finally:
             self.alive = False
             self._close_mailbox(crash)
+
+    async def _next_request(self) -> Request | None:
+        """The next request, None once the mailbox is closed. One already waiting is
+        taken at once: a receive would add a schedule point (one more batch of the trio
+        scheduler, which a conversation's first run pays as it is served straight
+        after the actor's start); cancellation is still checked first, as a receive
+        checks it, so that a stopping agent leaves queued requests to ``end_queued``."""
+        receive = self.mailbox.receive
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            return receive.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        except trio.EndOfChannel:
+            return None
+        try:
+            return await receive.receive()
+        except trio.EndOfChannel:
+            return None
 
     async def _reset(self) -> None:
         """Forget the conversation. The runs paused awaiting approval and the
@@ -340,8 +371,15 @@ class Actor:
             # Known from here on, so that a run ended before it starts has the right
             # kind of output (None for a typed one, "" for text).
             request.output = (self.spec.output, self.spec.output_retries)
+        send = self.mailbox.send
+        # As send() does, less its schedule point: the caller goes on to wait for its
+        # answer, which is one anyway.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
-            await self.mailbox.send.send(request)
+            try:
+                send.send_nowait(request)
+            except trio.WouldBlock:
+                await send.send(request)  # the mailbox is full: wait for room
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise AgentUnavailable(self.spec.name, "it has stopped") from None
 

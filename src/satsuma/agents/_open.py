@@ -144,7 +144,12 @@ async def _open_agent(
     plain: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(actor.serve)
+            if actor.starts_at_once:
+                # Nothing can fail its start: waiting for it would only cost the
+                # conversation two scheduler batches before its first request.
+                nursery.start_soon(actor.serve)
+            else:
+                await nursery.start(actor.serve)
             started = True
             try:
                 yield actor.handle

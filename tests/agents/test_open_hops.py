@@ -1,0 +1,162 @@
+"""What opening an agent, running it and closing it cost in trio scheduler batches, and
+that the shortcuts taken for it keep the actor's guarantees: the actor's task is not
+waited for when nothing can fail its start, a waiting request is taken without a
+receive's schedule point, and a full mailbox still holds its senders back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+
+import satsuma
+from satsuma.store import MemoryStore
+from satsuma.testing import ScriptedModel
+
+
+class Plain(satsuma.Agent):
+    name = "plain"
+
+
+class _Batches(trio.abc.Instrument):
+    """Counts the scheduler's batches (one I/O wait each) and the task steps."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.steps = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.batches += 1
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def _counted_conversation(model: ScriptedModel) -> tuple[int, int, int]:
+    """The batches of open_agent's entry, of one run, and of the block's exit."""
+    counter = _Batches()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        manager = satsuma.open_agent(Plain, model=model)
+        agent = await manager.__aenter__()
+        opened = counter.batches
+        result = await agent.run("hello")
+        ran = counter.batches - opened
+        await manager.__aexit__(None, None, None)
+        closed = counter.batches - opened - ran
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert result.status == "completed"
+    assert result.output == "hi"
+    return opened, ran, closed
+
+
+async def test_a_plain_agent_opens_without_a_batch_and_closes_in_two() -> None:
+    # The scripted model answers after one checkpoint (trio.sleep(0)): one batch. The
+    # run adds one hop to the actor and one back; the close, the actor's end and the
+    # caller's wake-up. Nothing is waited for on the way in.
+    opened, ran, closed = await _counted_conversation(ScriptedModel(["hi"]))
+    assert (opened, ran, closed) == (0, 3, 2)
+
+
+async def test_an_agent_with_a_store_is_waited_for_before_the_block() -> None:
+    # Its start loads the conversation, which may fail: the block runs only after it.
+    entered: list[int] = []
+
+    class Failing(MemoryStore):
+        async def acquire_lease(self, *args: Any, **kwargs: Any) -> Any:
+            raise satsuma.StoreError("memory", "cannot take the lease")
+
+    with pytest.raises(satsuma.StoreError, match="cannot take the lease"):
+        async with satsuma.open_agent(
+            Plain, model=ScriptedModel(["hi"]), store=Failing(), agent_id="a"
+        ):
+            entered.append(1)
+    assert entered == []
+
+
+async def test_a_block_that_raises_before_the_actor_ran_leaves_no_task() -> None:
+    before = len(trio.lowlevel.current_task().child_nurseries)
+    with pytest.raises(KeyError):
+        async with satsuma.open_agent(Plain, model=ScriptedModel([])):
+            raise KeyError("at once")
+    assert len(trio.lowlevel.current_task().child_nurseries) == before
+
+
+async def test_runs_queued_before_the_actor_first_ran_are_served() -> None:
+    # Both runs are in the mailbox before the actor's task has taken a step.
+    results: list[str] = []
+    async with satsuma.open_agent(Plain, model=ScriptedModel(["first", "second"])) as agent:
+
+        async def one(prompt: str) -> None:
+            results.append((await agent.run(prompt)).output)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "a")
+            nursery.start_soon(one, "b")
+        assert [m.role for m in agent.history] == ["user", "assistant", "user", "assistant"]
+    assert results == ["first", "second"]
+
+
+async def test_a_cancelled_caller_submits_nothing() -> None:
+    model = ScriptedModel(["hi"])
+    async with satsuma.open_agent(Plain, model=model) as agent:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await agent.run("never sent")
+        assert scope.cancelled_caught
+        assert agent.history == ()
+        assert (await agent.run("sent")).output == "hi"
+    assert model.request_count == 1
+
+
+class Tiny(satsuma.Agent):
+    name = "tiny"
+    mailbox_size = 1
+
+
+async def test_a_full_mailbox_holds_its_senders_back_and_serves_them_in_order(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    model = ScriptedModel(["one", "two", "three"], delay=1)
+    order: list[str] = []
+    async with satsuma.open_agent(Tiny, model=model) as agent:
+
+        async def one(prompt: str) -> None:
+            order.append((await agent.run(prompt)).output)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "1")
+            await trio.testing.wait_all_tasks_blocked()  # served: the mailbox is empty
+            nursery.start_soon(one, "2")
+            await trio.testing.wait_all_tasks_blocked()  # waits in the mailbox (size 1)
+            nursery.start_soon(one, "3")
+            await trio.testing.wait_all_tasks_blocked()  # waits for room
+            assert model.request_count == 1  # the first run holds the actor
+        assert order == ["one", "two", "three"]
+        assert [m.text for m in agent.history if m.role == "user"] == ["1", "2", "3"]
+
+
+async def test_a_full_mailbox_sender_that_is_cancelled_sends_nothing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    model = ScriptedModel(["one", "two"], delay=1)
+    async with satsuma.open_agent(Tiny, model=model) as agent:
+        async with trio.open_nursery() as nursery:
+            results: list[str] = []
+
+            async def one(prompt: str) -> None:
+                results.append((await agent.run(prompt)).output)
+
+            nursery.start_soon(one, "1")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(one, "2")
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.move_on_after(0.5) as scope:
+                await agent.run("3: gives up while the mailbox is full")
+            assert scope.cancelled_caught
+        assert results == ["one", "two"]
+        assert [m.text for m in agent.history if m.role == "user"] == ["1", "2"]
+    assert model.remaining == 0
