@@ -65,7 +65,7 @@ async def test_an_agent_with_a_store_is_waited_for_before_the_block() -> None:
     # Its start loads the conversation, which may fail: the block runs only after it.
     entered: list[int] = []
 
-    class Failing(MemoryStore):
+    class Failing(MemoryStore):  # type: ignore[misc]
         async def acquire_lease(self, *args: Any, **kwargs: Any) -> Any:
             raise satsuma.StoreError("memory", "cannot take the lease")
 
