@@ -138,7 +138,8 @@ async def _open_agent(
         store=store,
         approver=approver,
     )
-    actor.handle = AgentHandle(actor)
+    handle: AgentHandle[Any] = AgentHandle(actor)
+    actor.handle = handle
     started = False
     body_error: BaseException | None = None
     plain: BaseException | None = None
@@ -152,7 +153,7 @@ async def _open_agent(
                 await nursery.start(actor.serve)
             started = True
             try:
-                yield actor.handle
+                yield handle
             except BaseException as exc:
                 body_error = exc
                 raise
@@ -166,6 +167,11 @@ async def _open_agent(
         plain = _plainly(group, body_error, actor)
         if plain is group:
             raise
+    finally:
+        # The actor's task has ended. The actor and its handle refer to each other: a
+        # cycle that only the garbage collector would free (with the whole actor: its
+        # conversation, runner, mailbox), and that every conversation would leave.
+        actor.handle = None
     if plain is not None:
         # Raised here, outside the handler, so that its own cause and context stay as
         # they were rather than becoming the group.

@@ -1,10 +1,12 @@
-"""What opening an agent, running it and closing it cost in trio scheduler batches, and
-that the shortcuts taken for it keep the actor's guarantees: the actor's task is not
-waited for when nothing can fail its start, a waiting request is taken without a
-receive's schedule point, and a full mailbox still holds its senders back."""
+"""What opening an agent, running it and closing it cost: trio scheduler batches, and
+garbage left for the collector; and that the shortcuts taken for it keep the actor's
+guarantees: the actor's task is not waited for when nothing can fail its start, a
+waiting request is taken without a receive's schedule point, and a full mailbox still
+holds its senders back."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -12,8 +14,10 @@ import trio
 import trio.lowlevel
 
 import satsuma
+from satsuma.agents._actor import Actor
+from satsuma.agents._conversation import Conversation
 from satsuma.store import MemoryStore
-from satsuma.testing import ScriptedModel
+from satsuma.testing import Reply, ScriptedModel
 
 
 class Plain(satsuma.Agent):
@@ -160,3 +164,40 @@ async def test_a_full_mailbox_sender_that_is_cancelled_sends_nothing(
         assert results == ["one", "two"]
         assert [m.text for m in agent.history if m.role == "user"] == ["1", "2"]
     assert model.remaining == 0
+
+
+@satsuma.tool
+async def noop(n: int) -> str:
+    """Do nothing.
+
+    Args:
+        n: A number.
+    """
+    return "ok"
+
+
+class WithTools(satsuma.Agent):
+    name = "with_tools"
+    tools = [noop]
+
+
+async def test_a_conversation_leaves_no_cycle_for_the_garbage_collector() -> None:
+    # The actor and its handle refer to each other while the agent runs; once the block
+    # ends, nothing of the agent is left for the collector: every conversation would
+    # otherwise pile up its whole actor until the next collection.
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        model = ScriptedModel([Reply(tool_calls=[("noop", {"n": 1})] * 3), "done", "again"])
+        async with satsuma.open_agent(WithTools, model=model) as agent:
+            assert (await agent.run("go")).status == "completed"
+            assert (await agent.run("again")).status == "completed"
+        del agent
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, (Actor, satsuma.AgentHandle, Conversation))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
