@@ -7,6 +7,7 @@ holds its senders back."""
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 import pytest
@@ -201,3 +202,97 @@ async def test_a_conversation_leaves_no_cycle_for_the_garbage_collector() -> Non
         gc.garbage.clear()
         gc.enable()
     assert left == []
+
+
+async def _raised_cancels(block: Any) -> int:
+    """How many times trio delivered a cancellation to a task while ``block`` ran."""
+    raised = 0
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        nonlocal raised
+        if event == "call" and frame.f_code.co_name == "raise_cancel":
+            raised += 1
+
+    sys.setprofile(profile)
+    try:
+        await block()
+    finally:
+        sys.setprofile(None)
+    return raised
+
+
+async def test_an_idle_agent_ends_without_a_cancellation_and_refuses_later_runs() -> None:
+    handles: list[satsuma.AgentHandle[Any]] = []
+
+    async def conversation() -> None:
+        async with satsuma.open_agent(Plain, model=ScriptedModel(["hi"])) as agent:
+            handles.append(agent)
+            assert (await agent.run("hello")).output == "hi"
+
+    # Its task waited for a request: its mailbox is closed, and it returns.
+    assert await _raised_cancels(conversation) == 0
+    with pytest.raises(satsuma.AgentUnavailable, match="it has stopped"):
+        await handles[0].run("too late")
+
+
+async def test_leaving_with_a_run_in_flight_and_one_queued_cancels_both(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    model = ScriptedModel(["never", "never either"], delay=100)
+    results: dict[str, satsuma.RunResult[Any]] = {}
+    async with trio.open_nursery() as outer:
+        handles: list[satsuma.AgentHandle[Any]] = []
+
+        async def owner(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            async with satsuma.open_agent(Plain, model=model) as agent:
+                handles.append(agent)
+                task_status.started()
+                await trio.sleep(10)
+
+        async def client(prompt: str) -> None:
+            results[prompt] = await handles[0].run(prompt)
+
+        await outer.start(owner)
+        outer.start_soon(client, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        outer.start_soon(client, "second")
+    assert results["first"].status == "cancelled"
+    assert results["second"].status == "cancelled"
+    assert results["second"].error == "the agent stopped"
+    assert model.request_count == 1
+
+
+async def _late_run() -> list[str]:
+    """A run sent from another task in the batch where the block ends."""
+    outcomes: list[str] = []
+    ready = trio.Event()
+    holder: list[satsuma.AgentHandle[Any]] = []
+
+    async def owner() -> None:
+        async with satsuma.open_agent(Plain, model=ScriptedModel(["hi"])) as agent:
+            holder.append(agent)
+            ready.set()
+            await trio.lowlevel.checkpoint()
+
+    async def client() -> None:
+        await ready.wait()
+        try:
+            outcomes.append((await holder[0].run("late")).status)
+        except satsuma.AgentUnavailable:
+            outcomes.append("unavailable")
+
+    async with trio.open_nursery() as outer:
+        outer.start_soon(owner)
+        outer.start_soon(client)
+    return outcomes
+
+
+async def test_a_run_sent_as_the_block_ends_is_answered() -> None:
+    # Refused (the mailbox is closed) or served, never left waiting: trio runs a
+    # batch's tasks in either order, so both are tried.
+    seen: set[str] = set()
+    for _ in range(30):
+        outcomes = await _late_run()
+        assert len(outcomes) == 1
+        seen.update(outcomes)
+    assert seen <= {"completed", "cancelled", "unavailable"}

@@ -252,6 +252,24 @@ class Actor:
             self.alive = False
             self._close_mailbox(crash)
 
+    def stop_if_idle(self) -> bool:
+        """Stop serving without a cancellation when there is nothing to cancel: an
+        agent whose start did nothing (``starts_at_once``), with no run in progress and
+        nothing in its mailbox. Its mailbox is closed, and its task ends as it finds it
+        so. Returns whether it did; if not, the caller cancels it.
+
+        Cancelling a task that waits costs trio an exception and an exception group
+        to unwind it, about twice what the rest of opening and closing an agent costs;
+        a run asked for from now on is refused (AgentUnavailable), as it is once the
+        agent has stopped."""
+        if not (self.starts_at_once and self.owns_mailbox) or self.current is not None:
+            return False
+        waiting = self.mailbox.send.statistics()
+        if waiting.current_buffer_used or waiting.tasks_waiting_send:
+            return False
+        self.mailbox.send.close()
+        return True
+
     async def _next_request(self) -> Request | None:
         """The next request, None once the mailbox is closed. One already waiting is
         taken at once: a receive would add a schedule point (one more batch of the trio

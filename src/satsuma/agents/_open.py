@@ -158,7 +158,8 @@ async def _open_agent(
                 body_error = exc
                 raise
             finally:
-                nursery.cancel_scope.cancel()
+                if not actor.stop_if_idle():
+                    nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # A start that failed (a tool server that cannot start) is one plain exception,
         # as a bad store is: the block never ran.
