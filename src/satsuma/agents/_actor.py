@@ -10,7 +10,7 @@ agent through the ``RunContext`` the actor builds for it (``_run``).
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Callable, Mapping
 from os import PathLike, fspath
 from pathlib import Path
@@ -43,7 +43,8 @@ logger = logging.getLogger("satsuma.agents")
 
 
 def new_run_id() -> str:
-    return f"run_{uuid.uuid4().hex[:12]}"
+    # 48 random bits, as the first 12 hex digits of a uuid4 were, at a tenth of its cost.
+    return f"run_{os.urandom(6).hex()}"
 
 
 @final
@@ -121,7 +122,7 @@ class Actor:
         self.context = dict(context or {})
         working_dir = self.context.get("working_dir")
         self.working_dir = (
-            Path(fspath(working_dir)) if isinstance(working_dir, (str, PathLike)) else Path.cwd()
+            Path(fspath(working_dir)) if isinstance(working_dir, (str, PathLike)) else _cwd()
         )
         self.context_extra = {
             key: value
@@ -404,3 +405,16 @@ class Actor:
 
 def _always() -> bool:
     return True
+
+
+_last_cwd: tuple[str, Path] = ("", Path())
+
+
+def _cwd() -> Path:
+    """The current directory as a Path, made again only when it has changed (making a
+    Path costs more than the rest of an agent's context)."""
+    global _last_cwd
+    current = os.getcwd()
+    if _last_cwd[0] != current:
+        _last_cwd = (current, Path(current))
+    return _last_cwd[1]
