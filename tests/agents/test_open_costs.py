@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 import satsuma
 from satsuma.agents._actor import Actor

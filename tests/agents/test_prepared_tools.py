@@ -186,3 +186,20 @@ def test_a_tool_class_that_needs_arguments_fails_the_declaration() -> None:
         class Bad(satsuma.Agent):
             name = "bad"
             tools: ClassVar[list[object]] = [Needy]
+
+
+async def test_the_runner_is_built_at_the_first_call_unless_tool_classes_need_instances() -> None:
+    model = ScriptedModel(["text only", Reply(tool_calls=[("pong", {"n": 1})]), "done"])
+    async with satsuma.open_agent(Narrower, model=model) as agent:
+        actor = agent._target.current_actor()
+        assert actor is not None
+        assert actor.tools._runner is None
+        assert (await agent.run("no tools needed")).output == "text only"
+        assert actor.tools._runner is None
+        assert (await agent.run("call one")).status == "completed"
+        assert actor.tools._runner is not None
+    # A Tool class's instance is made as the agent opens, as it always was.
+    async with satsuma.open_agent(Counting, model=ScriptedModel([])) as agent:
+        actor = agent._target.current_actor()
+        assert actor is not None
+        assert actor.tools._runner is not None
