@@ -185,9 +185,10 @@ class Actor:
         return self.persistence is None and not self.tools.sources
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the mailbox until cancelled. An exception raised here is a crash: the
-        calls still waiting fail with AgentCrashed, and the exception goes on (to the
-        supervisor, or out of ``open_agent``)."""
+        """Serve the mailbox until cancelled, or until it is closed (``stop_if_idle``).
+        An exception raised here is a crash: the calls still waiting fail with
+        AgentCrashed, and the exception goes on (to the supervisor, or out of
+        ``open_agent``)."""
         persistence = self.persistence
         if self.starts_at_once:
             await self._serve_mailbox(task_status)
