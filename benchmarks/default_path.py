@@ -26,6 +26,11 @@ are the client's:
    targets): a text-only run, a 1-call run, per extra tool call (11-call run - 1-call
    run, over 10) and per turn of 3 calls (10-turn run - 2-turn run, over 8).
 
+4. A conversation's first round trip, phase by phase (``_phasecount.py``): the text-only
+   run of section 3 as ``open_agent``'s entry, ``agent.run`` and the block's exit, each
+   in trio scheduler batches (every hop between the caller's task and the agent's costs
+   one), task steps, tasks spawned and function calls, beside the floor's whole run.
+
 Figures are printed, never asserted: the exit status is 0 whatever they are (it is not 0
 when the benchmark itself goes wrong, e.g. a run did not complete).
 
@@ -49,6 +54,7 @@ from typing import Any
 import trio
 from _callcount import RunCounts, count_runs
 from _harness import header, table
+from _phasecount import PHASES, count_phases
 from long_lived import ANSWER, PROMPT_PADDING, Notes, _server
 from long_lived import _hand_loop as _hand_loop_over_one_client
 
@@ -200,8 +206,10 @@ def main() -> None:
         }
     if args.quick:
         counts = count_runs([key for key, _ in COUNTED], many=3, turns=3, samples=1)
+        phases = count_phases(samples=1)
     else:
         counts = count_runs([key for key, _ in COUNTED])
+        phases = count_phases()
     floor_counts = counts["plain_trio_whole"]
     lines = header("The default path: agents by name, one open_agent per conversation")
     lines += [
@@ -244,6 +252,23 @@ def main() -> None:
         f"{floor_counts.turns - 2}. Ratio: as the docs show it / the floor.",
         "",
         *table(["", *(label for _, label in COUNTED), "ratio"], _count_rows(counts)),
+        "",
+        "4. The text-only run of 3 as satsuma's phases, beside the floor's whole run (the "
+        "least of several):",
+        "",
+        *table(
+            ["", "scheduler batches", "task steps", "tasks spawned", "function calls"],
+            [
+                [
+                    phase,
+                    f"{c.batches:,}",
+                    f"{c.steps:,}",
+                    f"{c.spawned:,}",
+                    f"{c.calls:,}",
+                ]
+                for phase, c in ((phase, phases[phase]) for phase in PHASES)
+            ],
+        ),
     ]
     print("\n".join(lines))
 

@@ -238,8 +238,21 @@ DEFAULT_PATH_COUNT_ROWS = (
 )
 
 
+DEFAULT_PATH_PHASE_ROWS = (
+    "open_agent (enter)",
+    "agent.run",
+    "leaving the block",
+    "satsuma, whole",
+    "floor",
+)
+
+
 def test_default_path_quick_run_prints_both_tables() -> None:
-    rows = _quick_rows(DEFAULT_PATH_SCRIPT, DEFAULT_PATH_ROWS)
+    # One run of the script for all its tables.
+    every = _quick_rows(
+        DEFAULT_PATH_SCRIPT, DEFAULT_PATH_ROWS + DEFAULT_PATH_COUNT_ROWS + DEFAULT_PATH_PHASE_ROWS
+    )
+    rows = {name: every[name] for name in DEFAULT_PATH_ROWS}
     assert rows["open_agent(Notes)"].endswith(" ms"), rows
     assert rows["traced Python memory"].endswith(" KiB"), rows
     for name in DEFAULT_PATH_ROWS[3:]:
@@ -247,7 +260,7 @@ def test_default_path_quick_run_prints_both_tables() -> None:
         cells = re.split(r"\s{2,}", rows[name].strip())
         assert cells[0] == name and len(cells) == 6, cells
         assert cells[4].endswith("%") and cells[5].endswith(" MiB"), cells
-    counts = _quick_rows(DEFAULT_PATH_SCRIPT, DEFAULT_PATH_COUNT_ROWS)
+    counts = {name: every[name] for name in DEFAULT_PATH_COUNT_ROWS}
     for name, row in counts.items():
         # name, as the docs show it, client passed in, floor, ratio
         cells = re.split(r"\s{2,}", row.strip())
@@ -255,6 +268,17 @@ def test_default_path_quick_run_prints_both_tables() -> None:
         figures = [float(cell.replace(",", "")) for cell in cells[1:4]]
         # Every run calls functions and steps tasks; none is counted as nothing.
         assert all(figure > 0 for figure in figures), cells
+    phases = {}
+    for name in DEFAULT_PATH_PHASE_ROWS:
+        # name, scheduler batches, task steps, tasks spawned, function calls
+        cells = re.split(r"\s{2,}", every[name].strip())
+        assert cells[0] == name and len(cells) == 5, cells
+        phases[name] = [int(cell.replace(",", "")) for cell in cells[1:]]
+    parts = [phases[name] for name in DEFAULT_PATH_PHASE_ROWS[:3]]
+    assert phases["satsuma, whole"] == [sum(column) for column in zip(*parts, strict=True)]
+    # A round trip over HTTP waits for the server at least once, in either.
+    assert phases["agent.run"][0] > 0 and phases["floor"][0] > 0
+    assert phases["open_agent (enter)"][2] == 1  # the agent's own task
 
 
 POSTGRES_STORE_SCRIPT = ROOT / "benchmarks" / "postgres_store.py"

@@ -65,7 +65,7 @@ def test_satsuma_exports_exactly_the_documented_names() -> None:
 TOOLS_FOR_OTHER_ROOMS = {
     "CheckedCalls", "Content", "DEFAULT_APPROVAL_TIMEOUT", "Deferral", "INTERRUPTED_TEXT",
     "ObjectNode", "Property", "StringNode", "as_strategy", "cancelled_text", "check_arguments",
-    "checked_calls",
+    "checked_calls", "PreparedTools", "prepare_tools",
     "compile_hint", "content_text", "denied_text", "error_outcome", "gated", "structure",
     "structure_errors", "unstructure", "validate_common", "ToolServer",
 }  # fmt: skip

@@ -10,13 +10,14 @@ agent through the ``RunContext`` the actor builds for it (``_run``).
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Callable, Mapping
 from os import PathLike, fspath
 from pathlib import Path
 from typing import Any, final
 
 import trio
+import trio.lowlevel
 
 from .._exceptions import AgentCrashed, AgentUnavailable
 from .._messages import Message
@@ -42,7 +43,8 @@ logger = logging.getLogger("satsuma.agents")
 
 
 def new_run_id() -> str:
-    return f"run_{uuid.uuid4().hex[:12]}"
+    # 48 random bits, as the first 12 hex digits of a uuid4 were, at a tenth of its cost.
+    return f"run_{os.urandom(6).hex()}"
 
 
 @final
@@ -120,7 +122,7 @@ class Actor:
         self.context = dict(context or {})
         working_dir = self.context.get("working_dir")
         self.working_dir = (
-            Path(fspath(working_dir)) if isinstance(working_dir, (str, PathLike)) else Path.cwd()
+            Path(fspath(working_dir)) if isinstance(working_dir, (str, PathLike)) else _cwd()
         )
         self.context_extra = {
             key: value
@@ -174,12 +176,21 @@ class Actor:
 
     # --- serving ----------------------------------------------------------------------
 
+    @property
+    def starts_at_once(self) -> bool:
+        """Whether ``serve`` has nothing to do before it serves the mailbox (no store to
+        load, no tool server to start), so that nothing can fail its start: whoever
+        starts it need not wait for it (``open_agent`` does not), and its first request
+        is served as its task first runs."""
+        return self.persistence is None and not self.tools.sources
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the mailbox until cancelled. An exception raised here is a crash: the
-        calls still waiting fail with AgentCrashed, and the exception goes on (to the
-        supervisor, or out of ``open_agent``)."""
+        """Serve the mailbox until cancelled, or until it is closed (``stop_if_idle``).
+        An exception raised here is a crash: the calls still waiting fail with
+        AgentCrashed, and the exception goes on (to the supervisor, or out of
+        ``open_agent``)."""
         persistence = self.persistence
-        if persistence is None and not self.tools.sources:
+        if self.starts_at_once:
             await self._serve_mailbox(task_status)
             return
         if persistence is not None:
@@ -227,7 +238,10 @@ class Actor:
                     await self._serve_job(
                         Job(prompt=record.prompt, run_id=record.run_id, sink=None, resume=record)
                     )
-            async for request in self.mailbox.receive:
+            while True:
+                request = await self._next_request()
+                if request is None:
+                    break
                 if isinstance(request, ResetRequest):
                     await self._reset()
                     request.done.set()
@@ -239,6 +253,43 @@ class Actor:
         finally:
             self.alive = False
             self._close_mailbox(crash)
+
+    def stop_if_idle(self) -> bool:
+        """Stop serving without a cancellation when there is nothing to cancel: an
+        agent whose start did nothing (``starts_at_once``), with no run in progress and
+        nothing in its mailbox. Its mailbox is closed, and its task ends as it finds it
+        so. Returns whether it did; if not, the caller cancels it.
+
+        Cancelling a task that waits costs trio an exception and an exception group
+        to unwind it, about twice what the rest of opening and closing an agent costs;
+        a run asked for from now on is refused (AgentUnavailable), as it is once the
+        agent has stopped."""
+        if not (self.starts_at_once and self.owns_mailbox) or self.current is not None:
+            return False
+        waiting = self.mailbox.send.statistics()
+        if waiting.current_buffer_used or waiting.tasks_waiting_send:
+            return False
+        self.mailbox.send.close()
+        return True
+
+    async def _next_request(self) -> Request | None:
+        """The next request, None once the mailbox is closed. One already waiting is
+        taken at once: a receive would add a schedule point (one more batch of the trio
+        scheduler, which a conversation's first run pays as it is served straight
+        after the actor's start); cancellation is still checked first, as a receive
+        checks it, so that a stopping agent leaves queued requests to ``end_queued``."""
+        receive = self.mailbox.receive
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            return receive.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        except trio.EndOfChannel:
+            return None
+        try:
+            return await receive.receive()
+        except trio.EndOfChannel:
+            return None
 
     async def _reset(self) -> None:
         """Forget the conversation. The runs paused awaiting approval and the
@@ -340,11 +391,31 @@ class Actor:
             # Known from here on, so that a run ended before it starts has the right
             # kind of output (None for a typed one, "" for text).
             request.output = (self.spec.output, self.spec.output_retries)
+        send = self.mailbox.send
+        # As send() does, less its schedule point: the caller goes on to wait for its
+        # answer, which is one anyway.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
-            await self.mailbox.send.send(request)
+            try:
+                send.send_nowait(request)
+            except trio.WouldBlock:
+                await send.send(request)  # the mailbox is full: wait for room
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise AgentUnavailable(self.spec.name, "it has stopped") from None
 
 
 def _always() -> bool:
     return True
+
+
+_last_cwd: tuple[str, Path] = ("", Path())
+
+
+def _cwd() -> Path:
+    """The current directory as a Path, made again only when it has changed (making a
+    Path costs more than the rest of an agent's context)."""
+    global _last_cwd
+    current = os.getcwd()
+    if _last_cwd[0] != current:
+        _last_cwd = (current, Path(current))
+    return _last_cwd[1]

@@ -13,7 +13,15 @@ import attrs
 from .._exceptions import AgentDefinitionError, ToolDefinitionError
 from .._frozen import freeze
 from ..models import CACHE_MODES, CacheMode, import_sdk_in_background, model_problem
-from ..tools import DEFAULT_APPROVAL_TIMEOUT, Approver, ToolRunner, ToolServer, as_strategy
+from ..tools import (
+    DEFAULT_APPROVAL_TIMEOUT,
+    Approver,
+    PreparedTools,
+    ToolRunner,
+    ToolServer,
+    as_strategy,
+    prepare_tools,
+)
 from ._budget import Budget
 from ._history import HistoryProcessor, KeepAll
 from ._output import OUTPUT_TOOL, OutputSpec, compile_output
@@ -53,10 +61,21 @@ class AgentSpec:
     budget: Budget | None = None
     origin: str = ""  # the class's module and qualified name (for warnings about it)
 
-    @property
+    @functools.cached_property
     def tool_sources(self) -> tuple[ToolServer, ...]:
         """The tools entries that are servers of tools (MCP servers, A2A agents)."""
         return tuple(item for item in self.tools if isinstance(item, ToolServer))
+
+    @functools.cached_property
+    def prepared_tools(self) -> PreparedTools:
+        """The tools that are not from tool servers and the runner's options, checked
+        once per class (the tools expanded, their definitions read): every agent's
+        runner is built from them, with its own instances of tool classes."""
+        return prepare_tools(
+            [item for item in self.tools if not isinstance(item, ToolServer)],
+            timeout=self.tool_timeout,
+            **self.runner_options,
+        )
 
     @functools.cached_property
     def tool_schemas(self) -> tuple[Mapping[str, Any], ...]:
@@ -64,16 +83,16 @@ class AgentSpec:
         once per class: they depend on the declaration only, and every agent of the
         class sends them with each request: frozen, so that no model can change them
         for the others."""
-        return tuple(map(freeze, self.make_runner(with_sources=False).schemas()))
+        entries = self.prepared_tools.entries.values()
+        return tuple(freeze(entry.definition.schema()) for entry in entries)
 
     def make_runner(self, *, with_sources: bool = True) -> ToolRunner:
         """A fresh runner, with fresh instances of tool classes, for one agent.
         ``with_sources=False`` leaves out the tools of tool servers (which list their
         tools only once running)."""
-        tools = (
-            self.tools if with_sources else [t for t in self.tools if not isinstance(t, ToolServer)]
-        )
-        return ToolRunner(tools, timeout=self.tool_timeout, **self.runner_options)
+        if with_sources and self.tool_sources:
+            return ToolRunner(self.tools, timeout=self.tool_timeout, **self.runner_options)
+        return ToolRunner(self.prepared_tools)
 
 
 class Agent(Generic[OutputT]):

@@ -70,13 +70,24 @@ class Conversation:
 @final
 class Steering:
     """Messages the user sent while a run works (``agent.steer``), and the event that
-    interrupts the tools running meanwhile."""
+    interrupts the tools running meanwhile (made when a turn's calls first ask for it:
+    most conversations never steer, nor run a tool)."""
 
-    __slots__ = ("event", "texts")
+    __slots__ = ("_event", "texts")
 
     def __init__(self) -> None:
         self.texts: list[str] = []
-        self.event = trio.Event()
+        self._event: trio.Event | None = None
+
+    @property
+    def event(self) -> trio.Event:
+        """Set from the moment a message waits until it is taken."""
+        event = self._event
+        if event is None:
+            event = self._event = trio.Event()
+            if self.texts:
+                event.set()
+        return event
 
     def add(self, text: str) -> None:
         self.texts.append(text)
@@ -84,8 +95,9 @@ class Steering:
 
     def take(self) -> list[str]:
         texts, self.texts = self.texts, []
-        if self.event.is_set():
-            self.event = trio.Event()
+        event = self._event
+        if event is not None and event.is_set():
+            self._event = None
         return texts
 
     def waiting(self) -> bool:

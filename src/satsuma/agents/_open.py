@@ -138,21 +138,28 @@ async def _open_agent(
         store=store,
         approver=approver,
     )
-    actor.handle = AgentHandle(actor)
+    handle: AgentHandle[Any] = AgentHandle(actor)
+    actor.handle = handle
     started = False
     body_error: BaseException | None = None
     plain: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(actor.serve)
+            if actor.starts_at_once:
+                # Nothing can fail its start: waiting for it would only cost the
+                # conversation two scheduler batches before its first request.
+                nursery.start_soon(actor.serve)
+            else:
+                await nursery.start(actor.serve)
             started = True
             try:
-                yield actor.handle
+                yield handle
             except BaseException as exc:
                 body_error = exc
                 raise
             finally:
-                nursery.cancel_scope.cancel()
+                if not actor.stop_if_idle():
+                    nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # A start that failed (a tool server that cannot start) is one plain exception,
         # as a bad store is: the block never ran.
@@ -161,6 +168,11 @@ async def _open_agent(
         plain = _plainly(group, body_error, actor)
         if plain is group:
             raise
+    finally:
+        # The actor's task has ended. The actor and its handle refer to each other: a
+        # cycle that only the garbage collector would free (with the whole actor: its
+        # conversation, runner, mailbox), and that every conversation would leave.
+        actor.handle = None
     if plain is not None:
         # Raised here, outside the handler, so that its own cause and context stay as
         # they were rather than becoming the group.

@@ -95,38 +95,48 @@ async def _execute(run: Run) -> RunResult[Any]:
 
 
 async def _within_scopes(run: Run) -> RunResult[Any]:
-    """The run inside its caller's cancel scope and its max_duration's."""
+    """The run inside its caller's cancel scope and its max_duration's (when it has one)."""
     ctx, job = run.ctx, run.job
     spec = ctx.spec
-    run.emit(RunStart(agent=run.agent, run_id=run.run_id, iteration=0, prompt=job.prompt))
-    status: RunStatus = "completed"
-    error: str | None = None
-    deadline = (
-        trio.current_time() + spec.max_duration if spec.max_duration is not None else float("inf")
-    )
-    with job.scope, trio.CancelScope(deadline=deadline) as deadline_scope:
-        try:
-            ended = await begin(run)
-            status, error = ended if ended is not None else await _loop(run)
-        except StoreError as exc:
-            if isinstance(exc, (LeaseLost, StoreClosed)) and ctx.is_current():
-                # No later write of this agent can succeed (another owner has it, or
-                # the store is done): the agent stops, rather than go on serving runs
-                # whose writes are refused or lost. Its callers get AgentCrashed
-                # naming this. (An incarnation a supervisor replaced just ends the
-                # run: the newer one serves on.)
-                raise
-            # What was committed stays; the run ends here with the store's reason.
-            status, error = "failed", said(exc)
-            job.store_error = exc
-            _answer_pending(run, "the run failed on a store error")
+    if job.sink is not None:
+        run.emit(RunStart(agent=run.agent, run_id=run.run_id, iteration=0, prompt=job.prompt))
+    ended: tuple[RunStatus, str | None] = ("completed", None)
+    deadline_scope = None
+    with job.scope:
+        if spec.max_duration is None:
+            ended = await _phases(run)
+        else:
+            deadline = trio.current_time() + spec.max_duration
+            with trio.CancelScope(deadline=deadline) as deadline_scope:
+                ended = await _phases(run)
+    status, error = ended
     if job.scope.cancelled_caught:
         status, error = "cancelled", None
         _answer_pending(run, "the run was cancelled")
-    elif deadline_scope.cancelled_caught:
+    elif deadline_scope is not None and deadline_scope.cancelled_caught:
         status, error = "deadline_exceeded", f"max_duration of {spec.max_duration:g}s exceeded"
         _answer_pending(run, "the run passed its max_duration")
     return _finish(run, status, error)
+
+
+async def _phases(run: Run) -> tuple[RunStatus, str | None]:
+    """The run's phases, and how they ended it (a store's failure included)."""
+    ctx, job = run.ctx, run.job
+    try:
+        ended = await begin(run)
+        return ended if ended is not None else await _loop(run)
+    except StoreError as exc:
+        if isinstance(exc, (LeaseLost, StoreClosed)) and ctx.is_current():
+            # No later write of this agent can succeed (another owner has it, or
+            # the store is done): the agent stops, rather than go on serving runs
+            # whose writes are refused or lost. Its callers get AgentCrashed
+            # naming this. (An incarnation a supervisor replaced just ends the
+            # run: the newer one serves on.)
+            raise
+        # What was committed stays; the run ends here with the store's reason.
+        job.store_error = exc
+        _answer_pending(run, "the run failed on a store error")
+        return "failed", said(exc)
 
 
 async def _loop(run: Run) -> tuple[RunStatus, str | None]:
@@ -267,7 +277,8 @@ def _finish(run: Run, status: RunStatus, error: str | None) -> RunResult[Any]:
         pending=run.awaiting,
     )
     run.result = result
-    run.emit(RunEnd(agent=run.agent, run_id=run.run_id, iteration=run.iteration, result=result))
+    if run.job.sink is not None:
+        run.emit(RunEnd(agent=run.agent, run_id=run.run_id, iteration=run.iteration, result=result))
     return result
 
 

@@ -98,11 +98,18 @@ class Provider:
     build: Callable[[], Any]
 
 
+_found: dict[str, Provider] = {}
+
+
 def provider(name: str) -> Provider:
     """The Provider the registry (``_aliases.PROVIDERS``) names ``name``, its module
-    imported now if it was not yet."""
-    module, _, attribute = PROVIDERS[name].partition(":")
-    found: Provider = getattr(importlib.import_module(f".{module}", __package__), attribute)
+    imported now if it was not yet (looked up once: every agent's open asks)."""
+    found = _found.get(name)
+    if found is None:
+        module, _, attribute = PROVIDERS[name].partition(":")
+        found = getattr(importlib.import_module(f".{module}", __package__), attribute)
+        assert isinstance(found, Provider)
+        _found[name] = found
     return found
 
 

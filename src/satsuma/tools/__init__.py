@@ -48,7 +48,8 @@ from ._tool import tool as tool
 # gate (and hands the runner the calls it gated as CheckedCalls, not walked again),
 # defers approvals, and declares typed output and AgentTool with the machinery of tool
 # parameters (schema nodes, type hints, cattrs structuring, the declaration checks);
-# the supervisor and the agent share the approval timeout's default; MCP servers and
+# the supervisor and the agent share the approval timeout's default; an agent class
+# prepares its tools once for all its agents' runners; MCP servers and
 # remote A2A agents are servers of tools (ToolServer) that an agent starts; the cluster's
 # events and the demo read tool content.
 from ._approval import DEFAULT_APPROVAL_TIMEOUT as DEFAULT_APPROVAL_TIMEOUT
@@ -59,6 +60,8 @@ from ._calls import gated as gated
 from ._hints import compile_hint as compile_hint
 from ._hints import structure as structure
 from ._hints import unstructure as unstructure
+from ._prepared import PreparedTools as PreparedTools
+from ._prepared import prepare_tools as prepare_tools
 from ._results import Content as Content
 from ._results import content_text as content_text
 from ._results import error_outcome as error_outcome

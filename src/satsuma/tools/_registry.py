@@ -10,7 +10,7 @@ import attrs
 from .._exceptions import ToolDefinitionError
 from ._tool import FunctionTool, Tool, ToolDefinition, definition_of
 
-__all__ = ["Entry", "tool_entries"]
+__all__ = ["Entry", "instantiate", "tool_entries"]
 
 
 @attrs.frozen
@@ -39,7 +39,12 @@ def tool_entries(tools: Iterable[object]) -> dict[str, Entry]:
     return entries
 
 
-def _instantiate(item: type[Tool]) -> Tool:
+def instantiate(item: type[Tool]) -> Tool:
+    """A new instance of a Tool class, made without arguments.
+
+    Raises:
+        ToolDefinitionError: the class needs arguments.
+    """
     definition = definition_of(item)
     try:
         return item()
@@ -54,7 +59,7 @@ def _expand(tools: Iterable[object]) -> list[Tool]:
     found: list[Tool] = []
     for item in tools:
         if isinstance(item, type) and issubclass(item, Tool):
-            found.append(_instantiate(item))
+            found.append(instantiate(item))
         elif isinstance(item, Tool):
             if isinstance(item, FunctionTool) and item.is_unbound_method:
                 raise ToolDefinitionError(

@@ -40,18 +40,16 @@ from ._environment import (
     Environment,
     Interrupt,
     OutcomeCallback,
-    count_or_none,
     parse_context,
     positive_or_none,
     report_outcome,
 )
 from ._events import ChannelEmitter, EventSink, ToolCallEnd, ToolCallStart, make_emitter
 from ._gate import gate_call, normalise
-from ._hookchain import HookChain
+from ._prepared import prepare_tools
 from ._propagation import raise_propagating
-from ._registry import tool_entries
 from ._results import ToolOutcome, crash_details, error_outcome
-from ._strategies import Strategy, StrategyName, as_strategy
+from ._strategies import Strategy, StrategyName
 from ._texts import (
     SKIPPED_TEXT,
     cancelled_text,
@@ -113,20 +111,21 @@ class ToolRunner:
         max_threads: int = 40,
         events: EventSink | None = None,
     ) -> None:
-        self._entries = tool_entries(tools)
-        self._timeout = positive_or_none("timeout", timeout)
-        concurrency = count_or_none("max_concurrency", max_concurrency)
-        self._limiter = trio.CapacityLimiter(concurrency) if concurrency is not None else None
-        self._strategy = as_strategy(strategy)
-        hook_deadline = positive_or_none("hook_timeout", hook_timeout)
-        if hook_deadline is None:
-            raise ValueError("hook_timeout must be a positive number")
-        self._hooks = HookChain.of(hooks, hook_deadline)
-        self._max_result_chars = count_or_none("max_result_chars", max_result_chars, 100)
-        threads = count_or_none("max_threads", max_threads)
-        self._thread_limiter = trio.CapacityLimiter(threads or 40)
-        make_emitter(events)  # check the type now rather than at the first execute
-        self._events = events
+        prepared = prepare_tools(
+            tools,  # an agent's come prepared, checked once per class (see _prepared)
+            timeout=timeout,
+            max_concurrency=max_concurrency,
+            strategy=strategy,
+            hooks=hooks,
+            hook_timeout=hook_timeout,
+            max_result_chars=max_result_chars,
+            max_threads=max_threads,
+            events=events,
+        )
+        self._entries, self._limiter, self._thread_limiter = prepared.for_runner()
+        self._timeout, self._max_result_chars = prepared.timeout, prepared.max_result_chars
+        self._strategy, self._hooks = prepared.strategy, prepared.hooks
+        self._events = prepared.events
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
