@@ -219,3 +219,37 @@ async def test_runs_of_one_conversation_find_its_agent_free_one_after_the_other(
         runs = await cluster.runs("one-after")
         assert [run.attempts for run in runs] == [1] * 8
         nursery.cancel_scope.cancel()
+
+
+async def test_an_agents_release_after_its_runs_end_let_the_lease_go_sends_nothing(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = encode_result(satsuma.RunResult(run_id="run_g1", output="ok", status="completed"))
+    async with PostgresStore(postgres_dsn) as store:
+        await _register(store, "node-1")
+        await queue.enqueue(store, "run_g1", "shop", "gone-1", "hi")
+        run = await queue.claim(store, "node-1", ["shop"])
+        assert run is not None
+        opening = queue.opening("run_g1", "node-1", "gone-1")
+        lease = await store.acquire_lease("gone-1", Owner.new(), seconds=600)
+        opening.close()
+        renewed = await store.renew_lease(lease, seconds=600)  # the agent's copy moves on
+        assert await queue.finish(
+            store, run, "node-1", status="completed", result=result, error=None, release=lease
+        )
+        opening.released = True
+        calls: list[object] = []
+        call = store._call
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(args[0])
+            return await call(*args, **kwargs)
+
+        monkeypatch.setattr(store, "_call", counted)
+        await store.release_lease(renewed)
+        assert calls == []
+        # Another lease of the agent is released as ever.
+        other = await store.acquire_lease("gone-1", Owner.new(), seconds=600)
+        await store.release_lease(other)
+        assert len(calls) == 2
+        assert (await store.acquire_lease("gone-1", Owner.new(), seconds=600)).epoch == 3

@@ -141,7 +141,9 @@ class RunAttempts:
                 if store_error is None and not entry.lost and started.lease is not None:
                     # Before the agent closes: the caller need not wait for its lease to be
                     # let go, which the end's transaction does.
-                    await self._finish(run, node_id, result, recorder, started.lease)
+                    started.released = await self._finish(
+                        run, node_id, result, recorder, started.lease
+                    )
                     finished = True
         except StoreClosed:
             raise  # the node stops (serve): nothing it does can be written any more
@@ -346,7 +348,9 @@ class RunAttempts:
         result: RunResult,
         recorder: RunRecorder | None,
         release: Lease | None = None,
-    ) -> None:
+    ) -> bool:
+        """Write the run's end (tried again while the database is away); whether it was
+        written (not: the run is another node's now)."""
         status: QueuedRunStatus = (
             "cancelled"
             if result.status == "cancelled"
@@ -400,6 +404,7 @@ class RunAttempts:
                 self.node.name,
                 run.run_id,
             )
+        return written
 
 
 def _crash_of(exc: Exception) -> BaseException:

@@ -9,7 +9,8 @@ and whether the agent has a record of the run read. A run that is no longer the 
 fails the take (a ``StoreError``; the opening says ``refused``), so its agent is not even taken. The lease taken is
 kept for the node, whose run's end lets it go in the same transaction
 (``run_queue.finish(release=...)``), so that the next run of the conversation finds
-its agent free the moment it can be claimed.
+its agent free the moment it can be claimed; the agent's own release, as it closes,
+then sends nothing (``let_go_with_end``).
 
 The start comes before the lease's statements so that the locks are taken in the
 order the sweep of dead nodes takes them (nodes, then the queue, then leases), which
@@ -34,7 +35,7 @@ from ._lease import Lease
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["Opening", "opening", "start_with_take"]
+__all__ = ["Opening", "let_go_with_end", "opening", "start_with_take"]
 
 
 @attrs.define(eq=False)
@@ -48,6 +49,8 @@ class Opening:
         refused: The run was no longer the node's: the take failed, nothing was
             written.
         lease: The lease the agent took.
+        released: The run's end let ``lease`` go (``run_queue.finish``), committed:
+            the agent's own release, as it closes, has nothing left to write.
     """
 
     run_id: str
@@ -57,6 +60,7 @@ class Opening:
     recorded: bool = False
     refused: bool = False
     lease: Lease | None = None
+    released: bool = False  # the run's end, committed, let ``lease`` go
     _open: bool = True  # False once the agent is open: later takes go on their own
 
     def close(self) -> Opening:
@@ -83,6 +87,21 @@ def opening(run_id: str, node_id: str, agent_id: str) -> Opening:
     state = Opening(run_id, node_id, agent_id)
     _OPENING.set(state)
     return state
+
+
+def let_go_with_end(lease: Lease) -> bool:
+    """Whether ``lease`` was let go with the end of the run its agent was opened for
+    (``Opening.released``): then its release writes nothing (a no-op on the server:
+    the row no longer has this owner), and is not sent."""
+    state = _OPENING.get()
+    if state is None or not state.released or state.lease is None:
+        return False
+    held = state.lease  # as taken: a renewal moved the expiry of the agent's copy
+    return (held.agent_id, held.owner.owner_id, held.epoch) == (
+        lease.agent_id,
+        lease.owner.owner_id,
+        lease.epoch,
+    )
 
 
 def start_with_take(db: psycopg.Connection[Any], agent_id: str) -> _Start | None:
