@@ -1,6 +1,7 @@
 """A cluster run's fewer steps (issue 36): a run started in the transaction that takes its
-agent's lease, that lease let go with the run's end, and the result carried in the end's
-NOTIFY, so that the caller does not read it back (one too long for a NOTIFY is read)."""
+agent's lease, that lease let go with the run's end, the result carried in the end's
+NOTIFY, so that the caller does not read it back (one too long for a NOTIFY is read),
+and the run's events written with its agent's steps."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import trio
 import satsuma
 from satsuma import StoreError
 from satsuma.cluster import Cluster, Node
+from satsuma.cluster import _recording as recording
 from satsuma.cluster._results import decode_result, encode_result
 from satsuma.store import Owner, PostgresStore
 from satsuma.store import _queue as queue
 from satsuma.store._end_notice import end_notice
-from satsuma.testing import FunctionModel
+from satsuma.store._run_events import append_events
+from satsuma.testing import FunctionModel, Reply, ScriptedModel
+from satsuma.tools import ToolCall
 
 
 async def _register(store: PostgresStore, node_id: str) -> None:
@@ -253,3 +257,61 @@ async def test_an_agents_release_after_its_runs_end_let_the_lease_go_sends_nothi
         await store.release_lease(other)
         assert len(calls) == 2
         assert (await store.acquire_lease("gone-1", Owner.new(), seconds=600)).epoch == 3
+
+
+# --- the events carried by the agent's steps ------------------------------------------
+
+
+@satsuma.tool
+async def pack(item: str) -> str:
+    """Pack an item."""
+    return f"packed {item}"
+
+
+class Packer(satsuma.Agent):
+    name = "packer"
+    tools = [pack]
+
+
+async def test_a_runs_events_ride_in_its_agents_steps_whole_and_in_order(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A two-call turn's events are written with the agent's steps (the calls' start,
+    their outcomes), never in a transaction of their own; the stream has them all, in
+    the order a local run yields them."""
+    script: list[Reply | str] = [
+        Reply(
+            tool_calls=[
+                ToolCall("toolu_a", "pack", {"item": "kettle"}),
+                ToolCall("toolu_b", "pack", {"item": "mug"}),
+            ]
+        ),
+        "Packed both.",
+    ]
+    own: list[str] = []
+    append = append_events
+
+    async def counted(store: PostgresStore, run_id: str, *args: Any, **kwargs: Any) -> bool:
+        own.append(run_id)
+        return await append(store, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(recording, "append_events", counted)
+    async with PostgresStore(postgres_dsn) as store, trio.open_nursery() as nursery:
+        # The same run in one process, on the same store (whose writes order the calls).
+        async with satsuma.open_agent(
+            Packer, model=ScriptedModel(list(script)), store=store, agent_id="ride-local"
+        ) as agent:
+            local = [type(e).__name__ async for e in agent.stream("pack them")]
+        node = Node(store, agents=[Packer], model=ScriptedModel(list(script)), poll_interval=0.5)
+        await nursery.start(node.serve)
+        cluster = Cluster(store)
+        with trio.fail_after(20):
+            async with cluster.stream(Packer, "ride-1", "pack them") as stream:
+                remote = [type(e).__name__ async for e in stream]
+        nursery.cancel_scope.cancel()
+    assert own == []
+    # Consecutive text deltas arrive merged (docs/cluster.md), the rest as they were.
+    assert remote == [
+        name for i, name in enumerate(local) if local[i - 1 : i] != [name] or name != "TextDelta"
+    ]
+    assert remote.count("ToolCallStart") == remote.count("ToolCallEnd") == 2

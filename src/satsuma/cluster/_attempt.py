@@ -135,6 +135,8 @@ class RunAttempts:
                     recorder = RunRecorder(
                         self.node.store, run, node_id, self.node.name, self.node.event_log
                     )
+                    # The agent's steps carry its waiting events in their transactions.
+                    started.events, started.store = recorder, self.node.store
                     # Its last events are written with its result (_finish, below).
                     async with recorder.recording():
                         result, store_error = await self._run(handle, run, recorder, recorded)

@@ -25,7 +25,7 @@ holds is what the last one said, and only a take that returned committed it.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
@@ -35,7 +35,15 @@ from ._lease import Lease
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["Opening", "let_go_with_end", "opening", "start_with_take"]
+__all__ = [
+    "Opening",
+    "Ride",
+    "Rider",
+    "let_go_with_end",
+    "opening",
+    "start_with_take",
+    "take_ride",
+]
 
 
 @attrs.define(eq=False)
@@ -61,6 +69,9 @@ class Opening:
     refused: bool = False
     lease: Lease | None = None
     released: bool = False  # the run's end, committed, let ``lease`` go
+    # Its recorded events, which the agent's steps carry in their transactions.
+    events: Rider | None = None
+    store: object = None  # the node's store: a step of another store carries nothing
     _open: bool = True  # False once the agent is open: later takes go on their own
 
     def close(self) -> Opening:
@@ -87,6 +98,35 @@ def opening(run_id: str, node_id: str, agent_id: str) -> Opening:
     state = Opening(run_id, node_id, agent_id)
     _OPENING.set(state)
     return state
+
+
+class Ride(Protocol):
+    """What a step carries for its run's recorder (``Rider.ride``)."""
+
+    def write(self, db: Any) -> None:
+        """Its statements, in the step's transaction (in the store's thread)."""
+
+    def settle(self, written: bool | None) -> None:
+        """After the step: written, not written (the step failed), or unknown (it was
+        abandoned or its connection lost)."""
+
+
+class Rider(Protocol):
+    """A run's event recorder, whose waiting events a step of its agent may carry."""
+
+    def ride(self) -> Ride | None:
+        """What waits, taken for a step to write (None: nothing, or not now)."""
+
+
+def take_ride(store: object, agent_id: str) -> Ride | None:
+    """What a step of ``agent_id`` on ``store`` carries: the waiting events of the run a
+    node runs on that agent, if any."""
+    state = _OPENING.get()
+    if state is None or state.events is None or state.store is not store:
+        return None
+    if state.agent_id != agent_id:
+        return None
+    return state.events.ride()
 
 
 def let_go_with_end(lease: Lease) -> bool:

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
 # The node table's functions are the queue's too (run_queue.heartbeat, ...), and the
 # format of a run's end notice (run_queue.read_end_notice), and a run's start with its
-# agent's lease (run_queue.opening).
+# agent's lease (run_queue.opening), and a batch of events written in a transaction of
+# another's (run_queue.write_batch: an agent's step, which carries them).
 __all__ = [
     "CANCEL_CHANNEL",
     "DONE_CHANNEL",
@@ -59,6 +60,7 @@ __all__ = [
     "register_node",
     "sweep",
     "unregister_node",
+    "write_batch",
 ]
 
 QueuedRunStatus = Literal["queued", "claimed", "running", "completed", "failed", "cancelled"]
