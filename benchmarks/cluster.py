@@ -72,6 +72,7 @@ from typing import Any
 
 import psycopg
 import trio
+from _cluster_timeline import Timeline, timeline_lines
 from _harness import header, median, ratio, table
 from _store_counts import Counts, count
 from postgres_store import database, embedded_server, turn_latency
@@ -487,6 +488,46 @@ async def store_counts(dsn: str, prompt: str, label: str, runs: int) -> dict[str
     return out
 
 
+async def timelines(dsn: str, runs: int) -> dict[str, Timeline]:
+    """Timelines (``_cluster_timeline``) of ``runs`` pings: ``cluster.run`` with the node
+    in this process on a store of its own, and ``open_agent`` + run in this process, in
+    interleaved rounds."""
+    progress("timelines of a cluster.run and of a run in one process")
+    clustered, alone = Timeline(), Timeline()
+    async with (
+        PostgresStore(dsn) as in_process,
+        PostgresStore(dsn) as caller_store,
+        PostgresStore(dsn) as node_store,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(Node(node_store, agents=[Courier]).serve)
+        cluster = Cluster(caller_store)
+        for index in range(3):  # warm: connections, prepared statements, the SDK
+            await _cluster_run(cluster, f"timeline-warm-{index}", PING)
+            await _in_process_run(in_process, f"timeline-alone-warm-{index}", PING)
+        await trio.sleep(0.2)
+        for round_ in range(4):
+            with clustered.hooked(caller=caller_store, node=node_store):
+                for index in range(runs // 4):
+                    clustered.begin()
+                    started = time.perf_counter()
+                    await _cluster_run(cluster, f"timeline-{round_}-{index}", PING)
+                    clustered.span("the run: cluster.run", started, time.perf_counter())
+                    # The node's last steps (its agent's lease let go) may come after
+                    # the caller has the result.
+                    await trio.sleep(0.005)
+                    clustered.end()
+            with alone.hooked(in_process=in_process):
+                for index in range(runs // 4):
+                    alone.begin()
+                    started = time.perf_counter()
+                    await _in_process_run(in_process, f"timeline-alone-{round_}-{index}", PING)
+                    alone.span("the run: open_agent + run", started, time.perf_counter())
+                    alone.end()
+        nursery.cancel_scope.cancel()
+    return {"cluster.run": clustered, "open_agent + run, PostgresStore": alone}
+
+
 async def all_counts(dsn: str, sizes: argparse.Namespace) -> dict[str, Any]:
     return {
         "ping": await store_counts(dsn, PING, "ping", sizes.count_runs),
@@ -616,6 +657,7 @@ async def measure(
     latency: dict[str, list[float]] = out["latency"]
     throughput: dict[str, Throughput] = out["throughput"]
     out["counts"] = await all_counts(dsn, sizes)
+    out["timelines"] = await timelines(dsn, sizes.timeline_runs)
     if sizes.counts_only:
         return out
     progress("latency: raw queue round trip")
@@ -764,6 +806,15 @@ def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> l
     lines = header("satsuma cluster benchmark", f"psycopg {psycopg.__version__}", server)
     lines += [f"load before: {sizes.load_before}; after: {os.getloadavg()[0]:.2f} (1 min)"]
     counted = _count_lines(figures["counts"], sizes)
+    for label, marks in figures["timelines"].items():
+        counted += [
+            "",
+            f"1c. timeline of {label} (ping), in this process (a cluster's node on a store of "
+            f"its own); medians of {sizes.timeline_runs} runs in 4 interleaved rounds, ms "
+            "from the call",
+            "",
+            *timeline_lines(marks),
+        ]
     if sizes.counts_only:
         return [*lines, *counted]
     latency: dict[str, list[float]] = figures["latency"]
@@ -890,7 +941,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--counts-only",
         action="store_true",
-        help="only the exact counts per run (store calls, statements, round trips, ...)",
+        help="only the exact counts per run (store calls, statements, round trips, ...) "
+        "and the timeline of a cluster.run",
     )
     parser.add_argument("--callers", type=int, default=32, help="concurrent callers")
     parser.add_argument("--runs", type=int, default=400, help="runs per repetition")
@@ -923,12 +975,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if options.quick:
         options.callers, options.runs, options.repeats = 4, 12, 1
         options.latency_runs, options.turns, options.turn_repeats = 5, 0, 0
-        options.count_runs = 3
+        options.count_runs, options.timeline_runs = 3, 5
         options.node_counts, options.node_lease = (2,), 1.0
         options.takeover = ()  # on the two nodes of the throughput phase
     else:
         options.latency_runs, options.turns, options.turn_repeats = 100, 100, 7
-        options.count_runs = 20
+        options.count_runs, options.timeline_runs = 20, 200
         options.node_counts, options.node_lease = (1, 2, 3), 15.0
         options.takeover = ((2.0, options.takeovers), (15.0, 1))
     with contextlib.ExitStack() as stack:

@@ -312,6 +312,8 @@ CLUSTER_ROW_NAMES = (
     "takeover, lease_seconds=1",
     "cluster: caller + node",
     "cluster.run latency",
+    "the run: cluster.run",
+    "node: finish (in its thread)",
 )
 
 
@@ -339,6 +341,10 @@ def test_cluster_quick_run_prints_the_tables() -> None:
     # name, ratio, bar, verdict
     cells = re.split(r"\s{2,}", rows["cluster.run latency"].strip())
     assert cells[1].endswith("x") and cells[3] in ("met", "not met"), cells
+    # The timeline: name, start ms, end ms, ms it took
+    for name in CLUSTER_ROW_NAMES[-2:]:
+        cells = re.split(r"\s{2,}", rows[name].strip())
+        assert len(cells) == 4 and float(cells[2]) > float(cells[1]) >= 0, cells
 
 
 MODEL_LIMITS_SCRIPT = ROOT / "benchmarks" / "model_limits.py"

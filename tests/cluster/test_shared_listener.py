@@ -140,6 +140,10 @@ async def test_a_cancelled_waiter_leaves_nothing_and_disturbs_no_other(
                 nursery.start_soon(cancelled_wait)
                 await until_subscribed(3)
                 await server_sees(postgres_dsn, (1, 1))
+                # Each waiter has read its run once and waits: no store thread at work
+                # (the server shows a LISTEN before the last of a waiter's channels).
+                while store._limiter.borrowed_tokens:  # noqa: ASYNC110  (no event says so)
+                    await trio.sleep(0.01)
                 doomed.cancel()
                 await until_subscribed(2)
                 # The others still wait, on the same connection.

@@ -25,7 +25,7 @@ from .._exceptions import (
 from .._text import MESSAGE_LIMIT, describe_exception
 from ..agents import Agent, AgentHandle, RunResult, internal, open_agent
 from ..models import Model
-from ..store import PostgresStore, QueuedRun, QueuedRunStatus, RunRecord
+from ..store import Lease, PostgresStore, QueuedRun, QueuedRunStatus, RunRecord
 from ..store import run_queue as queue
 from ..tools import PendingCall
 from ._decisions import decode_decisions
@@ -104,6 +104,11 @@ class RunAttempts:
         handed_back = False
         node_id = entry.node_id
         recorder: RunRecorder | None = None
+        # The run's end was written before its agent closed (with the agent's lease let
+        # go in the same transaction): nothing that closing does changes it.
+        finished = False
+        # The run is started (marked running) with its agent's lease, in one transaction.
+        opening = queue.opening(run.run_id, node_id, run.agent_id)
         try:
             async with open_agent(
                 self.classes[run.agent_name],
@@ -112,8 +117,13 @@ class RunAttempts:
                 agent_id=run.agent_id,
                 store=self.node.store,
             ) as handle:
+                started = opening.close()
                 entry.handle = handle
-                recorded = await queue.start_running(self.node.store, run.run_id, entry.node_id)
+                recorded = (
+                    started.recorded
+                    if started.started
+                    else await queue.start_running(self.node.store, run.run_id, entry.node_id)
+                )
                 if recorded is None:
                     handed_back = True  # no longer ours: the node was counted dead
                     return
@@ -125,13 +135,26 @@ class RunAttempts:
                     recorder = RunRecorder(
                         self.node.store, run, node_id, self.node.name, self.node.event_log
                     )
+                    # The agent's steps carry its waiting events in their transactions.
+                    started.events, started.store = recorder, self.node.store
                     # Its last events are written with its result (_finish, below).
                     async with recorder.recording():
                         result, store_error = await self._run(handle, run, recorder, recorded)
+                if store_error is None and not entry.lost and started.lease is not None:
+                    # Before the agent closes: the caller need not wait for its lease to be
+                    # let go, which the end's transaction does.
+                    started.released = await self._finish(
+                        run, node_id, result, recorder, started.lease
+                    )
+                    finished = True
         except StoreClosed:
             raise  # the node stops (serve): nothing it does can be written any more
         except StoreError as exc:
-            if result is not None:
+            if opening.close().refused:
+                # No longer ours (the node was counted dead): the start, made with the
+                # lease's take, refused it, and the agent was not taken.
+                handed_back = True
+            elif result is not None:
                 # Closing the agent failed after its run ended: the result stands.
                 logger.warning(
                     "node %s: closing the agent of run %s: %s", self.node.name, run.run_id, exc
@@ -147,7 +170,15 @@ class RunAttempts:
         except AgentCrashed as exc:
             if isinstance(exc.cause, StoreClosed):
                 raise exc.cause from exc
-            if isinstance(exc.cause, LeaseLost):
+            if finished and isinstance(exc.cause, LeaseLost):
+                # Its lease was let go with the run's end: a renewal in between is refused.
+                logger.debug(
+                    "node %s: run %s ended; its agent closed: %s",
+                    self.node.name,
+                    run.run_id,
+                    exc.cause,
+                )
+            elif isinstance(exc.cause, LeaseLost):
                 # Another owner took the agent mid-run (this node was counted dead, or
                 # the lease lapsed while the database was away): the run is not failed;
                 # it goes back to the queue, and whoever claims it resumes it.
@@ -187,7 +218,7 @@ class RunAttempts:
                 await self.hand_back(
                     run, node_id, "keep" if store_error is not None else "auto", 0.0
                 )
-        if result is not None:
+        if result is not None and not finished:
             await self._finish(run, node_id, result, recorder)
 
     def _crashed(self, run: QueuedRun, exc: Exception, result: RunResult | None) -> RunResult:
@@ -313,8 +344,15 @@ class RunAttempts:
         raise AssertionError("unreachable")
 
     async def _finish(
-        self, run: QueuedRun, node_id: str, result: RunResult, recorder: RunRecorder | None
-    ) -> None:
+        self,
+        run: QueuedRun,
+        node_id: str,
+        result: RunResult,
+        recorder: RunRecorder | None,
+        release: Lease | None = None,
+    ) -> bool:
+        """Write the run's end (tried again while the database is away); whether it was
+        written (not: the run is another node's now)."""
         status: QueuedRunStatus = (
             "cancelled"
             if result.status == "cancelled"
@@ -335,6 +373,7 @@ class RunAttempts:
                 status=status,
                 result=encode_result(result),
                 error=result.error if status == "failed" else None,
+                release=release,
             )
             try:
                 return await end(events=events)
@@ -367,6 +406,7 @@ class RunAttempts:
                 self.node.name,
                 run.run_id,
             )
+        return written
 
 
 def _crash_of(exc: Exception) -> BaseException:

@@ -18,7 +18,7 @@ from ..store import run_queue as queue
 from ..tools import Approve, Deny
 from ._decisions import encode_decisions
 from ._events import EventStream
-from ._results import encode_result, queued_result, result_from_record
+from ._results import decode_result, encode_result, queued_result, result_from_record
 from ._shared_listen import subscribe
 
 __all__ = ["Cluster"]
@@ -194,8 +194,9 @@ class Cluster:
             # listener is shared by every wait of this process (one connection, see
             # _shared_listen); a server that is away makes it ready at once, and the
             # loop below polls.
+            channels = [queue.RESULT_CHANNEL, queue.DONE_CHANNEL]
             subscription = await subscribe(
-                self.store, {queue.DONE_CHANNEL: run_id}, keep=[queue.DONE_CHANNEL]
+                self.store, dict.fromkeys(channels, run_id), keep=channels
             )
             try:
                 if submit is not None:
@@ -203,6 +204,10 @@ class Cluster:
                     known = True
                     await subscription.wait(self.poll_interval)
                 while True:
+                    told = _told(subscription.heard, run_id)
+                    if told is not None:
+                        # The node's end notice carried the result: nothing to read.
+                        return decode_result(told)
                     try:
                         found = await queue.outcome(self.store, run_id)
                     except StoreError as exc:
@@ -352,6 +357,16 @@ class Cluster:
         """
         statuses = (status,) if isinstance(status, str) else tuple(status)
         return await queue.listing(self.store, agent_id, statuses, limit)
+
+
+def _told(heard: Mapping[str, str], run_id: str) -> str | None:
+    """The result of ``run_id`` that its end notice carried, if one was heard (one of a
+    format this version does not read, or too long to be sent, is not)."""
+    payload = heard.get(queue.RESULT_CHANNEL)
+    notice = None if payload is None else queue.read_end_notice(payload)
+    if notice is None or notice[0] != run_id:
+        return None
+    return notice[1]
 
 
 def _checked(agent: type[Agent[Any]], agent_id: str, prompt: str) -> str:

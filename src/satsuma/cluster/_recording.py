@@ -2,12 +2,16 @@
 
 The agent calls the recorder with each event, on the trio thread; the recorder only
 queues it in memory (text deltas merged into the one before them, other events turned
-into their JSON at once, as the JSON-lines log does) and never waits. A flusher task
-writes what queued up in one transaction: 5 ms after a boundary (a call starting or
-ending, a retry, an approval; the events that come with it go in the same batch), else ``flush_interval`` after the first event
-queued. What is left when the run ends is written with its end, in the transaction that
+into their JSON at once, as the JSON-lines log does) and never waits. The agent's steps
+carry what waits in their own transactions (``ride``: ``run_queue.Opening.events``),
+which costs no transaction of its own; a flusher task writes what no step carried, in
+one transaction: 5 ms after a boundary (a call starting or ending, a retry, an
+approval; the events that come with it go in the same batch), else ``flush_interval``
+after the first event queued. One batch is written at a time (by a step or the
+flusher), so that the events are numbered in their order. What is left when the run ends is written with its end, in the transaction that
 writes its result; a run handed back writes it before it goes. A run of two calls at
-once then costs two transactions of events (their starts; their ends), measured.
+once then costs no transaction of events of its own, measured (two before the steps
+carried them).
 
 A write that fails is logged and tried again with the next batch (a second later at the
 soonest): the run goes on whatever happens to its events. What waits in memory is bounded
@@ -141,6 +145,9 @@ class RunRecorder:
         self._boundary = trio.Event()  # ... and it should be written now
         self._stopped = False  # the run is no longer this node's: nothing more is written
         self._failures = 0
+        # Set while a batch is being written (by the flusher, or carried by a step):
+        # one at a time, so that the run's events are numbered in their order.
+        self._writing: trio.Event | None = None
         if run.attempts > 1:
             self(
                 RunResumed(
@@ -235,10 +242,45 @@ class RunRecorder:
             if not await self.flush():
                 await trio.sleep(_RETRY_DELAY)
 
+    def ride(self) -> _Ride | None:
+        """What waits, for an agent's step to write in its transaction
+        (``run_queue.Opening.events``), sparing a transaction of its own; None when
+        nothing waits or a batch is being written."""
+        if self._stopped or not self._pending or self._writing is not None:
+            return None
+        self._writing = trio.Event()
+        return _Ride(self, self._batch())
+
+    def _rode(self, batch: list[Entry], written: bool | None, held: bool) -> None:
+        """A step that carried ``batch`` ended: written (``held``: the node still held
+        the run), not written (it waits on), or unknown (a gap, never a repeat)."""
+        assert self._writing is not None
+        self._writing.set()
+        self._writing = None
+        if written is None:
+            lost = sum(entry if isinstance(entry, int) else 1 for entry in batch)
+            self._pending[:0] = [lost]
+            self._queued.set()
+        elif not written:
+            self._put_back(batch)
+        elif not held:
+            self._stopped = True
+            self._pending, self._pending_bytes = [], 0
+
     async def flush(self) -> bool:
         """Write what waits, in one transaction; False if that failed (it waits on)."""
+        while self._writing is not None:  # a step carries a batch: after it
+            await self._writing.wait()
         if self._stopped or not self._pending:
             return True
+        self._writing = trio.Event()
+        try:
+            return await self._flush()
+        finally:
+            self._writing.set()
+            self._writing = None
+
+    async def _flush(self) -> bool:
         batch = self._batch()
         try:
             async with _writers(self._store):
@@ -300,6 +342,31 @@ class RunRecorder:
         self._pending[:0] = batch
         self._pending_bytes = sum(_size(entry) for entry in self._pending)
         self._queued.set()
+
+
+@attrs.define(eq=False)
+class _Ride:
+    """A batch of a run's events that an agent's step carries (``run_queue.Ride``)."""
+
+    recorder: RunRecorder
+    batch: list[Entry]
+    held: bool = False
+
+    def write(self, db: object) -> None:
+        """In the step's transaction, in the store's thread."""
+        recorder = self.recorder
+        log = recorder._log
+        self.held = queue.write_batch(
+            db,  # type: ignore[arg-type]  # the step's psycopg connection
+            recorder._run.run_id,
+            self.batch,
+            log.max_events,
+            log.max_bytes,
+            held_by=recorder._node_id,
+        )
+
+    def settle(self, written: bool | None) -> None:
+        self.recorder._rode(self.batch, written, self.held)
 
 
 # Per store, how many event batches are written at once: a quarter of its pool, so that

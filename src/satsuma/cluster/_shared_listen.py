@@ -2,7 +2,8 @@
 ``Cluster.result`` (and ``run``) and every open ``EventStream`` of the run.
 
 A waiter subscribes to what it waits for (a channel, and the payload it cares about or
-any); the listener's system task LISTENs to the channels some waiter wants and UNLISTENs
+any: a payload's first word, a run id, is what is matched, and the whole payload is
+kept for the waiter, ``Subscription.heard``); the listener's system task LISTENs to the channels some waiter wants and UNLISTENs
 the others as waiters come and go, waits for the connection's socket under trio
 (``trio.lowlevel.wait_readable``, then ``notifies(timeout=0)``), and wakes the waiters a
 notification concerns. Connecting, LISTEN and UNLISTEN run in a worker thread, each
@@ -68,11 +69,16 @@ class Subscription:
         self._hub = hub
         self.keys: frozenset[_Key] = frozenset(wants.items())
         self.ready = trio.Event()
+        # The last payload heard on each channel it wants (a run's end notice carries
+        # its result: the waiter need not read it).
+        self.heard: dict[str, str] = {}
         self._woken = False
         self._event = trio.Event()
         self._closed = False
 
-    def _wake(self) -> None:
+    def _wake(self, channel: str | None = None, payload: str | None = None) -> None:
+        if channel is not None and payload is not None:
+            self.heard[channel] = payload
         self._woken = True
         self._event.set()
 
@@ -304,9 +310,11 @@ class _Hub:
         except Exception as exc:
             return self._lost(connection, exc)
         for channel, payload in heard:
-            for key in ((channel, payload), (channel, None)):
+            # A payload's first word is what a waiter wants (a run id); a run's end
+            # notice goes on with the result.
+            for key in ((channel, payload.partition(" ")[0]), (channel, None)):
                 for subscription in self._index.get(key, ()):
-                    subscription._wake()
+                    subscription._wake(channel, payload)
         return connection
 
     def _lost(self, connection: Link, exc: Exception) -> Link | None:

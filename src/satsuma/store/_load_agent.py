@@ -14,7 +14,7 @@ import attrs
 
 from .._messages import Message
 from ._base import Store
-from ._dialect import Connection, Dialect
+from ._dialect import POSTGRES, Connection, Dialect
 from ._lease import Lease
 from ._records import RunRecord
 from ._rows import message, run_record
@@ -58,6 +58,13 @@ def load_sql(db: Connection, dialect: Dialect, agent_id: str) -> Loaded:
     """``load_agent``'s statements, inside the caller's transaction: all sent before any
     answer is read (PostgreSQL's pipeline sends them in one go)."""
     sql = dialect.sql
+    if dialect is POSTGRES:
+        # The load changes nothing, or marks runs interrupted that a crash of the server
+        # would leave running again for the next load to mark; yet its lease check locks
+        # the lease row (FOR SHARE), which made its COMMIT wait for a flush of the WAL
+        # (an fsync: most of its time). Not waited for: the agent's first write after it
+        # waits for its own flush, which carries this one (the WAL is flushed in order).
+        db.execute("SET LOCAL synchronous_commit = off")
     messages = db.execute(sql(_MESSAGES), (agent_id,))
     db.execute(sql(_INTERRUPT), (agent_id,))
     runs = db.execute(sql(_RUNS), (agent_id,))

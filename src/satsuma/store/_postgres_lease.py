@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._exceptions import LeaseLost
 from ._dialect import NOW, POSTGRES
 from ._lease import LEASE_ROW, Lease, Owner, lease_lost, next_epoch
+from ._opening import start_with_take
 
 if TYPE_CHECKING:
     import psycopg
@@ -22,7 +23,9 @@ _LEASE_ROW: Final = POSTGRES.sql(LEASE_ROW)
 def take(
     db: psycopg.Connection[Any], where: str, agent_id: str, owner: Owner, seconds: float
 ) -> Lease:
-    """Take the agent for ``owner`` (see ``Store.acquire_lease``)."""
+    """Take the agent for ``owner`` (see ``Store.acquire_lease``); with the start of the
+    queued run a node opens the agent for, first, when it does (``_opening``)."""
+    start = start_with_take(db, agent_id)
     # A row first (epoch 0, no holder), so that two first takers queue on its lock.
     db.execute(
         "INSERT INTO leases (agent_id, owner_id, pid, host, process_start, epoch, "
@@ -38,6 +41,8 @@ def take(
     now: float = row[-1]
     epoch = next_epoch(where, agent_id, owner, row[:-1], now=now)
     lease = Lease(agent_id=agent_id, owner=owner, epoch=epoch, expires_at=now + seconds)
+    if start is not None:
+        start.settle(where, lease)  # answered with the row: refused, nothing is written
     db.execute(
         "UPDATE leases SET owner_id = %s, pid = %s, host = %s, process_start = %s, "
         "epoch = %s, expires_at = %s, host_id = %s WHERE agent_id = %s",

@@ -66,6 +66,9 @@ class Step:
         messages: The conversation from ``start`` on.
         started: Calls journaled as started.
         ends: Runs' ends.
+        riders: Statements of others that go in the step's transaction, after its own
+            (a cluster node's recorded events, ``_opening``); each is given the
+            transaction's connection.
     """
 
     agent_id: str
@@ -74,6 +77,7 @@ class Step:
     messages: Sequence[Message] = ()
     started: Sequence[JournalEntry] = ()
     ends: Sequence[RunEnd] = ()
+    riders: Sequence[Callable[[Any], None]] = ()
 
     @property
     def empty(self) -> bool:
@@ -160,3 +164,5 @@ def step_sql(
         start_call(db, dialect, entry)
     for end in step.ends:
         end_run_sql(db, dialect, end)
+    for rider in step.riders:
+        rider(db)

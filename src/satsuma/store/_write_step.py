@@ -1,14 +1,21 @@
 """``write_step``: a ``Step`` written through any ``Store``, in one transaction on
-satsuma's stores (``BaseStore.write_step``), one call each on any other."""
+satsuma's stores (``BaseStore.write_step``), one call each on any other.
+
+A step of an agent that a cluster's node opened for a run carries the run's recorded
+events that wait (``_opening.take_ride``) in its transaction; a step refused with them
+is written again without them, so that an agent's write never fails for its events."""
 
 from __future__ import annotations
 
 import logging
 from typing import Final
 
-from .._exceptions import LeaseLost, StoreClosed, StoreError
+import attrs
+
+from .._exceptions import LeaseLost, StoreClosed, StoreError, StoreUnavailable
 from ._base import BaseStore, Store
 from ._lease import Lease
+from ._opening import take_ride
 from ._step import Step
 
 __all__ = ["write_step"]
@@ -28,7 +35,31 @@ async def write_step(store: Store, step: Step, *, lease: Lease | None = None) ->
     if step.empty:
         return
     if isinstance(store, BaseStore) and _at_once(type(store)):
-        await store.write_step(step, lease=lease)
+        ride = take_ride(store, step.agent_id)
+        if ride is None:
+            await store.write_step(step, lease=lease)
+            return
+        try:
+            await store.write_step(attrs.evolve(step, riders=(ride.write,)), lease=lease)
+        except (LeaseLost, StoreClosed):
+            ride.settle(False)
+            raise
+        except StoreError as exc:
+            if isinstance(exc, StoreUnavailable):
+                # The database lost: whether the step, and the ride with it, was
+                # written is unknown.
+                ride.settle(None)
+                raise
+            # Refused, and nothing of it written: perhaps for what it carried, which
+            # must never fail the agent's write. Written again without it (what it
+            # carried waits for its own transaction).
+            ride.settle(False)
+            await store.write_step(step, lease=lease)
+            return
+        except BaseException:
+            ride.settle(None)  # cancelled: abandoned, perhaps after its COMMIT went out
+            raise
+        ride.settle(True)
         return
     for entry in step.finished:
         try:
