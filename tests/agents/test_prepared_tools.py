@@ -169,6 +169,18 @@ async def test_an_approval_timeout_given_to_open_agent_keeps_the_tools() -> None
     assert "pong 2" in str(result.messages[2].content)
 
 
+def test_another_approval_timeout_keeps_what_the_class_prepared() -> None:
+    # open_agent(approval_timeout=...) and a supervisor's child with its own use this:
+    # each such open would otherwise prepare the class's tools again.
+    spec = spec_of(Counting)
+    other = spec.with_approval_timeout(5.0)
+    assert other.approval_timeout == 5.0 and spec.approval_timeout != 5.0
+    assert other.prepared_tools is spec.prepared_tools
+    assert other.tool_schemas is spec.tool_schemas
+    assert other.tool_sources is spec.tool_sources
+    assert [d.name for d in other.make_runner().definitions] == ["ping", "count", "note"]
+
+
 def test_a_tool_class_that_needs_arguments_fails_the_declaration() -> None:
     class Needy(satsuma.Tool):
         name = "needy"

@@ -86,6 +86,17 @@ class AgentSpec:
         entries = self.prepared_tools.entries.values()
         return tuple(freeze(entry.definition.schema()) for entry in entries)
 
+    def with_approval_timeout(self, seconds: float | None) -> AgentSpec:
+        """This declaration with another ``approval_timeout`` (an ``open_agent`` or a
+        supervisor's child that sets its own), keeping what was prepared once for the
+        class: its tools depend on nothing the timeout changes, and preparing them again
+        for every such open would cost each one what the class paid once."""
+        spec = attrs.evolve(self, approval_timeout=seconds)
+        for name in ("tool_sources", "prepared_tools", "tool_schemas"):
+            # attrs keeps a cached_property's value in a slot of its own name.
+            object.__setattr__(spec, name, getattr(self, name))
+        return spec
+
     def make_runner(self, *, with_sources: bool = True) -> ToolRunner:
         """A fresh runner, with fresh instances of tool classes, for one agent.
         ``with_sources=False`` leaves out the tools of tool servers (which list their

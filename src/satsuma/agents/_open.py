@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, final
 
-import attrs
 import trio
 
 from .._exceptions import AgentCrashed, AgentUnavailable, ConfigurationError
@@ -111,7 +110,7 @@ async def _open_agent(
                 f"{approval_timeout!r}"
             )
         seconds = None if approval_timeout is None else float(approval_timeout)
-        spec = attrs.evolve(spec, approval_timeout=seconds)
+        spec = spec.with_approval_timeout(seconds)
     if model is None:
         model = await shared_model(spec.name, spec.model)
     editing = getattr(model, "context_editing", None)

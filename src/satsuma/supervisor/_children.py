@@ -118,7 +118,7 @@ class _AgentKind:
         return AgentHandle(child.target)
 
     async def serve(self, child: Child, status: _Started) -> None:
-        spec = attrs.evolve(internal.spec_of(self.agent), approval_timeout=self.approval_timeout)
+        spec = internal.spec_of(self.agent).with_approval_timeout(self.approval_timeout)
         # Without a model, the run's shared one for the environment (one client and
         # connection pool for every such agent, closed when the run ends).
         model = self.model if self.model is not None else await shared_model(spec.name, spec.model)
