@@ -11,7 +11,7 @@ nothing is cancelling the call) is that call's crash. ``docs/failure-semantics.m
 every case and what the model reads.
 
 With an OpenTelemetry TracerProvider configured, each call is an ``execute_tool`` span
-(see ``satsuma._telemetry``), current while the call's hooks and tool run.
+(``_spans``), current while the call's hooks and tool run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, final
 
 import trio
@@ -51,6 +51,7 @@ from ._hookchain import HookChain
 from ._propagation import raise_propagating
 from ._registry import tool_entries
 from ._results import ToolOutcome, crash_details, error_outcome
+from ._spans import traced
 from ._strategies import Strategy, StrategyName, as_strategy
 from ._texts import (
     SKIPPED_TEXT,
@@ -264,35 +265,12 @@ class ToolRunner:
                 assert self._limiter is not None
                 self._limiter.release_on_behalf_of(slot)
 
-    async def _run_started(self, call: ToolCall, env: Environment) -> ToolOutcome:
+    def _run_started(self, call: ToolCall, env: Environment) -> Awaitable[ToolOutcome]:
+        # Not a coroutine of its own: without a tracer, the call's coroutine is awaited
+        # directly, one frame fewer per call.
         if env.tracer is None:
-            return await self._run_supervised(call, env)
-        # In the call's own task: current for its hooks and tool (and a sub-agent's run),
-        # its parent the span of execute's caller, whose context the task inherits.
-        scope = _telemetry.start_span(
-            env.tracer,
-            f"execute_tool {call.name}",
-            {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": call.name,
-                "gen_ai.tool.call.id": call.id,
-            },
-        )
-        with scope:
-            outcome = await self._run_supervised(call, env)
-            if isinstance(env.approver, Deferral) and env.approver.holds(call.id):
-                # Not an outcome: the call waits for a person, and the run pauses on it.
-                scope.set({"satsuma.tool.outcome": "awaiting_approval"})
-                return outcome
-            scope.set(
-                {
-                    "satsuma.tool.outcome": outcome.error_kind or "ok",
-                    "satsuma.tool.duration": outcome.duration,
-                }
-            )
-            if outcome.error_kind is not None:
-                scope.fail(outcome.error_kind)
-            return outcome
+            return self._run_supervised(call, env)
+        return traced(self._run_supervised, call, env)
 
     async def _run_supervised(self, call: ToolCall, env: Environment) -> ToolOutcome:
         emitter = env.emitter
@@ -345,7 +323,9 @@ class ToolRunner:
                     details=crash_details(exc),
                 )
         limit = self._max_result_chars
-        if limit is not None:
+        # A short text (the common result) is judged here, without truncate's call.
+        content = outcome.content
+        if limit is not None and (type(content) is not str or len(content) > limit):
             outcome = truncate(outcome, limit)
         # The tool has ended: what it did stays true even if the call is cancelled now,
         # so the finishing steps are shielded (each one bounded).
