@@ -357,9 +357,8 @@ class FunctionTool(Tool, Generic[P, R], abstract=True):
 def takes_context(tool: Tool) -> bool:
     """Whether ``tool`` can see the ToolContext its ``run`` is given: every Tool class
     does; a ``@tool`` function only with a ``ctx: ToolContext`` parameter."""
-    return not (
-        type(tool).run is FunctionTool.run and tool._context_param is None  # type: ignore[attr-defined]
-    )
+    plain = type(tool).run is FunctionTool.run
+    return not plain or tool._context_param is not None  # type: ignore[attr-defined]
 
 
 def _function_checker(root: ObjectNode, to_structure: dict[str, Any]) -> Checker:
