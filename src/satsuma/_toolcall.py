@@ -102,7 +102,14 @@ def gated(call: ToolCall, *, plain_input: bool = False) -> ToolCall:
     ``plain_input``: the caller has just found this very input plain (``is_plain``),
     so it is not walked again.
     """
-    if not _plain_valid(call.id) or not _plain_valid(call.name):
+    call_id, name = call.id, call.name
+    # Judged inline, not by a call each: this runs on every call of every response.
+    if not (
+        type(call_id) is str
+        and (str.isascii(call_id) or is_valid_text(call_id))
+        and type(name) is str
+        and (str.isascii(name) or is_valid_text(name))
+    ):
         # A custom Model's str subclasses: plain strs, read from their storage, and valid
         # Unicode (a lone surrogate as U+FFFD), as the request that sends them back needs.
         call = attrs.evolve(call, id=_plain_str(call.id), name=_plain_str(call.name))
@@ -134,7 +141,3 @@ def _is_mapping(value: object) -> bool:
 
 def _plain_str(value: Any) -> Any:
     return valid_text(str.__str__(value)) if issubclass(type(value), str) else value
-
-
-def _plain_valid(value: object) -> bool:
-    return type(value) is str and (str.isascii(value) or is_valid_text(value))

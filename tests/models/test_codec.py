@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from satsuma._messages import Message
-from satsuma.models import _codec, _requests
+from satsuma.models import _codec, _plaincopy, _requests
 
 
 def test_request_params_leave_out_an_empty_system_prompt_and_no_tools() -> None:
@@ -207,6 +208,18 @@ def test_a_whole_message_reads_as_its_stream_would() -> None:
     assert result.content[4] == content[4]
     assert (result.id, result.model, result.stop_reason) == ("msg_1", "claude-test-1", "tool_use")
     assert (result.input_tokens, result.output_tokens, result.cache_read_input_tokens) == (7, 9, 2)
+    # Copied and judged in one walk (AnthropicModel's whole responses): the same message,
+    # said to be plain; a block that is not plain makes the whole message not so.
+    judged = _codec.StreamAccumulator()
+    judged.feed_message(message, _plaincopy.plain_block)
+    assert judged.result() == attrs.evolve(result, plain=True)
+    assert not result.plain and not streamed.result().plain
+    odd = _codec.StreamAccumulator()
+    odd.feed_message(
+        {**message, "content": [*content, {"type": "text", "text": "\ud800"}]},
+        _plaincopy.plain_block,
+    )
+    assert not odd.result().plain
 
 
 def test_a_whole_message_without_content_is_refused() -> None:
@@ -237,8 +250,8 @@ block_values: st.SearchStrategy[Any] = st.recursive(
 @given(block_values)
 def test_the_quick_copy_of_a_block_agrees_with_the_general_one(value: Any) -> None:
     # Nulls in objects are left out, everything else is copied (never the same object).
-    quick = _codec._without_none(value)
-    assert quick == _codec._without_none_iteratively(value)
+    quick = _plaincopy.without_none(value)
+    assert quick == _plaincopy._without_none_iteratively(value)
     if isinstance(value, (dict, list)):
         assert quick is not value
 
@@ -247,7 +260,7 @@ def test_a_block_nested_past_the_quick_copy_is_copied_whole() -> None:
     deep: Any = {"x": None, "leaf": 1}
     for _ in range(5_000):  # past the recursion limit
         deep = {"a": deep, "b": None}
-    copied = _codec._without_none(deep)
+    copied = _plaincopy.without_none(deep)
     for _ in range(5_000):
         assert set(copied) == {"a"}
         copied = copied["a"]

@@ -26,6 +26,7 @@ from ._context_editing import ContextEditing, check_context_editing, log_applied
 from ._definitions import plain_definitions
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
+from ._plaincopy import plain_block
 from ._requests import conversation_breakpoints, request_params
 from ._retries import check_retry_settings, retryable_status
 from ._sdk_model import MALFORMED, Reading, SDKModel, check_limits, malformed_detail
@@ -205,7 +206,7 @@ class AnthropicModel(SDKModel["AnyAnthropicClient", StreamAccumulator]):
             raise ModelError(f"stream=False cannot be used here: {exc}") from exc
         try:
             message = json.loads(raw.http_response.content)
-            accumulator.feed_message(message)
+            accumulator.feed_message(message, plain_block)
             if "context_management" in message:
                 log_applied_edits(message)
         except MALFORMED as exc:

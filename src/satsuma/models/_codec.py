@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeAlias
 import attrs
 
 from ._context_editing import compaction_steps
+from ._plaincopy import without_none
 
 __all__ = [
     "StreamAccumulator",
@@ -200,6 +201,8 @@ class StreamedMessage:
             (the API's ``cache_creation.ephemeral_1h_input_tokens``).
         compaction: The tokens of the API's server-side compaction steps, which the
             counts above leave out (``compaction_steps``), or None.
+        plain: Every block is a fresh copy of plain JSON values that nothing else holds
+            (a whole response, copied by ``feed_message``'s ``plain``).
     """
 
     content: tuple[dict[str, Any], ...]
@@ -213,77 +216,11 @@ class StreamedMessage:
     cache_read_input_tokens: int = 0
     cache_creation_1h_input_tokens: int = 0
     compaction: Mapping[str, int] | None = None
+    plain: bool = False
 
 
 def no_delta(delta: str) -> None:
     """A listener of deltas that ignores them."""
-
-
-class _TooDeep(Exception):
-    pass
-
-
-_SCALARS = frozenset((str, int, float, bool))
-_SHALLOW = 50  # levels the recursive copy takes before the iterative one takes over
-
-
-def _copied(value: Any, depth: int) -> Any:
-    # Scalars are judged inline, not by a call each: this copies every block of every
-    # response, and a block is mostly strings and numbers.
-    kind = type(value)
-    if kind is dict:
-        if depth > _SHALLOW:
-            raise _TooDeep
-        copy: dict[Any, Any] = {}
-        for key, member in value.items():
-            member_kind = type(member)
-            if member_kind is dict or member_kind is list:
-                copy[key] = _copied(member, depth + 1)
-            elif member_kind in _SCALARS:
-                copy[key] = member
-            elif member is not None:
-                raise _TooDeep  # another type: the general copy decides
-        return copy
-    if kind is list:
-        if depth > _SHALLOW:
-            raise _TooDeep
-        return [_copied(member, depth + 1) for member in value]
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
-        return value
-    raise _TooDeep  # another type: the general copy decides
-
-
-def _without_none(value: Any) -> Any:
-    # The API sends some fields as null (``"citations": null``); they are left out of the
-    # history, as the SDK's ``model_dump(exclude_none=True)`` would. What json.loads made
-    # is copied recursively; anything else, or a block nested deeper than that copy goes,
-    # iteratively (a block nested past Python's recursion limit is copied, and refused
-    # later by depth).
-    try:
-        return _copied(value, 0)
-    except _TooDeep:
-        return _without_none_iteratively(value)
-
-
-def _without_none_iteratively(value: Any) -> Any:
-    holder: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any]] = [(value, holder, 0)]
-    while stack:
-        item, parent, slot = stack.pop()
-        if isinstance(item, Mapping):
-            copy: dict[str, Any] = {}
-            parent[slot] = copy
-            for key, member in item.items():
-                if member is not None:
-                    copy[key] = None
-                    stack.append((member, copy, key))
-        elif isinstance(item, (list, tuple)):
-            array: list[Any] = [None] * len(item)
-            parent[slot] = array
-            stack.extend((member, array, index) for index, member in enumerate(item))
-        else:
-            parent[slot] = item
-    return holder[0]
 
 
 _USAGE_KEYS = (
@@ -332,6 +269,7 @@ class StreamAccumulator:
     _stop_reason: str | None = attrs.field(default=None, init=False)
     _usage: dict[str, int] = attrs.field(factory=dict, init=False)
     _compaction_steps: dict[str, int] | None = attrs.field(default=None, init=False)
+    _plain: bool = attrs.field(default=False, init=False)
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Take one event. Unknown event types (``ping``, future ones) are ignored."""
@@ -339,17 +277,26 @@ class StreamAccumulator:
         if handler is not None:
             handler(self, event)
 
-    def feed_message(self, message: Mapping[str, Any]) -> None:
+    def feed_message(
+        self, message: Mapping[str, Any], plain: Callable[[object], Any] | None = None
+    ) -> None:
         """Take a whole (non-streamed) ``message`` object, as if it had streamed: each
         text and thinking block is reported in one piece, and the message is complete.
+
+        ``plain``: a copy of a block that is plain JSON (None when it is not); when it
+        copies every block, the result says so (``StreamedMessage.plain``).
 
         Raises:
             KeyError, TypeError: ``message`` is not a message object.
         """
         self._message_start({"message": message})
+        self._plain = plain is not None
         for index, block in enumerate(message["content"]):
-            self._block_start({"index": index, "content_block": block})
-            kept = self._blocks[index]
+            kept = None if plain is None else plain(block)
+            if kept is None:
+                self._plain = False
+                kept = without_none(block)
+            self._blocks[index] = kept
             kind = kept.get("type")
             if kind == "text":
                 self.on_text(kept.get("text", ""))
@@ -375,7 +322,7 @@ class StreamAccumulator:
     def _block_start(self, event: Mapping[str, Any]) -> None:
         # Kept as the API gave it, so that block types satsuma does not know
         # (redacted_thinking, server tool results...) go back to it unchanged.
-        self._blocks[event["index"]] = _without_none(event["content_block"])
+        self._blocks[event["index"]] = without_none(event["content_block"])
 
     def _block_delta(self, event: Mapping[str, Any]) -> None:
         index, delta = event["index"], event["delta"]
@@ -400,12 +347,12 @@ class StreamAccumulator:
             self.on_tool_input(block.get("name", ""), delta["partial_json"])
 
     def _citation(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
-        block.setdefault("citations", []).append(_without_none(delta["citation"]))
+        block.setdefault("citations", []).append(without_none(delta["citation"]))
 
     def _compaction(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
         # The API's compaction summary comes whole in one delta (the SDK replaces, not
         # appends); kept so that it goes back verbatim (ContextEditing(compact=True)).
-        block.update(_without_none({k: v for k, v in delta.items() if k != "type"}))
+        block.update(without_none({k: v for k, v in delta.items() if k != "type"}))
 
     _ON_DELTA: ClassVar[dict[str, _DeltaHandler]] = {
         "text_delta": _text,
@@ -489,5 +436,6 @@ class StreamAccumulator:
             model=self._model,
             id=self._id,
             compaction=self._compaction_steps,
+            plain=self._plain,
             **self._usage,
         )

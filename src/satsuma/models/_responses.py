@@ -28,7 +28,7 @@ from .._jsonvalue import JsonProblem, is_plain, plain_members, plain_or_problem
 from .._toolcall import gated
 from ._model import ModelResponse
 
-__all__ = ["checked_response"]
+__all__ = ["checked_plain_response", "checked_response"]
 
 # Responses checked by a model of satsuma's own as it built them, by identity:
 # AnthropicModel checks its responses (so that a malformed one is retried inside the
@@ -66,6 +66,27 @@ def checked_response(response: ModelResponse, *, fresh: bool = False) -> ModelRe
         [gated(call, plain_input=id(call.input) in plain_inputs) for call in response.calls]
     )
     return _record(attrs.evolve(response, content=tuple(content), calls=calls), fresh=fresh)
+
+
+def checked_plain_response(response: ModelResponse) -> ModelResponse:
+    """``checked_response(response, fresh=True)`` for a response whose blocks are fresh
+    copies of plain JSON values that nothing else holds (``StreamedMessage.plain``: a
+    whole response, copied by ``_plaincopy.plain_block``): nothing is walked again; its
+    empty text blocks are left out, and its calls go through the gate, which does not
+    walk the inputs found in its blocks."""
+    content: list[Mapping[str, Any]] = []
+    plain_inputs: set[int] = set()
+    for block in response.content:
+        kind = block.get("type")
+        if kind == "text" and not block.get("text"):
+            continue
+        if kind == "tool_use" and type(given := block.get("input")) is dict:
+            plain_inputs.add(id(given))
+        content.append(block)
+    calls = tuple(
+        [gated(call, plain_input=id(call.input) in plain_inputs) for call in response.calls]
+    )
+    return _record(attrs.evolve(response, content=tuple(content), calls=calls), fresh=True)
 
 
 _NO_INPUT: Any = object()

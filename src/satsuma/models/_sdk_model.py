@@ -27,7 +27,7 @@ from ._codec import StreamedMessage
 from ._limits import ModelLimits
 from ._model import ModelListener, ModelRequest, ModelResponse
 from ._prices import priced, with_compaction
-from ._responses import checked_response
+from ._responses import checked_plain_response, checked_response
 from ._retries import retry_after_seconds, retryable_status, retrying
 
 __all__ = ["MALFORMED", "Reading", "SDKModel", "check_limits", "malformed_detail"]
@@ -189,34 +189,35 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
         that JSON cannot carry) is a retryable ModelError, as the API's own errors are.
         Its ids are made unique by the loop, against the whole conversation."""
         message = accumulator.result()
-        return checked_response(
-            ModelResponse(
-                content=message.content,
-                calls=tuple([ToolCall(*tool_use) for tool_use in message.tool_uses]),
-                stop_reason=message.stop_reason,
-                # Priced by the model asked for (the name its prices were set by),
-                # else by the one that answered (a dated id the table knows).
-                usage=with_compaction(
-                    priced(
-                        Usage(
-                            input_tokens=message.input_tokens,
-                            output_tokens=message.output_tokens,
-                            cache_creation_input_tokens=message.cache_creation_input_tokens,
-                            cache_read_input_tokens=message.cache_read_input_tokens,
-                            cache_creation_1h_input_tokens=message.cache_creation_1h_input_tokens,
-                        ),
-                        model,
-                        message.model,
+        response = ModelResponse(
+            content=message.content,
+            calls=tuple([ToolCall(*tool_use) for tool_use in message.tool_uses]),
+            stop_reason=message.stop_reason,
+            # Priced by the model asked for (the name its prices were set by),
+            # else by the one that answered (a dated id the table knows).
+            usage=with_compaction(
+                priced(
+                    Usage(
+                        input_tokens=message.input_tokens,
+                        output_tokens=message.output_tokens,
+                        cache_creation_input_tokens=message.cache_creation_input_tokens,
+                        cache_read_input_tokens=message.cache_read_input_tokens,
+                        cache_creation_1h_input_tokens=message.cache_creation_1h_input_tokens,
                     ),
-                    message.compaction,
                     model,
                     message.model,
                 ),
-                model=message.model or model,
-                id=message.id,
+                message.compaction,
+                model,
+                message.model,
             ),
-            fresh=True,
+            model=message.model or model,
+            id=message.id,
         )
+        # A whole response's blocks were judged as they were copied (``_plaincopy``).
+        if message.plain:
+            return checked_plain_response(response)
+        return checked_response(response, fresh=True)
 
     # --- what each provider gives -------------------------------------------------------
 

@@ -232,6 +232,15 @@ def normalise(raw: object, call_id: str, tool_name: str, duration: float) -> Too
     live view) ever runs code of the result's class. Whatever the result does meanwhile
     (a method that raises or lies, a subclass of a tuple, str, list or dict) makes this
     call ``invalid_result``, never an exception."""
+    if type(raw) is str and str.isascii(raw):
+        # The common result, plain and valid as it is: what check_content would keep.
+        return ToolOutcome(
+            tool_use_id=call_id,
+            tool_name=tool_name,
+            content=raw,
+            is_error=False,
+            duration=duration,
+        )
     try:
         return _normalise(raw, call_id, tool_name, duration)
     except Exception as exc:  # the result's own code raised: describe it, never run it again

@@ -11,15 +11,16 @@ nothing is cancelling the call) is that call's crash. ``docs/failure-semantics.m
 every case and what the model reads.
 
 With an OpenTelemetry TracerProvider configured, each call is an ``execute_tool`` span
-(see ``satsuma._telemetry``), current while the call's hooks and tool run.
+(``_spans``), current while the call's hooks and tool run.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, final
 
 import trio
@@ -49,6 +50,7 @@ from ._gate import gate_call, normalise
 from ._prepared import prepare_tools
 from ._propagation import raise_propagating
 from ._results import ToolOutcome, crash_details, error_outcome
+from ._spans import traced
 from ._strategies import Strategy, StrategyName
 from ._texts import (
     SKIPPED_TEXT,
@@ -61,7 +63,7 @@ from ._texts import (
     timeout_text,
     unknown_tool_text,
 )
-from ._tool import ToolDefinition
+from ._tool import ToolDefinition, takes_context
 from ._truncation import truncate
 
 __all__ = ["ToolRunner"]
@@ -126,6 +128,14 @@ class ToolRunner:
         self._timeout, self._max_result_chars = prepared.timeout, prepared.max_result_chars
         self._strategy, self._hooks = prepared.strategy, prepared.hooks
         self._events = prepared.events
+
+    @functools.cached_property
+    def _seeing(self) -> frozenset[str]:
+        """The names of the tools that can see their ToolContext; the calls of the
+        others (``@tool`` functions without ``ctx``) build none unless a hook reads it."""
+        return frozenset(
+            name for name, entry in self._entries.items() if takes_context(entry.instance)
+        )
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
@@ -263,97 +273,73 @@ class ToolRunner:
                 assert self._limiter is not None
                 self._limiter.release_on_behalf_of(slot)
 
-    async def _run_started(self, call: ToolCall, env: Environment) -> ToolOutcome:
+    def _run_started(self, call: ToolCall, env: Environment) -> Awaitable[ToolOutcome]:
+        # Not a coroutine of its own: without a tracer, the call's coroutine is awaited
+        # directly, one frame fewer per call.
         if env.tracer is None:
-            return await self._run_supervised(call, env)
-        # In the call's own task: current for its hooks and tool (and a sub-agent's run),
-        # its parent the span of execute's caller, whose context the task inherits.
-        scope = _telemetry.start_span(
-            env.tracer,
-            f"execute_tool {call.name}",
-            {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": call.name,
-                "gen_ai.tool.call.id": call.id,
-            },
-        )
-        with scope:
-            outcome = await self._run_supervised(call, env)
-            if isinstance(env.approver, Deferral) and env.approver.holds(call.id):
-                # Not an outcome: the call waits for a person, and the run pauses on it.
-                scope.set({"satsuma.tool.outcome": "awaiting_approval"})
-                return outcome
-            scope.set(
-                {
-                    "satsuma.tool.outcome": outcome.error_kind or "ok",
-                    "satsuma.tool.duration": outcome.duration,
-                }
-            )
-            if outcome.error_kind is not None:
-                scope.fail(outcome.error_kind)
-            return outcome
+            return self._run_supervised(call, env)
+        return traced(self._run_supervised, call, env)
 
     async def _run_supervised(self, call: ToolCall, env: Environment) -> ToolOutcome:
+        """The call's final outcome (after truncation and the after_call hooks), given to
+        ``on_outcome`` and ended for whoever watches; a Deferral's denial "awaiting a
+        decision" when one took it. One coroutine, not one per step: this is every call."""
         emitter = env.emitter
         if emitter is not None:
             emitter.emit(ToolCallStart(tool_use_id=call.id, tool_name=call.name, input=call.input))
+        given = call
         try:
-            decided, call = await self._outcome(call, env)
+            start = env.now()
+            outcome: ToolOutcome | None
+            if env.interrupt is not None and env.interrupt.is_set():
+                outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
+            else:
+                try:
+                    outcome, call = await self._attempt(call, env, start)
+                except Exception as exc:
+                    # Not the tool's failure (that is captured inside): a value nothing
+                    # foresaw broke satsuma's own handling of this call. It still gets its
+                    # one outcome, and its siblings theirs.
+                    logger.error(
+                        "tool %s (call %s): satsuma failed", call.name, call.id, exc_info=exc
+                    )
+                    outcome = error_outcome(
+                        call.id,
+                        call.name,
+                        "crashed",
+                        crashed_text(exc),
+                        duration=env.now() - start,
+                        details=crash_details(exc),
+                    )
+            if outcome is None:
+                # Deferred, not ended: its ToolCallEnd comes when it is run with a decision.
+                return error_outcome(
+                    call.id, call.name, "denied", denied_text("awaiting a decision")
+                )
+            limit = self._max_result_chars
+            # A short text (the common result) is judged here, without truncate's call.
+            content = outcome.content
+            if limit is not None and (type(content) is not str or len(content) > limit):
+                outcome = truncate(outcome, limit)
+            # The tool has ended: what it did stays true even if the call is cancelled
+            # now, so the finishing steps are shielded (each one bounded).
+            if self._hooks.after:
+                with trio.CancelScope(shield=True):
+                    outcome = await self._hooks.run_after(call, outcome)
+            if env.on_outcome is not None:
+                await report_outcome(env.on_outcome, call, outcome)
         except BaseException:
             # Cancelled in flight (or KeyboardInterrupt): the call still ends, for whoever
             # watches, before the cancellation goes on.
             if emitter is not None:
-                cancelled = error_outcome(call.id, call.name, "cancelled", _CANCELLED_IN_FLIGHT)
+                cancelled = error_outcome(given.id, given.name, "cancelled", _CANCELLED_IN_FLIGHT)
                 emitter.emit(
-                    ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=cancelled)
+                    ToolCallEnd(tool_use_id=given.id, tool_name=given.name, outcome=cancelled)
                 )
             raise
-        if decided is None:
-            # Deferred, not ended: its ToolCallEnd comes when it is run with a decision.
-            return error_outcome(call.id, call.name, "denied", denied_text("awaiting a decision"))
         if emitter is not None:
-            emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=decided))
-        return decided
-
-    async def _outcome(
-        self, call: ToolCall, env: Environment
-    ) -> tuple[ToolOutcome | None, ToolCall]:
-        """The call's final outcome (after truncation and the after_call hooks), given to
-        ``on_outcome``, or None when a Deferral took it; and the call as it was finally
-        made."""
-        start = env.now()
-        outcome: ToolOutcome | None
-        if env.interrupt is not None and env.interrupt.is_set():
-            outcome = error_outcome(call.id, call.name, "skipped", SKIPPED_TEXT)
-        else:
-            try:
-                outcome, call = await self._attempt(call, env, start)
-                if outcome is None:
-                    return None, call
-            except Exception as exc:
-                # Not the tool's failure (that is captured inside): a value nothing
-                # foresaw broke satsuma's own handling of this call. It still gets its
-                # one outcome, and its siblings theirs.
-                logger.error("tool %s (call %s): satsuma failed", call.name, call.id, exc_info=exc)
-                outcome = error_outcome(
-                    call.id,
-                    call.name,
-                    "crashed",
-                    crashed_text(exc),
-                    duration=env.now() - start,
-                    details=crash_details(exc),
-                )
-        limit = self._max_result_chars
-        if limit is not None:
-            outcome = truncate(outcome, limit)
-        # The tool has ended: what it did stays true even if the call is cancelled now,
-        # so the finishing steps are shielded (each one bounded).
-        if self._hooks.after:
-            with trio.CancelScope(shield=True):
-                outcome = await self._hooks.run_after(call, outcome)
-        if env.on_outcome is not None:
-            await report_outcome(env.on_outcome, call, outcome)
-        return outcome, call
+            emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=outcome))
+        return outcome
 
     async def _attempt(
         self, call: ToolCall, env: Environment, start: float
@@ -391,7 +377,8 @@ class ToolRunner:
             if refused is not None:
                 return refused, call
         arguments = call.input
-        ctx = env.context_for(call)
+        # A context only where someone can see it: a hook, or a tool that takes one.
+        ctx = env.context_for(call) if self._hooks.before or call.name in self._seeing else None
         preset = env.decisions.get(call.id) if env.decisions else None
         asked = approval_reason(call.name) if definition.requires_approval else None
         # A call decided after a pause had its hooks run when it was first made: run again,
@@ -402,6 +389,7 @@ class ToolRunner:
                 return error_outcome(
                     call.id, call.name, "invalid_args", invalid_args_text(errors)
                 ), call
+            assert ctx is not None
             decided, hook_asked = await self._hooks.run_before(call, ctx)
             if isinstance(decided, ToolOutcome):
                 return decided, call
@@ -448,12 +436,14 @@ class ToolRunner:
         finished = False
         try:
             with trio.CancelScope(deadline=deadline) as scope:
-                ctx._scope = scope
+                if ctx is not None:
+                    ctx._scope = scope
+                # ctx is None only for a tool that never reads it (takes_context).
                 if definition.is_async:
-                    raw = await entry.instance.run(args, ctx)
+                    raw = await entry.instance.run(args, ctx)  # type: ignore[arg-type]
                 else:
                     raw = await trio.to_thread.run_sync(
-                        entry.instance.run,
+                        entry.instance.run,  # type: ignore[arg-type]
                         args,
                         ctx,
                         abandon_on_cancel=True,
@@ -469,7 +459,8 @@ class ToolRunner:
             finished = True
         finally:
             late = scope.cancel_called  # read once: a property, on every call
-            ctx._end(abandoned=not finished or late)
+            if ctx is not None:
+                ctx._end(abandoned=not finished or late)
 
         duration = env.now() - start
         # After the scope exits, cancel_called means our own deadline (an outer cancel

@@ -21,6 +21,7 @@ from .._exceptions import ToolDefinitionError
 from .._shapes import anthropic_tool, openai_function
 from .._text import describe_exception_text, exception_message, type_name
 from ._context import ToolContext
+from ._flatspec import spec_checker
 from ._hints import function_parameters, node_for_attrs_class, parse_docstring, structure
 from ._params import compile_parameters
 from ._rawschema import compile_input_schema
@@ -257,7 +258,7 @@ def _define_class(cls: type[Tool]) -> ToolDefinition:
     else:
         root = compile_parameters(name, parameters)
         input_schema = root.schema()
-        check = partial(check_arguments, root)
+        check = spec_checker(root)
     return ToolDefinition(
         name=name,
         description=description,
@@ -310,6 +311,8 @@ class FunctionTool(Tool, Generic[P, R], abstract=True):
                 self.definition.name,
                 "is a toolset method; use it through an instance of its Toolset",
             )
+        if self._context_param is None and not self._is_method:
+            return self._fn(**args)  # the common case: the arguments as they are
         kwargs = dict(args)
         if self._context_param is not None:
             kwargs[self._context_param] = ctx
@@ -351,9 +354,16 @@ class FunctionTool(Tool, Generic[P, R], abstract=True):
         return f"<satsuma tool {self.definition.name!r} from {self._fn!r}>"
 
 
+def takes_context(tool: Tool) -> bool:
+    """Whether ``tool`` can see the ToolContext its ``run`` is given: every Tool class
+    does; a ``@tool`` function only with a ``ctx: ToolContext`` parameter."""
+    plain = type(tool).run is FunctionTool.run
+    return not plain or tool._context_param is not None  # type: ignore[attr-defined]
+
+
 def _function_checker(root: ObjectNode, to_structure: dict[str, Any]) -> Checker:
     if not to_structure:
-        return partial(check_arguments, root)
+        return spec_checker(root)
 
     def check(arguments: object) -> tuple[Any, list[str]]:
         cleaned, errors = check_arguments(root, arguments)
