@@ -350,13 +350,14 @@ class _Ride:
 
     recorder: RunRecorder
     batch: list[Entry]
-    held: bool = False
+    sent: queue.Batch | None = None
 
     def write(self, db: object) -> None:
-        """In the step's transaction, in the store's thread."""
+        """In the step's transaction, in the store's thread: sent, not read back (no
+        round trip of its own); ``settle`` reads whether the node held the run."""
         recorder = self.recorder
         log = recorder._log
-        self.held = queue.write_batch(
+        self.sent = queue.write_batch(
             db,  # type: ignore[arg-type]  # the step's psycopg connection
             recorder._run.run_id,
             self.batch,
@@ -366,7 +367,9 @@ class _Ride:
         )
 
     def settle(self, written: bool | None) -> None:
-        self.recorder._rode(self.batch, written, self.held)
+        # Written: the step's transaction committed, and its answers were read with it.
+        held = written is True and self.sent is not None and self.sent.held()
+        self.recorder._rode(self.batch, written, held)
 
 
 # Per store, how many event batches are written at once: a quarter of its pool, so that

@@ -34,7 +34,7 @@ from ._nodes import (
 )
 from ._opening import Opening, opening
 from ._postgres import PostgresStore
-from ._run_events import Entry, write_batch
+from ._run_events import Batch, Entry, write_batch
 
 if TYPE_CHECKING:
     import psycopg
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 # another's (run_queue.write_batch: an agent's step, which carries them).
 __all__ = [
     "CANCEL_CHANNEL",
+    "Batch",
     "DONE_CHANNEL",
     "Claimed",
     "Heartbeat",
