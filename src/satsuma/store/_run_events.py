@@ -30,8 +30,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Batch",
     "EventPage",
+    "append_ctes",
     "append_events",
+    "batch_params",
     "channel_for",
+    "prune",
     "purge_ended",
     "read_events",
     "write_batch",
@@ -89,12 +92,13 @@ class Batch:
 # The stream's row, made if missing, takes the batch (its seqs, counts and bytes) and
 # says the seq of its first event; the events are inserted after it, in the same
 # statement, their seqs that first one plus their places in the batch. Batches of one
-# run are numbered one after the other: the row is locked by the first. With the check
-# that the node holds the run, FOR SHARE: a heartbeat that puts the run back in the
-# queue waits for this batch, or this batch sees that the run is no longer the node's
-# (then no row is made or changed, no event inserted, and no row returned).
-_APPEND: Final = (
-    "WITH stream AS ("
+# run are numbered one after the other: the row is locked by the first. ``{held}``: a
+# condition of the batch being written at all (with the check that the node holds the
+# run, FOR SHARE: a heartbeat that puts the run back in the queue waits for this
+# batch, or this batch sees that the run is no longer the node's; then no row is made
+# or changed, no event inserted, and no row returned).
+_APPEND_CTES: Final = (
+    "stream AS ("
     " INSERT INTO run_event_streams AS s"
     " (run_id, next_seq, stored_events, stored_bytes, dropped, updated_at)"
     " SELECT %(run)s, %(seqs)s::bigint, %(count)s::integer, %(bytes)s::bigint,"
@@ -107,8 +111,7 @@ _APPEND: Final = (
     " added AS (INSERT INTO run_events (run_id, seq, kind, size, event)"
     " SELECT %(run)s, stream.first + e.at, e.kind, e.size, e.event FROM stream,"
     " unnest(%(at)s::bigint[], %(kinds)s::smallint[], %(sizes)s::integer[], %(texts)s::text[])"
-    " AS e (at, kind, size, event)) "
-    "SELECT {answer} FROM stream"
+    " AS e (at, kind, size, event))"
 )
 _HELD: Final = (
     " WHERE EXISTS (SELECT 1 FROM run_queue WHERE run_id = %(run)s "
@@ -135,15 +138,18 @@ _PRUNE: Final = (
     " FROM (SELECT count(*) AS events, coalesce(sum(size), 0) AS bytes FROM pruned) AS p"
     " WHERE run_id = %(run)s AND p.events > 0"
 )
-_STATEMENTS: Final = {
-    checked: (
-        _APPEND.format(
-            held=_HELD if checked else "", answer="pg_notify(%(channel)s, '')" if checked else "1"
-        ),
-        _PRUNE.format(held=_HELD.replace(" WHERE ", " AND ", 1) if checked else ""),
-    )
-    for checked in (True, False)
-}
+_CHECKED: Final = (
+    "WITH " + _APPEND_CTES.format(held=_HELD) + " SELECT pg_notify(%(channel)s, '') FROM stream",
+    _PRUNE.format(held=_HELD.replace(" WHERE ", " AND ", 1)),
+)
+_UNCHECKED_PRUNE: Final = _PRUNE.format(held="")
+
+
+def append_ctes(condition: str) -> str:
+    """The CTEs (``stream``, ``added``) that write a batch in a statement of another's
+    (``batch_params``'s parameters, with the caller's own), if ``condition`` (SQL, such
+    as ``EXISTS (SELECT 1 FROM done)``) holds; ``prune`` after that statement."""
+    return _APPEND_CTES.format(held=f" WHERE {condition}")
 
 
 def write_batch(
@@ -153,15 +159,20 @@ def write_batch(
     max_events: int,
     max_bytes: int,
     *,
-    held_by: str | None,
+    held_by: str,
 ) -> Batch:
     """Send a batch in the caller's transaction and NOTIFY the run's channel: two
     statements, neither read back, so that in a pipeline they cost no round trip of
-    their own. ``held_by`` (a node id): nothing is written when it no longer holds the
-    run (``Batch.held`` says so). ``held_by`` None: the caller checked that already in
-    this transaction, and its own NOTIFY wakes the run's watchers (``_queue.finish``:
-    the run's end and its last events commit together, and a stream listens for the
-    run's end too)."""
+    their own; nothing is written when ``held_by`` (a node id) no longer holds the run
+    (``Batch.held`` says so)."""
+    params = batch_params(run_id, entries)
+    cursor = db.execute(_CHECKED[0], {**params, "node": held_by, "channel": channel_for(run_id)})
+    prune(db, run_id, max_events, max_bytes, held_by=held_by)
+    return Batch(cursor)
+
+
+def batch_params(run_id: str, entries: Sequence[Entry]) -> dict[str, Any]:
+    """The parameters of ``append_ctes`` for ``entries``."""
     at: list[int] = []
     kinds: list[int] = []
     sizes: list[int] = []
@@ -178,11 +189,8 @@ def write_batch(
         sizes.append(len(text.encode()))
         texts.append(text)
         seqs += 1
-    append, prune = _STATEMENTS[held_by is not None]
-    params = {
+    return {
         "run": run_id,
-        "node": held_by,
-        "channel": channel_for(run_id),
         "seqs": seqs,
         "count": len(texts),
         "bytes": sum(sizes),
@@ -192,9 +200,21 @@ def write_batch(
         "sizes": sizes,
         "texts": texts,
     }
-    cursor = db.execute(append, params)
+
+
+def prune(
+    db: psycopg.Connection[Any],
+    run_id: str,
+    max_events: int,
+    max_bytes: int,
+    *,
+    held_by: str | None,
+) -> None:
+    """Send the prune of the run's events down to nine tenths of its cap, if a batch
+    took it past the cap (nothing read back); ``held_by`` None: the caller's statement
+    made sure that the node held the run."""
     db.execute(
-        prune,
+        _UNCHECKED_PRUNE if held_by is None else _CHECKED[1],
         {
             "run": run_id,
             "node": held_by,
@@ -204,7 +224,6 @@ def write_batch(
             "keep_bytes": max_bytes * 9 // 10,
         },
     )
-    return Batch(cursor)
 
 
 @attrs.frozen(kw_only=True)
