@@ -3,7 +3,8 @@
 The agent calls the recorder with each event, on the trio thread; the recorder only
 queues it in memory (text deltas merged into the one before them, other events turned
 into their JSON at once, as the JSON-lines log does) and never waits. The agent's steps
-carry what waits in their own transactions (``ride``: ``run_queue.Opening.events``),
+carry what waits in their own transactions (``ride``: ``run_queue.Opening.events``;
+not the step that ends the run, whose end in the queue comes right after it),
 which costs no transaction of its own; a flusher task writes what no step carried, in
 one transaction: 5 ms after a boundary (a call starting or ending, a retry, an
 approval; the events that come with it go in the same batch), else ``flush_interval``
