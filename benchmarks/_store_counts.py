@@ -100,6 +100,7 @@ class _Connection:
         self._counts = counts
         self._pipelined = pipelined
         self._unanswered = 0
+        self.ended = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._connection, name)
@@ -114,7 +115,9 @@ class _Connection:
             self._counts.round_trips += statements
 
     def answered(self) -> None:
-        if self._pipelined and self._unanswered:
+        # A fetch once the call has ended (its transaction's answers all came back with
+        # its COMMIT) waits for nothing.
+        if self._pipelined and self._unanswered and not self.ended:
             self._counts.round_trips += 1
             self._unanswered = 0
 
@@ -142,10 +145,17 @@ def count(store: PostgresStore) -> Counts:
             if lease is not None:
                 counts.statements += 1  # the lease check sent ahead of the work
 
-        def wrapped(connection: Any) -> Any:
-            return work(_Connection(connection, counts, transaction))
+        links: list[_Connection] = []
 
-        return run(wrapped, lease, transaction, ticket)
+        def wrapped(connection: Any) -> Any:
+            links.append(_Connection(connection, counts, transaction))
+            return work(links[-1])
+
+        try:
+            return run(wrapped, lease, transaction, ticket)
+        finally:
+            for link in links:
+                link.ended = True
 
     store._run = counted  # type: ignore[method-assign]
     return counts

@@ -419,9 +419,13 @@ def raw_round_trips(dsn: str, count: int) -> list[float]:
     return samples[1:]
 
 
-async def _in_process_run(store: Store, agent_id: str, prompt: str) -> None:
+def _ignore(_event: object) -> None:
+    pass
+
+
+async def _in_process_run(store: Store, agent_id: str, prompt: str, *, heard: bool = False) -> None:
     async with satsuma.open_agent(Courier, store=store, agent_id=agent_id) as agent:
-        result = await agent.run(prompt)
+        result = await agent.run(prompt, events=_ignore if heard else None)
     if result.status != "completed":
         raise SystemExit(f"a run ended {result.status}: {result.error}")
 
@@ -490,10 +494,11 @@ async def store_counts(dsn: str, prompt: str, label: str, runs: int) -> dict[str
 
 async def timelines(dsn: str, runs: int) -> dict[str, Timeline]:
     """Timelines (``_cluster_timeline``) of ``runs`` pings: ``cluster.run`` with the node
-    in this process on a store of its own, and ``open_agent`` + run in this process, in
-    interleaved rounds."""
+    in this process on a store of its own, and ``open_agent`` + run in this process,
+    without and with an events callback (a node records its runs' events: a run with a
+    listener streams its model's answer, as a node's does), in interleaved rounds."""
     progress("timelines of a cluster.run and of a run in one process")
-    clustered, alone = Timeline(), Timeline()
+    clustered, alone, listened = Timeline(), Timeline(), Timeline()
     async with (
         PostgresStore(dsn) as in_process,
         PostgresStore(dsn) as caller_store,
@@ -505,6 +510,7 @@ async def timelines(dsn: str, runs: int) -> dict[str, Timeline]:
         for index in range(3):  # warm: connections, prepared statements, the SDK
             await _cluster_run(cluster, f"timeline-warm-{index}", PING)
             await _in_process_run(in_process, f"timeline-alone-warm-{index}", PING)
+            await _in_process_run(in_process, f"timeline-heard-warm-{index}", PING, heard=True)
         await trio.sleep(0.2)
         for round_ in range(4):
             with clustered.hooked(caller=caller_store, node=node_store):
@@ -517,15 +523,22 @@ async def timelines(dsn: str, runs: int) -> dict[str, Timeline]:
                     # the caller has the result.
                     await trio.sleep(0.005)
                     clustered.end()
-            with alone.hooked(in_process=in_process):
-                for index in range(runs // 4):
-                    alone.begin()
-                    started = time.perf_counter()
-                    await _in_process_run(in_process, f"timeline-alone-{round_}-{index}", PING)
-                    alone.span("the run: open_agent + run", started, time.perf_counter())
-                    alone.end()
+            for timeline, heard in ((alone, False), (listened, True)):
+                with timeline.hooked(in_process=in_process):
+                    for index in range(runs // 4):
+                        timeline.begin()
+                        started = time.perf_counter()
+                        await _in_process_run(
+                            in_process, f"timeline-{heard}-{round_}-{index}", PING, heard=heard
+                        )
+                        timeline.span("the run: open_agent + run", started, time.perf_counter())
+                        timeline.end()
         nursery.cancel_scope.cancel()
-    return {"cluster.run": clustered, "open_agent + run, PostgresStore": alone}
+    return {
+        "cluster.run": clustered,
+        "open_agent + run, PostgresStore": alone,
+        "open_agent + run(events=...), PostgresStore": listened,
+    }
 
 
 async def all_counts(dsn: str, sizes: argparse.Namespace) -> dict[str, Any]:
@@ -815,6 +828,23 @@ def report(figures: dict[str, Any], sizes: argparse.Namespace, server: str) -> l
             "",
             *timeline_lines(marks),
         ]
+    whole = {
+        label: median(
+            [
+                end - start
+                for marks in timeline.runs
+                for what, start, end in marks
+                if what.startswith("the run: ")
+            ]
+        )
+        for label, timeline in figures["timelines"].items()
+    }
+    cluster_run = whole.pop("cluster.run")
+    counted += [
+        "",
+        "1c. cluster.run against the same run in one process (medians above; target <= 1.5x):",
+        *(f"  cluster.run / {label}: {cluster_run / took:.2f}x" for label, took in whole.items()),
+    ]
     if sizes.counts_only:
         return [*lines, *counted]
     latency: dict[str, list[float]] = figures["latency"]

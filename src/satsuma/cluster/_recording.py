@@ -3,7 +3,8 @@
 The agent calls the recorder with each event, on the trio thread; the recorder only
 queues it in memory (text deltas merged into the one before them, other events turned
 into their JSON at once, as the JSON-lines log does) and never waits. The agent's steps
-carry what waits in their own transactions (``ride``: ``run_queue.Opening.events``),
+carry what waits in their own transactions (``ride``: ``run_queue.Opening.events``;
+not the step that ends the run, whose end in the queue comes right after it),
 which costs no transaction of its own; a flusher task writes what no step carried, in
 one transaction: 5 ms after a boundary (a call starting or ending, a retry, an
 approval; the events that come with it go in the same batch), else ``flush_interval``
@@ -350,13 +351,14 @@ class _Ride:
 
     recorder: RunRecorder
     batch: list[Entry]
-    held: bool = False
+    sent: queue.Batch | None = None
 
     def write(self, db: object) -> None:
-        """In the step's transaction, in the store's thread."""
+        """In the step's transaction, in the store's thread: sent, not read back (no
+        round trip of its own); ``settle`` reads whether the node held the run."""
         recorder = self.recorder
         log = recorder._log
-        self.held = queue.write_batch(
+        self.sent = queue.write_batch(
             db,  # type: ignore[arg-type]  # the step's psycopg connection
             recorder._run.run_id,
             self.batch,
@@ -366,7 +368,9 @@ class _Ride:
         )
 
     def settle(self, written: bool | None) -> None:
-        self.recorder._rode(self.batch, written, self.held)
+        # Written: the step's transaction committed, and its answers were read with it.
+        held = written is True and self.sent is not None and self.sent.held()
+        self.recorder._rode(self.batch, written, held)
 
 
 # Per store, how many event batches are written at once: a quarter of its pool, so that

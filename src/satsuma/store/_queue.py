@@ -34,7 +34,7 @@ from ._nodes import (
 )
 from ._opening import Opening, opening
 from ._postgres import PostgresStore
-from ._run_events import Entry, write_batch
+from ._run_events import Batch, Entry, append_ctes, batch_params, prune, write_batch
 
 if TYPE_CHECKING:
     import psycopg
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 # another's (run_queue.write_batch: an agent's step, which carries them).
 __all__ = [
     "CANCEL_CHANNEL",
+    "Batch",
     "DONE_CHANNEL",
     "Claimed",
     "Heartbeat",
@@ -290,15 +291,16 @@ class Claimed:
 
 
 async def claim_next(store: PostgresStore, node_id: str, agent_names: Sequence[str]) -> Claimed:
-    """``claim``, saying too whether more runs wait (one statement, one round trip)."""
+    """``claim``, saying too whether more runs wait (one statement, one round trip: its
+    answer is read once the transaction's answers came back with its COMMIT)."""
 
-    def work(db: psycopg.Connection[Any]) -> Claimed:
+    def work(db: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
         _no_flush_wait(db)
         # One statement: the node's row locked FOR SHARE (see _nodes.py: a node
         # counted dead claims nothing), the claim, and whether another queued run of
         # the classes is there (a run another node holds locked counts: a claim then
         # finds it taken, as one after a NOTIFY would).
-        row = db.execute(
+        return db.execute(
             "WITH node AS (SELECT 1 FROM nodes WHERE node_id = %(node)s FOR SHARE), "
             "candidate AS ("
             " SELECT run_id FROM run_queue q"
@@ -316,12 +318,16 @@ async def claim_next(store: PostgresStore, node_id: str, agent_names: Sequence[s
             f" AND m.available_at <= {NOW}) AND EXISTS (SELECT 1 FROM node) "
             "FROM (SELECT 1) one LEFT JOIN claimed c ON true",
             {"node": node_id, "names": list(agent_names)},
-        ).fetchone()
-        assert row is not None  # one row, with or without a claimed run
-        run = None if row[0] is None else _queued_run(row)
-        return Claimed(run, bool(row[-1]))
+        )
 
-    return await store.transaction(work)
+    # Read here, not in the transaction: a read there would wait for the answer before
+    # COMMIT goes out (a round trip more). The answer came back with the COMMIT's, so
+    # the read waits for nothing (psycopg reads a cursor's connection only for an
+    # answer it does not have yet).
+    row = (await store.transaction(work)).fetchone()
+    assert row is not None  # one row, with or without a claimed run
+    run = None if row[0] is None else _queued_run(row)
+    return Claimed(run, bool(row[-1]))
 
 
 async def mark_running(store: PostgresStore, run_id: str, node_id: str) -> bool:
@@ -378,51 +384,58 @@ async def finish(
     let go in the same transaction (``_opening``), so that a run of the conversation
     that waits, claimable from this commit on, finds its agent free."""
     notice = end_notice(run.run_id, result)
+    # One statement, whose answer is read once the transaction's came back with its
+    # COMMIT (no round trip halfway): the end, and what goes with it only if the end
+    # was written (the node held the run): the lease let go, the last events.
+    # The NOTIFYs are sent at COMMIT. The queued channel only when a run of the
+    # conversation waits (its turn has come): a run of another conversation was
+    # announced when it was queued, and waking every node for nothing costs each a
+    # claim. The result's (_end_notice) before the done channel's, so that a waiter
+    # reads both at once, the result first, and need not read the queue.
+    parts = [
+        f"WITH done AS (UPDATE run_queue SET status = %(status)s, ended_at = {NOW}, "
+        "result = %(result)s, error = %(error)s, node_id = NULL, decisions = NULL "
+        "WHERE run_id = %(run)s AND node_id = %(node)s AND status IN ('claimed', 'running') "
+        "RETURNING CASE WHEN EXISTS (SELECT 1 FROM run_queue w "
+        "WHERE w.agent_id = run_queue.agent_id AND w.status = 'queued') "
+        "THEN pg_notify(%(queued)s, agent_name) END AS queued, "
+        "CASE WHEN %(notice)s::text IS NOT NULL THEN pg_notify(%(result_channel)s, %(notice)s) "
+        "END AS notice, pg_notify(%(done_channel)s, run_id) AS done)"
+    ]
+    params: dict[str, Any] = {}
+    if release is not None:
+        # As Store.release_lease does it; the agent's own release, as it closes, then
+        # changes nothing.
+        parts.append(
+            "released AS (UPDATE leases SET owner_id = NULL WHERE agent_id = %(agent)s "
+            "AND owner_id = %(owner)s AND epoch = %(epoch)s AND EXISTS (SELECT 1 FROM done))"
+        )
+        params.update(agent=release.agent_id, owner=release.owner.owner_id, epoch=release.epoch)
+    last = events if events is not None and events.entries else None
+    if last is not None:
+        parts.append(append_ctes("EXISTS (SELECT 1 FROM done)"))
+        params.update(batch_params(run.run_id, last.entries))
+    params.update(
+        status=status,
+        result=result,
+        error=error,
+        run=run.run_id,
+        node=node_id,
+        queued=QUEUED_CHANNEL,
+        notice=notice,
+        result_channel=RESULT_CHANNEL,
+        done_channel=DONE_CHANNEL,
+    )
+    statement = ", ".join(parts) + " SELECT queued, notice, done FROM done"
 
-    def work(db: psycopg.Connection[Any]) -> bool:
-        # The NOTIFYs are sent at COMMIT. The queued channel only when a run of the
-        # conversation waits (its turn has come): a run of another conversation was
-        # announced when it was queued, and waking every node for nothing costs each a
-        # claim. The result's (_end_notice) before the done channel's, so that a waiter
-        # reads both at once, the result first, and need not read the queue.
-        row = db.execute(
-            f"UPDATE run_queue SET status = %s, ended_at = {NOW}, result = %s, error = %s, "
-            "node_id = NULL, decisions = NULL WHERE run_id = %s AND node_id = %s "
-            "AND status IN ('claimed', 'running') RETURNING "
-            "CASE WHEN EXISTS (SELECT 1 FROM run_queue w WHERE w.agent_id = run_queue.agent_id "
-            "AND w.status = 'queued') THEN pg_notify(%s, agent_name) END, "
-            "CASE WHEN %s::text IS NOT NULL THEN pg_notify(%s, %s) END, "
-            "pg_notify(%s, run_id)",
-            (
-                status,
-                result,
-                error,
-                run.run_id,
-                node_id,
-                QUEUED_CHANNEL,
-                notice,
-                RESULT_CHANNEL,
-                notice,
-                DONE_CHANNEL,
-            ),
-        ).fetchone()
-        if row is None:
-            return False
-        if release is not None:
-            # As Store.release_lease does it; the agent's own release, as it closes,
-            # then changes nothing.
-            db.execute(
-                "UPDATE leases SET owner_id = NULL WHERE agent_id = %s AND owner_id = %s "
-                "AND epoch = %s",
-                (release.agent_id, release.owner.owner_id, release.epoch),
-            )
-        if events is not None and events.entries:
-            write_batch(
-                db, run.run_id, events.entries, events.max_events, events.max_bytes, held_by=None
-            )
-        return True
+    def work(db: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+        cursor = db.execute(statement, params)
+        if last is not None:
+            prune(db, run.run_id, last.max_events, last.max_bytes, held_by=None)
+        return cursor
 
-    return await store.transaction(work)
+    # Read once the transaction's answers came back (see claim_next).
+    return (await store.transaction(work)).fetchone() is not None
 
 
 async def hand_back(

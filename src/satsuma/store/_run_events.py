@@ -28,9 +28,13 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
+    "Batch",
     "EventPage",
+    "append_ctes",
     "append_events",
+    "batch_params",
     "channel_for",
+    "prune",
     "purge_ended",
     "read_events",
     "write_batch",
@@ -67,9 +71,85 @@ async def append_events(
     longer holds the run."""
 
     def work(db: psycopg.Connection[Any]) -> bool:
-        return write_batch(db, run_id, entries, max_events, max_bytes, held_by=node_id)
+        return write_batch(db, run_id, entries, max_events, max_bytes, held_by=node_id).held()
 
     return await store.transaction(work)
+
+
+@attrs.frozen
+class Batch:
+    """A batch sent in a transaction (``write_batch``); ``held`` reads its answer."""
+
+    _cursor: Any  # psycopg's, of the batch's first statement
+
+    def held(self) -> bool:
+        """Whether the node held the run (else nothing was written). In a pipeline, read
+        only after the transaction's answers came back (the store call returned, or
+        the statement's answer is wanted now, at the cost of a round trip)."""
+        return self._cursor.fetchone() is not None
+
+
+# The stream's row, made if missing, takes the batch (its seqs, counts and bytes) and
+# says the seq of its first event; the events are inserted after it, in the same
+# statement, their seqs that first one plus their places in the batch. Batches of one
+# run are numbered one after the other: the row is locked by the first. ``{held}``: a
+# condition of the batch being written at all (with the check that the node holds the
+# run, FOR SHARE: a heartbeat that puts the run back in the queue waits for this
+# batch, or this batch sees that the run is no longer the node's; then no row is made
+# or changed, no event inserted, and no row returned).
+_APPEND_CTES: Final = (
+    "stream AS ("
+    " INSERT INTO run_event_streams AS s"
+    " (run_id, next_seq, stored_events, stored_bytes, dropped, updated_at)"
+    " SELECT %(run)s, %(seqs)s::bigint, %(count)s::integer, %(bytes)s::bigint,"
+    f" %(lost)s::bigint, {NOW}{{held}}"
+    " ON CONFLICT (run_id) DO UPDATE SET next_seq = s.next_seq + excluded.next_seq,"
+    " stored_events = s.stored_events + excluded.stored_events,"
+    " stored_bytes = s.stored_bytes + excluded.stored_bytes,"
+    " dropped = s.dropped + excluded.dropped, updated_at = excluded.updated_at"
+    " RETURNING next_seq - %(seqs)s::bigint AS first),"
+    " added AS (INSERT INTO run_events (run_id, seq, kind, size, event)"
+    " SELECT %(run)s, stream.first + e.at, e.kind, e.size, e.event FROM stream,"
+    " unnest(%(at)s::bigint[], %(kinds)s::smallint[], %(sizes)s::integer[], %(texts)s::text[])"
+    " AS e (at, kind, size, event))"
+)
+_HELD: Final = (
+    " WHERE EXISTS (SELECT 1 FROM run_queue WHERE run_id = %(run)s "
+    "AND node_id = %(node)s AND status IN ('claimed', 'running') FOR SHARE)"
+)
+# A run past its cap (with this batch) loses its oldest events, by kind then seq, down
+# to nine tenths of it; the row says how many went. After the batch's statement, in
+# the same transaction: it sees the row as that left it. A run under its cap (nearly
+# always) costs a look at its row, and no round trip: nothing is read back.
+_PRUNE: Final = (
+    "WITH over AS (SELECT stored_events - %(keep_events)s::integer AS count,"
+    " stored_bytes - %(keep_bytes)s::bigint AS bytes FROM run_event_streams"
+    " WHERE run_id = %(run)s{held} AND (stored_events > %(max_events)s::integer"
+    " OR stored_bytes > %(max_bytes)s::bigint)),"
+    " ordered AS (SELECT seq, sum(size) OVER w - size AS bytes_before,"
+    " row_number() OVER w - 1 AS count_before FROM run_events"
+    " WHERE run_id = %(run)s AND EXISTS (SELECT 1 FROM over)"
+    " WINDOW w AS (ORDER BY kind, seq ROWS UNBOUNDED PRECEDING)),"
+    " pruned AS (DELETE FROM run_events e USING ordered o, over"
+    " WHERE e.run_id = %(run)s AND e.seq = o.seq"
+    " AND (o.bytes_before < over.bytes OR o.count_before < over.count) RETURNING e.size) "
+    "UPDATE run_event_streams SET stored_events = stored_events - p.events,"
+    " stored_bytes = stored_bytes - p.bytes, dropped = dropped + p.events"
+    " FROM (SELECT count(*) AS events, coalesce(sum(size), 0) AS bytes FROM pruned) AS p"
+    " WHERE run_id = %(run)s AND p.events > 0"
+)
+_CHECKED: Final = (
+    "WITH " + _APPEND_CTES.format(held=_HELD) + " SELECT pg_notify(%(channel)s, '') FROM stream",
+    _PRUNE.format(held=_HELD.replace(" WHERE ", " AND ", 1)),
+)
+_UNCHECKED_PRUNE: Final = _PRUNE.format(held="")
+
+
+def append_ctes(condition: str) -> str:
+    """The CTEs (``stream``, ``added``) that write a batch in a statement of another's
+    (``batch_params``'s parameters, with the caller's own), if ``condition`` (SQL, such
+    as ``EXISTS (SELECT 1 FROM done)``) holds; ``prune`` after that statement."""
+    return _APPEND_CTES.format(held=f" WHERE {condition}")
 
 
 def write_batch(
@@ -79,93 +159,71 @@ def write_batch(
     max_events: int,
     max_bytes: int,
     *,
-    held_by: str | None,
-) -> bool:
-    """Write a batch in the caller's transaction (two round trips with its COMMIT, in
-    pipeline mode) and NOTIFY the run's channel; False, with nothing written, when
-    ``held_by`` (a node id) no longer holds the run. ``held_by`` None: the caller
-    checked that already in this transaction, and its own NOTIFY wakes the run's
-    watchers (``_queue.finish``: the run's end and its last events commit together, and
-    a stream listens for the run's end too)."""
-    # The run's stream row, made if missing, and locked: batches of one run are numbered
-    # one after the other. With the check that the node holds the run, FOR SHARE: a
-    # heartbeat that puts the run back in the queue waits for this batch, or this batch
-    # sees that the run is no longer the node's (and then no row is made or returned).
-    held = (
-        ""
-        if held_by is None
-        else " WHERE EXISTS (SELECT 1 FROM run_queue WHERE run_id = %(run)s "
-        "AND node_id = %(node)s AND status IN ('claimed', 'running') FOR SHARE)"
-    )
-    row = db.execute(
-        "INSERT INTO run_event_streams (run_id, updated_at) "
-        f"SELECT %(run)s, {NOW}{held} ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at "
-        "RETURNING next_seq, stored_events, stored_bytes",
-        {"run": run_id, "node": held_by},
-    ).fetchone()
-    if row is None:
-        return False
-    seq, stored_events, stored_bytes = row
-    seqs: list[int] = []
+    held_by: str,
+) -> Batch:
+    """Send a batch in the caller's transaction and NOTIFY the run's channel: two
+    statements, neither read back, so that in a pipeline they cost no round trip of
+    their own; nothing is written when ``held_by`` (a node id) no longer holds the run
+    (``Batch.held`` says so)."""
+    params = batch_params(run_id, entries)
+    cursor = db.execute(_CHECKED[0], {**params, "node": held_by, "channel": channel_for(run_id)})
+    prune(db, run_id, max_events, max_bytes, held_by=held_by)
+    return Batch(cursor)
+
+
+def batch_params(run_id: str, entries: Sequence[Entry]) -> dict[str, Any]:
+    """The parameters of ``append_ctes`` for ``entries``."""
+    at: list[int] = []
     kinds: list[int] = []
     sizes: list[int] = []
     texts: list[str] = []
-    lost = 0
+    seqs = lost = 0
     for entry in entries:
         if isinstance(entry, int):
-            seq += entry
+            seqs += entry
             lost += entry
             continue
         kind, text = entry
-        size = len(text.encode())
-        seqs.append(seq)
+        at.append(seqs)
         kinds.append(kind)
-        sizes.append(size)
+        sizes.append(len(text.encode()))
         texts.append(text)
-        stored_events += 1
-        stored_bytes += size
-        seq += 1
-    if seqs:
-        # One statement for the batch, its rows as arrays.
-        db.execute(
-            "INSERT INTO run_events (run_id, seq, kind, size, event) SELECT %s, * FROM "
-            "unnest(%s::bigint[], %s::smallint[], %s::integer[], %s::text[])",
-            (run_id, seqs, kinds, sizes, texts),
-        )
-    pruned_events, pruned_bytes = 0, 0
-    if stored_events > max_events or stored_bytes > max_bytes:
-        pruned = db.execute(
-            "WITH ordered AS (SELECT seq, size, "
-            " sum(size) OVER w - size AS bytes_before, row_number() OVER w - 1 AS count_before"
-            " FROM run_events WHERE run_id = %(run)s"
-            " WINDOW w AS (ORDER BY kind, seq ROWS UNBOUNDED PRECEDING)) "
-            "DELETE FROM run_events e USING ordered o "
-            "WHERE e.run_id = %(run)s AND e.seq = o.seq "
-            "AND (o.bytes_before < %(bytes)s OR o.count_before < %(count)s) "
-            "RETURNING e.size",
-            {
-                "run": run_id,
-                "bytes": stored_bytes - max_bytes * 9 // 10,
-                "count": stored_events - max_events * 9 // 10,
-            },
-        ).fetchall()
-        pruned_events = len(pruned)
-        pruned_bytes = sum(size for (size,) in pruned)
-    # With the run's NOTIFY in the one statement (sent at COMMIT).
-    notify = "" if held_by is None else " RETURNING pg_notify(%s, '')"
+        seqs += 1
+    return {
+        "run": run_id,
+        "seqs": seqs,
+        "count": len(texts),
+        "bytes": sum(sizes),
+        "lost": lost,
+        "at": at,
+        "kinds": kinds,
+        "sizes": sizes,
+        "texts": texts,
+    }
+
+
+def prune(
+    db: psycopg.Connection[Any],
+    run_id: str,
+    max_events: int,
+    max_bytes: int,
+    *,
+    held_by: str | None,
+) -> None:
+    """Send the prune of the run's events down to nine tenths of its cap, if a batch
+    took it past the cap (nothing read back); ``held_by`` None: the caller's statement
+    made sure that the node held the run."""
     db.execute(
-        "UPDATE run_event_streams SET next_seq = %s, stored_events = %s, "
-        f"stored_bytes = %s, dropped = dropped + %s, updated_at = {NOW} WHERE run_id = %s" + notify,
-        (
-            seq,
-            stored_events - pruned_events,
-            stored_bytes - pruned_bytes,
-            lost + pruned_events,
-            run_id,
-            *(() if held_by is None else (channel_for(run_id),)),
-        ),
+        _UNCHECKED_PRUNE if held_by is None else _CHECKED[1],
+        {
+            "run": run_id,
+            "node": held_by,
+            "max_events": max_events,
+            "max_bytes": max_bytes,
+            "keep_events": max_events * 9 // 10,
+            "keep_bytes": max_bytes * 9 // 10,
+        },
     )
-    return True
 
 
 @attrs.frozen(kw_only=True)

@@ -35,7 +35,9 @@ async def write_step(store: Store, step: Step, *, lease: Lease | None = None) ->
     if step.empty:
         return
     if isinstance(store, BaseStore) and _at_once(type(store)):
-        ride = take_ride(store, step.agent_id)
+        # A step that ends its run carries nothing: its run's end, which a node writes
+        # right after it, takes what waits (one write of events and one NOTIFY less).
+        ride = None if step.ends else take_ride(store, step.agent_id)
         if ride is None:
             await store.write_step(step, lease=lease)
             return
