@@ -54,6 +54,25 @@ def test_a_shorter_history_is_read_again() -> None:
     assert taken.of(history) == set()
 
 
+def test_a_committed_response_is_not_read_again_but_anything_else_is() -> None:
+    history = [Message.user("go")]
+    taken = TakenIds()
+    ids = taken.of(history)
+    unique_ids(response(["a"], ["a"]), ids)
+    history.append(uses("a"))
+    taken.committed(history)
+    history.append(Message.user("results"))
+    assert taken.of(history) == {"a"}
+    # Two messages added since ``of``: the second is not the response's, and is read.
+    history += [uses("b"), uses("c")]
+    taken.committed(history)
+    assert taken.of(history) == {"a", "b", "c"}
+    # A replaced last message is not counted as read either.
+    history[-1] = uses("d")
+    taken.committed(history)
+    assert taken.of(history) == {"a", "b", "d"}
+
+
 # --- unique_ids: one pass over the response (issue 36, item 3) ---------------------------
 
 
@@ -135,6 +154,8 @@ async def test_a_run_reads_only_the_messages_added_since_the_last_run_and_reused
         history = agent.history
     ids = [block["id"] for message in history for block in message.tool_uses]
     assert len(ids) == 3 and len(set(ids)) == 3 and ids[0] == "toolu_same"
-    # Each model call reads what was added since the one before: the prompt (and the
-    # answer and results of the run before), never the whole history again.
-    assert sum(read) == len(history) - 1, (read, len(history))
+    # Each model call reads what was added since the one before, never the whole
+    # history again; and not the model's own messages either (committed: their ids are
+    # the ones unique_ids just gave), so only the prompts and the results.
+    users = sum(1 for message in history if message.role == "user")
+    assert sum(read) == users == 6, (read, len(history))

@@ -213,7 +213,11 @@ def commit_response(run: Run, response: ModelResponse) -> None:
     the turn's events."""
     if response.content:
         run.commit_assistant(response.content)
-        run.pending = [block["id"] for block in response.content if block.get("type") == "tool_use"]
+        # unique_ids gave this content its ids, from the set of the history before it.
+        conversation = run.ctx.conversation
+        conversation.taken_ids.committed(conversation.messages)
+        # The n-th call is the n-th tool_use block, with its id (unique_ids checked).
+        run.pending = [call.id for call in response.calls]
     elif not run.paused:
         run.commit_assistant([{"type": "text", "text": EMPTY_RESPONSE_TEXT}])
     run.paused = response.stop_reason == "pause_turn"

@@ -105,6 +105,17 @@ class TakenIds:
         self._last = history[-1] if history else None
         return self.ids
 
+    def committed(self, history: Sequence[Message]) -> None:
+        """Count the message just added to ``history`` as read: the assistant message of
+        the response ``unique_ids`` gave its ids to, from the set ``of`` returned for
+        the history before it. Its ids are in the set already, so the next ``of`` need
+        not read it again. Anything else (no ``of`` just before, another message added
+        or replaced) leaves the history to be read as before."""
+        read = self._read
+        if len(history) == read + 1 and (not read or history[-2] is self._last):
+            self._read = read + 1
+            self._last = history[-1]
+
 
 def unique_ids(response: ModelResponse, taken: set[str]) -> ModelResponse:
     """``response`` with every ``tool_use`` id valid and unique: new to ``taken`` (the
