@@ -302,13 +302,16 @@ class StreamAccumulator:
                 self.on_text(kept.get("text", ""))
             elif kind == "thinking":
                 self.on_thinking(kept.get("thinking", ""))
-            elif kind == "tool_use" and self.on_tool_input is not None:
-                self.on_tool_input(kept.get("name", ""), json.dumps(kept.get("input", {})))
-            if kind == "tool_use" and not isinstance(kept.get("input", {}), dict):
-                # As for a streamed input that is not an object: {} in the history, the
-                # call keeps what the model sent.
-                self._raw_inputs[index] = json.dumps(kept["input"])
-                kept["input"] = {}
+            elif kind == "tool_use":
+                value = kept.get("input", {})
+                if self.on_tool_input is not None:
+                    self.on_tool_input(kept.get("name", ""), json.dumps(value))
+                # A copy's objects are plain dicts (plain_block's, without_none's).
+                if type(value) is not dict:
+                    # As for a streamed input that is not an object: {} in the history,
+                    # the call keeps what the model sent.
+                    self._raw_inputs[index] = json.dumps(value)
+                    kept["input"] = {}
         # The usage was counted with the start: a whole message has no later figures.
         self._stop_reason = message.get("stop_reason")
         self.complete = True
@@ -422,9 +425,10 @@ class StreamAccumulator:
         # per block, and this runs on every block of every response.
         ordered = sorted(self._blocks.items())
         content = tuple([block for _, block in ordered])
+        raw = self._raw_inputs  # rarely any: tested with ``in``, not read with a default
         tool_uses = tuple(
             [
-                (block["id"], block["name"], self._raw_inputs.get(index, block.get("input", {})))
+                (block["id"], block["name"], raw[index] if index in raw else block.get("input", {}))
                 for index, block in ordered
                 if block.get("type") == "tool_use"
             ]
