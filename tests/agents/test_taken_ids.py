@@ -101,6 +101,17 @@ def test_only_the_reused_or_invalid_ids_are_renamed_in_both_block_and_call() -> 
     assert out.content[0] == {"type": "text", "text": "calling"}
 
 
+def test_an_id_is_kept_up_to_the_length_limit_and_renamed_past_it_or_empty() -> None:
+    longest, too_long = "a" * _ids.MAX_ID_LENGTH, "b" * (_ids.MAX_ID_LENGTH + 1)
+    given = [longest, too_long, "", "c\n"]
+    out = unique_ids(response(given, given), set())
+    block_ids = [block["id"] for block in out.content if block.get("type") == "tool_use"]
+    assert block_ids[0] == longest
+    assert all(new != old for new, old in zip(block_ids[1:], given[1:], strict=True))
+    assert all(len(new) <= _ids.MAX_ID_LENGTH for new in block_ids)
+    assert block_ids == [call.id for call in out.calls]
+
+
 @pytest.mark.parametrize(
     ("block_ids", "call_ids", "counts"),
     [

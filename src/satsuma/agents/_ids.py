@@ -44,6 +44,8 @@ logger = logging.getLogger("satsuma.agents")
 MAX_ID_LENGTH = 64
 
 _VALID = re.compile(r"[a-zA-Z0-9_-]+")
+# The same, the length in the pattern: unique_ids judges every call's id with one call.
+_VALID_ID = re.compile(rf"[a-zA-Z0-9_-]{{1,{MAX_ID_LENGTH}}}")
 _INVALID_CHARACTERS = re.compile(r"[^a-zA-Z0-9_-]+")
 _STEM_LENGTH = 24
 
@@ -140,12 +142,7 @@ def unique_ids(response: ModelResponse, taken: set[str]) -> ModelResponse:
         if index >= count or given != calls[index].id:
             raise _mismatch(response)
         index += 1
-        if (
-            isinstance(given, str)
-            and len(given) <= MAX_ID_LENGTH
-            and _VALID.fullmatch(given) is not None
-            and given not in taken
-        ):
+        if type(given) is str and _VALID_ID.fullmatch(given) is not None and given not in taken:
             taken.add(given)
             continue
         fresh = _fresh_id(given, taken)
