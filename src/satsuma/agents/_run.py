@@ -35,7 +35,7 @@ from ._act import act
 from ._answer import reject, take_answer
 from ._begin import begin
 from ._events import RunEnd, RunStart
-from ._gather import EMPTY_RESPONSE_TEXT, commit_response, gather
+from ._gather import EMPTY_RESPONSE_TEXT, call, commit_response, prepare
 from ._output import OUTPUT_TOOL, reminder_text
 from ._result import NO_ANSWER, RunResult, RunStatus
 from ._runstate import Run, said
@@ -149,7 +149,8 @@ async def _loop(run: Run) -> tuple[RunStatus, str | None]:
         # Committed before every model call: a kill now loses nothing sent so far.
         await ctx.conversation.flush()
         try:
-            response = await gather(run)
+            request, held = await prepare(run)
+            response = await call(run, request, held)
         except (ModelError, ContextWindowExceeded) as exc:
             # What retries could not cure (or a request too large to send) fails the
             # run; anything else raised by the model is a bug, and crashes the agent
