@@ -396,15 +396,20 @@ class StreamAccumulator:
 
     def _count(self, usage: Mapping[str, Any]) -> None:
         # message_delta's counts are cumulative, so a later figure replaces an earlier one.
+        # The common case (a dict of ints) judged without a call: this runs on every
+        # response; ``type(...) is`` first, isinstance only for anything else.
+        counts = self._usage
         for key in _USAGE_KEYS:
-            if isinstance(usage.get(key), int):
-                self._usage[key] = usage[key]
+            if key in usage:
+                value = usage[key]
+                if type(value) is int or isinstance(value, int):
+                    counts[key] = value
         # The hour's writes cost more than the 5 minutes' (priced in _prices).
         written = usage.get("cache_creation")
-        if isinstance(written, Mapping) and isinstance(
-            written.get("ephemeral_1h_input_tokens"), int
-        ):
-            self._usage["cache_creation_1h_input_tokens"] = written["ephemeral_1h_input_tokens"]
+        if written is not None and (type(written) is dict or isinstance(written, Mapping)):
+            hour = written.get("ephemeral_1h_input_tokens")
+            if type(hour) is int or isinstance(hour, int):
+                counts["cache_creation_1h_input_tokens"] = hour
         compaction = compaction_steps(usage)
         if compaction is not None:
             self._compaction_steps = compaction
