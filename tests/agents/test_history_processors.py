@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from satsuma import Message, Usage
 from satsuma.agents import KeepLastExchanges, TokenBudget
-from satsuma.agents._history import TrimMemo, choose, exchange_starts
+from satsuma.agents._history import TrimMemo, choose, exchange_starts, fixed_size
 
 
 def _starts(messages: Sequence[Message]) -> list[int]:
@@ -279,3 +279,16 @@ def test_the_memo_measures_only_new_messages_and_agrees_with_a_full_sum() -> Non
     counted.read.clear()
     assert memo.chars_from(counted, 8) == sum(_chars(m) for m in counted.messages[8:])
     assert counted.read <= {len(history) - 1, len(history)}  # the last known, the new one
+
+
+def test_the_size_of_the_tools_is_measured_once_per_definitions_and_anew_for_others() -> None:
+    # A conversation of one run (an open_agent each) takes the size of its class's
+    # prepared definitions, measured by the conversation before; other definitions, even
+    # as many, are measured themselves.
+    tools = [{"name": "a", "description": "x" * 10, "input_schema": {}}]
+    first = fixed_size(TrimMemo(), "sys", tools)
+    assert first == len("sys") + len(str(tools[0]))
+    assert fixed_size(TrimMemo(), None, tools) == first - len("sys")
+    other = [{"name": "b", "description": "y" * 99, "input_schema": {}}]
+    assert fixed_size(TrimMemo(), None, other) == len(str(other[0]))
+    assert fixed_size(TrimMemo(), None, tools) == len(str(tools[0]))

@@ -54,6 +54,25 @@ def test_a_shorter_history_is_read_again() -> None:
     assert taken.of(history) == set()
 
 
+def test_a_committed_response_is_not_read_again_but_anything_else_is() -> None:
+    history = [Message.user("go")]
+    taken = TakenIds()
+    ids = taken.of(history)
+    unique_ids(response(["a"], ["a"]), ids)
+    history.append(uses("a"))
+    taken.committed(history)
+    history.append(Message.user("results"))
+    assert taken.of(history) == {"a"}
+    # Two messages added since ``of``: the second is not the response's, and is read.
+    history += [uses("b"), uses("c")]
+    taken.committed(history)
+    assert taken.of(history) == {"a", "b", "c"}
+    # A replaced last message is not counted as read either.
+    history[-1] = uses("d")
+    taken.committed(history)
+    assert taken.of(history) == {"a", "b", "d"}
+
+
 # --- unique_ids: one pass over the response (issue 36, item 3) ---------------------------
 
 
@@ -80,6 +99,17 @@ def test_only_the_reused_or_invalid_ids_are_renamed_in_both_block_and_call() -> 
     assert block_ids[3].startswith("a_")
     assert len(set(block_ids)) == 4 and set(block_ids) <= taken
     assert out.content[0] == {"type": "text", "text": "calling"}
+
+
+def test_an_id_is_kept_up_to_the_length_limit_and_renamed_past_it_or_empty() -> None:
+    longest, too_long = "a" * _ids.MAX_ID_LENGTH, "b" * (_ids.MAX_ID_LENGTH + 1)
+    given = [longest, too_long, "", "c\n"]
+    out = unique_ids(response(given, given), set())
+    block_ids = [block["id"] for block in out.content if block.get("type") == "tool_use"]
+    assert block_ids[0] == longest
+    assert all(new != old for new, old in zip(block_ids[1:], given[1:], strict=True))
+    assert all(len(new) <= _ids.MAX_ID_LENGTH for new in block_ids)
+    assert block_ids == [call.id for call in out.calls]
 
 
 @pytest.mark.parametrize(
@@ -135,6 +165,8 @@ async def test_a_run_reads_only_the_messages_added_since_the_last_run_and_reused
         history = agent.history
     ids = [block["id"] for message in history for block in message.tool_uses]
     assert len(ids) == 3 and len(set(ids)) == 3 and ids[0] == "toolu_same"
-    # Each model call reads what was added since the one before: the prompt (and the
-    # answer and results of the run before), never the whole history again.
-    assert sum(read) == len(history) - 1, (read, len(history))
+    # Each model call reads what was added since the one before, never the whole
+    # history again; and not the model's own messages either (committed: their ids are
+    # the ones unique_ids just gave), so only the prompts and the results.
+    users = sum(1 for message in history if message.role == "user")
+    assert sum(read) == users == 6, (read, len(history))

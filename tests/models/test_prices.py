@@ -7,11 +7,12 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 import satsuma
 from satsuma.models import AnthropicModel, OpenAIModel, prices_for
-from satsuma.models._prices import PRICES, price_key
+from satsuma.models._prices import PRICES, price_key, priced
 from satsuma.testing import ChatCompletionsServer, MessagesServer, Reply
 
 HAIKU = PRICES["claude-haiku-4-5"]
@@ -292,3 +293,19 @@ async def test_a_call_that_wrote_for_an_hour_is_priced_so_through_the_real_clien
     assert usage.cost_usd == pytest.approx((50 * 1 + 10 * 5 + 100 * 1.25 + 300 * 2) / 1_000_000)
     assert result.usage.cache_creation_1h_input_tokens == 300
     assert result.usage.cost_usd == usage.cost_usd
+
+
+def test_priced_keeps_every_field_of_the_usage_and_sets_only_its_cost() -> None:
+    # priced builds the Usage field by field (no attrs.evolve, on every turn): a field
+    # added to Usage and not copied there would be lost, and this fails.
+    counts = {
+        field.name: index + 1 for index, field in enumerate(attrs.fields(satsuma.Usage))
+        if field.name != "cost_usd"
+    }  # fmt: skip
+    usage = satsuma.Usage(**counts)
+    out = priced(usage, "claude-sonnet-4-5")
+    prices = prices_for("claude-sonnet-4-5")
+    assert prices is not None
+    assert out == attrs.evolve(usage, cost_usd=prices.cost(usage))
+    assert out.cost_usd is not None and out.cost_usd > 0
+    assert priced(usage, "local-model-nobody-prices") is usage

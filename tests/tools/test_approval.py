@@ -170,6 +170,30 @@ async def test_the_default_approval_timeout_is_five_minutes(autojump_clock: Any)
     assert outcome.content == "Error: Denied: no decision within 300s"
 
 
+async def test_time_waiting_for_approval_does_not_count_against_the_tools_deadline(
+    autojump_clock: Any,
+) -> None:
+    # The runner reuses the call's first clock read as the tool's entry only when nothing
+    # was awaited before it: an approval is awaited, so the deadline counts from after it.
+    class Takes3(satsuma.Tool):
+        name = "takes3"
+        description = "Take three seconds"
+        timeout = 5
+        requires_approval = True
+
+        async def run(self, args: dict[str, Any], ctx: satsuma.ToolContext) -> Any:
+            await trio.sleep(3)
+            return "done"
+
+    async def thinks(call: PendingCall) -> Approve:
+        await trio.sleep(4)
+        return Approve()
+
+    (outcome,) = await ToolRunner([Takes3]).execute([ToolCall("t1", "takes3")], approver=thinks)
+    assert outcome.content == "done"
+    assert outcome.duration == 7
+
+
 async def test_an_approver_that_raises_or_answers_nonsense_denies() -> None:
     async def broken(call: PendingCall) -> Approve:
         raise ConnectionError("the chat UI is gone")

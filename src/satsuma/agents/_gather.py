@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..models import ModelLimiter, Permit
     from ._runstate import Run
 
-__all__ = ["EMPTY_RESPONSE_TEXT", "commit_response", "gather"]
+__all__ = ["EMPTY_RESPONSE_TEXT", "call", "commit_response", "prepare"]
 
 # What the history keeps for a response with no content at all: the API refuses an empty
 # message, and without an assistant message here the next prompt would be glued onto the
@@ -83,13 +83,16 @@ class _Listener:
             limiter.pause(seconds)
 
 
-async def gather(run: Run) -> ModelResponse:
-    """Call the model with the conversation; its checked response.
+async def prepare(run: Run) -> tuple[ModelRequest, _spending.Held | None]:
+    """The request of the run's next model call, and what its budgets hold for it (None
+    without a budget): to pass to ``call`` at once. Two steps, not one coroutine calling
+    the other: the run's task is resumed many times in a model call, each frame of the
+    chain with it.
 
     Raises:
-        ModelError: what the model's retries could not cure (the run fails).
         BudgetExceeded: the call would pass a budget; it is not sent (the run fails).
         ConfigurationError: the agent has a budget, and the model no prices.
+        ContextWindowExceeded: the request would pass the model's context window.
     """
     if run.job.wait_for_reader is not None:
         # Before the call, not inside it: the events of a turn come synchronously.
@@ -130,41 +133,45 @@ async def gather(run: Run) -> ModelResponse:
         _check_window(run, window, estimate)
     # Without a budget, nothing reserved (BudgetExceeded: the call is not sent).
     held = await _spending.reserve(run, request, estimate) if budgeted(spec.budget) else None
+    return request, held
+
+
+async def call(run: Run, request: ModelRequest, held: _spending.Held | None) -> ModelResponse:
+    """The model's checked response to ``request`` (from ``prepare``), admitted by the
+    limiter; its cost settled in place of ``held``.
+
+    Raises:
+        ModelError: what the model's retries could not cure (the run fails).
+    """
+    ctx = run.ctx
+    conversation = ctx.conversation
     try:
-        response = await _call(run, request)
+        # Without limits, no limiter: nothing awaited or allocated for them.
+        permit = None if ctx.limiter is None else await _admit(run, ctx.limiter, request)
+        try:
+            with _tracing.start_chat(request) as chat:
+                run.chat = chat
+                if permit is not None:
+                    _tracing.waited(chat, permit.waited)
+                response = checked_response(await ctx.model.respond(request, _Listener(run)))
+                # The one point every response passes, whichever Model made it: from
+                # here on (runner, events, journal, history) its calls have their own ids.
+                response = unique_ids(response, conversation.taken_ids.of(conversation.messages))
+                _tracing.end_chat(chat, response)
+        finally:
+            if permit is not None:
+                run.permit = None
+                permit.release()
+        if permit is not None:
+            permit.settle(response.usage)
+        run.usage = run.usage + response.usage
+        conversation.last_usage = response.usage
     except BaseException:
         if held is not None:
             await _spending.settle(run, held, None)  # the reservation given back
         raise
     if held is not None:
         await _spending.settle(run, held, response.usage)
-    return response
-
-
-async def _call(run: Run, request: ModelRequest) -> ModelResponse:
-    """The model's checked response to ``request``, admitted by the limiter."""
-    ctx = run.ctx
-    conversation = ctx.conversation
-    # Without limits, no limiter: nothing awaited or allocated for them.
-    permit = None if ctx.limiter is None else await _admit(run, ctx.limiter, request)
-    try:
-        with _tracing.start_chat(request) as chat:
-            run.chat = chat
-            if permit is not None:
-                _tracing.waited(chat, permit.waited)
-            response = checked_response(await ctx.model.respond(request, _Listener(run)))
-            # The one point every response passes, whichever Model made it: from
-            # here on (runner, events, journal, history) its calls have their own ids.
-            response = unique_ids(response, conversation.taken_ids.of(conversation.messages))
-            _tracing.end_chat(chat, response)
-    finally:
-        if permit is not None:
-            run.permit = None
-            permit.release()
-    if permit is not None:
-        permit.settle(response.usage)
-    run.usage = run.usage + response.usage
-    conversation.last_usage = response.usage
     return response
 
 
@@ -213,7 +220,11 @@ def commit_response(run: Run, response: ModelResponse) -> None:
     the turn's events."""
     if response.content:
         run.commit_assistant(response.content)
-        run.pending = [block["id"] for block in response.content if block.get("type") == "tool_use"]
+        # unique_ids gave this content its ids, from the set of the history before it.
+        conversation = run.ctx.conversation
+        conversation.taken_ids.committed(conversation.messages)
+        # The n-th call is the n-th tool_use block, with its id (unique_ids checked).
+        run.pending = [call.id for call in response.calls]
     elif not run.paused:
         run.commit_assistant([{"type": "text", "text": EMPTY_RESPONSE_TEXT}])
     run.paused = response.stop_reason == "pause_turn"

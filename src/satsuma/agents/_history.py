@@ -142,8 +142,20 @@ def fixed_size(memo: TrimMemo, system: str | None, tools: Sequence[Mapping[str, 
     when they change (an MCP server announced new ones)."""
     if memo.tools is not tools:
         memo.tools = tools
-        memo.tools_chars = sum(len(str(tool)) for tool in tools)
+        # An agent class's prepared definitions are one object for all its agents: the
+        # last measured is remembered for the process (held, so its id is not reused),
+        # and a conversation of one run does not measure them again.
+        global _last_measured
+        last = _last_measured
+        if last is not None and last[0] is tools:
+            memo.tools_chars = last[1]
+        else:
+            memo.tools_chars = sum(len(str(tool)) for tool in tools)
+            _last_measured = (tools, memo.tools_chars)
     return len(system or "") + memo.tools_chars
+
+
+_last_measured: tuple[Sequence[Mapping[str, Any]], int] | None = None
 
 
 def choose(

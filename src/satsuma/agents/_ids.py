@@ -44,6 +44,8 @@ logger = logging.getLogger("satsuma.agents")
 MAX_ID_LENGTH = 64
 
 _VALID = re.compile(r"[a-zA-Z0-9_-]+")
+# The same, the length in the pattern: unique_ids judges every call's id with one call.
+_VALID_ID = re.compile(rf"[a-zA-Z0-9_-]{{1,{MAX_ID_LENGTH}}}")
 _INVALID_CHARACTERS = re.compile(r"[^a-zA-Z0-9_-]+")
 _STEM_LENGTH = 24
 
@@ -105,6 +107,17 @@ class TakenIds:
         self._last = history[-1] if history else None
         return self.ids
 
+    def committed(self, history: Sequence[Message]) -> None:
+        """Count the message just added to ``history`` as read: the assistant message of
+        the response ``unique_ids`` gave its ids to, from the set ``of`` returned for
+        the history before it. Its ids are in the set already, so the next ``of`` need
+        not read it again. Anything else (no ``of`` just before, another message added
+        or replaced) leaves the history to be read as before."""
+        read = self._read
+        if len(history) == read + 1 and (not read or history[-2] is self._last):
+            self._read = read + 1
+            self._last = history[-1]
+
 
 def unique_ids(response: ModelResponse, taken: set[str]) -> ModelResponse:
     """``response`` with every ``tool_use`` id valid and unique: new to ``taken`` (the
@@ -129,12 +142,7 @@ def unique_ids(response: ModelResponse, taken: set[str]) -> ModelResponse:
         if index >= count or given != calls[index].id:
             raise _mismatch(response)
         index += 1
-        if (
-            isinstance(given, str)
-            and len(given) <= MAX_ID_LENGTH
-            and _VALID.fullmatch(given) is not None
-            and given not in taken
-        ):
+        if type(given) is str and _VALID_ID.fullmatch(given) is not None and given not in taken:
             taken.add(given)
             continue
         fresh = _fresh_id(given, taken)

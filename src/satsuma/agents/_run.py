@@ -35,7 +35,7 @@ from ._act import act
 from ._answer import reject, take_answer
 from ._begin import begin
 from ._events import RunEnd, RunStart
-from ._gather import EMPTY_RESPONSE_TEXT, commit_response, gather
+from ._gather import EMPTY_RESPONSE_TEXT, call, commit_response, prepare
 from ._output import OUTPUT_TOOL, reminder_text
 from ._result import NO_ANSWER, RunResult, RunStatus
 from ._runstate import Run, said
@@ -57,6 +57,8 @@ async def execute_run(ctx: RunContext, job: Job) -> RunResult[Any]:
     valid history, and the cancellation or the crash goes on. With a store, the
     conversation and the run record are written at the end in every case."""
     run = Run(ctx, job)
+    # One coroutine, not one inside another: every frame of the chain is resumed each
+    # time the run's task is (every model call's reads, every tool round).
     with _tracing.start_run(
         agent=run.agent,
         model=ctx.model_id,
@@ -65,33 +67,28 @@ async def execute_run(ctx: RunContext, job: Job) -> RunResult[Any]:
         parent=job.trace_context,
     ) as span:
         try:
-            return await _execute(run)
+            return await _within_scopes(run)
+        except Exception as exc:
+            if run.result is None:
+                _answer_pending(run, "the agent crashed")
+                crash = describe_exception(exc, limit=MESSAGE_LIMIT)
+                _finish(run, "failed", f"the agent crashed: {crash}")
+            printable = reportable(exc)
+            if printable is not exc:
+                raise printable from exc
+            raise
         finally:
-            # Before the span's exit, which then adds a crash's exception (or marks an
-            # outer cancellation) on top of what the result says.
-            if run.result is not None:
-                _tracing.end_run(span, run.result)
-
-
-async def _execute(run: Run) -> RunResult[Any]:
-    try:
-        return await _within_scopes(run)
-    except Exception as exc:
-        if run.result is None:
-            _answer_pending(run, "the agent crashed")
-            _finish(
-                run, "failed", f"the agent crashed: {describe_exception(exc, limit=MESSAGE_LIMIT)}"
-            )
-        printable = reportable(exc)
-        if printable is not exc:
-            raise printable from exc
-        raise
-    finally:
-        if run.result is None:
-            _answer_pending(run, "the agent stopped")
-            _finish(run, "cancelled", "the agent stopped")
-        if run.ctx.persistence is not None:
-            await _save_end(run)
+            try:
+                if run.result is None:
+                    _answer_pending(run, "the agent stopped")
+                    _finish(run, "cancelled", "the agent stopped")
+                if ctx.persistence is not None:
+                    await _save_end(run)
+            finally:
+                # Before the span's exit, which then adds a crash's exception (or marks
+                # an outer cancellation) on top of what the result says.
+                if run.result is not None:
+                    _tracing.end_run(span, run.result)
 
 
 async def _within_scopes(run: Run) -> RunResult[Any]:
@@ -152,7 +149,8 @@ async def _loop(run: Run) -> tuple[RunStatus, str | None]:
         # Committed before every model call: a kill now loses nothing sent so far.
         await ctx.conversation.flush()
         try:
-            response = await gather(run)
+            request, held = await prepare(run)
+            response = await call(run, request, held)
         except (ModelError, ContextWindowExceeded) as exc:
             # What retries could not cure (or a request too large to send) fails the
             # run; anything else raised by the model is a bug, and crashes the agent

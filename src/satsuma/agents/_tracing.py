@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import INVALID_SPAN, SpanKind
 
 from .. import _telemetry
 from .._telemetry import SpanScope
@@ -29,8 +29,11 @@ def start_run(
 ) -> SpanScope:
     """The ``invoke_agent`` span of a run, current in the agent's task until it ends;
     ``parent`` is the context of the task that asked for the run."""
+    tracer = _telemetry.tracer()
+    if tracer is None:
+        return _telemetry.null_scope()  # no attributes built for a span nobody records
     return _telemetry.start_span(
-        _telemetry.tracer(),
+        tracer,
         f"invoke_agent {agent}",
         {
             "gen_ai.operation.name": "invoke_agent",
@@ -49,6 +52,8 @@ def end_run(scope: SpanScope, result: RunResult) -> None:
     ``awaiting_approval`` (with ``satsuma.run.pending_calls``, how many calls wait); a run
     that ended ``failed``, ``max_iterations`` or ``deadline_exceeded`` is, with the status
     as ``error.type`` (a crash then overrides it with the exception's type)."""
+    if scope.span is INVALID_SPAN:
+        return  # a null scope (no tracer): nothing it is given is recorded
     scope.set(
         {
             "satsuma.run.status": result.status,
@@ -67,8 +72,11 @@ def end_run(scope: SpanScope, result: RunResult) -> None:
 def start_chat(request: ModelRequest) -> SpanScope:
     """The ``chat`` span of one model call (a CLIENT span: the model is a remote
     service), retries included."""
+    tracer = _telemetry.tracer()
+    if tracer is None:
+        return _telemetry.null_scope()
     return _telemetry.start_span(
-        _telemetry.tracer(),
+        tracer,
         f"chat {request.model}",
         {
             "gen_ai.operation.name": "chat",
@@ -81,6 +89,8 @@ def start_chat(request: ModelRequest) -> SpanScope:
 
 
 def end_chat(scope: SpanScope, response: ModelResponse) -> None:
+    if scope.span is INVALID_SPAN:
+        return
     attributes = _telemetry.usage_attributes(response.usage)
     if response.model:
         attributes["gen_ai.response.model"] = response.model

@@ -302,13 +302,16 @@ class StreamAccumulator:
                 self.on_text(kept.get("text", ""))
             elif kind == "thinking":
                 self.on_thinking(kept.get("thinking", ""))
-            elif kind == "tool_use" and self.on_tool_input is not None:
-                self.on_tool_input(kept.get("name", ""), json.dumps(kept.get("input", {})))
-            if kind == "tool_use" and not isinstance(kept.get("input", {}), dict):
-                # As for a streamed input that is not an object: {} in the history, the
-                # call keeps what the model sent.
-                self._raw_inputs[index] = json.dumps(kept["input"])
-                kept["input"] = {}
+            elif kind == "tool_use":
+                value = kept.get("input", {})
+                if self.on_tool_input is not None:
+                    self.on_tool_input(kept.get("name", ""), json.dumps(value))
+                # A copy's objects are plain dicts (plain_block's, without_none's).
+                if type(value) is not dict:
+                    # As for a streamed input that is not an object: {} in the history,
+                    # the call keeps what the model sent.
+                    self._raw_inputs[index] = json.dumps(value)
+                    kept["input"] = {}
         # The usage was counted with the start: a whole message has no later figures.
         self._stop_reason = message.get("stop_reason")
         self.complete = True
@@ -393,15 +396,20 @@ class StreamAccumulator:
 
     def _count(self, usage: Mapping[str, Any]) -> None:
         # message_delta's counts are cumulative, so a later figure replaces an earlier one.
+        # The common case (a dict of ints) judged without a call: this runs on every
+        # response; ``type(...) is`` first, isinstance only for anything else.
+        counts = self._usage
         for key in _USAGE_KEYS:
-            if isinstance(usage.get(key), int):
-                self._usage[key] = usage[key]
+            if key in usage:
+                value = usage[key]
+                if type(value) is int or isinstance(value, int):
+                    counts[key] = value
         # The hour's writes cost more than the 5 minutes' (priced in _prices).
         written = usage.get("cache_creation")
-        if isinstance(written, Mapping) and isinstance(
-            written.get("ephemeral_1h_input_tokens"), int
-        ):
-            self._usage["cache_creation_1h_input_tokens"] = written["ephemeral_1h_input_tokens"]
+        if written is not None and (type(written) is dict or isinstance(written, Mapping)):
+            hour = written.get("ephemeral_1h_input_tokens")
+            if type(hour) is int or isinstance(hour, int):
+                counts["cache_creation_1h_input_tokens"] = hour
         compaction = compaction_steps(usage)
         if compaction is not None:
             self._compaction_steps = compaction
@@ -422,9 +430,10 @@ class StreamAccumulator:
         # per block, and this runs on every block of every response.
         ordered = sorted(self._blocks.items())
         content = tuple([block for _, block in ordered])
+        raw = self._raw_inputs  # rarely any: tested with ``in``, not read with a default
         tool_uses = tuple(
             [
-                (block["id"], block["name"], self._raw_inputs.get(index, block.get("input", {})))
+                (block["id"], block["name"], raw[index] if index in raw else block.get("input", {}))
                 for index, block in ordered
                 if block.get("type") == "tool_use"
             ]

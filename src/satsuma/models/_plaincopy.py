@@ -92,6 +92,15 @@ def _without_none_iteratively(value: Any) -> Any:
 
 # Far within the gate's depth (MAX_DEPTH, 64) and Python's recursion limit.
 _DEPTH: Final = 50
+
+# The keys and the ``type`` values every block carries: a string equal to one of these is
+# ASCII, so a set lookup (no call) stands for str.isascii (a call) on most of a block.
+_KNOWN: Final = frozenset(
+    (
+        "type", "id", "name", "input", "text", "citations", "thinking", "signature", "data",
+        "tool_use", "server_tool_use", "redacted_thinking", "caller", "cache_control",
+    )
+)  # fmt: skip
 # Any int this small is far within every digit limit Python allows (as the gate judges).
 _SMALL: Final = 10**18
 
@@ -131,11 +140,11 @@ def _copy(value: Any, depth: int) -> Any:
         for key, member in value.items():
             if member is None:
                 continue  # left out, as without_none leaves out the API's nulls
-            if type(key) is not str or not (str.isascii(key) or _valid(key)):
+            if type(key) is not str or not (key in _KNOWN or str.isascii(key) or _valid(key)):
                 raise _NotPlain
             kind = type(member)
             if kind is str:
-                if not (str.isascii(member) or _valid(member)):
+                if not (member in _KNOWN or str.isascii(member) or _valid(member)):
                     raise _NotPlain
             elif kind is int:
                 if not -_SMALL < member < _SMALL:

@@ -16,6 +16,7 @@ Model names are matched as a family, the way the APIs name one model: an alias
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -171,6 +172,9 @@ _BEDROCK: Final = re.compile(r"^(?:(?:us|eu|apac|au|jp|global)\.)?anthropic\.|-v
 _SNAPSHOT: Final = re.compile(r"(?:@[\w-]+|-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|(?<=-\d)-0)$")
 
 
+# Every model call prices its usage by one or two names: three regular expressions each,
+# for the handful of names a process uses (bounded: names may come from requests).
+@functools.lru_cache(maxsize=256)
 def price_key(model: str) -> str:
     """The family a model name prices as: ``claude-sonnet-4-5`` for the alias, every
     dated snapshot and the Bedrock and Vertex AI names of that model."""
@@ -223,7 +227,16 @@ def priced(usage: Usage, *models: str) -> Usage:
     for model in models:
         prices = prices_for(model)
         if prices is not None:
-            return attrs.evolve(usage, cost_usd=prices.cost(usage))
+            # Built field by field, not by attrs.evolve (a dozen calls, on every turn);
+            # tests/models check that every field of Usage is kept.
+            return Usage(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens,
+                cache_read_input_tokens=usage.cache_read_input_tokens,
+                cache_creation_1h_input_tokens=usage.cache_creation_1h_input_tokens,
+                cost_usd=prices.cost(usage),
+            )
     return usage
 
 

@@ -15,6 +15,7 @@ import importlib
 from abc import abstractmethod
 from collections.abc import Callable
 from functools import partial
+from types import ModuleType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
@@ -148,7 +149,7 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
     ) -> ModelResponse:
         import httpx2
 
-        sdk = importlib.import_module(self._SDK)
+        sdk = _imported.get(self._SDK) or _import(self._SDK)
         reading = Reading(self._accumulator(listener))
         try:
             if not stream:
@@ -242,3 +243,13 @@ class SDKModel(trio.abc.AsyncResource, Generic[_C, _A]):
     @abstractmethod
     def _status_message(self, exc: Any) -> str:
         """The message of the SDK's APIStatusError ``exc``."""
+
+
+# The SDK modules, once import_module has returned them whole: importlib's lookup is
+# some ten Python calls, on every model call.
+_imported: dict[str, ModuleType] = {}
+
+
+def _import(name: str) -> ModuleType:
+    module = _imported[name] = importlib.import_module(name)
+    return module

@@ -377,6 +377,9 @@ class ToolRunner:
             if refused is not None:
                 return refused, call
         arguments = call.input
+        # The clock read when the call began stands for the tool's entry until something
+        # is awaited before it (a hook, an approval): one read fewer per call.
+        awaited = False
         # A context only where someone can see it: a hook, or a tool that takes one.
         ctx = env.context_for(call) if self._hooks.before or call.name in self._seeing else None
         preset = env.decisions.get(call.id) if env.decisions else None
@@ -391,6 +394,7 @@ class ToolRunner:
                 ), call
             assert ctx is not None
             decided, hook_asked = await self._hooks.run_before(call, ctx)
+            awaited = True
             if isinstance(decided, ToolOutcome):
                 return decided, call
             if decided is not call:
@@ -416,6 +420,7 @@ class ToolRunner:
                 env.emitter,
                 traced=env.tracer is not None,
             )
+            awaited = True
             if not isinstance(approved, ToolCall):
                 return approved, call  # denied, or deferred (None)
             if approved is not call:  # its input edited by the approver: checked again
@@ -430,7 +435,7 @@ class ToolRunner:
 
         timeout = definition.timeout if definition.timeout is not None else self._timeout
         # The tool's deadline counts from when it is entered: hooks have their own.
-        deadline = env.now() + timeout if timeout is not None else math.inf
+        deadline = math.inf if timeout is None else (env.now() if awaited else start) + timeout
         crash: BaseException | None = None
         raw: object = None
         finished = False
