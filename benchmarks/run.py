@@ -77,7 +77,10 @@ class Settings:
     parallel_calls: int = 20
     conversation_turns: int = 10
     conversation_calls: int = 3
-    conversation_runs: int = 20
+    # A sample of 20 runs lasted about 0.25 s, short enough for one stretch of noise to
+    # move a whole sample (on 2026-11-27 one contender's eight ranged 0.213-0.259 s of
+    # CPU): 100 runs a sample.
+    conversation_runs: int = 100
     many_runs: tuple[int, ...] = (200, 1_000)
     many_turns: int = 3
     many_calls: int = 2
