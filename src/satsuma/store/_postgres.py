@@ -439,7 +439,7 @@ class PostgresStore(SQLStore):
                     self.location, f"{exc}; nothing was guessed in its place"
                 ) from None
             except BaseException:
-                self._checkin(ticket, link)
+                self._checkin(ticket, link, drop=transaction)  # as after a psycopg.Error
                 raise
             self._checkin(ticket, link)
             return result
