@@ -437,16 +437,20 @@ async def run_with_id(
     run_id: str,
     *,
     events: Callable[[AgentEvent], object] | None = None,
+    hands_back: bool = False,
 ) -> tuple[RunResult[Any], StoreError | None]:
     """``handle.run(prompt, events=events)`` under a run id the caller chose: a cluster's
     queued run keeps its id in the agent's own records, so that a node taking it over
     after a failover finds the run (and its journal) by that id.
 
     Returns the result, and the store's error that failed the run (None if the run did
-    not fail on the store): a node decides by its type whether the failure stands.
+    not fail on the store): a node decides by its type whether the failure stands. With
+    ``hands_back`` (a node's), a run stopped by ``StoreUnavailable`` has no end written:
+    its record stays ``running`` and its conversation as last committed, for the node
+    to hand it back and the next attempt to resume it from its journal.
     """
     prompt = checked_prompt(prompt)
-    job = Job(prompt=prompt, run_id=run_id, sink=callback_sink(events))
+    job = Job(prompt=prompt, run_id=run_id, sink=callback_sink(events), hands_back=hands_back)
     return await handle._serve(job), job.store_error
 
 
@@ -456,9 +460,10 @@ async def resume_with_id(
     *,
     decisions: Mapping[str, Approve | Deny] | None = None,
     events: Callable[[AgentEvent], object] | None = None,
+    hands_back: bool = False,
 ) -> tuple[RunResult[Any], StoreError | None]:
     """``handle.resume(run_id, decisions=decisions, events=events)``, returning what
-    ``run_with_id`` returns.
+    ``run_with_id`` returns (``hands_back``: as for ``run_with_id``).
 
     Raises:
         ValueError, TypeError: as ``resume`` (the run cannot be resumed, or the
@@ -468,4 +473,5 @@ async def resume_with_id(
         job = Job(prompt="", run_id=run_id, sink=callback_sink(events), decisions=decisions)
     else:
         job = await handle._resume_job(run_id, events)
+    job.hands_back = hands_back
     return await handle._serve(job), job.store_error

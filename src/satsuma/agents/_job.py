@@ -13,7 +13,7 @@ import attrs
 import trio
 
 from .. import _telemetry
-from .._exceptions import StoreError
+from .._exceptions import StoreError, StoreUnavailable
 from .._text import valid_text
 from ..store import PendingApproval, RunRecord
 from ..tools import Approve, Deny
@@ -58,6 +58,16 @@ class Job:
     # The store's error that failed the run, if one did: what a cluster's node decides
     # on by its type (try again later, or let the failure stand).
     store_error: StoreError | None = None
+    # Set by a cluster's node (internal.run_with_id, resume_with_id): a StoreUnavailable
+    # stops the run without an end written, for the node to hand it back and the next
+    # attempt to resume it from its journal (see ``left_to_node``).
+    hands_back: bool = False
+
+    def left_to_node(self) -> bool:
+        """Whether the run stopped on a store that went away, under a node that hands it
+        back: its record stays ``running`` (``interrupted`` once its agent opens again)
+        and its conversation as last committed, nothing of its end written."""
+        return self.hands_back and isinstance(self.store_error, StoreUnavailable)
 
     def abandon(self) -> None:
         """The caller is gone (or asked to cancel): stop the run, or never start it."""

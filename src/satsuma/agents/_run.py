@@ -82,7 +82,7 @@ async def execute_run(ctx: RunContext, job: Job) -> RunResult[Any]:
                 if run.result is None:
                     _answer_pending(run, "the agent stopped")
                     _finish(run, "cancelled", "the agent stopped")
-                if ctx.persistence is not None:
+                if ctx.persistence is not None and not job.left_to_node():
                     await _save_end(run)
             finally:
                 # Before the span's exit, which then adds a crash's exception (or marks
@@ -132,6 +132,11 @@ async def _phases(run: Run) -> tuple[RunStatus, str | None]:
             raise
         # What was committed stays; the run ends here with the store's reason.
         job.store_error = exc
+        if job.left_to_node():
+            # Its node hands it back, to be resumed from its journal: the calls in
+            # flight stay unanswered there (finished ones keep their outcomes, in-doubt
+            # ones re-run when idempotent), and nothing of this end is written.
+            return "failed", said(exc)
         _answer_pending(run, "the run failed on a store error")
         return "failed", said(exc)
 
@@ -252,7 +257,7 @@ def _roll_back(run: Run) -> None:
 
 
 def _finish(run: Run, status: RunStatus, error: str | None) -> RunResult[Any]:
-    if status != "completed":
+    if status != "completed" and not run.job.left_to_node():
         _roll_back(run)
     output: Any
     if run.output_spec is not None:

@@ -197,8 +197,10 @@ class RunAttempts:
             if result is not None and isinstance(store_error, StoreUnavailable) and not entry.lost:
                 # The database went away under the run (a write failed): not the run's
                 # failure. It goes back to the queue, and is resumed from its journal by
-                # whichever node claims it once the database is back. Any other store
-                # error (a row that does not decode, a refused write) is the run's end.
+                # whichever node claims it once the database is back (its agent wrote no
+                # end: its record stays running, found interrupted at the next open).
+                # Any other store error (a row that does not decode, a refused write)
+                # is the run's end.
                 logger.warning(
                     "node %s: run %s stopped, the database is away (%s); it goes on when "
                     "the database is back",
@@ -255,14 +257,18 @@ class RunAttempts:
         lease, so no one else makes one meanwhile)."""
         record = await self.node.store.get_run(run.run_id) if recorded else None
         if record is None:
-            return await internal.run_with_id(handle, run.prompt, run.run_id, events=events)
+            return await internal.run_with_id(
+                handle, run.prompt, run.run_id, events=events, hands_back=True
+            )
         if record.status == "awaiting_approval":
             return await self._decided(handle, run, record, events)
         if record.status == "interrupted":
             # A node died (or handed it back) mid-run: finished calls keep their
             # journaled outcomes, in-doubt ones re-run only when idempotent.
             try:
-                return await internal.resume_with_id(handle, run.run_id, events=events)
+                return await internal.resume_with_id(
+                    handle, run.run_id, events=events, hands_back=True
+                )
             except ValueError as exc:
                 return failed_result(run.run_id, str(exc)), None
         # Its agent recorded its end; the queue never heard of it. Its answer is read by
