@@ -145,9 +145,9 @@ async def _open_agent(
     try:
         async with trio.open_nursery() as nursery:
             if actor.starts_at_once:
-                # Nothing can fail its start: waiting for it would only cost the
-                # conversation two scheduler batches before its first request.
-                nursery.start_soon(actor.serve)
+                # Nothing can fail its start: it is served in bursts, each request
+                # sent to it idle starting a task of this nursery (Actor.serve_in).
+                actor.serve_in(nursery)
             else:
                 await nursery.start(actor.serve)
             started = True
@@ -172,6 +172,7 @@ async def _open_agent(
         # cycle that only the garbage collector would free (with the whole actor: its
         # conversation, runner, mailbox), and that every conversation would leave.
         actor.handle = None
+        actor.spawner = None
     if plain is not None:
         # Raised here, outside the handler, so that its own cause and context stay as
         # they were rather than becoming the group.
