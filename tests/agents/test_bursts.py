@@ -144,3 +144,23 @@ async def test_a_sender_held_back_by_a_full_mailbox_is_refused_when_the_block_en
     assert outcomes["queued"] == "cancelled"
     assert "it has stopped" in outcomes["held back"]
     assert model.request_count == 1
+
+
+async def test_the_blocks_own_exception_leaves_it_as_raised() -> None:
+    # open_agent's context manager is written out (no contextlib generator): the body's
+    # exception still comes out as the very object raised, not in a group.
+    error = LookupError("mine")
+    with pytest.raises(LookupError) as info:
+        async with satsuma.open_agent(Plain, model=ScriptedModel(["hi"])) as agent:
+            assert (await agent.run("hello")).output == "hi"
+            raise error
+    assert info.value is error
+    assert info.value.__context__ is None
+    assert _tasks_under_me() == []
+
+
+async def test_an_open_agent_block_is_entered_once() -> None:
+    manager = satsuma.open_agent(Plain, model=ScriptedModel([]))
+    async with manager:
+        with pytest.raises(RuntimeError, match="entered only once"):
+            await manager.__aenter__()
