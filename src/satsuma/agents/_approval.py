@@ -261,6 +261,7 @@ async def run_decided(run: Run) -> str | None:
     run.finished = dict(answers)
     if decided:
         await ctx.persistence.calls_started(run.run_id, decided)
+        job.decided_began = True
         outcomes = await ctx.tools.runner.execute(
             decided,
             ctx.tool_context,
