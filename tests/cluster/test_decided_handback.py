@@ -2,8 +2,8 @@
 path) whose attempt loses one PostgreSQL connection mid-commit while the database stays
 up (issue 36): the node hands the run back, and the next attempt completes it. Each
 call is answered once, the decisions apply once (the approved call, not idempotent,
-runs at most once; the denied one is answered denied) and no store-error text reaches
-the history.
+runs at most once; the denied one is answered denied; the edited one, idempotent, runs
+with its edit) and no store-error text reaches the history.
 
 The connection is lost at three points of the decided path: the claim's COMMIT (the
 run taken up with its decisions), the COMMIT of the step that journals the decided
@@ -29,6 +29,7 @@ from satsuma.store import PostgresStore
 from satsuma.testing import FunctionModel, Reply, check_conversation
 
 paid: list[tuple[str, int]] = []
+refunded: list[tuple[str, int]] = []
 
 
 @satsuma.tool(requires_approval=True)
@@ -38,6 +39,13 @@ async def pay(to: str, amount: int) -> str:
     return f"paid {amount} to {to}"
 
 
+@satsuma.tool(requires_approval=True, idempotent=True)
+async def refund(to: str, amount: int) -> str:
+    """Refund someone (once per person, however often asked)."""
+    refunded.append((to, amount))
+    return f"refunded {amount} to {to}"
+
+
 def payer(request: satsuma.ModelRequest) -> str | Reply:
     last = request.messages[-1]
     if last.role == "user" and last.text:
@@ -45,6 +53,7 @@ def payer(request: satsuma.ModelRequest) -> str | Reply:
             tool_calls=[
                 ("pay", {"to": "bob", "amount": 10}),
                 ("pay", {"to": "carol", "amount": 5}),
+                ("refund", {"to": "dave", "amount": 4}),
             ]
         )
     return "done"
@@ -52,7 +61,7 @@ def payer(request: satsuma.ModelRequest) -> str | Reply:
 
 class Payer(satsuma.Agent):
     name = "payer"
-    tools = [pay]
+    tools = [pay, refund]
 
 
 # Once: the first transaction that fires it at its COMMIT loses its connection.
@@ -84,22 +93,28 @@ async def decided_with_a_lost_commit(
     dsn: str, agent_id: str, events: str, table: str
 ) -> tuple[satsuma.RunResult, list[dict[str, Any]], list[Any]]:
     """Pause a run, lose the first commit that fires the trigger on ``table`` once
-    the run is resumed (approve bob's payment, deny carol's), and give the resumed
+    the run is resumed (approve bob's payment, deny carol's, refund dave 3 rather than
+    4), and give the resumed
     run's result, the tool results of the conversation and its queue rows."""
     paid.clear()
+    refunded.clear()
     async with PostgresStore(dsn) as store, a_node(store):
         cluster = Cluster(store)
         with trio.fail_after(30):
             paused = await cluster.run(Payer, agent_id, "Pay Bob 10 and Carol 5")
             assert paused.status == "awaiting_approval", paused.error
-            bob, carol = paused.pending
+            bob, carol, dave = paused.pending
             assert paid == []
             with psycopg.connect(dsn, autocommit=True) as db:
                 db.execute(_LOSE_ONE_COMMIT.format(events=events, table=table))
             try:
                 await cluster.resume(
                     paused.run_id,
-                    {bob.id: satsuma.Approve(by="ops"), carol.id: satsuma.Deny("not carol")},
+                    {
+                        bob.id: satsuma.Approve(by="ops"),
+                        carol.id: satsuma.Deny("not carol"),
+                        dave.id: satsuma.Approve({"to": "dave", "amount": 3}),
+                    },
                 )
                 result = await cluster.result(paused.run_id)
             finally:
@@ -121,9 +136,10 @@ async def decided_with_a_lost_commit(
         for block in message.content
         if block.get("type") == "tool_result"
     ]
-    assert [block["tool_use_id"] for block in results] == [bob.id, carol.id], results
+    assert [block["tool_use_id"] for block in results] == [bob.id, carol.id, dave.id], results
     assert "store error" not in repr(results), results
     assert results[1]["content"] == "Error: Denied: not carol", results
+    assert results[2]["content"] == "refunded 3 to dave", results
     return result, results, queued
 
 
@@ -137,6 +153,7 @@ async def test_a_claim_lost_as_it_commits_is_claimed_again_and_the_call_runs_onc
     )
     assert (result.status, result.output) == ("completed", "done"), result.error
     assert paid == [("bob", 10)]
+    assert refunded == [("dave", 3)]
     assert results[0]["content"] == "paid 10 to bob", results
     [run] = queued
     assert (run.status, run.attempts) == ("completed", 2)
@@ -154,6 +171,7 @@ async def test_decided_calls_lost_as_they_are_journaled_run_once_on_the_next_att
     )
     assert (result.status, result.output) == ("completed", "done"), result.error
     assert paid == [("bob", 10)]
+    assert refunded == [("dave", 3)]
     assert results[0]["content"] == "paid 10 to bob", results
     [run] = queued
     assert (run.status, run.attempts) == ("completed", 2)
@@ -165,12 +183,15 @@ async def test_decided_outcomes_lost_as_they_commit_are_not_run_again(
     # The approved call ran; the step journaling its outcome (with the results) did
     # not commit. It is in doubt and pay is not idempotent: the next attempt resumes
     # the run from its journal and answers it interrupted, with its decision, never
-    # running it again; the denial stands.
+    # running it again; the denial stands, and the refund (idempotent) runs again with
+    # its edit.
     result, results, queued = await decided_with_a_lost_commit(
         postgres_dsn, "decided-outcome", "INSERT OR UPDATE", "messages"
     )
     assert (result.status, result.output) == ("completed", "done"), result.error
     assert paid == [("bob", 10)]
+    # The refund was in doubt too: idempotent, it ran again, with its edit.
+    assert refunded == [("dave", 3), ("dave", 3)]
     bob = results[0]["content"]
     assert isinstance(bob, str) and bob.startswith("Error: Interrupted: this call was approved")
     [run] = queued

@@ -17,7 +17,6 @@ from ._actor import new_run_id as new_run_id
 from ._agent import seconds_or_none as seconds_or_none
 from ._agent import spec_of as spec_of
 from ._approval import check_decisions as check_decisions
-from ._approval import decision_of as decision_of
 from ._approval import stored_decisions as stored_decisions
 from ._handle import resume_decided as resume_decided
 from ._handle import resume_with_id as resume_with_id
@@ -27,6 +26,7 @@ from ._output import OutputSpec as OutputSpec
 from ._output import output_to_json as output_to_json
 from ._persist import run_part as run_part
 from ._persist import stored_answer as stored_answer
+from ._repair import decision_of as decision_of
 from ._result import NO_ANSWER as NO_ANSWER
 from ._result import OutputT as OutputT
 from ._result import raw_output as raw_output
