@@ -19,7 +19,7 @@ from typing import Any, final
 import trio
 import trio.lowlevel
 
-from .._exceptions import AgentCrashed, AgentUnavailable
+from .._exceptions import AgentCrashed, AgentUnavailable, StoreUnavailable
 from .._messages import Message
 from ..models import Model, limiter_for, resolve_model
 from ..store import Owner, RunRecord, Store
@@ -34,6 +34,7 @@ from ._repair import dangling_tool_uses
 from ._result import RunResult
 from ._run import execute_run
 from ._runcontext import RunContext
+from ._runstate import said
 from ._toolbox import Toolbox
 from ._verifiers import as_check
 
@@ -338,6 +339,18 @@ class Actor:
                 await claim_paused(ctx, job)
             except (ValueError, TypeError) as exc:
                 job.fail(exc)
+                return
+            except StoreUnavailable as exc:
+                if not job.hands_back:
+                    raise
+                # A node's: the claim may or may not have committed, and nothing ran;
+                # the node takes the claim back and hands the run back (not failed).
+                job.store_error = exc
+                job.complete(
+                    RunResult(
+                        run_id=job.run_id, output=job.no_output(), status="failed", error=said(exc)
+                    )
+                )
                 return
         self.current = job
         returned = False

@@ -156,14 +156,6 @@ def stored_decisions(
     return stored
 
 
-def decision_of(stored: ApprovalDecision) -> Approve | Deny:
-    """A stored decision as ``resume`` takes it (``stored_decisions`` the other way)."""
-    if stored.verdict == "denied":
-        return Deny(stored.reason or "denied", by=stored.decided_by)
-    edit = stored.input if stored.verdict == "edited" else None
-    return Approve(edit, by=stored.decided_by)
-
-
 async def claim_paused(ctx: RunContext, job: Job) -> None:
     """Check the job's decisions and take its run up in the store (its status becomes
     ``running``, and the decisions are recorded on its calls); fill the job with the
@@ -261,6 +253,7 @@ async def run_decided(run: Run) -> str | None:
     run.finished = dict(answers)
     if decided:
         await ctx.persistence.calls_started(run.run_id, decided)
+        job.decided_began = True
         outcomes = await ctx.tools.runner.execute(
             decided,
             ctx.tool_context,

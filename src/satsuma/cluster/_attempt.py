@@ -25,7 +25,7 @@ from .._exceptions import (
 from .._text import MESSAGE_LIMIT, describe_exception
 from ..agents import Agent, AgentHandle, RunResult, internal, open_agent
 from ..models import Model
-from ..store import Lease, PostgresStore, QueuedRun, QueuedRunStatus, RunRecord
+from ..store import Lease, PostgresStore, QueuedRun, QueuedRunStatus, RunRecord, take_back_claim
 from ..store import run_queue as queue
 from ..tools import PendingCall
 from ._decisions import decode_decisions
@@ -285,16 +285,18 @@ class RunAttempts:
     ) -> tuple[RunResult, StoreError | None]:
         """Resume a paused run with the decisions ``Cluster.resume`` queued with it. A
         run whose decisions the agent refuses (an edit its tool does not take) stays
-        paused, the reason in its result's ``error``; nothing ran."""
+        paused, the reason in its result's ``error``; nothing ran. One stopped by
+        ``StoreUnavailable`` is handed back (as any run, by ``attempt``)."""
         coded = await queue.decisions(self.node.store, run.run_id)
         paused = result_from_record(record, handle.history)
         if coded is None:
             # Handed back between its pause and the queue's record of it: it ends
             # paused in the queue too, where a resume finds it.
             return attrs.evolve(paused, pending=await _pending(self.node.store, run.run_id)), None
+        decisions = decode_decisions(coded)
         try:
-            return await internal.resume_with_id(
-                handle, run.run_id, decisions=decode_decisions(coded), events=events
+            result, error, began = await internal.resume_decided(
+                handle, run.run_id, decisions, events=events
             )
         except (ValueError, TypeError) as exc:
             logger.warning(
@@ -305,6 +307,22 @@ class RunAttempts:
             )
             pending = await _pending(self.node.store, run.run_id)
             return attrs.evolve(paused, pending=pending, error=f"decisions refused: {exc}"), None
+        if isinstance(error, StoreUnavailable) and not began and run.node_id is not None:
+            # Stopped on the store before any decided call ran: the run awaits approval
+            # again, and the next attempt claims it with the same decisions (the queue
+            # keeps them), so they apply once. Tried once: if not taken back, the next
+            # attempt resumes it interrupted, its decided calls in doubt.
+            with trio.move_on_after(STOP_WRITE_SECONDS, shield=True):
+                try:
+                    await take_back_claim(self.node.store, run.run_id, run.node_id, decisions)
+                except StoreError as exc:
+                    logger.warning(
+                        "node %s: could not take back the claim of run %s: %s",
+                        self.node.name,
+                        run.run_id,
+                        exc,
+                    )
+        return result, error
 
     async def hand_back(
         self, run: QueuedRun, node_id: str, agent_record: Literal["keep", "auto"], delay: float

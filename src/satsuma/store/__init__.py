@@ -34,7 +34,8 @@ from ._summaries import Summary as Summary
 # its runs' events and its nodes in a PostgresStore's database, and listens on the
 # store's connections (satsuma.cluster, `satsuma cluster status`). QueuedRun and
 # QueuedRunStatus are public as satsuma.cluster's. run_queue: the queue's functions, each
-# one transaction of the store's (run_queue.enqueue(store, ...)). The cluster's modules
+# one transaction of the store's (run_queue.enqueue(store, ...)); take_back_claim undoes
+# a node's claim of a paused run that ran nothing (_take_back). The cluster's modules
 # load on first use (PEP 562): an agent that never meets a cluster does not import them.
 # The console reads many runs a page at a time (_browse's names, satsuma.serve). An agent
 # writes what goes together of one step of its loop at once (Step, RunEnd, write_step),
@@ -79,6 +80,7 @@ if _typing.TYPE_CHECKING:
     from ._status import QUEUE_STATUSES as QUEUE_STATUSES
     from ._status import ClusterStatus as ClusterStatus
     from ._status import cluster_status as cluster_status
+    from ._take_back import take_back_claim as take_back_claim
 
     run_queue = _queue
 
@@ -102,6 +104,7 @@ _FOR_THE_CLUSTER: _typing.Final = {
         )
     },
     **{name: ("_status", name) for name in ("QUEUE_STATUSES", "ClusterStatus", "cluster_status")},
+    "take_back_claim": ("_take_back", "take_back_claim"),
 }
 
 
