@@ -137,24 +137,38 @@ async def test_the_caller_has_its_result_from_the_end_notice_and_reads_a_long_on
             heard: list[tuple[str, str]] = []
             with trio.fail_after(10):
                 async with trio.open_nursery() as listening:
-                    await listening.start(
-                        _notified, postgres_dsn, channels, [queue.DONE_CHANNEL], heard
-                    )
+                    await listening.start(_notified, postgres_dsn, channels, channels, heard)
                     result = await cluster.run(Echo, f"notice-{prompt}", prompt)
             assert result.status == "completed"
             _, text = await outcome(store, result.run_id) or (None, None)
             assert text is not None and decode_result(text) == result
             if prompt == "hi":
                 assert result.output == "echo: hi"
-                assert heard == [
-                    (queue.RESULT_CHANNEL, f"{result.run_id} 1 {text}"),
-                    (queue.DONE_CHANNEL, result.run_id),
-                ]
+                # One NOTIFY for the end: the result's.
+                assert heard == [(queue.RESULT_CHANNEL, f"{result.run_id} 1 {text}")]
                 assert reads == []  # the notice had it
             else:
                 assert result.output == "x" * 9000
                 assert heard == [(queue.DONE_CHANNEL, result.run_id)]  # too long to carry
                 assert reads == [result.run_id]  # read from the queue
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_event_stream_ends_on_the_end_notice_that_carries_the_result(
+    postgres_dsn: str,
+) -> None:
+    """An end sends one NOTIFY (the result's): a stream hears it and ends without
+    waiting for its poll (a minute here), whether its last events came with the end
+    or before."""
+    async with PostgresStore(postgres_dsn) as store, trio.open_nursery() as nursery:
+        node = Node(store, agents=[Echo], model=FunctionModel(echo), poll_interval=0.5)
+        await nursery.start(node.serve)
+        cluster = Cluster(store, poll_interval=60.0)
+        for prompt in ("hi", "long"):
+            with trio.fail_after(20):
+                async with cluster.stream(Echo, f"ends-{prompt}", prompt) as stream:
+                    names = [type(event).__name__ async for event in stream]
+            assert names[0] == "RunStart" and names[-1] == "RunEnd"
         nursery.cancel_scope.cancel()
 
 

@@ -398,8 +398,9 @@ async def finish(
     # The NOTIFYs are sent at COMMIT. The queued channel only when a run of the
     # conversation waits (its turn has come): a run of another conversation was
     # announced when it was queued, and waking every node for nothing costs each a
-    # claim. The result's (_end_notice) before the done channel's, so that a waiter
-    # reads both at once, the result first, and need not read the queue.
+    # claim. The result's (_end_notice), or, for one too long for it, the done
+    # channel's (its waiters read the queue): one NOTIFY for the end.
+    done = "pg_notify(%(done_channel)s, run_id)" if notice is None else "NULL"
     parts = [
         f"WITH done AS (UPDATE run_queue SET status = %(status)s, ended_at = {NOW}, "
         "result = %(result)s, error = %(error)s, node_id = NULL, decisions = NULL "
@@ -408,7 +409,7 @@ async def finish(
         "WHERE w.agent_id = run_queue.agent_id AND w.status = 'queued') "
         "THEN pg_notify(%(queued)s, agent_name) END AS queued, "
         "CASE WHEN %(notice)s::text IS NOT NULL THEN pg_notify(%(result_channel)s, %(notice)s) "
-        "END AS notice, pg_notify(%(done_channel)s, run_id) AS done)"
+        f"END AS notice, {done} AS done)"
     ]
     params: dict[str, Any] = {}
     if release is not None:
