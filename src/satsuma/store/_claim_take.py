@@ -11,9 +11,19 @@ is a ``Taken`` (``_opening``) that it passes to the agent it opens.
 
 The locks are taken in the order of the sweep of dead nodes (``_nodes.sweep``): the
 node's row (``FOR SHARE``: a node counted dead claims, and so takes, nothing), the
-queue's row, the lease's row. The transaction waits for its flush, as a take always
-did: a lease must not be lost to a crash of the server after its holder has written
-under it (the claim alone skipped the flush, and still does when nothing is taken).
+queue's row, the lease's row.
+
+The transaction commits without waiting for its flush to disk (``synchronous_commit =
+off``, for it alone), as the claim and the load already did apart: a flush (an fsync)
+was most of the take's time. A lease must not be lost to a crash of the server once its
+holder has written under it, and it is not: the node's next write after the claim, on
+every path (the run's record, a resume's repair, a paused run's claim, the run's end),
+waits for its own flush, and the WAL is flushed (and replicated) in order, so that
+flush carries the claim's. Nothing leaves the node on the claim before that write (the
+model is called after the run's record). A crash of the server before it loses the
+claim, the take and the start together: the run is ``queued`` again after recovery,
+and the node's writes under the lost lease are refused (its owner no longer holds
+the row).
 
 A lease another owner holds (a node that died on another host, whose lease has not
 expired) is not taken: the claim alone commits, and the node hands the run back for
@@ -90,6 +100,7 @@ async def claim_and_take(
     where = store.location
 
     def work(db: psycopg.Connection[Any]) -> ClaimTaken | _Sent:
+        db.execute("SET LOCAL synchronous_commit = off")  # see the module's notes
         got = claimed(claim_statement(db, node_id, agent_names).fetchone())
         run = got.run
         if run is None:
@@ -97,10 +108,7 @@ async def claim_and_take(
         try:
             lease = take(db, where, run.agent_id, owner, seconds)
         except StoreError as exc:
-            # Held by another owner: only the claim commits, without waiting for its
-            # flush (see _queue._no_flush_wait).
-            db.execute("SET LOCAL synchronous_commit = off")
-            return ClaimTaken(run, got.more, refusal=exc)
+            return ClaimTaken(run, got.more, refusal=exc)  # held: the claim alone commits
         db.execute(_START, (run.run_id,))
         return _Sent(run, got.more, lease, load_sent(db, POSTGRES, run.agent_id))
 
