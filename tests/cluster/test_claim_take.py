@@ -18,8 +18,9 @@ import trio
 import satsuma
 from satsuma.agents import internal
 from satsuma.cluster import Cluster, Node
+from satsuma.cluster import _node as node_module
 from satsuma.cluster._results import encode_result
-from satsuma.store import LeaseLost, Owner, PostgresStore, RunRecord, Step
+from satsuma.store import LeaseLost, Owner, PostgresStore, RunRecord, Step, StoreUnavailable
 from satsuma.store import _queue as queue
 from satsuma.store._claim_take import claim_and_take, undo_lost_claim
 from satsuma.testing import FunctionModel
@@ -268,3 +269,30 @@ async def test_a_lease_taken_for_an_agent_that_never_opens_is_let_go(
         nursery.cancel_scope.cancel()
     assert result.status == "failed"
     assert _holder(postgres_dsn, "never-1") == (None, 1)
+
+
+async def test_a_node_whose_claim_committed_unanswered_puts_it_back_and_completes_the_run(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's claim commits, run and lease taken, but its answer is lost
+    (``StoreUnavailable``): the node puts the run back and lets that lease go, and the
+    run completes on its next claim, its agent taken at the next epoch."""
+    real = node_module.claim_and_take
+    lost: list[str] = []
+
+    async def unanswered(*args: Any, **kwargs: Any) -> Any:
+        got = await real(*args, **kwargs)
+        if got.run is not None and not lost:
+            lost.append(got.run.run_id)
+            raise StoreUnavailable("test", "the connection broke as the claim committed")
+        return got
+
+    monkeypatch.setattr(node_module, "claim_and_take", unanswered)
+    async with PostgresStore(postgres_dsn) as store, trio.open_nursery() as nursery:
+        node = Node(store, agents=[Echo], model=FunctionModel(echo), poll_interval=0.2)
+        await nursery.start(node.serve)
+        with trio.fail_after(20):
+            result = await Cluster(store).run(Echo, "unanswered-1", "hi")
+        nursery.cancel_scope.cancel()
+    assert lost == [result.run_id] and result.output == "echo: hi"
+    assert _holder(postgres_dsn, "unanswered-1") == (None, 2)  # taken twice, let go
