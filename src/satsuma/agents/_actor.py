@@ -22,7 +22,7 @@ import trio.lowlevel
 from .._exceptions import AgentCrashed, AgentUnavailable, StoreUnavailable
 from .._messages import Message
 from ..models import Model, limiter_for, resolve_model
-from ..store import Owner, RunRecord, Store
+from ..store import Owner, RunRecord, Store, Taken
 from ..tools import Approver
 from ._agent import AgentSpec
 from ._approval import claim_paused
@@ -92,6 +92,7 @@ class Actor:
         fence: Callable[[], bool] | None = None,
         owner: Owner | None = None,
         approver: Approver | None = None,
+        taken: Taken | None = None,
     ) -> None:
         self.spec = spec
         self.approver = approver if approver is not None else spec.approver
@@ -108,8 +109,9 @@ class Actor:
                 store,
                 agent_id,
                 fence=self.is_current,
-                owner=owner or Owner.new(),
+                owner=taken.lease.owner if taken is not None else owner or Owner.new(),
                 agent=spec.name,
+                taken=taken,
             )
             if store is not None
             else None

@@ -3,7 +3,8 @@
 ``satsuma.agents`` exposes this module as ``internal``: the supervisor runs an agent's
 incarnations on an ``Actor`` and a ``Mailbox`` that outlives them; a cluster's node runs
 queued runs under their own ids (``run_with_id``, ``resume_with_id``, and
-``resume_decided`` for a paused run's decisions), and its client and results read agent
+``resume_decided`` for a paused run's decisions), on agents opened with the lease and
+state it took with the claim (``open_taken``), and its client and results read agent
 classes (``spec_of``), typed answers and stored runs; the CLI reads agent classes and
 typed answers; the cluster writes events as the JSON-lines log does (``json_line``) and
 checks the decisions a paused run is resumed with (``check_decisions``) before it
@@ -22,6 +23,7 @@ from ._handle import resume_decided as resume_decided
 from ._handle import resume_with_id as resume_with_id
 from ._handle import run_with_id as run_with_id
 from ._jsonlog import json_line as json_line
+from ._open import open_taken as open_taken
 from ._output import OutputSpec as OutputSpec
 from ._output import output_to_json as output_to_json
 from ._persist import run_part as run_part
@@ -41,6 +43,7 @@ __all__ = [
     "OutputT",
     "json_line",
     "new_run_id",
+    "open_taken",
     "output_to_json",
     "raw_output",
     "resume_decided",

@@ -13,7 +13,7 @@ import trio
 
 from .._exceptions import AgentCrashed, AgentUnavailable, ConfigurationError
 from ..models import Model, shared_model
-from ..store import Store
+from ..store import Store, Taken
 from ..tools import Approver
 from ._actor import Actor
 from ._agent import Agent, seconds_or_none, spec_of
@@ -21,7 +21,7 @@ from ._compaction import Compaction
 from ._handle import AgentHandle
 from ._result import OutputT
 
-__all__ = ["CLASS_DEFAULT", "open_agent"]
+__all__ = ["CLASS_DEFAULT", "open_agent", "open_taken"]
 
 _agent_numbers = itertools.count(1)
 
@@ -91,6 +91,29 @@ def open_agent(
     )
 
 
+def open_taken(
+    agent: type[Agent[OutputT]],
+    taken: Taken,
+    *,
+    store: Store,
+    model: Model | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> AbstractAsyncContextManager[AgentHandle[OutputT]]:
+    """``open_agent`` for an agent whose lease and state its caller took already, in
+    ``store`` (a cluster's node, with its run's claim): the agent starts from ``taken``
+    rather than taking and loading its own, and lets the lease go as it closes."""
+    return _open_agent(
+        agent,
+        model=model,
+        context=context,
+        agent_id=taken.lease.agent_id,
+        store=store,
+        approver=None,
+        approval_timeout=CLASS_DEFAULT,
+        taken=taken,
+    )
+
+
 @asynccontextmanager
 async def _open_agent(
     agent: type[Agent[Any]],
@@ -101,6 +124,7 @@ async def _open_agent(
     store: Store | None,
     approver: Approver | None,
     approval_timeout: float | _ClassDefault | None,
+    taken: Taken | None = None,
 ) -> AsyncIterator[AgentHandle[Any]]:
     spec = spec_of(agent)
     if not isinstance(approval_timeout, _ClassDefault):
@@ -136,6 +160,7 @@ async def _open_agent(
         agent_id or f"{spec.name}-{next(_agent_numbers)}",
         store=store,
         approver=approver,
+        taken=taken,
     )
     handle: AgentHandle[Any] = AgentHandle(actor)
     actor.handle = handle

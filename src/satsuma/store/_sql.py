@@ -23,7 +23,6 @@ from ._base import BaseStore
 from ._dialect import REFUSED, Connection, Dialect, executemany
 from ._lease import Lease, let_go
 from ._load_agent import Loaded, load_sql
-from ._opening import let_go_with_end
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -136,8 +135,7 @@ class SQLStore(SummaryMethods, BaseStore):
             )
 
         try:
-            if not let_go_with_end(lease):  # else nothing is left to write (_opening)
-                await self._call(work, transaction=False)
+            await self._call(work, transaction=False)
         finally:
             let_go(lease.owner)
 
