@@ -41,6 +41,11 @@ from satsuma.testing import Reply, ScriptedModel, check_conversation
 
 ran: list[str] = []
 
+_STILL_PAUSED = (
+    "none of its calls ran, and it still awaits approval (resume it with its decisions "
+    "again once the store works)"
+)
+
 
 @pytest.fixture(autouse=True)
 def _clear() -> None:
@@ -277,6 +282,29 @@ async def test_a_claim_the_server_did_not_write_leaves_the_run_paused(postgres_d
 
         await _resume_losing_its_connection(agent, run_id, {call_id: Deny("first")}, nothing)
         assert await trio.to_thread.run_sync(_fired, postgres_dsn), "no connection was lost"
+        await still_paused(store, run_id, call_id)
+        await completes_once(agent, store, run_id, call_id, "second")
+
+
+async def test_a_database_out_of_reach_fails_the_resume_and_not_the_agent(
+    postgres_dsn: str, partition: Any
+) -> None:
+    # Nothing answers (a partition, a hung server): the resume's first read fails once
+    # the connection's timeout has passed; no claim was even sent.
+    async with (
+        PostgresStore(partition.dsn, connect_timeout=2) as store,
+        opened(store, "supervised") as (agent, supervisor),
+    ):
+        run_id, call_id = await paused(agent)
+        partition.black_hole = True
+        partition.cut()
+        with trio.fail_after(60), pytest.raises(StoreUnavailable) as raised:
+            await agent.resume(run_id, decisions={call_id: Approve(by="first")})
+        assert "cannot reach the database" in raised.value.problem, raised.value
+        assert raised.value.problem.endswith(f"run {run_id} was not resumed: {_STILL_PAUSED}")
+        partition.black_hole = False
+        [child] = supervisor.which_children()
+        assert (child.state, child.restarts) == ("running", 0)
         await still_paused(store, run_id, call_id)
         await completes_once(agent, store, run_id, call_id, "second")
 

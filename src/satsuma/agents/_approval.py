@@ -13,11 +13,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .._exceptions import LeaseLost, RunNotAwaitingApproval, StoreClosed, StoreError
+from .._exceptions import (
+    LeaseLost,
+    RunNotAwaitingApproval,
+    StoreClosed,
+    StoreError,
+    StoreUnavailable,
+    StoreUnreadable,
+)
 from .._jsonvalue import json_problem
 from ..store import ApprovalDecision, PendingApproval, release_claim
 from ..tools import (
@@ -273,13 +280,19 @@ def not_resumed(run_id: str, exc: StoreError) -> StoreError:
     """What a resume with decisions raises when its claim failed on the store: the
     store's error, of the same class (``StoreUnavailable``: try again later), saying
     what became of the run."""
-    refused = type(exc)(
+    # The nearest of satsuma's classes: a Store of a user's own may raise a subclass
+    # that is made otherwise.
+    kind = next(cls for cls in type(exc).__mro__ if cls in _STORE_ERRORS)
+    refused = kind(
         exc.location,
         f"{exc.problem}; run {run_id} was not resumed: none of its calls ran, and it "
         "still awaits approval (resume it with its decisions again once the store works)",
     )
     refused.__cause__ = exc
     return refused
+
+
+_STORE_ERRORS: Final = (StoreUnavailable, LeaseLost, StoreUnreadable, StoreClosed, StoreError)
 
 
 async def pause(run: Run, pending: Sequence[PendingCall], outcomes: Sequence[ToolOutcome]) -> None:
