@@ -192,8 +192,8 @@ async def claim_paused(
     ``running``, and the decisions are recorded on its calls); fill the job with the
     run's record, prompt and pending calls. ``in_doubt`` holds the agent's claims that
     failed on the store (by run id): one of this run's is taken back first, and a
-    claim of this job's that fails joins it (a node's job excepted: its node takes its
-    claims back).
+    claim of this job's that ``StoreUnavailable`` leaves in doubt joins it unless it
+    is taken back at once (a node's job excepted: its node takes its claims back).
 
     Raises:
         RunNotAwaitingApproval: the run is not awaiting approval, or another decision
@@ -228,8 +228,10 @@ async def claim_paused(
     try:
         claimed = await persistence.claim_paused_run(job.run_id, decided)
     except StoreError as exc:
-        if job.hands_back or isinstance(exc, (LeaseLost, StoreClosed)):
-            raise  # a node's (it takes the claim back), or no write of the agent can succeed
+        if job.hands_back or not isinstance(exc, StoreUnavailable):
+            # A node's (it takes its claims back); or the store refused the claim, and
+            # so wrote none of it: only a store that became unreachable may have.
+            raise
         doubt = ClaimInDoubt(call_ids=tuple(decided), decided_at=at)
         in_doubt[job.run_id] = doubt
         try:
