@@ -209,7 +209,10 @@ class AgentHandle(Generic[OutputT]):
                 ``Approve(input=...)`` is not valid input for its tool (nothing is run;
                 the run still waits).
             TypeError: a decision is not Approve or Deny.
+            StoreError: with decisions, the store failed as the run was taken up:
+                nothing ran, and the run still awaits approval (resume it again later).
             AgentUnavailable: the agent has stopped.
+            AgentCrashed: the agent's lease was lost or its store closed (it stops).
         """
         if decisions is not None:
             # Checked, and the run claimed, by the agent's own task (see Actor._serve_job).

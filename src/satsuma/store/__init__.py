@@ -35,7 +35,8 @@ from ._summaries import Summary as Summary
 # store's connections (satsuma.cluster, `satsuma cluster status`). QueuedRun and
 # QueuedRunStatus are public as satsuma.cluster's. run_queue: the queue's functions, each
 # one transaction of the store's (run_queue.enqueue(store, ...)); take_back_claim undoes
-# a node's claim of a paused run that ran nothing (_take_back). The cluster's modules
+# a node's claim of a paused run that ran nothing (_take_back), release_claim an agent's
+# own (_unclaim). The cluster's modules
 # load on first use (PEP 562): an agent that never meets a cluster does not import them.
 # The console reads many runs a page at a time (_browse's names, satsuma.serve). An agent
 # writes what goes together of one step of its loop at once (Step, RunEnd, write_step),
@@ -64,6 +65,7 @@ from ._load_agent import load_agent as load_agent
 from ._opening import Taken as Taken
 from ._step import RunEnd as RunEnd
 from ._step import Step as Step
+from ._unclaim import release_claim as release_claim
 from ._write_step import write_step as write_step
 
 if _typing.TYPE_CHECKING:
