@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._base import BaseStore
+from ._batched import tail_at_once
 from ._dialect import REFUSED, Connection, Dialect, executemany
 from ._lease import Lease, let_go
 from ._load_agent import Loaded, load_sql
@@ -164,6 +165,9 @@ class SQLStore(SummaryMethods, BaseStore):
         sql = self._dialect.sql
         if self._dialect.agent_lock is not None:
             db.execute(sql(self._dialect.agent_lock), (agent_id,))
+        if self._dialect.batches:
+            tail_at_once(db, agent_id, start, messages)  # the same, in one statement
+            return
         # max(seq) walks the primary key's index; count(*) would read every row.
         said = (f"write_tail at {start} past the end (", f") of agent {agent_id!r}")
         if self._dialect.refuses:
