@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 import pytest
@@ -211,7 +211,7 @@ def _statements() -> Iterator[list[str]]:
         psycopg.Cursor.executemany = executemany  # type: ignore[method-assign]
 
 
-async def test_a_turns_steps_on_postgres_are_four_statements_each(postgres_dsn: str) -> None:
+async def test_a_turns_steps_on_postgres_are_three_statements_each(postgres_dsn: str) -> None:
     async with PostgresStore(postgres_dsn) as store:
         await _run(store, "c")
         lease = await store.acquire_lease("c", Owner.new(), seconds=60)
@@ -229,11 +229,11 @@ async def test_a_turns_steps_on_postgres_are_four_statements_each(postgres_dsn: 
         )
         with _statements() as sent:
             await write_step(store, uses, lease=lease)
-        # The lease's check, the agent's lock, the tail, the calls started.
-        assert len(sent) == 4, sent
+        # The lease's check with the agent's lock, the tail, the calls started.
+        assert len(sent) == 3, sent
         with _statements() as sent:
             await write_step(store, results, lease=lease)
-        assert len(sent) == 4, sent  # the check, the outcomes, the lock, the tail
+        assert len(sent) == 3, sent  # the check with the lock, the outcomes, the tail
         assert await _texts(store, "c") == ["p", "uses", "results", "more"]
         assert [(e.tool_use_id, e.content) for e in await store.calls("r1")] == [
             ("c1", "a"),
@@ -246,18 +246,18 @@ async def test_a_step_whose_connection_is_lost_halfway_writes_nothing(postgres_d
     async with PostgresStore(postgres_dsn) as store:
         await _run(store, "l")
         await write_step(store, Step(agent_id="l", started=[_started("c1"), _started("c2")]))
-        # The server process ends itself once, in the outcomes' statement: the tail and
-        # the calls started after it were sent in the same pipeline, never run.
+        # The server process ends itself in the outcomes' statement, every time: the tail
+        # and the calls started after it were sent in the same pipeline, never run (a
+        # first attempt that fails before its COMMIT was sent is made again, once).
         with psycopg.connect(postgres_dsn, autocommit=True) as db:
-            db.execute("CREATE SEQUENCE kills")
             db.execute(
-                "CREATE FUNCTION kill_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                "IF nextval('kills') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); "
-                "PERFORM pg_sleep(5); END IF; RETURN NEW; END $$"
+                "CREATE FUNCTION kill() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); "
+                "RETURN NEW; END $$"
             )
             db.execute(
-                "CREATE TRIGGER kill_once BEFORE UPDATE ON tool_calls "
-                "FOR EACH ROW EXECUTE FUNCTION kill_once()"
+                "CREATE TRIGGER kill BEFORE UPDATE ON tool_calls "
+                "FOR EACH ROW EXECUTE FUNCTION kill()"
             )
         step = Step(
             agent_id="l",
@@ -274,6 +274,8 @@ async def test_a_step_whose_connection_is_lost_halfway_writes_nothing(postgres_d
             ("c2", False),
         ]
         assert await _texts(store, "l") == ["p"]
+        with psycopg.connect(postgres_dsn, autocommit=True) as db:
+            db.execute("DROP TRIGGER kill ON tool_calls")
         await write_step(store, step)  # the store goes on, on another connection
         assert [(e.tool_use_id, e.finished) for e in await store.calls("r1")] == [
             ("c1", True),
@@ -282,3 +284,43 @@ async def test_a_step_whose_connection_is_lost_halfway_writes_nothing(postgres_d
             ("c4", False),
         ]
         assert await _texts(store, "l") == ["p", "results"]
+
+
+_HELD: Final = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+    "AND granted AND ((classid::bigint << 32) | objid::bigint) = hashtextextended(%s, 0)"
+)
+
+
+@pytest.mark.parametrize("leased", [True, False], ids=["leased", "unleased"])
+async def test_every_write_of_a_conversation_holds_its_agents_lock(
+    postgres_dsn: str, leased: bool
+) -> None:
+    # Whether the lease's check took it or the write itself: the write's transaction holds
+    # the agent's lock (writers of one conversation take turns), and the lock of another
+    # agent whose lease it was given is not taken in its place.
+    held: list[tuple[str, int]] = []
+
+    def holds(*agents: str) -> Any:
+        def rider(db: Any) -> None:
+            for agent_id in agents:
+                held.append((agent_id, int(db.execute(_HELD, (agent_id,)).fetchone()[0])))
+
+        return rider
+
+    async with PostgresStore(postgres_dsn) as store:
+        await _run(store, "h")
+        lease = await store.acquire_lease("h", Owner.new(), seconds=60) if leased else None
+        other = await store.acquire_lease("o", Owner.new(), seconds=60)
+        uses = Step(agent_id="h", start=1, messages=[_text("u", "assistant")], riders=[holds("h")])
+        await write_step(store, uses, lease=lease)
+        assert held == [("h", 1)]
+        held.clear()
+        # A lease of another agent: its check passes, and the step's own agent is locked.
+        step = Step(agent_id="h", start=2, messages=[_text("v")], riders=[holds("h", "o")])
+        await write_step(store, step, lease=other)
+        assert held == [("h", 1), ("o", 0)]
+        held.clear()
+        await write_step(store, Step(agent_id="h", started=[_started("c")], riders=[holds("h")]))
+        assert held == [("h", 0)]  # no conversation written: no lock
+        assert await _texts(store, "h") == ["p", "u", "v"]

@@ -20,6 +20,11 @@ main query, from the snapshot before any of them, and one aggregate row is alway
 computed, so the check always runs. The agent's lock is taken by the statement before
 it, so that the snapshot is taken after the lock (a writer that held it has committed).
 
+A write under a lease that writes a tail (``TailWrite``) has the agent's lock taken by
+the lease's check, in the same statement (``_postgres_pipeline``): the lock comes after
+the lease's row, as it did, and before every row of the write, in every write of a
+conversation (a step without a lease takes it first too, ``_step``).
+
 Calls of one step go in one statement only when their ids differ (two rows of one call
 in one statement are refused by ``ON CONFLICT``, and would update one row twice), in
 their order, which numbers their positions; otherwise one statement each, as on SQLite.
@@ -30,14 +35,47 @@ store, carried as a JSON string, which the server gives back unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Generic, TypeVar
+
+import attrs
 
 from .._messages import Message
 from ._dialect import REFUSED, Connection
 from ._records import JournalEntry
 
-__all__ = ["distinct_calls", "finish_calls_at_once", "start_calls_at_once", "tail_at_once"]
+__all__ = [
+    "TailWrite",
+    "distinct_calls",
+    "finish_calls_at_once",
+    "start_calls_at_once",
+    "tail_at_once",
+]
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class TailWrite(Generic[T]):
+    """A store call's work that writes ``agent_id``'s conversation: ``write(db, locked)``,
+    ``locked`` saying whether the agent's lock is held already (taken by the lease's
+    check on PostgreSQL, ``_postgres_pipeline``); called as any work, it is not.
+
+    Attributes:
+        agent_id: The agent whose conversation it writes.
+        write: The work.
+    """
+
+    agent_id: str
+    write: Callable[[Any, bool], T]
+
+    def __call__(self, db: Any) -> T:
+        return self.write(db, False)
+
+    def held(self, db: Any) -> T:
+        """The work, the agent's lock held already."""
+        return self.write(db, True)
+
 
 _TAIL: Final = (
     "WITH after AS (DELETE FROM messages WHERE agent_id = %(agent)s AND seq >= %(after)s), "

@@ -72,8 +72,9 @@ class Dialect:
             the server, failing the transaction, rather than read and made by the store:
             a write then never waits for an answer before its COMMIT is sent.
         batches: A write's rows of one kind (a tail's messages, a step's calls) go in
-            one statement (``_batched``), where each statement costs a message to
-            the server; else one statement each.
+            one statement, and a write of a conversation under a lease takes the
+            agent's lock in the lease's check (``_batched``), where each statement
+            costs a message to the server; else one statement each.
     """
 
     name: str
