@@ -197,12 +197,10 @@ class SQLStore(SummaryMethods, BaseStore):
     async def write_tail(
         self, agent_id: str, start: int, messages: Sequence[Message], *, lease: Lease | None = None
     ) -> None:
-        await self._call(
-            TailWrite(
-                agent_id, lambda db, held: self._write_tail(db, agent_id, start, messages, held)
-            ),
-            lease,
-        )
+        def work(db: Connection, locked: bool) -> None:
+            self._write_tail(db, agent_id, start, messages, locked)
+
+        await self._call(TailWrite(agent_id, work), lease)
 
     # --- runs ---------------------------------------------------------------------------
 
