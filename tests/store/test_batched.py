@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import psycopg
+import psycopg.sql
 import pytest
 
 import satsuma
@@ -29,6 +30,7 @@ from satsuma.store import (
     Summary,
     write_step,
 )
+from satsuma.store import _batched as batched
 
 
 def _text(text: str, role: str = "user") -> Message:
@@ -324,3 +326,49 @@ async def test_every_write_of_a_conversation_holds_its_agents_lock(
         await write_step(store, Step(agent_id="h", started=[_started("c")], riders=[holds("h")]))
         assert held == [("h", 0)]  # no conversation written: no lock
         assert await _texts(store, "h") == ["p", "u", "v"]
+
+
+async def test_a_batch_finds_its_rows_by_index_in_a_big_journal(postgres_dsn: str) -> None:
+    # A batch's rows are a VALUES list, whose length the planner knows: with rows from a
+    # set-returning function (planned as 100 rows) the outcomes' UPDATE scanned the whole
+    # journal, and the tail's end, read in a statement with WITH, every message of the
+    # conversation. The plans of the statements as sent, generic as once prepared.
+    async with PostgresStore(postgres_dsn) as store:
+        await store.read(lambda db: None)  # the schema made
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO tool_calls (run_id, tool_use_id, tool_name, input) "
+            "SELECT 'r' || (g / 4), 'c' || g, 't', '{}' FROM generate_series(1, 40000) g"
+        )
+        db.execute(
+            "INSERT INTO messages SELECT 'a' || (g % 20), g / 20, 'user', '[]' "
+            "FROM generate_series(0, 39999) g"
+        )
+        db.execute("ANALYZE")
+        db.execute("SET plan_cache_mode = force_generic_plan")
+
+        def plan(sql: str, params: list[Any]) -> str:
+            db.execute("DEALLOCATE ALL")
+            db.execute(f"PREPARE batch AS {_numbered(sql)}")
+            values = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(p) for p in params)
+            query = psycopg.sql.SQL("EXPLAIN EXECUTE batch ({})").format(values)
+            rows = db.execute(query).fetchall()
+            return "\n".join(row[0] for row in rows)
+
+        finished = plan(
+            batched._finished_sql(2), ["r5", "c20", "x", False, None, "r5", "c21", "y", True, "k"]
+        )
+        assert "Index Scan using tool_calls_pkey" in finished, finished
+        assert "Seq Scan" not in finished, finished
+        tail = plan(
+            batched._tail_sql(1),
+            ["a5", 2001, "a5", 2000, "a5", 2000, "user", "[]", 2000, "x", "y", "a5"],
+        )
+        assert "Index Only Scan Backward using messages_pkey" in tail, tail
+        assert "Seq Scan on messages" not in tail, tail
+
+
+def _numbered(sql: str) -> str:
+    """``sql`` with psycopg's ``%s`` as PostgreSQL's ``$1``, ``$2``..."""
+    parts = sql.split("%s")
+    return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]

@@ -170,9 +170,8 @@ class SQLStore(SummaryMethods, BaseStore):
         sql = self._dialect.sql
         if self._dialect.agent_lock is not None and not locked:
             db.execute(sql(self._dialect.agent_lock), (agent_id,))
-        if self._dialect.batches:
-            tail_at_once(db, agent_id, start, messages)  # the same, in one statement
-            return
+        if self._dialect.batches and tail_at_once(db, agent_id, start, messages):
+            return  # the same, in one statement
         # max(seq) walks the primary key's index; count(*) would read every row.
         said = (f"write_tail at {start} past the end (", f") of agent {agent_id!r}")
         if self._dialect.refuses:
