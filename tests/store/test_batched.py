@@ -372,3 +372,16 @@ def _numbered(sql: str) -> str:
     """``sql`` with psycopg's ``%s`` as PostgreSQL's ``$1``, ``$2``..."""
     parts = sql.split("%s")
     return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
+
+
+async def test_more_rows_than_one_statement_takes_are_written_all_the_same(store: Store) -> None:
+    # Past batched.MOST rows, a tail or a step's calls go one statement each, as on SQLite.
+    many = batched.MOST + 8
+    await _run(store, "m")
+    await store.write_tail("m", 1, [_text(f"t{i}") for i in range(many)])
+    await store.write_tail("m", 3, [_text(f"u{i}") for i in range(many)])
+    assert await _texts(store, "m") == ["p", "t0", "t1", *[f"u{i}" for i in range(many)]]
+    ids = [f"c{many - i:03}" for i in range(many)]
+    await write_step(store, Step(agent_id="m", started=[_started(i) for i in ids]))
+    await write_step(store, Step(agent_id="m", finished=[_outcome(i, i) for i in ids]))
+    assert [(e.tool_use_id, e.content) for e in await store.calls("r1")] == [(i, i) for i in ids]
