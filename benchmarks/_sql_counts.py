@@ -247,6 +247,8 @@ class Exchanges:
                     continue
                 source = key.fileobj
                 assert isinstance(source, socket.socket)
+                if source not in pairs:
+                    continue  # closed with its peer, earlier in this batch of events
                 peer, from_client = pairs[source]
                 data = source.recv(65536)
                 if not data:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.errors
 import trio
 from _sql_counts import Exchanges, Tally, counting
 from psycopg.conninfo import make_conninfo
@@ -182,6 +183,25 @@ async def throughput(store: Store, agents: int, per_agent: int, tag: str) -> flo
     return agents * per_agent / (time.perf_counter() - started)
 
 
+def quiet_server(dsn: str, wait: float = 60.0) -> None:
+    """Before the turns are timed: wait (up to ``wait`` seconds) for the server's
+    autovacuum workers to end, then ``CHECKPOINT`` (where the role may), so that neither
+    runs beside the measurement. After minutes of load (benchmarks/cluster.py's section 4
+    comes after its cluster runs) the server vacuums the tables those runs churned and
+    checkpoints the WAL they wrote, on the same two CPUs and disk as the turns' commits."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            row = db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            ).fetchone()
+            if not row or not row[0]:
+                break
+            time.sleep(0.2)
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            db.execute("CHECKPOINT")
+
+
 async def turn_latency(
     stores: dict[str, Store], turns: int, repeats: int, *, before: bool = False
 ) -> dict[str, float]:
@@ -203,7 +223,11 @@ async def turn_latency(
             raise RuntimeError(f"the run ended {result.status} after {result.iterations} turns")
         return elapsed / turns
 
-    await one(stores["memory"], "warm-up")
+    postgres = stores["postgres"]
+    assert isinstance(postgres, PostgresStore)
+    await trio.to_thread.run_sync(quiet_server, postgres.dsn)
+    for kind in ("memory", "postgres"):  # after the checkpoint: its first writes warmed
+        await one(stores[kind], f"warm-up-{kind}")
     for repeat in range(repeats):
         for kind in kinds:  # interleaved: drift hits all alike
             with one_statement_each(kind == BEFORE):
