@@ -326,6 +326,17 @@ def takes_context(tool: Tool) -> bool:
     return not plain or tool._context_param is not None  # type: ignore[attr-defined]
 
 
+def direct_function(tool: Tool) -> Callable[..., Any] | None:
+    """The function that ``tool.run(args, ctx)`` calls as ``fn(**args)`` and does
+    nothing else with: a ``@tool`` function without ``ctx`` that is no toolset method.
+    The runner calls it without ``run``'s frame. None for every other tool."""
+    if type(tool) is not FunctionTool or "run" in vars(tool):
+        return None  # a subclass, or an instance whose run was replaced: its own run
+    if tool._context_param is not None or tool._is_method:
+        return None
+    return tool._fn
+
+
 def _make_function_tool(
     fn: Callable[P, R],
     *,
