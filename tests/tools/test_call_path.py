@@ -17,7 +17,8 @@ import pytest
 import trio
 
 import satsuma
-from satsuma import ToolCall, ToolContext, ToolError, ToolOutcome, ToolRunner
+from satsuma import ToolCall, ToolContext, ToolError, ToolOutcome, ToolRunner, format_results
+from satsuma._shapes import tool_result_block
 from satsuma.tools import Batched
 from satsuma.tools._ending import failed_outcome
 from satsuma.tools._environment import finish_report
@@ -283,3 +284,17 @@ async def test_an_async_on_outcome_is_awaited_shielded(autojump_clock: Any) -> N
                 )
     assert journaled == ["a"]
     assert entered[0] > 0  # entered, and resumed after its sleep
+
+
+def test_a_text_answer_block_is_built_in_place_as_tool_result_block_builds_it() -> None:
+    text = ToolOutcome(tool_use_id="a", tool_name="echo", content="echo 1", is_error=False)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}
+    blocks = ToolOutcome(tool_use_id="b", tool_name="look", content=[image], is_error=True)
+    with counting(tool_result_block.__code__) as entered:
+        formatted = format_results([text, blocks])
+    assert entered == [1]  # the blocks' answer only
+    assert formatted == [
+        tool_result_block("a", "echo 1", False),
+        tool_result_block("b", [image], True),
+    ]
+    assert formatted[1]["content"][0] is not image  # blocks are copied, as before
