@@ -22,8 +22,9 @@ from satsuma._shapes import tool_result_block
 from satsuma.tools import Batched
 from satsuma.tools._ending import failed_outcome
 from satsuma.tools._environment import finish_report
+from satsuma.tools._gate import normalise
 from satsuma.tools._registry import tool_entries
-from satsuma.tools._runner import ToolRunner as _Runner
+from satsuma.tools._schedule import run_call
 from satsuma.tools._tool import FunctionTool, direct_function
 
 
@@ -215,12 +216,12 @@ async def test_every_way_of_running_gives_each_call_its_outcome_in_order(
 async def test_parallel_calls_are_their_own_tasks_with_no_frame_around_them() -> None:
     runner = ToolRunner([echo])
     calls = [ToolCall(str(n), "echo", {"n": n}) for n in range(3)]
-    with counting(_Runner._run_call.__code__) as entered:
+    with counting(run_call.__code__) as entered:
         outcomes = await runner.execute(calls)
     assert [o.content for o in outcomes] == ["echo 0", "echo 1", "echo 2"]
     assert entered == [0]
     capped = ToolRunner([echo], max_concurrency=1)
-    with counting(_Runner._run_call.__code__) as entered:
+    with counting(run_call.__code__) as entered:
         outcomes = await capped.execute(calls)
     assert [o.content for o in outcomes] == ["echo 0", "echo 1", "echo 2"]
     assert entered == [3]  # each call gives its slot back when it ends
@@ -298,3 +299,38 @@ def test_a_text_answer_block_is_built_in_place_as_tool_result_block_builds_it() 
         tool_result_block("b", [image], True),
     ]
     assert formatted[1]["content"][0] is not image  # blocks are copied, as before
+
+
+class Shouty(str):
+    """A result of a str subclass: the gate gives its plain text."""
+
+    def upper(self) -> str:
+        raise AssertionError("never called")
+
+
+@satsuma.tool
+async def answers(kind: str) -> Any:
+    """Answers with a kind of text.
+
+    Args:
+        kind: ascii, unicode or subclass.
+    """
+    return {"ascii": "plain", "unicode": "caf\u00e9", "subclass": Shouty("sub")}[kind]
+
+
+async def test_an_ascii_text_result_is_judged_in_place_and_any_other_by_the_gate() -> None:
+    runner = ToolRunner([answers])
+    calls = [ToolCall(kind, "answers", {"kind": kind}) for kind in ("ascii", "unicode", "subclass")]
+    with counting(normalise.__code__) as entered:
+        outcomes = await runner.execute(calls[:1])
+    assert entered == [0]
+    assert (outcomes[0].content, outcomes[0].is_error, outcomes[0].error_kind) == (
+        "plain",
+        False,
+        None,
+    )
+    with counting(normalise.__code__) as entered:
+        outcomes = await runner.execute(calls)
+    assert entered == [2]
+    assert [o.content for o in outcomes] == ["plain", "caf\u00e9", "sub"]
+    assert [type(o.content) for o in outcomes] == [str, str, str]

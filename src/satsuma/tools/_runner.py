@@ -20,7 +20,7 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, final
 
 import trio
@@ -51,7 +51,7 @@ from ._gate import gate_call, normalise
 from ._prepared import prepare_tools
 from ._propagation import raise_propagating
 from ._results import ToolOutcome, crash_details, error_outcome
-from ._spans import traced
+from ._schedule import run_units
 from ._strategies import Strategy, StrategyName
 from ._texts import (
     SKIPPED_TEXT,
@@ -221,67 +221,26 @@ class ToolRunner:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(emitter.pump)
                 try:
-                    await self._run_units(call_list, env, outcomes)
+                    await run_units(
+                        self._run_supervised,
+                        self._strategy,
+                        self._limiter,
+                        call_list,
+                        env,
+                        outcomes,
+                    )
                 finally:
                     emitter.close()
         else:
-            await self._run_units(call_list, env, outcomes)
+            await run_units(
+                self._run_supervised, self._strategy, self._limiter, call_list, env, outcomes
+            )
         if isinstance(approver, Deferral):
             # In call order, as the model asked for them (the calls ran at once, and
             # reached the Deferral in whatever order their tasks did).
             order = {call.id: index for index, call in enumerate(call_list)}
             approver.pending.sort(key=lambda pending: order.get(pending.id, len(order)))
         return outcomes  # type: ignore[return-value]  # every slot is filled by now
-
-    async def _run_units(
-        self, calls: Sequence[ToolCall], env: Environment, outcomes: list[ToolOutcome | None]
-    ) -> None:
-        limiter = self._limiter
-        # Without a cap or a tracer, a call's own coroutine is its task (or, alone in its
-        # unit, awaited here): no frame around it.
-        bare = limiter is None and env.tracer is None
-        for unit in self._strategy.units(len(calls)):
-            if len(unit) == 1:
-                index = unit[0]
-                if bare:
-                    await self._run_supervised(calls[index], env, outcomes, index)
-                elif limiter is None:
-                    await self._run_call(calls[index], env, outcomes, index, None)
-                else:
-                    async with limiter:
-                        await self._run_call(calls[index], env, outcomes, index, None)
-                continue
-            async with trio.open_nursery() as nursery:
-                for index in unit:
-                    if limiter is None:
-                        run = self._run_supervised if bare else self._run_call
-                        nursery.start_soon(run, calls[index], env, outcomes, index)
-                        continue
-                    # The slot is taken here, before the task exists, so that calls start
-                    # in call order (trio starts new tasks in no particular order).
-                    slot = object()
-                    await limiter.acquire_on_behalf_of(slot)
-                    nursery.start_soon(self._run_call, calls[index], env, outcomes, index, slot)
-
-    async def _run_call(
-        self,
-        call: ToolCall,
-        env: Environment,
-        outcomes: list[ToolOutcome | None],
-        index: int,
-        slot: object | None = None,
-    ) -> None:
-        """``_run_supervised``, within the call's span when traced; then the call's slot
-        of the runner's cap (taken on its behalf) let go."""
-        try:
-            if env.tracer is None:
-                await self._run_supervised(call, env, outcomes, index)
-            else:
-                await traced(self._run_supervised, call, env, outcomes, index)
-        finally:
-            if slot is not None:
-                assert self._limiter is not None
-                self._limiter.release_on_behalf_of(slot)
 
     async def _run_supervised(
         self, call: ToolCall, env: Environment, outcomes: list[ToolOutcome | None], index: int
@@ -491,5 +450,14 @@ class ToolRunner:
         if late or crash is not None:
             return failed_outcome(
                 call, None if late else crash, timeout, duration, traced=env.tracer is not None
+            ), call
+        if type(raw) is str and str.isascii(raw):
+            # The common result, judged here as normalise judges it first, without its call.
+            return ToolOutcome(
+                tool_use_id=call.id,
+                tool_name=call.name,
+                content=raw,
+                is_error=False,
+                duration=duration,
             ), call
         return normalise(raw, call.id, call.name, duration), call
