@@ -321,8 +321,9 @@ class ToolRunner:
     ) -> tuple[ToolOutcome | None, ToolCall]:
         """The call's outcome (None: deferred), and the call as it was finally made
         (decoded, rewritten, edited by its approver)."""
-        entry = self._entries.get(call.name)
-        if entry is None:
+        try:
+            entry = self._entries[call.name]  # a subscript: no call, unlike .get
+        except KeyError:
             return error_outcome(
                 call.id, call.name, "unknown_tool", unknown_tool_text(call.name)
             ), call
