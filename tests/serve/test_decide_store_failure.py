@@ -13,6 +13,7 @@ through (the decisions before it were kept). Real HTTP, real clients, real files
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -247,3 +248,46 @@ async def test_a_repeated_decision_of_a_run_still_waiting_on_others_is_a_409(
         assert (repeated.status_code, repeated.json()["error"]["type"]) == (409, "already_decided")
         run = (await client.get(f"/v1/runs/{run_id}", headers=alice)).json()
         assert [call["call_id"] for call in run["pending"]] == [second]
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert found is not None, page
+    return found.group(1)
+
+
+async def test_the_console_says_so_and_lists_the_calls_to_decide_again(
+    serve_http: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "agents.db"
+    model = scripted(*two_transfers("Done."))
+    async with SQLiteStore(path) as store, serve_http([Banker], store=store, model=model) as served:
+        client = served.client
+        run = (await client.post("/v1/agents/banker/c/runs", json={"prompt": "Pay"})).json()
+        run_id = run["run_id"]
+        first, second = (p["call_id"] for p in run["pending"])
+        (pause_end,) = [e for e in await _events(client, run_id, {}) if e[1] == "RunEnd"]
+        csrf = _csrf((await client.get("/console/approvals")).text)
+        approve = {"decision": "approve", "input": "", "csrf": csrf}
+        deny = {"decision": "deny", "reason": "not to al", "csrf": csrf}
+        kept = await client.post(f"/console/approvals/{run_id}/{first}", data=approve)
+        assert kept.status_code == 303, kept.text
+        await refuse_claims(path, True)
+        last = await client.post(f"/console/approvals/{run_id}/{second}", data=deny)
+        assert last.status_code == 503, last.text
+        assert f"the store failed as run {run_id} was to resume" in last.text
+        assert "send the same decision again once the store works" in last.text
+        assert "agents.db" not in last.text and "disk" not in last.text
+        inbox = await client.get("/console/approvals")
+        assert inbox.text.count('class="approval"') == 2
+        await refuse_claims(path, False)
+        again = await client.post(f"/console/approvals/{run_id}/{second}", data=deny)
+        assert again.status_code == 303, again.text
+        # The console does not wait for the run: its events, from the pause, to its end.
+        after = await _events(client, run_id, {}, after=pause_end[0])
+        assert [e[2].get("result", {}).get("status") for e in after if e[1] == "RunEnd"] == [
+            "completed"
+        ]
+        ended = (await client.get(f"/v1/runs/{run_id}")).json()
+        assert (ended["status"], ended["output"]) == ("completed", "Done.")
+        assert serve_agents.done == ["transfer 10 to bob"]
