@@ -103,7 +103,7 @@ def _refused_resume(answer: httpx.Response, run_id: str) -> None:
     assert error["message"] == (
         f"the store failed as run {run_id} was to resume (the server's log says why): "
         "none of its calls ran, and it still awaits approval with every decision kept; "
-        "send the same decision again once the store works"
+        "send the same decision (or the cancel) again once the store works"
     )
     assert "agents.db" not in answer.text and "disk" not in answer.text
 
@@ -276,7 +276,7 @@ async def test_the_console_says_so_and_lists_the_calls_to_decide_again(
         last = await client.post(f"/console/approvals/{run_id}/{second}", data=deny)
         assert last.status_code == 503, last.text
         assert f"the store failed as run {run_id} was to resume" in last.text
-        assert "send the same decision again once the store works" in last.text
+        assert "send the same decision (or the cancel) again once the store works" in last.text
         assert "agents.db" not in last.text and "disk" not in last.text
         inbox = await client.get("/console/approvals")
         assert inbox.text.count('class="approval"') == 2
@@ -291,3 +291,32 @@ async def test_the_console_says_so_and_lists_the_calls_to_decide_again(
         ended = (await client.get(f"/v1/runs/{run_id}")).json()
         assert (ended["status"], ended["output"]) == ("completed", "Done.")
         assert serve_agents.done == ["transfer 10 to bob"]
+
+
+async def test_a_run_left_paused_so_can_be_cancelled(serve_http: Any, tmp_path: Path) -> None:
+    path = tmp_path / "agents.db"
+    tokens, alice, _ = _tokens(tmp_path)
+    async with serving(serve_http, path, tokens, *two_transfers()) as client:
+        paused = await client.post(
+            "/v1/agents/banker/t/runs", json={"prompt": "Pay"}, headers=alice
+        )
+        run_id = paused.json()["run_id"]
+        first, second = (call["call_id"] for call in paused.json()["pending"])
+        for call in (first, second):
+            if call == second:
+                await refuse_claims(path, True)
+            decided = await client.post(
+                f"/v1/approvals/{run_id}/{call}", json={"decision": "approve"}, headers=alice
+            )
+        _refused_resume(decided, run_id)
+        cancel = f"/v1/runs/{run_id}/cancel"
+        _refused_resume(await client.post(cancel, headers=alice), run_id)
+        await _still_paused(client, run_id, [first, second], alice)
+        await refuse_claims(path, False)
+        cancelled = await client.post(cancel, headers=alice)
+        assert (cancelled.status_code, cancelled.json()["status"]) == (200, "cancelled")
+        assert serve_agents.done == []
+        late = await client.post(
+            f"/v1/approvals/{run_id}/{second}", json={"decision": "approve"}, headers=alice
+        )
+        assert late.status_code == 409

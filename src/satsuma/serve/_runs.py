@@ -218,7 +218,7 @@ class NotResumed(StoreError):
         return (
             f"the store failed as run {self.run_id} was to resume (the server's log says "
             "why): none of its calls ran, and it still awaits approval with every decision "
-            "kept; send the same decision again once the store works"
+            "kept; send the same decision (or the cancel) again once the store works"
         )
 
 
