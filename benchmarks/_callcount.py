@@ -6,9 +6,12 @@ and C's, counted by ``sys.setprofile`` in this thread only, so the server's are 
 the trio task steps (an instrument's ``before_task_step``) of one run of each plan:
 
 - ``text``: one request, answered with text;
-- ``1 call`` and ``N calls``: a first turn asking for that many no-op calls, then the
-  answer; per extra call = (N-call run - 1-call run) / (N - 1), which includes the
-  larger request the extra results make, as run.py's dispatch figure does;
+- ``1 call``, ``2 calls`` and ``N calls``: a first turn asking for that many no-op
+  calls, then the answer; per extra call = (N-call run - 1-call run) / (N - 1), which
+  includes the larger request the extra results make, as run.py's dispatch figure does.
+  A runner may run a lone call in place, without a task or a nursery (satsuma does), so
+  that figure also charges the extra calls with the first one's task and nursery; the
+  slope from 2 calls, (N-call run - 2-call run) / (N - 2), has both ends pay them;
 - ``2 turns`` and ``T turns`` of 3 calls each: per turn = the difference / (T - 2).
 
 A run's counts vary a little with how the loopback reads fall (an HTTP response read in
@@ -39,9 +42,11 @@ class RunCounts:
     many: int  # calls of the N-call plan
     turns: int  # turns of the T-turn plan
 
-    def per_extra_call(self, what: str = "calls") -> float:
+    def per_extra_call(self, what: str = "calls", *, base: int = 1) -> float:
+        """Per call past ``base`` (1 or 2) calls: the slope from the ``base``-call run."""
         counts = getattr(self, what)
-        return (counts["N calls"] - counts["1 call"]) / (self.many - 1)
+        start = counts["1 call"] if base == 1 else counts["2 calls"]
+        return (counts["N calls"] - start) / (self.many - base)
 
     def per_turn(self, what: str = "calls") -> float:
         counts = getattr(self, what)
@@ -96,11 +101,12 @@ def count_runs(
     keys: Sequence[str], *, many: int = 11, turns: int = 10, samples: int = 5
 ) -> dict[str, RunCounts]:
     """The counts of each contender in ``keys`` (``_contenders.CONTENDERS``' keys)."""
-    if many < 2 or turns < 3 or samples < 1:
-        raise ValueError("many must be at least 2, turns at least 3, samples at least 1")
+    if many < 3 or turns < 3 or samples < 1:
+        raise ValueError("many must be at least 3, turns at least 3, samples at least 1")
     plans = {
         "text": prompt(1, []),
         "1 call": prompt(2, [("noop", 1)]),
+        "2 calls": prompt(2, [("noop", 2)]),
         "N calls": prompt(2, [("noop", many)]),
         "2 turns": prompt(2, [("noop", 3)]),
         "T turns": prompt(turns, [("noop", 3)]),

@@ -8,6 +8,9 @@ is the figure that does not move.
   call is one of them, and each is one hop to a worker thread);
 - the SQL statements sent, ``BEGIN``/``COMMIT`` left out (SQLite: its trace callback;
   PostgreSQL: psycopg's ``execute``/``executemany``, one per row);
+- Python function calls in the worker threads of a ``PostgresStore`` (psycopg's work
+  and the store's, from taking a connection to giving it back: ``sys.setprofile`` in
+  the thread for the call), the client's CPU as a count;
 - round trips to a PostgreSQL server: ``Exchanges``, a loopback TCP proxy in front of the
   server, counts each time a client speaks after the server answered (a pipelined write
   sends statements in one go and waits once). The store being counted must connect
@@ -22,6 +25,7 @@ import collections
 import contextlib
 import selectors
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +47,7 @@ class Tally:
     reads: int = 0
     statements: int = 0
     round_trips: int | None = None  # PostgreSQL through an Exchanges proxy only
+    thread_calls: int | None = None  # PostgreSQL only
 
     def per(self, units: int) -> dict[str, float]:
         """The counts divided by ``units`` (turns, runs)."""
@@ -54,6 +59,8 @@ class Tally:
         }
         if self.round_trips is not None:
             out["round trips"] = self.round_trips / units
+        if self.thread_calls is not None:
+            out["thread calls"] = self.thread_calls / units
         return out
 
 
@@ -97,6 +104,9 @@ def counting(store: Store, exchanges: Exchanges | None = None) -> Iterator[Tally
             stack.callback(connection.set_trace_callback, None)
         if type(store).__name__ == "PostgresStore":
             stack.enter_context(_psycopg_statements(tally))
+            tally.thread_calls = 0
+            run = getattr(store, "_run")  # noqa: B009 (private: a measurement)
+            stack.enter_context(_patched(store, "_run", _profiled(tally, run)))
         if exchanges is not None:
             before = exchanges.count
             stack.callback(lambda: setattr(tally, "round_trips", exchanges.count - before))
@@ -127,6 +137,23 @@ def _counted_transaction(tally: Tally, inner: Any) -> Any:
         else:
             tally.reads += 1
         return await inner(work, lease, transaction=transaction)
+
+    return call
+
+
+def _profiled(tally: Tally, run: Any) -> Any:
+    """``PostgresStore._run`` (in its worker thread), its Python calls counted."""
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            tally.thread_calls = (tally.thread_calls or 0) + 1
+
+    def call(*args: Any) -> Any:
+        sys.setprofile(count)
+        try:
+            return run(*args)
+        finally:
+            sys.setprofile(None)
 
     return call
 
@@ -220,6 +247,8 @@ class Exchanges:
                     continue
                 source = key.fileobj
                 assert isinstance(source, socket.socket)
+                if source not in pairs:
+                    continue  # closed with its peer, earlier in this batch of events
                 peer, from_client = pairs[source]
                 data = source.recv(65536)
                 if not data:

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from satsuma.store import PostgresStore
+from satsuma.store._batched import TailWrite  # private: a measurement (see the module)
 
 __all__ = ["Counts", "count"]
 
@@ -147,11 +148,13 @@ def count(store: PostgresStore) -> Counts:
 
         links: list[_Connection] = []
 
-        def wrapped(connection: Any) -> Any:
+        def wrapped(connection: Any, *held: bool) -> Any:
             links.append(_Connection(connection, counts, transaction))
-            return work(links[-1])
+            return work.write(links[-1], *held) if held else work(links[-1])
 
         try:
+            if isinstance(work, TailWrite):  # the store tells it whether it holds a lock
+                return run(TailWrite(work.agent_id, wrapped), lease, transaction, ticket)
             return run(wrapped, lease, transaction, ticket)
         finally:
             for link in links:

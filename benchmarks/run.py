@@ -14,10 +14,11 @@ Every contender has the same four tools and the same scripted conversation
 thread of this process. Each contender is measured in child processes of its own, so that
 its CPU time and memory are its own and no two event loops share a process. Workloads:
 
-1. dispatch: one turn asking for 1, 10, 100 no-op calls, then a text answer: the whole
-   run with 1 call, and per call beyond the model round trips, (N-call run - 1-call run)
-   / (N - 1), which includes the larger second request the results make. A text-only run
-   (one request) is shown for scale.
+1. dispatch: one turn asking for 1, 2, 10, 100 no-op calls, then a text answer: the
+   whole run with 1 call, and per call beyond the model round trips, (N-call run - 2-call
+   run) / (N - 2), the median over repeats of each pair run back to back, which includes
+   the larger second request the results make. A text-only run (one request) is shown
+   for scale.
 2. parallel I/O: one turn of 20 calls that each sleep 200 ms; wall time of the run.
 3. conversation: 10 turns of 3 no-op calls; runs per second and CPU ms per run (runs
    one after another), and the peak memory traced by tracemalloc during one run.
@@ -70,10 +71,16 @@ DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 @attrs.frozen(kw_only=True)
 class Settings:
     repeats: int = 5
-    # The per-call figure is a difference of two runs' medians over N - 1 calls: at 10
-    # calls a 0.1 ms wobble of either median moves it by 11 µs, so many samples.
+    # The per-call figure is the N-call run minus the 2-call run, over N - 2: from 2
+    # calls, because a run with a single call may run it without a task or a nursery
+    # (satsuma does; the floor opens one), which a slope from 1 call would charge to
+    # every further call. Each repeat runs every size once, back to back, and the figure
+    # is the median of those paired differences: a stretch of noise then falls on both
+    # ends of a difference rather than on one size's median (at 10 calls a 0.1 ms wobble
+    # of one run moves the figure by 12 µs), so many samples.
     dispatch_repeats: int = 100
-    dispatch_calls: tuple[int, ...] = (1, 10, 100)
+    dispatch_calls: tuple[int, ...] = (1, 2, 10, 100)
+    extra_from: int = 2
     parallel_calls: int = 20
     conversation_turns: int = 10
     conversation_calls: int = 3
@@ -98,7 +105,7 @@ FULL = Settings()
 QUICK = Settings(
     repeats=1,
     dispatch_repeats=1,
-    dispatch_calls=(1, 5),
+    dispatch_calls=(1, 2, 5),
     parallel_calls=4,
     conversation_turns=3,
     conversation_calls=2,
@@ -416,12 +423,13 @@ def _figures(raw: dict[str, Any], settings: Settings) -> dict[str, dict[str, Any
         main, fig = result["main"], {}
         if "error" not in main:
             samples = main["dispatch"]
-            one_call = median(samples["1"])
-            fig["dispatch_1"] = one_call * 1e3
-            for calls in settings.dispatch_calls[1:]:
-                fig[f"dispatch_{calls}"] = (
-                    (median(samples[str(calls)]) - one_call) / (calls - 1) * 1e6
-                )
+            fig["dispatch_1"] = median(samples["1"]) * 1e3
+            base = samples[str(settings.extra_from)]
+            for calls in _extra_sizes(settings):
+                paired = [
+                    more - fewer for more, fewer in zip(samples[str(calls)], base, strict=True)
+                ]
+                fig[f"dispatch_{calls}"] = median(paired) / (calls - settings.extra_from) * 1e6
             fig["dispatch_rt"] = median(samples["text"]) * 1e3
             fig["parallel"] = median(main["parallel"])
             conversation = main["conversation"]
@@ -448,6 +456,11 @@ def _figures(raw: dict[str, Any], settings: Settings) -> dict[str, dict[str, Any
             fig[f"many_peak_mib_{runs}"] = median([run["rss_peak"] for run in many]) / 2**20
         figures[key] = fig
     return figures
+
+
+def _extra_sizes(settings: Settings) -> list[int]:
+    """The run sizes whose per-call figure is reported (those above ``extra_from``)."""
+    return [calls for calls in settings.dispatch_calls if calls > settings.extra_from]
 
 
 def _short(text: str, limit: int = 90) -> str:
@@ -477,20 +490,22 @@ def report(raw: dict[str, Any], settings: Settings, keys: Sequence[str]) -> list
         value, reference = figures[key].get(name), base.get(name)
         return [_cell(value, digits), "" if key == "satsuma" else _ratio(value, reference)]
 
-    calls = settings.dispatch_calls
+    calls = _extra_sizes(settings)
     rows = []
     for key in keys:
         row = [labels[key], *pair(key, "dispatch_1", 2)]
-        for count in calls[1:]:
+        for count in calls:
             row += pair(key, f"dispatch_{count}")
         row += [_cell(figures[key].get("dispatch_rt"), 2), figures[key].get("error", "")]
         rows.append(row)
     columns = ["library", "1-call run (ms)", "ratio"]
-    for count in calls[1:]:
+    for count in calls:
         columns += [f"{count} calls (µs/extra call)", "ratio"]
+    start = settings.extra_from
     section(
         "1. dispatch: a run of two model requests with 1 no-op call between them; the time"
-        " each further call adds (the N-call run minus the 1-call run, over N - 1)",
+        f" each further call adds (the N-call run minus the {start}-call run, over N - {start};"
+        " the median of those differences, each pair run back to back)",
         [*columns, "text-only run (ms)", "notes"],
         rows,
     )
@@ -632,7 +647,7 @@ def _bar_rows(ours: dict[str, Any], floor: dict[str, Any], settings: Settings) -
 
     bar("first round trip, no tools (ms)", "dispatch_rt", 2, 1.15, None)
     bar("a run with 1 call (ms)", "dispatch_1", 2, 1.15, None)
-    for calls in settings.dispatch_calls[1:]:
+    for calls in _extra_sizes(settings):
         bar(f"per extra call, {calls} calls (µs)", f"dispatch_{calls}", 1, 1.1, None)
     bar(f"{settings.parallel_calls} parallel calls, one turn (s)", "parallel", 3, 1.1, None)
     bar(f"{settings.conversation_turns}-turn conversation (runs/s)", "runs_per_s", 1, None, 0.95)

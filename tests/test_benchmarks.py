@@ -233,6 +233,7 @@ DEFAULT_PATH_COUNT_ROWS = (
     "function calls, text-only run",
     "function calls, 1-call run",
     "function calls per extra tool call",
+    "function calls per extra tool call from 2 calls",
     "function calls per turn (3 calls)",
     "task steps, 1-call run",
 )

@@ -482,6 +482,30 @@ async def test_a_bare_runner_makes_root_spans_or_children_of_the_callers(
     }
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"max_concurrency": 1}, {"strategy": "sequential"}],
+    ids=["capped", "sequential"],
+)
+async def test_each_call_has_its_span_however_the_runner_runs_them(
+    options: dict[str, Any], spans: InMemorySpanExporter, autojump_clock: trio.abc.Clock
+) -> None:
+    runner = ToolRunner([add, explode], **options)
+    calls = [
+        {"id": "c1", "name": "add", "input": {"a": 1, "b": 2}},
+        {"id": "c2", "name": "explode", "input": {}},
+        {"id": "c3", "name": "add", "input": {"a": 3, "b": 4}},
+    ]
+    outcomes = await runner.execute(calls)
+    assert [o.content for o in outcomes[::2]] == ["3", "7"]
+    assert outcomes[1].error_kind == "crashed"
+    tools = by_name(spans.get_finished_spans(), "execute_tool ")
+    assert sorted(attributes(span)["gen_ai.tool.call.id"] for span in tools) == ["c1", "c2", "c3"]
+    crashed = only(spans.get_finished_spans(), "execute_tool explode")
+    assert crashed.status.status_code is StatusCode.ERROR
+    assert [event.name for event in crashed.events] == ["exception"]
+
+
 async def test_a_runner_cancelled_from_outside_ends_its_spans_cleanly(
     spans: InMemorySpanExporter, autojump_clock: trio.abc.Clock
 ) -> None:

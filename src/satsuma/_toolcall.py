@@ -17,7 +17,7 @@ from ._jsonvalue import expected_text, plain_or_problem
 from ._shapes import parse_tool_use
 from ._text import is_valid_text, valid_text
 
-__all__ = ["CheckedCalls", "ToolCall", "as_call", "checked_calls", "gated"]
+__all__ = ["CheckedCalls", "ToolCall", "as_call", "checked_calls", "gated", "gated_all"]
 
 # The mark gated() leaves on each call it returns. Only this module has it, so no call
 # can claim to have passed the gate without passing it.
@@ -130,6 +130,30 @@ def gated(call: ToolCall, *, plain_input: bool = False) -> ToolCall:
         call = attrs.evolve(call, input=plain)
     object.__setattr__(call, "_gate", _PASSED)
     return call
+
+
+def gated_all(calls: Iterable[ToolCall], plain_inputs: set[int]) -> tuple[ToolCall, ...]:
+    """Each of ``calls`` through ``gated``, in one loop: ``plain_inputs`` holds the ids
+    of the inputs the caller has just found plain (each alive in the caller's hands, so
+    an id is that very input). A call with ASCII id and name and such an input passes
+    as ``gated`` would pass it, without a call of its own: this is every call of every
+    response."""
+    out: list[ToolCall] = []
+    for call in calls:
+        call_id, name = call.id, call.name
+        if (
+            id(call.input) in plain_inputs
+            and call.refused is None
+            and type(call_id) is str
+            and str.isascii(call_id)
+            and type(name) is str
+            and str.isascii(name)
+        ):
+            object.__setattr__(call, "_gate", _PASSED)
+            out.append(call)
+        else:
+            out.append(gated(call, plain_input=id(call.input) in plain_inputs))
+    return tuple(out)
 
 
 def _is_mapping(value: object) -> bool:

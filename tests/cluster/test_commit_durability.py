@@ -1,7 +1,9 @@
-"""Which of a cluster run's transactions wait for their flush to disk (issue 36): only
-the claim, the start marked without a take, and the agent's load commit with
-``synchronous_commit = off``; the submit, the lease's take with the run's start, the
-agent's steps and the run's end, which a caller or a later write relies on, wait.
+"""Which of a cluster run's transactions wait for their flush to disk (issue 36): the
+claim, made with the agent's take, the run's start and the agent's load in one
+transaction, commits with ``synchronous_commit = off``; the submit, the agent's first
+write after the claim (the run's record, whose flush carries the claim's: the WAL is
+flushed in order) and every later one, and the run's end, which a caller or a later
+write relies on, wait.
 
 Seen by the server itself: triggers record, for every write to the queue, the leases,
 the runs, the conversation and the journal, the ``synchronous_commit`` its transaction
@@ -59,7 +61,7 @@ class Packer(satsuma.Agent):
     tools = [pack]
 
 
-async def test_only_the_claim_and_the_agents_load_skip_the_wait_for_their_flush(
+async def test_only_the_claim_with_its_take_and_load_skips_the_wait_for_its_flush(
     postgres_dsn: str,
 ) -> None:
     script: list[Reply | str] = [
@@ -82,18 +84,24 @@ async def test_only_the_claim_and_the_agents_load_skip_the_wait_for_their_flush(
     off = [(tbl, op, status, query) for tbl, op, status, query, setting in rows if setting == "off"]
     on = [(tbl, op, status, query) for tbl, op, status, query, setting in rows if setting == "on"]
     assert len(off) + len(on) == len(rows)
-    # Asynchronous: the claim, and the load's marking of runs left running.
+    # Asynchronous: the claim, with the lease's take (its row made, then written), the
+    # run's start and the load's marking of runs left running: one transaction.
     assert [(tbl, op, status) for tbl, op, status, _ in off] == [
         ("run_queue", "UPDATE", "claimed"),
+        ("leases", "INSERT", None),
+        ("leases", "UPDATE", None),
+        ("run_queue", "UPDATE", "running"),
         ("runs", "UPDATE", None),
     ], off
-    assert "interrupted" in off[1][3]
-    # Synchronous: everything else, each of them there.
+    assert "interrupted" in off[-1][3]
+    # Synchronous: everything else, each of them there; right after the submit, the
+    # agent's first write after the claim (its run's record, with the prompt).
+    # (A conversation's tail on PostgreSQL is one INSERT ... ON CONFLICT statement, whose
+    # statement-level triggers fire for UPDATE as well as INSERT.)
+    assert on[1][:2] in {("runs", "INSERT"), ("messages", "INSERT"), ("messages", "UPDATE")}, on
     kinds = {(tbl, op, status) for tbl, op, status, _ in on}
     for kind in [
         ("run_queue", "INSERT", "queued"),  # the submit
-        ("leases", "INSERT", None),  # the take ...
-        ("run_queue", "UPDATE", "running"),  # ... with the run's start
         ("runs", "INSERT", None),  # the agent's steps
         ("messages", "INSERT", None),
         ("tool_calls", "INSERT", None),

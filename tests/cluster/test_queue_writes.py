@@ -114,11 +114,12 @@ async def test_a_runs_end_wakes_the_nodes_only_when_its_conversation_has_a_run_w
 ) -> None:
     def heard(db: psycopg.Connection[tuple[object, ...]]) -> list[tuple[str, str]]:
         # The NOTIFYs of one transaction arrive in the order they were sent, the run's
-        # end last: once it is heard, a wake-up of the nodes sent with it was too.
+        # end (its result's) last: once it is heard, a wake-up of the nodes sent with it
+        # was too.
         got: list[tuple[str, str]] = []
         for note in db.notifies(timeout=10):
             got.append((note.channel, note.payload))
-            if note.channel == queue.DONE_CHANNEL:
+            if note.channel in (queue.RESULT_CHANNEL, queue.DONE_CHANNEL):
                 break
         return got
 
@@ -126,6 +127,7 @@ async def test_a_runs_end_wakes_the_nodes_only_when_its_conversation_has_a_run_w
         await _register(store, "node-1")
         with psycopg.connect(postgres_dsn, autocommit=True) as listener:
             listener.execute(f"LISTEN {queue.DONE_CHANNEL}")
+            listener.execute(f"LISTEN {queue.RESULT_CHANNEL}")
             listener.execute(f"LISTEN {queue.QUEUED_CHANNEL}")
             await queue.enqueue(store, "run_w1", "shop", "alone", "hi")
             await queue.enqueue(store, "run_w2", "shop", "pair", "first")
@@ -139,7 +141,8 @@ async def test_a_runs_end_wakes_the_nodes_only_when_its_conversation_has_a_run_w
                     store, run, "node-1", status="completed", result=_done(run_id), error=None
                 )
                 got = await trio.to_thread.run_sync(heard, listener)
+                end = (queue.RESULT_CHANNEL, f"{run_id} 1 {_done(run_id)}")  # the end alone
                 if run_id == "run_w1":  # no other run of its conversation waits
-                    assert got == [(queue.DONE_CHANNEL, "run_w1")]
+                    assert got == [end]
                 else:  # run_w3 waited for run_w2: its turn has come
-                    assert got == [(queue.QUEUED_CHANNEL, "shop"), (queue.DONE_CHANNEL, "run_w2")]
+                    assert got == [(queue.QUEUED_CHANNEL, "shop"), end]

@@ -1,7 +1,7 @@
-"""A cluster run's fewer steps (issue 36): a run started in the transaction that takes its
-agent's lease, that lease let go with the run's end, the result carried in the end's
-NOTIFY, so that the caller does not read it back (one too long for a NOTIFY is read),
-and the run's events written with its agent's steps."""
+"""A cluster run's fewer steps (issue 36): a run's agent's lease let go with the run's end
+(the run is started with the claim that takes it: test_claim_take.py), the result
+carried in the end's NOTIFY, so that the caller does not read it back (one too long for
+a NOTIFY is read), and the run's events written with its agent's steps."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import trio
 
 import satsuma
 from satsuma import StoreError
+from satsuma.agents import internal
 from satsuma.cluster import Cluster, Node
 from satsuma.cluster import _recording as recording
 from satsuma.cluster._results import decode_result, encode_result
 from satsuma.store import Owner, PostgresStore
 from satsuma.store import _queue as queue
+from satsuma.store._claim_take import claim_and_take
 from satsuma.store._end_notice import end_notice
 from satsuma.store._run_events import append_events
 from satsuma.testing import FunctionModel, Reply, ScriptedModel
@@ -33,54 +35,6 @@ async def _register(store: PostgresStore, node_id: str) -> None:
 async def _status(store: PostgresStore, agent_id: str) -> str:
     [listed] = await queue.listing(store, agent_id, (), 10)
     return listed.status
-
-
-# --- the start, with the lease's take ----------------------------------------------------
-
-
-async def test_a_run_is_started_in_the_transaction_that_takes_its_agents_lease(
-    postgres_dsn: str,
-) -> None:
-    async with PostgresStore(postgres_dsn) as store:
-        await _register(store, "node-1")
-        await queue.enqueue(store, "run_t1", "shop", "take-1", "hi")
-        assert await queue.claim(store, "node-1", ["shop"]) is not None
-        opening = queue.opening("run_t1", "node-1", "take-1")
-        # Another agent's take (a sub-agent's, say) is not the run's start.
-        await store.acquire_lease("take-other", Owner.new(), seconds=30)
-        assert not opening.started and await _status(store, "take-1") == "claimed"
-        lease = await store.acquire_lease("take-1", Owner.new(), seconds=30)
-        opening.close()
-        assert opening.started and not opening.recorded and not opening.refused
-        assert opening.lease == lease
-        assert await _status(store, "take-1") == "running"
-        # Once closed, a take of the agent is only that.
-        await store.release_lease(lease)
-        await queue.enqueue(store, "run_t2", "shop", "take-2", "hi")
-        assert await queue.claim(store, "node-1", ["shop"]) is not None
-        closed = queue.opening("run_t2", "node-1", "take-2").close()
-        await store.acquire_lease("take-2", Owner.new(), seconds=30)
-        assert not closed.started and await _status(store, "take-2") == "claimed"
-
-
-async def test_a_run_no_longer_the_nodes_fails_the_take_and_its_agent_is_not_taken(
-    postgres_dsn: str,
-) -> None:
-    async with PostgresStore(postgres_dsn) as store:
-        await _register(store, "node-1")
-        await queue.enqueue(store, "run_r1", "shop", "refused-1", "hi")
-        assert await queue.claim(store, "node-1", ["shop"]) is not None
-        # Counted dead: its row went, and with it the run.
-        await queue.unregister_node(store, "node-1")
-        opening = queue.opening("run_r1", "node-1", "refused-1")
-        with pytest.raises(StoreError, match="run run_r1 is no longer this node's"):
-            await store.acquire_lease("refused-1", Owner.new(), seconds=30)
-        opening.close()
-        assert opening.refused and not opening.started and opening.lease is None
-        assert await _status(store, "refused-1") == "queued"
-        # Nothing of the take was written: the agent is free, at epoch 1.
-        lease = await store.acquire_lease("refused-1", Owner.new(), seconds=30)
-        assert lease.epoch == 1
 
 
 # --- the lease let go with the run's end -------------------------------------------------
@@ -139,12 +93,12 @@ def echo(request: satsuma.ModelRequest) -> str:
 async def _notified(
     dsn: str,
     channels: list[str],
-    until: str,
+    until: list[str],
     heard: list[tuple[str, str]],
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Add to ``heard`` what ``channels`` hear, up to a notification on ``until`` (in a
-    thread); started once it LISTENs."""
+    """Add to ``heard`` what ``channels`` hear, up to a notification on one of ``until``
+    (in a thread); started once it LISTENs."""
 
     def listen() -> None:
         with psycopg.connect(dsn, autocommit=True) as db:
@@ -153,7 +107,7 @@ async def _notified(
             trio.from_thread.run_sync(task_status.started)
             for note in db.notifies(timeout=10):
                 heard.append((note.channel, note.payload))
-                if note.channel == until:
+                if note.channel in until:
                     break
 
     await trio.to_thread.run_sync(listen)
@@ -183,24 +137,38 @@ async def test_the_caller_has_its_result_from_the_end_notice_and_reads_a_long_on
             heard: list[tuple[str, str]] = []
             with trio.fail_after(10):
                 async with trio.open_nursery() as listening:
-                    await listening.start(
-                        _notified, postgres_dsn, channels, queue.DONE_CHANNEL, heard
-                    )
+                    await listening.start(_notified, postgres_dsn, channels, channels, heard)
                     result = await cluster.run(Echo, f"notice-{prompt}", prompt)
             assert result.status == "completed"
             _, text = await outcome(store, result.run_id) or (None, None)
             assert text is not None and decode_result(text) == result
             if prompt == "hi":
                 assert result.output == "echo: hi"
-                assert heard == [
-                    (queue.RESULT_CHANNEL, f"{result.run_id} 1 {text}"),
-                    (queue.DONE_CHANNEL, result.run_id),
-                ]
+                # One NOTIFY for the end: the result's.
+                assert heard == [(queue.RESULT_CHANNEL, f"{result.run_id} 1 {text}")]
                 assert reads == []  # the notice had it
             else:
                 assert result.output == "x" * 9000
                 assert heard == [(queue.DONE_CHANNEL, result.run_id)]  # too long to carry
                 assert reads == [result.run_id]  # read from the queue
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_event_stream_ends_on_the_end_notice_that_carries_the_result(
+    postgres_dsn: str,
+) -> None:
+    """An end sends one NOTIFY (the result's): a stream hears it and ends without
+    waiting for its poll (a minute here), whether its last events came with the end
+    or before."""
+    async with PostgresStore(postgres_dsn) as store, trio.open_nursery() as nursery:
+        node = Node(store, agents=[Echo], model=FunctionModel(echo), poll_interval=0.5)
+        await nursery.start(node.serve)
+        cluster = Cluster(store, poll_interval=60.0)
+        for prompt in ("hi", "long"):
+            with trio.fail_after(20):
+                async with cluster.stream(Echo, f"ends-{prompt}", prompt) as stream:
+                    names = [type(event).__name__ async for event in stream]
+            assert names[0] == "RunStart" and names[-1] == "RunEnd"
         nursery.cancel_scope.cancel()
 
 
@@ -231,17 +199,10 @@ async def test_an_agents_release_after_its_runs_end_let_the_lease_go_sends_nothi
     result = encode_result(satsuma.RunResult(run_id="run_g1", output="ok", status="completed"))
     async with PostgresStore(postgres_dsn) as store:
         await _register(store, "node-1")
-        await queue.enqueue(store, "run_g1", "shop", "gone-1", "hi")
-        run = await queue.claim(store, "node-1", ["shop"])
-        assert run is not None
-        opening = queue.opening("run_g1", "node-1", "gone-1")
-        lease = await store.acquire_lease("gone-1", Owner.new(), seconds=600)
-        opening.close()
-        renewed = await store.renew_lease(lease, seconds=600)  # the agent's copy moves on
-        assert await queue.finish(
-            store, run, "node-1", status="completed", result=result, error=None, release=lease
-        )
-        opening.released = True
+        await queue.enqueue(store, "run_g1", "echo", "gone-1", "hi")
+        got = await claim_and_take(store, "node-1", ["echo"], Owner.new(), seconds=600)
+        run, taken = got.run, got.taken
+        assert run is not None and taken is not None
         calls: list[object] = []
         call = store._call
 
@@ -249,14 +210,27 @@ async def test_an_agents_release_after_its_runs_end_let_the_lease_go_sends_nothi
             calls.append(args[0])
             return await call(*args, **kwargs)
 
-        monkeypatch.setattr(store, "_call", counted)
-        await store.release_lease(renewed)
-        assert calls == []
-        # Another lease of the agent is released as ever.
+        async with internal.open_taken(Echo, taken, store=store, model=FunctionModel(echo)):
+            assert await queue.finish(
+                store,
+                run,
+                "node-1",
+                status="completed",
+                result=result,
+                error=None,
+                release=taken.lease,
+            )
+            taken.released = True
+            monkeypatch.setattr(store, "_call", counted)
+        assert calls == []  # the agent closed without a release of its own
+        monkeypatch.undo()
+        # Let go all the same: another owner takes the agent at the next epoch, and a
+        # lease of the agent taken otherwise is released as ever.
         other = await store.acquire_lease("gone-1", Owner.new(), seconds=600)
+        assert other.epoch == taken.lease.epoch + 1
+        monkeypatch.setattr(store, "_call", counted)
         await store.release_lease(other)
-        assert len(calls) == 2
-        assert (await store.acquire_lease("gone-1", Owner.new(), seconds=600)).epoch == 3
+        assert len(calls) == 1
 
 
 # --- the events carried by the agent's steps ------------------------------------------

@@ -257,3 +257,42 @@ async def test_a_run_whose_end_is_not_written_yet_is_not_taken_for_a_paused_one(
     assert record is not None and record.status == "failed", record
     assert "connection was lost" in (record.error or "")
     assert done == []
+
+
+@satsuma.tool(requires_approval=True, idempotent=True)
+async def balance(account: str) -> str:
+    """Read an account's balance.
+
+    Args:
+        account: Which account.
+    """
+    done.append(f"balance of {account}")
+    return f"{account} holds 5"
+
+
+class Teller(satsuma.Agent):
+    name = "teller"
+    tools = [balance]
+
+
+async def test_an_approved_idempotent_call_in_doubt_runs_again_with_its_decision(
+    store: Store,
+) -> None:
+    """A run decided in the store and found interrupted (the store cannot tell it from
+    one whose process stopped mid-call): resumed, its approved call, in doubt and
+    idempotent, runs again with its decision and edit, never denied for want of an
+    approver (the decision is what the person said)."""
+    scripted = ScriptedModel([Reply(tool_calls=[("balance", {"account": "a-1"})]), "Done."])
+    async with satsuma.open_agent(Teller, model=scripted, store=store, agent_id="t1") as agent:
+        first = await agent.run("Check a-1")
+        (call,) = first.pending
+    edited = ApprovalDecision(
+        verdict="edited", input={"account": "a-2"}, decided_by="ops", decided_at=time.time()
+    )
+    assert await store.claim_paused_run(first.run_id, decisions={call.id: edited})
+    async with satsuma.open_agent(Teller, model=scripted, store=store, agent_id="t1") as agent:
+        resumed = await agent.resume(first.run_id)
+        assert (resumed.status, resumed.output) == ("completed", "Done."), resumed.error
+        check_conversation(agent.history)
+    assert read_results(scripted) == ["a-2 holds 5"]
+    assert done == ["balance of a-2"]

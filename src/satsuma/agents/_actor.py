@@ -22,13 +22,20 @@ from typing import Any, final
 import trio
 import trio.lowlevel
 
-from .._exceptions import AgentCrashed, AgentUnavailable
+from .._exceptions import (
+    AgentCrashed,
+    AgentUnavailable,
+    LeaseLost,
+    StoreClosed,
+    StoreError,
+    StoreUnavailable,
+)
 from .._messages import Message
 from ..models import Model, limiter_for, resolve_model
-from ..store import Owner, RunRecord, Store
+from ..store import Owner, RunRecord, Store, Taken
 from ..tools import Approver
 from ._agent import AgentSpec
-from ._approval import claim_paused
+from ._approval import ClaimInDoubt, claim_paused, not_resumed
 from ._conversation import Conversation, Steering
 from ._ids import distinct_ids
 from ._job import Job, Request, ResetRequest
@@ -38,6 +45,7 @@ from ._repair import dangling_tool_uses
 from ._result import RunResult
 from ._run import execute_run
 from ._runcontext import RunContext
+from ._runstate import said
 from ._toolbox import Toolbox
 from ._verifiers import as_check
 
@@ -68,6 +76,7 @@ class Actor:
         fence: Callable[[], bool] | None = None,
         owner: Owner | None = None,
         approver: Approver | None = None,
+        taken: Taken | None = None,
     ) -> None:
         self.spec = spec
         self.approver = approver if approver is not None else spec.approver
@@ -84,8 +93,9 @@ class Actor:
                 store,
                 agent_id,
                 fence=self.is_current,
-                owner=owner or Owner.new(),
+                owner=taken.lease.owner if taken is not None else owner or Owner.new(),
                 agent=spec.name,
+                taken=taken,
             )
             if store is not None
             else None
@@ -94,6 +104,8 @@ class Actor:
         self.interrupted: list[RunRecord] = []
         # Which runs await approval is not kept here: the store is the truth, read each
         # time the agent decides about them (Persistence.runs_left, claim_paused).
+        # Claims of paused runs that failed on the store, by run id (see claim_paused).
+        self.claims_in_doubt: dict[str, ClaimInDoubt] = {}
         self.tools = Toolbox(spec)
         self.verifiers = [check for check in map(as_check, spec.verifiers) if check is not None]
         self.context = dict(context or {})
@@ -333,9 +345,32 @@ class Actor:
             # atomically in the store: of two resumes with decisions, one runs the calls
             # and the other is told the run is no longer awaiting approval.
             try:
-                await claim_paused(ctx, job)
+                await claim_paused(ctx, job, self.claims_in_doubt)
             except (ValueError, TypeError) as exc:
                 job.fail(exc)
+                return
+            except StoreError as exc:
+                if isinstance(exc, (LeaseLost, StoreClosed)) and self.is_current():
+                    # As in a run (_run._phases): no later write of this agent can
+                    # succeed, so it stops; its caller is told why.
+                    job.fail(AgentCrashed(self.spec.name, exc, agent_id=self.agent_id))
+                    raise
+                if not job.hands_back:
+                    # That resume fails, not the agent: nothing ran, the run still
+                    # awaits approval, and other runs go on (docs/approval.md).
+                    job.fail(not_resumed(job.run_id, exc))
+                    return
+                if not isinstance(exc, StoreUnavailable):
+                    job.fail(AgentCrashed(self.spec.name, exc, agent_id=self.agent_id))
+                    raise
+                # A node's: the claim may or may not have committed, and nothing ran;
+                # the node takes the claim back and hands the run back (not failed).
+                job.store_error = exc
+                job.complete(
+                    RunResult(
+                        run_id=job.run_id, output=job.no_output(), status="failed", error=said(exc)
+                    )
+                )
                 return
         self.current = job
         returned = False

@@ -1,17 +1,32 @@
 """The approve phase of a run: pausing ``awaiting_approval`` on the calls that need a
 decision, and going on with the decisions given: checked against what the run waits on,
 the run claimed in the store so that only one set of decisions ever runs its calls (two
-people clicking at once, two processes resuming at once), then its calls run."""
+people clicking at once, two processes resuming at once), then its calls run.
+
+A claim that fails on the store fails that resume only (``not_resumed``): nothing ran,
+and the run still awaits approval. Should the failed claim have committed all the same
+(a connection lost as it commits), the agent takes it back (``store.release_claim``), at
+once or, while the store is still away, before the next resume of that run claims it."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
-from .._exceptions import RunNotAwaitingApproval
+import attrs
+
+from .._exceptions import (
+    LeaseLost,
+    RunNotAwaitingApproval,
+    StoreClosed,
+    StoreError,
+    StoreUnavailable,
+    StoreUnreadable,
+)
 from .._jsonvalue import json_problem
-from ..store import ApprovalDecision, PendingApproval
+from ..store import ApprovalDecision, PendingApproval, release_claim
 from ..tools import (
     Approve,
     Deny,
@@ -29,15 +44,29 @@ if TYPE_CHECKING:
     from ._runstate import Run
 
 __all__ = [
+    "ClaimInDoubt",
     "check_decisions",
     "check_edit",
     "check_edits",
     "claim_paused",
     "edit_problems",
+    "not_resumed",
     "pause",
     "run_decided",
     "stored_decisions",
 ]
+
+logger = logging.getLogger("satsuma.agents")
+
+
+@attrs.frozen(kw_only=True)
+class ClaimInDoubt:
+    """A claim of a paused run whose write failed on the store, so that whether it
+    committed is unknown, and that ran nothing: the agent takes it back before the run
+    is claimed again. Known by its decisions' time (each decided call records it)."""
+
+    call_ids: tuple[str, ...]
+    decided_at: float
 
 
 def check_decisions(
@@ -156,18 +185,15 @@ def stored_decisions(
     return stored
 
 
-def decision_of(stored: ApprovalDecision) -> Approve | Deny:
-    """A stored decision as ``resume`` takes it (``stored_decisions`` the other way)."""
-    if stored.verdict == "denied":
-        return Deny(stored.reason or "denied", by=stored.decided_by)
-    edit = stored.input if stored.verdict == "edited" else None
-    return Approve(edit, by=stored.decided_by)
-
-
-async def claim_paused(ctx: RunContext, job: Job) -> None:
+async def claim_paused(
+    ctx: RunContext, job: Job, in_doubt: MutableMapping[str, ClaimInDoubt]
+) -> None:
     """Check the job's decisions and take its run up in the store (its status becomes
     ``running``, and the decisions are recorded on its calls); fill the job with the
-    run's record, prompt and pending calls.
+    run's record, prompt and pending calls. ``in_doubt`` holds the agent's claims that
+    failed on the store (by run id): one of this run's is taken back first, and a
+    claim of this job's that ``StoreUnavailable`` leaves in doubt joins it unless it
+    is taken back at once (a node's job excepted: its node takes its claims back).
 
     Raises:
         RunNotAwaitingApproval: the run is not awaiting approval, or another decision
@@ -176,12 +202,19 @@ async def claim_paused(ctx: RunContext, job: Job) -> None:
             decisions do not match its pending calls, or an edit is not valid input for
             its tool.
         TypeError: a decision is not Approve or Deny.
+        StoreError: the store failed; nothing ran, and the run still awaits approval.
     """
     persistence = ctx.persistence
     if persistence is None:
         raise ValueError(f"agent {ctx.spec.name} has no store: only a stored run can be resumed")
     assert job.decisions is not None
     store = persistence.store
+    doubt = in_doubt.get(job.run_id)
+    if doubt is not None:
+        # Before the run is read: taken back, a claim that did commit leaves the run
+        # awaiting approval again, for these decisions to claim.
+        await _take_back(ctx, job.run_id, doubt)
+        del in_doubt[job.run_id]
     record = await store.get_run(job.run_id)
     if record is None or record.agent_id != ctx.agent_id:
         raise ValueError(f"agent {ctx.agent_id} has no run {job.run_id!r}")
@@ -190,12 +223,78 @@ async def claim_paused(ctx: RunContext, job: Job) -> None:
     pending = await store.pending_calls(job.run_id)
     check_decisions(job.run_id, pending, job.decisions)
     check_edits(job.run_id, pending, job.decisions, ctx.tools.runner.definitions)
-    decided = stored_decisions(job.decisions, time.time())
-    if not await persistence.claim_paused_run(job.run_id, decided):
+    at = time.time()
+    decided = stored_decisions(job.decisions, at)
+    try:
+        claimed = await persistence.claim_paused_run(job.run_id, decided)
+    except StoreError as exc:
+        if job.hands_back or not isinstance(exc, StoreUnavailable):
+            # A node's (it takes its claims back); or the store refused the claim, and
+            # so wrote none of it: only a store that became unreachable may have.
+            raise
+        doubt = ClaimInDoubt(call_ids=tuple(decided), decided_at=at)
+        in_doubt[job.run_id] = doubt
+        try:
+            # At once, so that the store shows the run awaiting approval: a connection
+            # lost as the claim committed is often the only one lost. Kept in doubt
+            # unless taken back: a claim sent before its connection was lost may yet
+            # commit on the server, so the next resume takes it back again first.
+            if await _take_back(ctx, job.run_id, doubt):
+                del in_doubt[job.run_id]
+        except StoreError:
+            logger.warning(
+                "agent %s: the claim of run %s failed on the store, which cannot take it "
+                "back yet; it is taken back before the run is claimed again",
+                ctx.agent_id,
+                job.run_id,
+                exc_info=True,
+            )
+        raise
+    if not claimed:
         raise RunNotAwaitingApproval(job.run_id)
     job.resume = record
     job.prompt = record.prompt
     job.pending = tuple(pending)
+
+
+async def _take_back(ctx: RunContext, run_id: str, doubt: ClaimInDoubt) -> bool:
+    """Take back a claim in doubt, if it committed; whether it had.
+
+    Raises:
+        StoreError: the store still fails.
+    """
+    assert ctx.persistence is not None
+    persistence = ctx.persistence
+    taken = await release_claim(
+        persistence.store, run_id, doubt.call_ids, doubt.decided_at, lease=persistence.lease
+    )
+    if taken:
+        logger.info(
+            "agent %s: run %s was claimed by a resume that failed on the store, and ran "
+            "nothing: it awaits approval again",
+            ctx.agent_id,
+            run_id,
+        )
+    return taken
+
+
+def not_resumed(run_id: str, exc: StoreError) -> StoreError:
+    """What a resume with decisions raises when its claim failed on the store: the
+    store's error, of the same class (``StoreUnavailable``: try again later), saying
+    what became of the run."""
+    # The nearest of satsuma's classes: a Store of a user's own may raise a subclass
+    # that is made otherwise.
+    kind = next(cls for cls in type(exc).__mro__ if cls in _STORE_ERRORS)
+    refused = kind(
+        exc.location,
+        f"{exc.problem}; run {run_id} was not resumed: none of its calls ran, and it "
+        "still awaits approval (resume it with its decisions again once the store works)",
+    )
+    refused.__cause__ = exc
+    return refused
+
+
+_STORE_ERRORS: Final = (StoreUnavailable, LeaseLost, StoreUnreadable, StoreClosed, StoreError)
 
 
 async def pause(run: Run, pending: Sequence[PendingCall], outcomes: Sequence[ToolOutcome]) -> None:
@@ -261,6 +360,7 @@ async def run_decided(run: Run) -> str | None:
     run.finished = dict(answers)
     if decided:
         await ctx.persistence.calls_started(run.run_id, decided)
+        job.decided_began = True
         outcomes = await ctx.tools.runner.execute(
             decided,
             ctx.tool_context,

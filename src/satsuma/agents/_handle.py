@@ -26,7 +26,7 @@ from ._persist import own_answer, stored_result
 from ._result import OutputT, RunResult
 from ._stream import EventBuffer
 
-__all__ = ["AgentHandle", "Target", "resume_with_id", "run_with_id"]
+__all__ = ["AgentHandle", "Target", "resume_decided", "resume_with_id", "run_with_id"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -209,7 +209,10 @@ class AgentHandle(Generic[OutputT]):
                 ``Approve(input=...)`` is not valid input for its tool (nothing is run;
                 the run still waits).
             TypeError: a decision is not Approve or Deny.
+            StoreError: with decisions, the store failed as the run was taken up:
+                nothing ran, and the run still awaits approval (resume it again later).
             AgentUnavailable: the agent has stopped.
+            AgentCrashed: the agent's lease was lost or its store closed (it stops).
         """
         if decisions is not None:
             # Checked, and the run claimed, by the agent's own task (see Actor._serve_job).
@@ -458,20 +461,37 @@ async def resume_with_id(
     handle: AgentHandle[Any],
     run_id: str,
     *,
-    decisions: Mapping[str, Approve | Deny] | None = None,
     events: Callable[[AgentEvent], object] | None = None,
     hands_back: bool = False,
 ) -> tuple[RunResult[Any], StoreError | None]:
-    """``handle.resume(run_id, decisions=decisions, events=events)``, returning what
+    """``handle.resume(run_id, events=events)`` (an interrupted run), returning what
     ``run_with_id`` returns (``hands_back``: as for ``run_with_id``).
 
     Raises:
-        ValueError, TypeError: as ``resume`` (the run cannot be resumed, or the
-            decisions do not fit it: RunNotAwaitingApproval among them).
+        ValueError: as ``resume`` (the run cannot be resumed).
     """
-    if decisions is not None:
-        job = Job(prompt="", run_id=run_id, sink=callback_sink(events), decisions=decisions)
-    else:
-        job = await handle._resume_job(run_id, events)
+    job = await handle._resume_job(run_id, events)
     job.hands_back = hands_back
     return await handle._serve(job), job.store_error
+
+
+async def resume_decided(
+    handle: AgentHandle[Any],
+    run_id: str,
+    decisions: Mapping[str, Approve | Deny],
+    *,
+    events: Callable[[AgentEvent], object] | None = None,
+) -> tuple[RunResult[Any], StoreError | None, bool]:
+    """``handle.resume(run_id, decisions=decisions, events=events)`` for a cluster's
+    node, which hands the run back when the store goes away (as ``run_with_id`` with
+    ``hands_back``). Returns the result, the store's error that stopped the run (None
+    if none did), and whether its decided calls began to run: if not, nothing ran, and
+    the node may take the claim back (the run paused again, its calls undecided).
+
+    Raises:
+        ValueError, TypeError: as ``resume`` (the decisions do not fit the run:
+            RunNotAwaitingApproval among them).
+    """
+    job = Job(prompt="", run_id=run_id, sink=callback_sink(events), decisions=decisions)
+    job.hands_back = True
+    return await handle._serve(job), job.store_error, job.decided_began

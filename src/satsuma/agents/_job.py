@@ -62,6 +62,10 @@ class Job:
     # stops the run without an end written, for the node to hand it back and the next
     # attempt to resume it from its journal (see ``left_to_node``).
     hands_back: bool = False
+    # Set by a node's resume with decisions (internal.resume_decided) as its decided
+    # calls start to run: stopped on the store before then, nothing ran, and the node
+    # can take the claim back (the run paused again) rather than leave the calls in doubt.
+    decided_began: bool = False
 
     def left_to_node(self) -> bool:
         """Whether the run stopped on a store that went away, under a node that hands it

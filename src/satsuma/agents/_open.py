@@ -14,7 +14,7 @@ import trio
 
 from .._exceptions import AgentCrashed, AgentUnavailable, ConfigurationError
 from ..models import Model, shared_model
-from ..store import Store
+from ..store import Store, Taken
 from ..tools import Approver
 from ._actor import Actor
 from ._agent import Agent, seconds_or_none, spec_of
@@ -22,7 +22,7 @@ from ._compaction import Compaction
 from ._handle import AgentHandle
 from ._result import OutputT
 
-__all__ = ["CLASS_DEFAULT", "open_agent"]
+__all__ = ["CLASS_DEFAULT", "open_agent", "open_taken"]
 
 _agent_numbers = itertools.count(1)
 
@@ -92,6 +92,29 @@ def open_agent(
     )
 
 
+def open_taken(
+    agent: type[Agent[OutputT]],
+    taken: Taken,
+    *,
+    store: Store,
+    model: Model | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> AbstractAsyncContextManager[AgentHandle[OutputT]]:
+    """``open_agent`` for an agent whose lease and state its caller took already, in
+    ``store`` (a cluster's node, with its run's claim): the agent starts from ``taken``
+    rather than taking and loading its own, and lets the lease go as it closes."""
+    return _AgentBlock(
+        agent,
+        model=model,
+        context=context,
+        agent_id=taken.lease.agent_id,
+        store=store,
+        approver=None,
+        approval_timeout=CLASS_DEFAULT,
+        taken=taken,
+    )
+
+
 async def _opened_actor(
     agent: type[Agent[Any]],
     *,
@@ -101,6 +124,7 @@ async def _opened_actor(
     store: Store | None,
     approver: Approver | None,
     approval_timeout: float | _ClassDefault | None,
+    taken: Taken | None = None,
 ) -> Actor:
     """The actor ``open_agent`` starts, once its arguments are checked (the store
     opened, the model found)."""
@@ -138,6 +162,7 @@ async def _opened_actor(
         agent_id or f"{spec.name}-{next(_agent_numbers)}",
         store=store,
         approver=approver,
+        taken=taken,
     )
 
 

@@ -28,6 +28,7 @@ from ..store import (
     Step,
     Store,
     Summary,
+    Taken,
     load_agent,
     write_step,
 )
@@ -84,6 +85,9 @@ class Persistence:
     # load marked every running run interrupted), so a first run does not read again
     # what its agent's open has just read.
     none_left: bool = False
+    # What a cluster's node took for the agent with its run's claim: its lease and state,
+    # which the load starts from (``satsuma.store.Taken``).
+    taken: Taken | None = attrs.field(default=None, kw_only=True)
 
     def _check_fence(self, what: str) -> None:
         if self.fence():
@@ -110,15 +114,18 @@ class Persistence:
         Raises:
             StoreError: another owner holds the agent, or its history cannot be read.
         """
-        self.lease = await self.store.acquire_lease(
-            self.agent_id, self.owner, seconds=self.lease_seconds
-        )
-        try:
-            # One transaction on satsuma's stores (store.load_agent).
-            loaded = await load_agent(self.store, self.agent_id, lease=self.lease)
-        except BaseException:
-            await self.release()
-            raise
+        if self.taken is not None and not self.taken.adopted:
+            self.lease, loaded = self.taken.lease, self.taken.adopt()  # taken with a claim
+        else:
+            self.lease = await self.store.acquire_lease(
+                self.agent_id, self.owner, seconds=self.lease_seconds
+            )
+            try:
+                # One transaction on satsuma's stores (store.load_agent).
+                loaded = await load_agent(self.store, self.agent_id, lease=self.lease)
+            except BaseException:
+                await self.release()
+                raise
         self.none_left = all(record.status != "awaiting_approval" for record in loaded.runs)
         # Every run still interrupted, also one an earlier start found and did not resume.
         interrupted = [record for record in loaded.runs if record.status == "interrupted"]
@@ -199,6 +206,8 @@ class Persistence:
         lease, self.lease = self.lease, None
         if lease is None:
             return
+        if self.taken is not None and self.taken.released_by_end(lease):
+            return  # the run's end let it go (satsuma.store.Taken)
         with trio.move_on_after(_RELEASE_SECONDS, shield=True):
             try:
                 await self.store.release_lease(lease)
@@ -249,7 +258,7 @@ class Persistence:
             started=started,
             ends=ends,
         )
-        await write_step(self.store, step, lease=self.lease)
+        await write_step(self.store, step, lease=self.lease, rider=self.taken)
         del self.unwritten_outcomes[: len(finished)]
         if start is not None:
             self.dirty_from = upto

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._messages import Message
-from ..store import ApprovalDecision, JournalEntry
+from ..store import ApprovalDecision, ApprovalRecord, JournalEntry
 from ..tools import (
     INTERRUPTED_TEXT,
+    Approve,
+    Deny,
     ToolCall,
     ToolOutcome,
     denied_text,
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "dangling_tool_uses",
     "decided_outcome",
+    "decision_of",
     "interrupted_outcome",
     "journaled_outcome",
     "repair",
@@ -36,6 +39,14 @@ def dangling_tool_uses(history: Sequence[Message]) -> list[dict[str, Any]]:
     if not history or history[-1].role != "assistant":
         return []
     return [dict(block) for block in history[-1].content if block.get("type") == "tool_use"]
+
+
+def decision_of(stored: ApprovalDecision) -> Approve | Deny:
+    """A stored decision as ``resume`` takes it (``stored_decisions`` the other way)."""
+    if stored.verdict == "denied":
+        return Deny(stored.reason or "denied", by=stored.decided_by)
+    edit = stored.input if stored.verdict == "edited" else None
+    return Approve(edit, by=stored.decided_by)
 
 
 def journaled_outcome(entry: JournalEntry) -> ToolOutcome:
@@ -89,8 +100,9 @@ async def repair(
 ) -> None:
     """Answer the calls a crash or a kill left without a result: a finished call with
     its journaled outcome; an unfinished one by running it again if ``rerun`` and its
-    tool is idempotent, else with the fixed Interrupted text (saying the decision, for
-    a call decided in the store). With ``undecided``, the run paused awaiting
+    tool is idempotent (with its decision, for a call approved in the store), else
+    with the fixed Interrupted text (saying the decision, for a call decided in the
+    store). With ``undecided``, the run paused awaiting
     approval: its pending calls never ran, and are denied with that reason. With
     ``taken``, the run was taken up through the store without the agent's lease: its
     decided calls never ran, and say so."""
@@ -101,6 +113,7 @@ async def repair(
     journal = {}
     waiting: set[str] = set()
     decided: dict[str, ApprovalDecision] = {}
+    asked: dict[str, ApprovalRecord] = {}
     if ctx.persistence is not None and run_id:
         store = ctx.persistence.store
         journal = {e.tool_use_id: e for e in await store.calls(run_id)}
@@ -109,15 +122,15 @@ async def repair(
             waiting = {call.tool_use_id for call in pending}
         # Calls decided in the store whose run was then never run on: taken up
         # without the agent's lease, or stopped between its claim and its calls.
-        decided = {
-            a.tool_use_id: a.decision
-            for a in await store.approvals(run_id)
-            if a.decision is not None
-        }
+        asked = {a.tool_use_id: a for a in await store.approvals(run_id)}
+        decided = {k: a.decision for k, a in asked.items() if a.decision is not None}
     runner = ctx.tools.runner
     idempotent = {d.name for d in runner.definitions if d.idempotent}
     answers: dict[str, ToolOutcome] = {}
     again: list[ToolCall] = []
+    # An approved call run again goes with its decision (and as it was asked about, an
+    # edit applied): without it, its tool would deny it for want of an approver.
+    decisions: dict[str, Approve | Deny] = {}
     for block in tool_uses:
         entry = journal.get(block["id"])
         if undecided is not None and block["id"] in waiting:
@@ -129,7 +142,11 @@ async def repair(
         elif block["id"] in decided and (taken or decided[block["id"]].verdict == "denied"):
             answers[block["id"]] = decided_outcome(block, decided[block["id"]], never_run=taken)
         elif rerun and block.get("name") in idempotent:
-            again.append(ToolCall(block["id"], block["name"], block.get("input", {})))
+            if block["id"] in decided:
+                decisions[block["id"]] = decision_of(decided[block["id"]])
+                again.append(ToolCall(block["id"], block["name"], asked[block["id"]].input))
+            else:
+                again.append(ToolCall(block["id"], block["name"], block.get("input", {})))
         elif block["id"] in decided:
             answers[block["id"]] = decided_outcome(block, decided[block["id"]], never_run=False)
         else:
@@ -143,6 +160,7 @@ async def repair(
             events=run.tool_sink(),
             agent=ctx.handle,
             on_outcome=run.journal,
+            decisions=decisions or None,
         ):
             answers[outcome.tool_use_id] = outcome
     run.commit_user(format_results([answers[block["id"]] for block in tool_uses]))

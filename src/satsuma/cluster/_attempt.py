@@ -23,9 +23,19 @@ from .._exceptions import (
     StoreUnreadable,
 )
 from .._text import MESSAGE_LIMIT, describe_exception
-from ..agents import Agent, AgentHandle, RunResult, internal, open_agent
+from ..agents import Agent, AgentHandle, RunResult, internal
 from ..models import Model
-from ..store import Lease, PostgresStore, QueuedRun, QueuedRunStatus, RunRecord
+from ..store import (
+    Lease,
+    Owner,
+    PostgresStore,
+    QueuedRun,
+    QueuedRunStatus,
+    RunRecord,
+    Taken,
+    take_back_claim,
+    undo_lost_claim,
+)
 from ..store import run_queue as queue
 from ..tools import PendingCall
 from ._decisions import decode_decisions
@@ -62,6 +72,9 @@ class InFlight:
     handle: AgentHandle | None = None
     cancel_requested: bool = False
     lost: bool = False  # the node was counted dead: the run is another node's now
+    # Its agent, taken with the claim (None: not taken, for ``refusal``).
+    taken: Taken | None = None
+    refusal: StoreError | None = None
 
     async def cancel(self) -> None:
         self.cancel_requested = True
@@ -98,6 +111,10 @@ class RunAttempts:
 
     async def attempt(self, run: QueuedRun, entry: InFlight) -> None:
         """Run (or resume) a claimed run and write how it ended, or hand it back."""
+        taken = entry.taken
+        if taken is None:
+            await self._not_taken(run, entry)
+            return
         result: RunResult | None = None
         # The store's error that failed the run, if one did: its type decides (below).
         store_error: StoreError | None = None
@@ -107,54 +124,40 @@ class RunAttempts:
         # The run's end was written before its agent closed (with the agent's lease let
         # go in the same transaction): nothing that closing does changes it.
         finished = False
-        # The run is started (marked running) with its agent's lease, in one transaction.
-        opening = queue.opening(run.run_id, node_id, run.agent_id)
         try:
-            async with open_agent(
+            # The agent opens with the lease and state taken with the claim (the run is
+            # marked running in that transaction too): no store call of its own.
+            async with internal.open_taken(
                 self.classes[run.agent_name],
+                taken,
+                store=self.node.store,
                 model=self.node.model,
                 context=self.node.context,
-                agent_id=run.agent_id,
-                store=self.node.store,
             ) as handle:
-                started = opening.close()
                 entry.handle = handle
-                recorded = (
-                    started.recorded
-                    if started.started
-                    else await queue.start_running(self.node.store, run.run_id, entry.node_id)
-                )
-                if recorded is None:
-                    handed_back = True  # no longer ours: the node was counted dead
-                    return
+                record = next((r for r in taken.loaded.runs if r.run_id == run.run_id), None)
                 if entry.cancel_requested:
                     result = RunResult(run_id=run.run_id, output="", status="cancelled")
                 elif self.node.event_log is None:
-                    result, store_error = await self._run(handle, run, None, recorded)
+                    result, store_error = await self._run(handle, run, None, record)
                 else:
                     recorder = RunRecorder(
                         self.node.store, run, node_id, self.node.name, self.node.event_log
                     )
                     # The agent's steps carry its waiting events in their transactions.
-                    started.events, started.store = recorder, self.node.store
+                    taken.events = recorder
                     # Its last events are written with its result (_finish, below).
                     async with recorder.recording():
-                        result, store_error = await self._run(handle, run, recorder, recorded)
-                if store_error is None and not entry.lost and started.lease is not None:
+                        result, store_error = await self._run(handle, run, recorder, record)
+                if store_error is None and not entry.lost:
                     # Before the agent closes: the caller need not wait for its lease to be
                     # let go, which the end's transaction does.
-                    started.released = await self._finish(
-                        run, node_id, result, recorder, started.lease
-                    )
+                    taken.released = await self._finish(run, node_id, result, recorder, taken.lease)
                     finished = True
         except StoreClosed:
             raise  # the node stops (serve): nothing it does can be written any more
         except StoreError as exc:
-            if opening.close().refused:
-                # No longer ours (the node was counted dead): the start, made with the
-                # lease's take, refused it, and the agent was not taken.
-                handed_back = True
-            elif result is not None:
+            if result is not None:
                 # Closing the agent failed after its run ended: the result stands.
                 logger.warning(
                     "node %s: closing the agent of run %s: %s", self.node.name, run.run_id, exc
@@ -194,6 +197,10 @@ class RunAttempts:
         except Exception as exc:
             result = self._crashed(run, exc, result)
         finally:
+            if not taken.adopted:
+                # Its agent never opened (a bad configuration, a cancellation): the
+                # lease taken with the claim is let go here.
+                await self.let_go(taken)
             if result is not None and isinstance(store_error, StoreUnavailable) and not entry.lost:
                 # The database went away under the run (a write failed): not the run's
                 # failure. It goes back to the queue, and is resumed from its journal by
@@ -223,6 +230,44 @@ class RunAttempts:
         if result is not None and not finished:
             await self._finish(run, node_id, result, recorder)
 
+    async def _not_taken(self, run: QueuedRun, entry: InFlight) -> None:
+        """A claimed run whose agent the claim did not take: held by another owner (a
+        node that died on another host, before its lease expired), handed back for
+        later; or unreadable (or claimed too often), failed."""
+        exc = entry.refusal
+        assert exc is not None  # claim_and_take gives a refusal with a run it did not take
+        if isinstance(exc, StoreUnreadable) or run.attempts >= _MAX_ATTEMPTS:
+            # Its conversation or records cannot be read: no later attempt can either.
+            result = failed_result(run.run_id, f"its agent could not be opened: {exc}")
+            await self._finish(run, entry.node_id, result, None)
+            return
+        logger.warning("node %s: run %s handed back: %s", self.node.name, run.run_id, exc)
+        await self.hand_back(run, entry.node_id, "keep", _HELD_ELSEWHERE_DELAY)
+
+    async def undo_lost_claim(self, node_id: str, owner: Owner, keep: list[str]) -> None:
+        """Put back what a claim whose answer was lost may have claimed and taken
+        (tried again while the database is away)."""
+
+        async def undo() -> bool:
+            await undo_lost_claim(self.node.store, node_id, owner, keep=keep)
+            return True
+
+        await self._retrying("put back what a lost claim may have claimed", undo)
+
+    async def let_go(self, taken: Taken) -> None:
+        """Let go a lease taken with a claim whose agent never opened (shielded and
+        bounded, as an agent's own release)."""
+        with trio.move_on_after(STOP_WRITE_SECONDS, shield=True):
+            try:
+                await self.node.store.release_lease(taken.lease)
+            except StoreError as exc:
+                logger.warning(
+                    "node %s: could not let agent %s go: %s",
+                    self.node.name,
+                    taken.lease.agent_id,
+                    exc,
+                )
+
     def _crashed(self, run: QueuedRun, exc: Exception, result: RunResult | None) -> RunResult:
         """Log the agent's crash with its traceback, and give the run's result: the one
         it had (the crash came as the agent closed), or a failed one naming the crash."""
@@ -249,13 +294,16 @@ class RunAttempts:
         return failed_result(run.run_id, f"the agent crashed: {described}")
 
     async def _run(
-        self, handle: AgentHandle, run: QueuedRun, events: RunRecorder | None, recorded: bool
+        self,
+        handle: AgentHandle,
+        run: QueuedRun,
+        events: RunRecorder | None,
+        record: RunRecord | None,
     ) -> tuple[RunResult, StoreError | None]:
         """Run the queued run, or go on with it where an earlier attempt stopped; with
-        the store's error that failed it, if one did. ``recorded``: whether its agent has
-        a record of it (read with the queue's ``running``: the node holds the agent's
-        lease, so no one else makes one meanwhile)."""
-        record = await self.node.store.get_run(run.run_id) if recorded else None
+        the store's error that failed it, if one did. ``record``: its agent's record of
+        it, if any (loaded with the claim, under the agent's lease: no one else makes or
+        changes one meanwhile)."""
         if record is None:
             return await internal.run_with_id(
                 handle, run.prompt, run.run_id, events=events, hands_back=True
@@ -285,16 +333,18 @@ class RunAttempts:
     ) -> tuple[RunResult, StoreError | None]:
         """Resume a paused run with the decisions ``Cluster.resume`` queued with it. A
         run whose decisions the agent refuses (an edit its tool does not take) stays
-        paused, the reason in its result's ``error``; nothing ran."""
+        paused, the reason in its result's ``error``; nothing ran. One stopped by
+        ``StoreUnavailable`` is handed back (as any run, by ``attempt``)."""
         coded = await queue.decisions(self.node.store, run.run_id)
         paused = result_from_record(record, handle.history)
         if coded is None:
             # Handed back between its pause and the queue's record of it: it ends
             # paused in the queue too, where a resume finds it.
             return attrs.evolve(paused, pending=await _pending(self.node.store, run.run_id)), None
+        decisions = decode_decisions(coded)
         try:
-            return await internal.resume_with_id(
-                handle, run.run_id, decisions=decode_decisions(coded), events=events
+            result, error, began = await internal.resume_decided(
+                handle, run.run_id, decisions, events=events
             )
         except (ValueError, TypeError) as exc:
             logger.warning(
@@ -305,6 +355,22 @@ class RunAttempts:
             )
             pending = await _pending(self.node.store, run.run_id)
             return attrs.evolve(paused, pending=pending, error=f"decisions refused: {exc}"), None
+        if isinstance(error, StoreUnavailable) and not began and run.node_id is not None:
+            # Stopped on the store before any decided call ran: the run awaits approval
+            # again, and the next attempt claims it with the same decisions (the queue
+            # keeps them), so they apply once. Tried once: if not taken back, the next
+            # attempt resumes it interrupted, its decided calls in doubt.
+            with trio.move_on_after(STOP_WRITE_SECONDS, shield=True):
+                try:
+                    await take_back_claim(self.node.store, run.run_id, run.node_id, decisions)
+                except StoreError as exc:
+                    logger.warning(
+                        "node %s: could not take back the claim of run %s: %s",
+                        self.node.name,
+                        run.run_id,
+                        exc,
+                    )
+        return result, error
 
     async def hand_back(
         self, run: QueuedRun, node_id: str, agent_record: Literal["keep", "auto"], delay: float

@@ -222,10 +222,15 @@ class EventStream:
             # Listening before the read: a batch committed after it is heard. The
             # listener is the process's shared one (a server that is away makes it
             # ready at once: the stream polls, and the read below says so).
+            # A run's end is told on one of two channels (store/_end_notice.py).
             self._listener = await subscribe(
                 self._store,
-                {channel_for(self.run_id): None, queue.DONE_CHANNEL: self.run_id},
-                keep=[queue.DONE_CHANNEL],
+                {
+                    channel_for(self.run_id): None,
+                    queue.RESULT_CHANNEL: self.run_id,
+                    queue.DONE_CHANNEL: self.run_id,
+                },
+                keep=[queue.RESULT_CHANNEL, queue.DONE_CHANNEL],
             )
         try:
             page = await read_events(self._store, self.run_id, self.position, _PAGE)

@@ -28,10 +28,11 @@ import trio
 from .._exceptions import (
     StoreClosed,
     StoreError,
+    StoreUnavailable,
 )
 from ..agents import Agent, internal
 from ..models import Model
-from ..store import PostgresStore
+from ..store import DEFAULT_LEASE_SECONDS, Owner, PostgresStore, claim_and_take
 from ..store import run_queue as queue
 from ._attempt import STOP_WRITE_SECONDS, InFlight, RunAttempts
 from ._listen import Listener
@@ -234,25 +235,36 @@ class Node:
             self._wake = trio.Event()  # a NOTIFY from here on wakes the wait below
             node_id = self.node_id
             more = False
+            claimed = None
+            owner = Owner.new()
             try:
-                claimed = await queue.claim_next(self.store, node_id, names)
+                # The run's agent is taken and loaded with the claim, in its transaction.
+                claimed = await claim_and_take(
+                    self.store, node_id, names, owner, seconds=DEFAULT_LEASE_SECONDS
+                )
             except StoreClosed:
                 raise
-            except StoreError:
+            except StoreError as exc:
                 logger.warning("node %s: could not claim runs", self.name, exc_info=True)
                 run = None
+                if isinstance(exc, StoreUnavailable):
+                    # Its answer may have been lost as it committed: what it may have
+                    # claimed and taken goes back, once the database answers.
+                    await self._attempts.undo_lost_claim(node_id, owner, list(self._in_flight))
             else:
                 run, more = claimed.run, claimed.more
-            if run is not None and node_id != self.node_id:
+            if claimed is not None and run is not None and node_id != self.node_id:
                 # Claimed under the id of an incarnation counted dead meanwhile.
+                if claimed.taken is not None:
+                    await self._attempts.let_go(claimed.taken)
                 await self._attempts.hand_back(run, node_id, "keep", 0.0)
                 run = None
-            if run is None:
+            if claimed is None or run is None:
                 self._slots.release()
                 with trio.move_on_after(self.poll_interval):
                     await self._wake.wait()
                 continue
-            entry = InFlight(run, node_id)
+            entry = InFlight(run, node_id, taken=claimed.taken, refusal=claimed.refusal)
             self._in_flight[run.run_id] = entry
             runs.start_soon(self._execute, entry)
             if not more:

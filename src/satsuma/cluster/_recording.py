@@ -3,7 +3,7 @@
 The agent calls the recorder with each event, on the trio thread; the recorder only
 queues it in memory (text deltas merged into the one before them, other events turned
 into their JSON at once, as the JSON-lines log does) and never waits. The agent's steps
-carry what waits in their own transactions (``ride``: ``run_queue.Opening.events``;
+carry what waits in their own transactions (``ride``: ``satsuma.store.Taken.events``;
 not the step that ends the run, whose end in the queue comes right after it),
 which costs no transaction of its own; a flusher task writes what no step carried, in
 one transaction: 5 ms after a boundary (a call starting or ending, a retry, an
@@ -245,7 +245,7 @@ class RunRecorder:
 
     def ride(self) -> _Ride | None:
         """What waits, for an agent's step to write in its transaction
-        (``run_queue.Opening.events``), sparing a transaction of its own; None when
+        (``satsuma.store.Taken.events``), sparing a transaction of its own; None when
         nothing waits or a batch is being written."""
         if self._stopped or not self._pending or self._writing is not None:
             return None
@@ -347,7 +347,8 @@ class RunRecorder:
 
 @attrs.define(eq=False)
 class _Ride:
-    """A batch of a run's events that an agent's step carries (``run_queue.Ride``)."""
+    """A batch of a run's events that an agent's step carries (the store's ``Ride``, in
+    ``store/_opening.py``)."""
 
     recorder: RunRecorder
     batch: list[Entry]

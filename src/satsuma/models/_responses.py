@@ -25,7 +25,7 @@ import attrs
 
 from .._exceptions import ModelError
 from .._jsonvalue import JsonProblem, is_plain, plain_members, plain_or_problem
-from .._toolcall import gated
+from .._toolcall import ToolCall, gated_all
 from ._model import ModelResponse
 
 __all__ = ["checked_plain_response", "checked_response"]
@@ -62,10 +62,8 @@ def checked_response(response: ModelResponse, *, fresh: bool = False) -> ModelRe
             raise ModelError(f"malformed response: {problem}", retryable=True) from None
         if checked is not None:
             content.append(checked)
-    calls = tuple(
-        [gated(call, plain_input=id(call.input) in plain_inputs) for call in response.calls]
-    )
-    return _record(attrs.evolve(response, content=tuple(content), calls=calls), fresh=fresh)
+    calls = gated_all(response.calls, plain_inputs)
+    return _record(_rebuilt(response, tuple(content), calls), fresh=fresh)
 
 
 def checked_plain_response(response: ModelResponse) -> ModelResponse:
@@ -83,10 +81,27 @@ def checked_plain_response(response: ModelResponse) -> ModelResponse:
         if kind == "tool_use" and type(given := block.get("input")) is dict:
             plain_inputs.add(id(given))
         content.append(block)
-    calls = tuple(
-        [gated(call, plain_input=id(call.input) in plain_inputs) for call in response.calls]
+    checked = _rebuilt(response, tuple(content), gated_all(response.calls, plain_inputs))
+    _passed[id(checked)] = checked
+    return checked
+
+
+def _rebuilt(
+    response: ModelResponse, content: tuple[Mapping[str, Any], ...], calls: tuple[ToolCall, ...]
+) -> ModelResponse:
+    """``attrs.evolve(response, content=content, calls=calls)``, field by field for a
+    ModelResponse itself (evolve reads the class's fields and each value by name, on
+    every response); a subclass, whose fields only evolve knows, is evolved."""
+    if type(response) is not ModelResponse:
+        return attrs.evolve(response, content=content, calls=calls)
+    return ModelResponse(
+        content=content,
+        calls=calls,
+        stop_reason=response.stop_reason,
+        usage=response.usage,
+        model=response.model,
+        id=response.id,
     )
-    return _record(attrs.evolve(response, content=tuple(content), calls=calls), fresh=True)
 
 
 _NO_INPUT: Any = object()

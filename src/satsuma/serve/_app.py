@@ -36,7 +36,7 @@ from ._http import (
     Surface,
 )
 from ._rebinding import rebinding_refusal
-from ._runs import AlreadyDecided, BadDecision, Busy, Runs, UnknownAgent, UnknownRun
+from ._runs import AlreadyDecided, BadDecision, Busy, NotResumed, Runs, UnknownAgent, UnknownRun
 from ._slots import CURRENT_PRINCIPAL, RunSlots
 from ._sse import KEEPALIVE_SECONDS, send_stream
 from ._tokens import TokenBook, TokenFileError
@@ -78,6 +78,8 @@ def error_for(error: Exception) -> HTTPError:
     """
     if isinstance(error, HTTPError):
         return error
+    if isinstance(error, NotResumed):  # logged where it happened (LocalRuns)
+        return HTTPError(503, "unavailable", error.public)
     if isinstance(error, StoreError):  # a full disk, a lost database: said, not shown
         log.warning("the store failed: %s", error)
         return HTTPError(503, "unavailable", "the store failed to answer; try again later")

@@ -42,7 +42,15 @@ from ._console_pages import agents_page, cluster_page, decided_section, tree_sec
 from ._console_reads import ConsoleReads
 from ._console_session import COOKIE, Sessions, cookie_value
 from ._http import HTTPError, JSONAnswer, Principal, Request, Scope, SSEAnswer, agent_id_from
-from ._runs import AlreadyDecided, BadDecision, Runs, RunView, UnknownAgent, UnknownRun
+from ._runs import (
+    AlreadyDecided,
+    BadDecision,
+    NotResumed,
+    Runs,
+    RunView,
+    UnknownAgent,
+    UnknownRun,
+)
 from ._tokens import TokenBook
 
 __all__ = ["ConsoleSurface"]
@@ -161,6 +169,8 @@ class ConsoleSurface:
             status, (title, body) = error.status, error_page(error.status, error.message)
         except (UnknownRun, UnknownAgent) as error:
             status, (title, body) = 404, error_page(404, str(error))
+        except NotResumed as error:  # a decision kept, its run not resumed: logged already
+            status, (title, body) = 503, error_page(503, error.public)
         except StoreError as error:  # said in a page as the API says it: the log names it
             log.warning("the store failed: %s", error)
             message = "the store failed to answer (the server's log says why); try again later"

@@ -65,6 +65,16 @@ class DrivenRun:
             self.log.append_lazy("RunEnd", lambda: public_event(event_to_json(end)))
         elif self.log.last_type != "RunEnd":
             self.log.append({"type": "RunEnd", "run_id": view.run_id, "status": view.status})
+        self._stop()
+
+    def pause_again(self, view: RunView) -> None:
+        """A resume that never took the run up (the store refused its claim): the run is
+        ``view`` again, paused as it was, with no new event; its waiters woken."""
+        self.view = view
+        self.held_end = None
+        self._stop()
+
+    def _stop(self) -> None:
         self.log.settle()
         self.settled_at = trio.current_time()
         self.stopped.set()

@@ -14,6 +14,7 @@ The runs of one conversation run one after another, in the order they were start
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing, suppress
@@ -22,10 +23,10 @@ from typing import Any
 import attrs
 import trio
 
-from .._exceptions import RunNotAwaitingApproval
+from .._exceptions import RunNotAwaitingApproval, StoreError
 from ..agents import Agent, AgentEvent, AgentHandle, RunResult, internal
 from ..models import Model
-from ..store import RunRecord, Store
+from ..store import ApprovalDecision, RunRecord, Store
 from ..supervisor import Supervisor
 from ..tools import Approve, Deny
 from ._driven import DrivenRun
@@ -36,6 +37,7 @@ from ._runs import (
     BadDecision,
     Busy,
     IfBusy,
+    NotResumed,
     PendingView,
     RunEvent,
     RunView,
@@ -55,6 +57,22 @@ from ._views import (
 )
 
 __all__ = ["LocalRuns"]
+
+log = logging.getLogger("satsuma.serve")
+
+
+class _NotTaken(Exception):
+    """A resume whose claim the store refused: the run is ``view`` again, paused."""
+
+    def __init__(self, view: RunView) -> None:
+        super().__init__(view.run_id)
+        self.view = view
+
+
+def _same(kept: ApprovalDecision | None, sent: ApprovalDecision) -> bool:
+    """Whether ``sent`` is the decision ``kept`` on the call (whoever sent it, and when)."""
+    fields = ("verdict", "input", "reason")
+    return kept is not None and all(getattr(kept, f) == getattr(sent, f) for f in fields)
 
 
 @attrs.define(eq=False)
@@ -210,9 +228,12 @@ class LocalRuns:
         run.log.unsettle()
         result: RunResult[Any] | None = None
         failure: BaseException | None = None
+        paused: RunView | None = None
         try:
             with run.scope:
                 result = await body()
+        except _NotTaken as exc:  # a resume the store refused: the run still waits
+            paused = exc.view
         except Exception as exc:  # the run failed to run (the agent stopped, crashed)
             failure = exc
         finally:
@@ -220,7 +241,10 @@ class LocalRuns:
             conversation.last_used = trio.current_time()
             if conversation.current is run:
                 conversation.current = None
-            run.settle(result, failure)
+            if paused is not None:
+                run.pause_again(paused)
+            else:
+                run.settle(result, failure)
             run.done.set()
 
     def when_stopped(self, run_id: str, callback: Callable[[], None]) -> bool:
@@ -241,8 +265,9 @@ class LocalRuns:
         return await self.get(run_id)
 
     async def get(self, run_id: str) -> RunView:
-        """See ``Runs.get``: ``pending`` leaves out the calls decided already."""
-        return await undecided(await self._view(run_id), self._store)
+        """See ``Runs.get``: ``pending`` leaves out the calls decided already, unless
+        every call is (its resume failed on the store: they are to be decided again)."""
+        return await undecided(await self._view(run_id), self._store, stranded=True)
 
     async def _view(self, run_id: str) -> RunView:
         run = self._runs.get(run_id)
@@ -362,10 +387,12 @@ class LocalRuns:
 
     async def pending(self, agent: str | None = None) -> list[PendingView]:
         """See ``Runs.pending``: read from the store, so it survives a restart. Calls
-        decided already (the run waits on others) are left out."""
+        decided already (the run waits on others) are left out; a run whose every call
+        is decided still waits when its resume failed on the store: its calls are listed,
+        for the same decision to be sent again."""
         if agent is not None:
             self._agent_class(agent)
-        return await stored_pending(self._store, self._agents, agent)
+        return await stored_pending(self._store, self._agents, agent, stranded=True)
 
     async def decide(self, run_id: str, call_id: str, decision: Approve | Deny) -> RunView | None:
         """See ``Runs.decide``."""
@@ -373,7 +400,7 @@ class LocalRuns:
             raise TypeError(f"a decision is Approve or Deny, got: {type(decision).__name__}")
         lock = self._deciding.setdefault(run_id, trio.Lock())
         async with lock:
-            view = await self.get(run_id)
+            view = await self._view(run_id)  # every pending call: a resume takes them all
             if view.status != "awaiting_approval":
                 raise AlreadyDecided(f"run {run_id} is not awaiting approval (it is {view.status})")
             calls = await self._store.pending_calls(run_id)
@@ -389,10 +416,14 @@ class LocalRuns:
             # Kept in the store as it is taken: it outlives a restart, and every process
             # on the store sees it (Store.propose_decision takes one per call, once).
             stored = internal.stored_decisions({call_id: decision}, time.time())[call_id]
-            if not await self._store.propose_decision(run_id, call_id, stored):
-                raise AlreadyDecided(f"call {call_id} of run {run_id} was decided already")
+            kept = await self._store.propose_decision(run_id, call_id, stored)
             decided = await self._store.proposed_decisions(run_id)
-            if any(c.tool_use_id not in decided for c in calls):
+            waiting = any(c.tool_use_id not in decided for c in calls)
+            # Every call decided, yet the run still waits: its resume failed on the store
+            # (NotResumed). The same decision again takes it up with the decisions kept.
+            if not kept and (waiting or not _same(decided.get(call_id), stored)):
+                raise AlreadyDecided(f"call {call_id} of run {run_id} was decided already")
+            if waiting:
                 return None
             decisions = {call: internal.decision_of(taken) for call, taken in decided.items()}
             return await self._resume(view, decisions)
@@ -406,6 +437,7 @@ class LocalRuns:
         if run is None:  # paused before this server started: a fresh log, numbered past it
             run = DrivenRun(view=view, log=EventLog(self._event_limit, first_id=first_id_now()))
             self._runs[view.run_id] = run
+        paused = run.view = view
         run.view = attrs.evolve(view, status="running", pending=())
         run.stopped = trio.Event()
         run.done = trio.Event()
@@ -416,6 +448,7 @@ class LocalRuns:
         conversation.active += 1
         claimed = trio.Event()
         refused: list[BaseException] = []
+        not_taken: list[StoreError] = []
 
         async def drive() -> RunResult[Any]:
             await previous.wait()
@@ -435,6 +468,13 @@ class LocalRuns:
             except RunNotAwaitingApproval as exc:
                 refused.append(exc)
                 raise
+            except StoreError as exc:
+                if claimed.is_set():  # taken up, then failed: the run failed
+                    raise
+                # Its claim failed (the agent's resume says so, and ran nothing): the run
+                # is paused again here as it is in the store, its decisions kept.
+                not_taken.append(exc)
+                raise _NotTaken(paused) from exc
             finally:
                 claimed.set()
 
@@ -442,6 +482,10 @@ class LocalRuns:
         await claimed.wait()
         if refused:
             raise AlreadyDecided(str(refused[0]))
+        if not_taken:
+            await run.done.wait()
+            log.warning("the store failed: %s", not_taken[0])
+            raise NotResumed(view.run_id, not_taken[0])
         return run.view
 
     async def ready(self) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from .._exceptions import StoreError
 from ..agents import Agent
 from ..tools import Approve, Deny
 
@@ -29,6 +30,7 @@ __all__ = [
     "BadDecision",
     "Busy",
     "IfBusy",
+    "NotResumed",
     "PendingView",
     "RunEvent",
     "RunState",
@@ -197,6 +199,29 @@ class AlreadyDecided(Exception):
     """The call was decided already, or its run no longer waits (HTTP 409)."""
 
 
+class NotResumed(StoreError):
+    """The store failed as a decided run was to resume (HTTP 503): none of its calls
+    ran, and it still awaits approval with every decision kept. The same decision sent
+    again once the store works resumes it.
+
+    Attributes:
+        run_id: The run.
+    """
+
+    def __init__(self, run_id: str, cause: StoreError) -> None:
+        super().__init__(cause.location, cause.problem)
+        self.run_id = run_id
+
+    @property
+    def public(self) -> str:
+        """What a client is told: the store's words and file are for the log only."""
+        return (
+            f"the store failed as run {self.run_id} was to resume (the server's log says "
+            "why): none of its calls ran, and it still awaits approval with every decision "
+            "kept; send the same decision (or the cancel) again once the store works"
+        )
+
+
 class BadDecision(ValueError):
     """The decision names no call of the run, or its edited input is not valid input for
     the tool (HTTP 400). Nothing ran; the run still waits."""
@@ -290,10 +315,15 @@ class Runs(Protocol):
         it as ``start`` would; before that it returns None. A decision survives a
         restart of the server.
 
+        The same decision again, for a call decided already, resumes a run whose every
+        call is decided but whose resume failed on the store (``NotResumed``); any
+        other second decision is ``AlreadyDecided``.
+
         Raises:
             UnknownRun: no such run.
             AlreadyDecided: the call was decided already, or the run no longer waits.
             BadDecision: no such call in the run, or edited input the tool refuses.
+            NotResumed: the store failed as the run was to resume; it still waits.
         """
         ...
 

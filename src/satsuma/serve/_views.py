@@ -151,15 +151,21 @@ def pending_view(view: RunView, call: PendingCall | PendingApproval) -> PendingV
     )
 
 
-async def undecided(view: RunView, store: Store) -> RunView:
+async def undecided(view: RunView, store: Store, *, stranded: bool = False) -> RunView:
     """``view`` with the calls decided already left out of ``pending``: a run awaiting
     approval waits only on those nobody has decided (the others are kept in the store,
-    ``Store.proposed_decisions``, until the last decision resumes the run)."""
+    ``Store.proposed_decisions``, until the last decision resumes the run).
+
+    With ``stranded``, a run whose every call is decided keeps them all listed: in one
+    process, where the last decision resumes the run at once, it still waits only when
+    that resume failed on the store, and the same decision sent again resumes it."""
     if view.status != "awaiting_approval" or not view.pending:
         return view
     decided = await store.proposed_decisions(view.run_id)
     waiting = tuple(call for call in view.pending if call.call_id not in decided)
-    return view if len(waiting) == len(view.pending) else attrs.evolve(view, pending=waiting)
+    if len(waiting) == len(view.pending) or (stranded and not waiting):
+        return view
+    return attrs.evolve(view, pending=waiting)
 
 
 def settled_view(
@@ -191,11 +197,12 @@ def settled_view(
 
 
 async def stored_pending(
-    store: Store, served: Mapping[str, Any], agent: str | None = None
+    store: Store, served: Mapping[str, Any], agent: str | None = None, *, stranded: bool = False
 ) -> list[PendingView]:
     """The calls waiting for a decision in ``store``, of the ``served`` agents (or of
-    ``agent`` alone), leaving out those decided already: what ``Runs.pending`` lists, on
-    any process of the store and after a restart."""
+    ``agent`` alone), leaving out those decided already (``stranded``: see
+    ``undecided``): what ``Runs.pending`` lists, on any process of the store and after a
+    restart."""
     views: list[PendingView] = []
     for record in await store.runs_awaiting_approval():
         parts = split_stored_id(record.agent_id)
@@ -210,7 +217,7 @@ async def stored_pending(
         )
         calls = await store.pending_calls(record.run_id)
         base = attrs.evolve(base, pending=tuple(pending_view(base, c) for c in calls))
-        views += (await undecided(base, store)).pending
+        views += (await undecided(base, store, stranded=stranded)).pending
     return views
 
 

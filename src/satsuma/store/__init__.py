@@ -34,11 +34,14 @@ from ._summaries import Summary as Summary
 # its runs' events and its nodes in a PostgresStore's database, and listens on the
 # store's connections (satsuma.cluster, `satsuma cluster status`). QueuedRun and
 # QueuedRunStatus are public as satsuma.cluster's. run_queue: the queue's functions, each
-# one transaction of the store's (run_queue.enqueue(store, ...)). The cluster's modules
+# one transaction of the store's (run_queue.enqueue(store, ...)); take_back_claim undoes
+# a node's claim of a paused run that ran nothing (_take_back), release_claim an agent's
+# own (_unclaim). The cluster's modules
 # load on first use (PEP 562): an agent that never meets a cluster does not import them.
 # The console reads many runs a page at a time (_browse's names, satsuma.serve). An agent
 # writes what goes together of one step of its loop at once (Step, RunEnd, write_step),
-# and reads what it opens with at once (load_agent, Loaded).
+# and reads what it opens with at once (load_agent, Loaded), or opens with what a
+# cluster's node took with its run's claim (Taken).
 from ._browse import ConversationSummary as ConversationSummary
 from ._browse import MessagePage as MessagePage
 from ._browse import UsageTotal as UsageTotal
@@ -59,12 +62,17 @@ from ._link import Ticket as Ticket
 from ._link import run_abandonable as run_abandonable
 from ._load_agent import Loaded as Loaded
 from ._load_agent import load_agent as load_agent
+from ._opening import Taken as Taken
 from ._step import RunEnd as RunEnd
 from ._step import Step as Step
+from ._unclaim import release_claim as release_claim
 from ._write_step import write_step as write_step
 
 if _typing.TYPE_CHECKING:
     from . import _queue
+    from ._claim_take import ClaimTaken as ClaimTaken
+    from ._claim_take import claim_and_take as claim_and_take
+    from ._claim_take import undo_lost_claim as undo_lost_claim
     from ._postgres_retention import expire_queue as expire_queue
     from ._queue import QueuedRun as QueuedRun
     from ._queue import QueuedRunStatus as QueuedRunStatus
@@ -79,6 +87,7 @@ if _typing.TYPE_CHECKING:
     from ._status import QUEUE_STATUSES as QUEUE_STATUSES
     from ._status import ClusterStatus as ClusterStatus
     from ._status import cluster_status as cluster_status
+    from ._take_back import take_back_claim as take_back_claim
 
     run_queue = _queue
 
@@ -88,6 +97,9 @@ _FOR_THE_CLUSTER: _typing.Final = {
     "QueuedRun": ("_queue", "QueuedRun"),
     "QueuedRunStatus": ("_queue", "QueuedRunStatus"),
     "expire_queue": ("_postgres_retention", "expire_queue"),
+    "ClaimTaken": ("_claim_take", "ClaimTaken"),
+    "claim_and_take": ("_claim_take", "claim_and_take"),
+    "undo_lost_claim": ("_claim_take", "undo_lost_claim"),
     **{
         name: ("_run_events", name)
         for name in (
@@ -102,6 +114,7 @@ _FOR_THE_CLUSTER: _typing.Final = {
         )
     },
     **{name: ("_status", name) for name in ("QUEUE_STATUSES", "ClusterStatus", "cluster_status")},
+    "take_back_claim": ("_take_back", "take_back_claim"),
 }
 
 

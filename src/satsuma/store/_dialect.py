@@ -71,6 +71,10 @@ class Dialect:
         refuses: A write's own checks (a tail past the conversation's end) are made by
             the server, failing the transaction, rather than read and made by the store:
             a write then never waits for an answer before its COMMIT is sent.
+        batches: A write's rows of one kind (a tail's messages, a step's calls) go in
+            one statement, and a write of a conversation under a lease takes the
+            agent's lock in the lease's check (``_batched``), where each statement
+            costs a message to the server; else one statement each.
     """
 
     name: str
@@ -82,6 +86,7 @@ class Dialect:
     agent_lock: str | None
     numbers_calls: bool
     refuses: bool
+    batches: bool
     # Statements as this dialect writes them, by their template (a dict: threads of the
     # store fill it, each writing the same value).
     _written: dict[str, str] = attrs.field(factory=dict, eq=False, repr=False)
@@ -112,6 +117,7 @@ SQLITE: Final = Dialect(
     agent_lock=None,  # one writer at a time (BEGIN IMMEDIATE)
     numbers_calls=True,
     refuses=False,  # a read costs no round trip
+    batches=False,  # a statement is a function call in this process
 )
 
 POSTGRES: Final = Dialect(
@@ -128,6 +134,7 @@ POSTGRES: Final = Dialect(
     # Two calls of one turn start at the same time: position is an identity column.
     numbers_calls=False,
     refuses=True,  # a write is one round trip (see _postgres_pipeline)
+    batches=True,
 )
 
 

@@ -5,10 +5,12 @@ queue keeps it, JSON text), so that the client waiting for it need not read it b
 The payload is ``<run id> <version> <result>``: the run id first (the client's shared
 listener wakes the waiter of that run by it), then this format's version (1), then the
 result's text. PostgreSQL refuses a payload of 8000 bytes or more: a result too long for
-it is not sent this way, and its waiter reads it from the queue on ``DONE_CHANNEL``'s
-notification, which every end sends too (and which clients of earlier versions, and
-event streams, wait for). A payload of another version, or one that does not parse, is
-ignored the same way: the waiter reads the queue.
+it is not sent this way, and its end is told on ``DONE_CHANNEL`` instead (the run id
+alone), whose waiter reads the result from the queue. An end sends one of the two,
+never both: ``Cluster.result`` and event streams listen on both. (A client of a
+version before the result's channel, which listens on ``DONE_CHANNEL`` only, hears of
+an end with a result by its poll instead.) A payload of another version, or one that
+does not parse, is ignored as a missing one: the waiter reads the queue.
 """
 
 from __future__ import annotations

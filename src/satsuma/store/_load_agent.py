@@ -8,6 +8,7 @@ agents always called them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Protocol, cast
 
 import attrs
@@ -19,7 +20,7 @@ from ._lease import Lease
 from ._records import RunRecord
 from ._rows import message, run_record
 
-__all__ = ["Loaded", "load_agent", "load_sql"]
+__all__ = ["Loaded", "load_agent", "load_sent", "load_sql"]
 
 
 @attrs.frozen
@@ -57,7 +58,6 @@ _RUNS: Final = "SELECT {run_columns} FROM runs WHERE agent_id = ? ORDER BY start
 def load_sql(db: Connection, dialect: Dialect, agent_id: str) -> Loaded:
     """``load_agent``'s statements, inside the caller's transaction: all sent before any
     answer is read (PostgreSQL's pipeline sends them in one go)."""
-    sql = dialect.sql
     if dialect is POSTGRES:
         # The load changes nothing, or marks runs interrupted that a crash of the server
         # would leave running again for the next load to mark; yet its lease check locks
@@ -65,17 +65,29 @@ def load_sql(db: Connection, dialect: Dialect, agent_id: str) -> Loaded:
         # (an fsync: most of its time). Not waited for: the agent's first write after it
         # waits for its own flush, which carries this one (the WAL is flushed in order).
         db.execute("SET LOCAL synchronous_commit = off")
+    return load_sent(db, dialect, agent_id)()
+
+
+def load_sent(db: Connection, dialect: Dialect, agent_id: str) -> Callable[[], Loaded]:
+    """``load_agent``'s statements, sent in the caller's transaction; what reads their
+    answers (on PostgreSQL, call it after the transaction's COMMIT: its answers came
+    back with it, and a read before would wait for them halfway)."""
+    sql = dialect.sql
     messages = db.execute(sql(_MESSAGES), (agent_id,))
     db.execute(sql(_INTERRUPT), (agent_id,))
     runs = db.execute(sql(_RUNS), (agent_id,))
-    rows = messages.fetchall()
-    return Loaded(
-        messages=tuple(
-            message(agent_id, seq, expected, role, content)
-            for expected, (seq, role, content) in enumerate(rows)
-        ),
-        runs=tuple(run_record(row) for row in runs.fetchall()),
-    )
+
+    def read() -> Loaded:
+        rows = messages.fetchall()
+        return Loaded(
+            messages=tuple(
+                message(agent_id, seq, expected, role, content)
+                for expected, (seq, role, content) in enumerate(rows)
+            ),
+            runs=tuple(run_record(row) for row in runs.fetchall()),
+        )
+
+    return read
 
 
 class _AtOnce(Protocol):

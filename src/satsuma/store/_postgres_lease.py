@@ -1,6 +1,6 @@
 """The lease rule of ``_lease`` on PostgreSQL: taking and renewing a lease on the
 database's clock (the one every machine of a cluster shares). Each runs in one call of
-PostgresStore's; the check that a write under a lease sends in its pipeline is
+PostgresStore's (a take also in a node's claim, ``_claim_take``); the check that a write under a lease sends in its pipeline is
 ``_postgres_pipeline``'s."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Final
 from .._exceptions import LeaseLost
 from ._dialect import NOW, POSTGRES
 from ._lease import LEASE_ROW, Lease, Owner, lease_lost, next_epoch
-from ._opening import start_with_take
 
 if TYPE_CHECKING:
     import psycopg
@@ -23,9 +22,13 @@ _LEASE_ROW: Final = POSTGRES.sql(LEASE_ROW)
 def take(
     db: psycopg.Connection[Any], where: str, agent_id: str, owner: Owner, seconds: float
 ) -> Lease:
-    """Take the agent for ``owner`` (see ``Store.acquire_lease``); with the start of the
-    queued run a node opens the agent for, first, when it does (``_opening``)."""
-    start = start_with_take(db, agent_id)
+    """Take the agent for ``owner`` (see ``Store.acquire_lease``): one round trip to read
+    its row; the write is sent, not waited for (in a node's claim, ``_claim_take``, what
+    follows goes with it).
+
+    Raises:
+        StoreError: another owner holds the agent (nothing of the take is written).
+    """
     # A row first (epoch 0, no holder), so that two first takers queue on its lock.
     db.execute(
         "INSERT INTO leases (agent_id, owner_id, pid, host, process_start, epoch, "
@@ -41,8 +44,6 @@ def take(
     now: float = row[-1]
     epoch = next_epoch(where, agent_id, owner, row[:-1], now=now)
     lease = Lease(agent_id=agent_id, owner=owner, epoch=epoch, expires_at=now + seconds)
-    if start is not None:
-        start.settle(where, lease)  # answered with the row: refused, nothing is written
     db.execute(
         "UPDATE leases SET owner_id = %s, pid = %s, host = %s, process_start = %s, "
         "epoch = %s, expires_at = %s, host_id = %s WHERE agent_id = %s",

@@ -32,7 +32,6 @@ from ._nodes import (
     sweep,
     unregister_node,
 )
-from ._opening import Opening, opening
 from ._postgres import PostgresStore
 from ._run_events import Batch, Entry, append_ctes, batch_params, prune, write_batch
 
@@ -40,9 +39,9 @@ if TYPE_CHECKING:
     import psycopg
 
 # The node table's functions are the queue's too (run_queue.heartbeat, ...), and the
-# format of a run's end notice (run_queue.read_end_notice), and a run's start with its
-# agent's lease (run_queue.opening), and a batch of events written in a transaction of
-# another's (run_queue.write_batch: an agent's step, which carries them).
+# format of a run's end notice (run_queue.read_end_notice), and a batch of events written
+# in a transaction of another's (run_queue.write_batch: an agent's step, which carries
+# them). A node's claim that takes the run's agent too is ``_claim_take``'s.
 __all__ = [
     "CANCEL_CHANNEL",
     "Batch",
@@ -50,13 +49,11 @@ __all__ = [
     "Claimed",
     "Heartbeat",
     "LastEvents",
-    "Opening",
     "QUEUED_CHANNEL",
     "RESULT_CHANNEL",
     "QueuedRun",
     "QueuedRunStatus",
     "heartbeat",
-    "opening",
     "read_end_notice",
     "register_node",
     "sweep",
@@ -273,6 +270,26 @@ def _no_flush_wait(db: psycopg.Connection[Any]) -> None:
     db.execute("SET LOCAL synchronous_commit = off")
 
 
+_CLAIM: Final = (
+    "WITH node AS (SELECT 1 FROM nodes WHERE node_id = %(node)s FOR SHARE), "
+    "candidate AS ("
+    " SELECT run_id FROM run_queue q"
+    f" WHERE q.status = 'queued' AND q.agent_name = ANY(%(names)s) AND q.available_at <= {NOW}"
+    " AND NOT EXISTS (SELECT 1 FROM run_queue o WHERE o.agent_id = q.agent_id"
+    "  AND (o.status IN ('claimed', 'running') OR (o.status = 'queued' AND o.seq < q.seq)))"
+    " AND EXISTS (SELECT 1 FROM node)"
+    " ORDER BY q.seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+    "claimed AS ("
+    f"UPDATE run_queue SET status = 'claimed', node_id = %(node)s, claimed_at = {NOW}, "
+    "attempts = attempts + 1 WHERE run_id IN (SELECT run_id FROM candidate) "
+    f"RETURNING {_COLUMNS}) "
+    "SELECT c.*, EXISTS (SELECT 1 FROM run_queue m WHERE m.status = 'queued' "
+    " AND m.agent_name = ANY(%(names)s) AND m.run_id NOT IN (SELECT run_id FROM candidate)"
+    f" AND m.available_at <= {NOW}) AND EXISTS (SELECT 1 FROM node) "
+    "FROM (SELECT 1) one LEFT JOIN claimed c ON true"
+)
+
+
 async def claim(store: PostgresStore, node_id: str, agent_names: Sequence[str]) -> QueuedRun | None:
     """Claim the oldest queued run of the given classes that may run now: none of its
     conversation's runs is in flight, and no older one of it waits (runs of one
@@ -296,38 +313,29 @@ async def claim_next(store: PostgresStore, node_id: str, agent_names: Sequence[s
 
     def work(db: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
         _no_flush_wait(db)
-        # One statement: the node's row locked FOR SHARE (see _nodes.py: a node
-        # counted dead claims nothing), the claim, and whether another queued run of
-        # the classes is there (a run another node holds locked counts: a claim then
-        # finds it taken, as one after a NOTIFY would).
-        return db.execute(
-            "WITH node AS (SELECT 1 FROM nodes WHERE node_id = %(node)s FOR SHARE), "
-            "candidate AS ("
-            " SELECT run_id FROM run_queue q"
-            f" WHERE q.status = 'queued' AND q.agent_name = ANY(%(names)s) AND q.available_at <= {NOW}"
-            " AND NOT EXISTS (SELECT 1 FROM run_queue o WHERE o.agent_id = q.agent_id"
-            "  AND (o.status IN ('claimed', 'running') OR (o.status = 'queued' AND o.seq < q.seq)))"
-            " AND EXISTS (SELECT 1 FROM node)"
-            " ORDER BY q.seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
-            "claimed AS ("
-            f"UPDATE run_queue SET status = 'claimed', node_id = %(node)s, claimed_at = {NOW}, "
-            "attempts = attempts + 1 WHERE run_id IN (SELECT run_id FROM candidate) "
-            f"RETURNING {_COLUMNS}) "
-            "SELECT c.*, EXISTS (SELECT 1 FROM run_queue m WHERE m.status = 'queued' "
-            " AND m.agent_name = ANY(%(names)s) AND m.run_id NOT IN (SELECT run_id FROM candidate)"
-            f" AND m.available_at <= {NOW}) AND EXISTS (SELECT 1 FROM node) "
-            "FROM (SELECT 1) one LEFT JOIN claimed c ON true",
-            {"node": node_id, "names": list(agent_names)},
-        )
+        return claim_statement(db, node_id, agent_names)
 
     # Read here, not in the transaction: a read there would wait for the answer before
     # COMMIT goes out (a round trip more). The answer came back with the COMMIT's, so
     # the read waits for nothing (psycopg reads a cursor's connection only for an
     # answer it does not have yet).
-    row = (await store.transaction(work)).fetchone()
+    return claimed((await store.transaction(work)).fetchone())
+
+
+def claim_statement(
+    db: psycopg.Connection[Any], node_id: str, agent_names: Sequence[str]
+) -> psycopg.Cursor[Any]:
+    """The claim's one statement, sent (read it with ``claimed``): the node's row
+    locked FOR SHARE (see _nodes.py: a node counted dead claims nothing), the claim, and
+    whether another queued run of the classes is there (a run another node holds locked
+    counts: a claim then finds it taken, as one after a NOTIFY would)."""
+    return db.execute(_CLAIM, {"node": node_id, "names": list(agent_names)})
+
+
+def claimed(row: Sequence[Any] | None) -> Claimed:
+    """What ``claim_statement``'s row says."""
     assert row is not None  # one row, with or without a claimed run
-    run = None if row[0] is None else _queued_run(row)
-    return Claimed(run, bool(row[-1]))
+    return Claimed(None if row[0] is None else _queued_run(row), bool(row[-1]))
 
 
 async def mark_running(store: PostgresStore, run_id: str, node_id: str) -> bool:
@@ -381,7 +389,7 @@ async def finish(
     the listeners (with the result itself when it fits in a NOTIFY: ``_end_notice``);
     False when the node no longer held the run (it was declared dead and the run put
     back in the queue: nothing is written). ``release``: the lease of the run's agent,
-    let go in the same transaction (``_opening``), so that a run of the conversation
+    let go in the same transaction (``_opening.Taken``), so that a run of the conversation
     that waits, claimable from this commit on, finds its agent free."""
     notice = end_notice(run.run_id, result)
     # One statement, whose answer is read once the transaction's came back with its
@@ -390,8 +398,9 @@ async def finish(
     # The NOTIFYs are sent at COMMIT. The queued channel only when a run of the
     # conversation waits (its turn has come): a run of another conversation was
     # announced when it was queued, and waking every node for nothing costs each a
-    # claim. The result's (_end_notice) before the done channel's, so that a waiter
-    # reads both at once, the result first, and need not read the queue.
+    # claim. The result's (_end_notice), or, for one too long for it, the done
+    # channel's (its waiters read the queue): one NOTIFY for the end.
+    done = "pg_notify(%(done_channel)s, run_id)" if notice is None else "NULL"
     parts = [
         f"WITH done AS (UPDATE run_queue SET status = %(status)s, ended_at = {NOW}, "
         "result = %(result)s, error = %(error)s, node_id = NULL, decisions = NULL "
@@ -400,7 +409,7 @@ async def finish(
         "WHERE w.agent_id = run_queue.agent_id AND w.status = 'queued') "
         "THEN pg_notify(%(queued)s, agent_name) END AS queued, "
         "CASE WHEN %(notice)s::text IS NOT NULL THEN pg_notify(%(result_channel)s, %(notice)s) "
-        "END AS notice, pg_notify(%(done_channel)s, run_id) AS done)"
+        f"END AS notice, {done} AS done)"
     ]
     params: dict[str, Any] = {}
     if release is not None:

@@ -20,10 +20,10 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 from .._exceptions import StoreError
 from .._messages import Message, Usage
 from ._base import BaseStore
+from ._batched import TailWrite, tail_at_once
 from ._dialect import REFUSED, Connection, Dialect, executemany
 from ._lease import Lease, let_go
 from ._load_agent import Loaded, load_sql
-from ._opening import let_go_with_end
 from ._records import (
     ApprovalDecision,
     ApprovalRecord,
@@ -136,8 +136,7 @@ class SQLStore(SummaryMethods, BaseStore):
             )
 
         try:
-            if not let_go_with_end(lease):  # else nothing is left to write (_opening)
-                await self._call(work, transaction=False)
+            await self._call(work, transaction=False)
         finally:
             let_go(lease.owner)
 
@@ -159,11 +158,18 @@ class SQLStore(SummaryMethods, BaseStore):
         return await self._call(work, transaction=False)
 
     def _write_tail(
-        self, db: Connection, agent_id: str, start: int, messages: Sequence[Message]
+        self,
+        db: Connection,
+        agent_id: str,
+        start: int,
+        messages: Sequence[Message],
+        locked: bool = False,
     ) -> None:
         sql = self._dialect.sql
-        if self._dialect.agent_lock is not None:
+        if self._dialect.agent_lock is not None and not locked:
             db.execute(sql(self._dialect.agent_lock), (agent_id,))
+        if self._dialect.batches and tail_at_once(db, agent_id, start, messages):
+            return  # the same, in one statement
         # max(seq) walks the primary key's index; count(*) would read every row.
         said = (f"write_tail at {start} past the end (", f") of agent {agent_id!r}")
         if self._dialect.refuses:
@@ -188,7 +194,10 @@ class SQLStore(SummaryMethods, BaseStore):
     async def write_tail(
         self, agent_id: str, start: int, messages: Sequence[Message], *, lease: Lease | None = None
     ) -> None:
-        await self._call(lambda db: self._write_tail(db, agent_id, start, messages), lease)
+        def work(db: Connection, locked: bool) -> None:
+            self._write_tail(db, agent_id, start, messages, locked)
+
+        await self._call(TailWrite(agent_id, work), lease)
 
     # --- runs ---------------------------------------------------------------------------
 
@@ -200,9 +209,9 @@ class SQLStore(SummaryMethods, BaseStore):
         messages: Sequence[Message] = (),
         lease: Lease | None = None,
     ) -> None:
-        def work(db: Connection) -> None:
+        def work(db: Connection, locked: bool = False) -> None:
             if start is not None:
-                self._write_tail(db, record.agent_id, start, messages)
+                self._write_tail(db, record.agent_id, start, messages, locked)
             db.execute(
                 self._dialect.sql(_START),
                 (
@@ -219,7 +228,7 @@ class SQLStore(SummaryMethods, BaseStore):
                 ),
             )
 
-        await self._call(work, lease)
+        await self._call(work if start is None else TailWrite(record.agent_id, work), lease)
 
     async def end_run(
         self,
@@ -236,7 +245,11 @@ class SQLStore(SummaryMethods, BaseStore):
 
     async def write_step(self, step: Step, *, lease: Lease | None = None) -> None:
         """Write ``step`` in one transaction (see ``satsuma.store._step``)."""
-        await self._call(lambda db: step_sql(db, self._dialect, step, self._write_tail), lease)
+
+        def work(db: Connection, locked: bool = False) -> None:
+            step_sql(db, self._dialect, step, self._write_tail, locked=locked)
+
+        await self._call(work if step.start is None else TailWrite(step.agent_id, work), lease)
 
     async def runs(self, agent_id: str) -> list[RunRecord]:
         def work(db: Connection) -> list[RunRecord]:

@@ -28,6 +28,7 @@ from typing import Any, Final
 import attrs
 
 from .._messages import Message, Usage
+from ._batched import distinct_calls, finish_calls_at_once, start_calls_at_once
 from ._dialect import Connection, Dialect
 from ._records import JournalEntry, RunRecordStatus
 from ._rows import usage_json
@@ -152,16 +153,29 @@ def step_sql(
     db: Connection,
     dialect: Dialect,
     step: Step,
-    write_tail: Callable[[Connection, str, int, Sequence[Message]], None],
+    write_tail: Callable[[Connection, str, int, Sequence[Message], bool], None],
+    *,
+    locked: bool = False,
 ) -> None:
     """``step``'s statements, in its order, in the caller's transaction (``write_tail``:
-    the store's own, which keeps the conversation's rules)."""
-    for entry in step.finished:
-        finish_call(db, dialect, entry)
+    the store's own, which keeps the conversation's rules; ``locked``: the agent's lock
+    is held already, ``_batched.TailWrite``)."""
+    if dialect.batches and step.start is not None and dialect.agent_lock and not locked:
+        # The agent's lock before any row, as under a lease (see _batched's notes).
+        db.execute(dialect.sql(dialect.agent_lock), (step.agent_id,))
+        locked = True
+    if dialect.batches and distinct_calls(step.finished):
+        finish_calls_at_once(db, step.finished)
+    else:
+        for entry in step.finished:
+            finish_call(db, dialect, entry)
     if step.start is not None:
-        write_tail(db, step.agent_id, step.start, step.messages)
-    for entry in step.started:
-        start_call(db, dialect, entry)
+        write_tail(db, step.agent_id, step.start, step.messages, locked)
+    if dialect.batches and distinct_calls(step.started):
+        start_calls_at_once(db, step.started)
+    else:
+        for entry in step.started:
+            start_call(db, dialect, entry)
     for end in step.ends:
         end_run_sql(db, dialect, end)
     for rider in step.riders:

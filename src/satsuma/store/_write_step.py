@@ -2,7 +2,7 @@
 satsuma's stores (``BaseStore.write_step``), one call each on any other.
 
 A step of an agent that a cluster's node opened for a run carries the run's recorded
-events that wait (``_opening.take_ride``) in its transaction; a step refused with them
+events that wait (``rider``: the node's ``_opening.Taken``) in its transaction; a step refused with them
 is written again without them, so that an agent's write never fails for its events."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import attrs
 from .._exceptions import LeaseLost, StoreClosed, StoreError, StoreUnavailable
 from ._base import BaseStore, Store
 from ._lease import Lease
-from ._opening import take_ride
+from ._opening import Rider
 from ._step import Step
 
 __all__ = ["write_step"]
@@ -23,11 +23,14 @@ __all__ = ["write_step"]
 logger = logging.getLogger("satsuma.store")
 
 
-async def write_step(store: Store, step: Step, *, lease: Lease | None = None) -> None:
+async def write_step(
+    store: Store, step: Step, *, lease: Lease | None = None, rider: Rider | None = None
+) -> None:
     """Write ``step`` under ``lease``: in one transaction on satsuma's stores (nothing of it
     is written if any of it fails), or one call after the other, in the step's order, on
     any other ``Store``; there an outcome that its ``call_finished`` cannot write
     (``StoreError``) is logged and the rest written, as a lone outcome's write is.
+    ``rider``: what may ride in the step's transaction (see the module's notes).
 
     Raises:
         StoreError: it could not be written (``LeaseLost``: another owner has the agent).
@@ -37,7 +40,7 @@ async def write_step(store: Store, step: Step, *, lease: Lease | None = None) ->
     if isinstance(store, BaseStore) and _at_once(type(store)):
         # A step that ends its run carries nothing: its run's end, which a node writes
         # right after it, takes what waits (one write of events and one NOTIFY less).
-        ride = None if step.ends else take_ride(store, step.agent_id)
+        ride = None if step.ends or rider is None else rider.ride()
         if ride is None:
             await store.write_step(step, lease=lease)
             return

@@ -57,6 +57,7 @@ from ._approval import Deferral as Deferral
 from ._calls import CheckedCalls as CheckedCalls
 from ._calls import checked_calls as checked_calls
 from ._calls import gated as gated
+from ._checkers import structure_errors as structure_errors
 from ._hints import compile_hint as compile_hint
 from ._hints import structure as structure
 from ._hints import unstructure as unstructure
@@ -74,7 +75,6 @@ from ._strategies import as_strategy as as_strategy
 from ._texts import INTERRUPTED_TEXT as INTERRUPTED_TEXT
 from ._texts import cancelled_text as cancelled_text
 from ._texts import denied_text as denied_text
-from ._tool import structure_errors as structure_errors
 from ._tool import validate_common as validate_common
 
 __all__ = [

@@ -25,8 +25,9 @@ __all__ = [
     "OutcomeCallback",
     "count_or_none",
     "parse_context",
+    "finish_report",
+    "outcome_not_taken",
     "positive_or_none",
-    "report_outcome",
 ]
 
 logger = logging.getLogger("satsuma.tools")
@@ -141,14 +142,18 @@ def parse_context(
     return path, names, extra
 
 
-async def report_outcome(on_outcome: OutcomeCallback, call: ToolCall, outcome: ToolOutcome) -> None:
-    """Give ``on_outcome`` the call's final outcome; what it raises is logged. An async
-    callback is awaited shielded, for at most ``_FINISH_SECONDS``; a plain function
-    cannot be interrupted and costs no cancel scope."""
+def outcome_not_taken(call: ToolCall) -> None:
+    """Log, from inside its ``except`` block, that the ``on_outcome`` callback raised:
+    the call's outcome stands."""
+    logger.exception("on_outcome callback failed for call %s; the outcome stands", call.id)
+
+
+async def finish_report(pending: Awaitable[object], call: ToolCall) -> None:
+    """Await what an async ``on_outcome`` callback returned, shielded, for at most
+    ``_FINISH_SECONDS``; what it raises is logged. (The runner calls the callback
+    itself: a plain function cannot be interrupted and costs no cancel scope.)"""
     try:
-        pending = on_outcome(call, outcome)
-        if pending is not None:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + _FINISH_SECONDS):
-                await pending
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + _FINISH_SECONDS):
+            await pending
     except Exception:
-        logger.exception("on_outcome callback failed for call %s; the outcome stands", call.id)
+        outcome_not_taken(call)

@@ -3,12 +3,13 @@ functions, Toolsets), expanded to one instance per tool name, with its definitio
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
 from .._exceptions import ToolDefinitionError
-from ._tool import FunctionTool, Tool, ToolDefinition, definition_of
+from ._tool import FunctionTool, Tool, ToolDefinition, definition_of, direct_function
 
 __all__ = ["Entry", "instantiate", "tool_entries"]
 
@@ -16,10 +17,16 @@ __all__ = ["Entry", "instantiate", "tool_entries"]
 @attrs.frozen
 class Entry:
     """One tool of a runner: its compiled definition, and the instance whose ``run`` is
-    called."""
+    called; ``direct``, the async function that ``run`` would only call with the
+    arguments (``direct_function``), called instead: one frame fewer per call."""
 
     definition: ToolDefinition
     instance: Tool
+    direct: Callable[..., Any] | None = attrs.field(init=False)
+
+    @direct.default
+    def _direct(self) -> Callable[..., Any] | None:
+        return direct_function(self.instance) if self.definition.is_async else None
 
 
 def tool_entries(tools: Iterable[object]) -> dict[str, Entry]:

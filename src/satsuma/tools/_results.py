@@ -141,8 +141,17 @@ def crash_details(exc: BaseException) -> dict[str, Any]:
 
 def format_results(outcomes: Iterable[ToolOutcome]) -> list[dict[str, Any]]:
     """The ``tool_result`` blocks for a user message, one per outcome, in order."""
+    # A text result's block is built here, as tool_result_block builds it, without a
+    # call: this is every call's answer. Blocks of content are copied there.
     return [
-        tool_result_block(outcome.tool_use_id, outcome.content, outcome.is_error)
+        {
+            "type": "tool_result",
+            "tool_use_id": outcome.tool_use_id,
+            "content": outcome.content,
+            "is_error": outcome.is_error,
+        }
+        if type(outcome.content) is str
+        else tool_result_block(outcome.tool_use_id, outcome.content, outcome.is_error)
         for outcome in outcomes
     ]
 

@@ -20,13 +20,12 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, final
 
 import trio
 
 from .. import _telemetry
-from .._exceptions import ToolError
 from .._jsonvalue import expected_text
 from ._approval import (
     DEFAULT_APPROVAL_TIMEOUT,
@@ -37,20 +36,22 @@ from ._approval import (
     consult,
 )
 from ._calls import ToolCall, admitted, decoded
+from ._ending import failed_outcome
 from ._environment import (
     Environment,
     Interrupt,
     OutcomeCallback,
+    finish_report,
+    outcome_not_taken,
     parse_context,
     positive_or_none,
-    report_outcome,
 )
 from ._events import ChannelEmitter, EventSink, ToolCallEnd, ToolCallStart, make_emitter
 from ._gate import gate_call, normalise
 from ._prepared import prepare_tools
 from ._propagation import raise_propagating
 from ._results import ToolOutcome, crash_details, error_outcome
-from ._spans import traced
+from ._schedule import run_units
 from ._strategies import Strategy, StrategyName
 from ._texts import (
     SKIPPED_TEXT,
@@ -58,9 +59,7 @@ from ._texts import (
     capability_denied_text,
     crashed_text,
     denied_text,
-    failed_text,
     invalid_args_text,
-    timeout_text,
     unknown_tool_text,
 )
 from ._tool import ToolDefinition, takes_context
@@ -222,11 +221,20 @@ class ToolRunner:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(emitter.pump)
                 try:
-                    await self._run_units(call_list, env, outcomes)
+                    await run_units(
+                        self._run_supervised,
+                        self._strategy,
+                        self._limiter,
+                        call_list,
+                        env,
+                        outcomes,
+                    )
                 finally:
                     emitter.close()
         else:
-            await self._run_units(call_list, env, outcomes)
+            await run_units(
+                self._run_supervised, self._strategy, self._limiter, call_list, env, outcomes
+            )
         if isinstance(approver, Deferral):
             # In call order, as the model asked for them (the calls ran at once, and
             # reached the Deferral in whatever order their tasks did).
@@ -234,56 +242,13 @@ class ToolRunner:
             approver.pending.sort(key=lambda pending: order.get(pending.id, len(order)))
         return outcomes  # type: ignore[return-value]  # every slot is filled by now
 
-    async def _run_units(
-        self, calls: Sequence[ToolCall], env: Environment, outcomes: list[ToolOutcome | None]
-    ) -> None:
-        limiter = self._limiter
-        for unit in self._strategy.units(len(calls)):
-            if len(unit) == 1:
-                index = unit[0]
-                if limiter is None:
-                    outcomes[index] = await self._run_started(calls[index], env)
-                else:
-                    async with limiter:
-                        outcomes[index] = await self._run_started(calls[index], env)
-                continue
-            async with trio.open_nursery() as nursery:
-                for index in unit:
-                    if limiter is None:
-                        nursery.start_soon(self._run_call, index, calls[index], env, outcomes, None)
-                        continue
-                    # The slot is taken here, before the task exists, so that calls start
-                    # in call order (trio starts new tasks in no particular order).
-                    slot = object()
-                    await limiter.acquire_on_behalf_of(slot)
-                    nursery.start_soon(self._run_call, index, calls[index], env, outcomes, slot)
-
-    async def _run_call(
-        self,
-        index: int,
-        call: ToolCall,
-        env: Environment,
-        outcomes: list[ToolOutcome | None],
-        slot: object | None,
-    ) -> None:
-        try:
-            outcomes[index] = await self._run_started(call, env)
-        finally:
-            if slot is not None:
-                assert self._limiter is not None
-                self._limiter.release_on_behalf_of(slot)
-
-    def _run_started(self, call: ToolCall, env: Environment) -> Awaitable[ToolOutcome]:
-        # Not a coroutine of its own: without a tracer, the call's coroutine is awaited
-        # directly, one frame fewer per call.
-        if env.tracer is None:
-            return self._run_supervised(call, env)
-        return traced(self._run_supervised, call, env)
-
-    async def _run_supervised(self, call: ToolCall, env: Environment) -> ToolOutcome:
+    async def _run_supervised(
+        self, call: ToolCall, env: Environment, outcomes: list[ToolOutcome | None], index: int
+    ) -> ToolOutcome:
         """The call's final outcome (after truncation and the after_call hooks), given to
-        ``on_outcome`` and ended for whoever watches; a Deferral's denial "awaiting a
-        decision" when one took it. One coroutine, not one per step: this is every call."""
+        ``on_outcome``, ended for whoever watches, put in ``outcomes[index]`` and
+        returned; a Deferral's denial "awaiting a decision" when one took it. One
+        coroutine, not one per step: this is every call."""
         emitter = env.emitter
         if emitter is not None:
             emitter.emit(ToolCallStart(tool_use_id=call.id, tool_name=call.name, input=call.input))
@@ -313,9 +278,11 @@ class ToolRunner:
                     )
             if outcome is None:
                 # Deferred, not ended: its ToolCallEnd comes when it is run with a decision.
-                return error_outcome(
+                outcome = error_outcome(
                     call.id, call.name, "denied", denied_text("awaiting a decision")
                 )
+                outcomes[index] = outcome
+                return outcome
             limit = self._max_result_chars
             # A short text (the common result) is judged here, without truncate's call.
             content = outcome.content
@@ -327,7 +294,14 @@ class ToolRunner:
                 with trio.CancelScope(shield=True):
                     outcome = await self._hooks.run_after(call, outcome)
             if env.on_outcome is not None:
-                await report_outcome(env.on_outcome, call, outcome)
+                # Called here, not in a coroutine of its own: an agent's is a plain function.
+                try:
+                    pending = env.on_outcome(call, outcome)
+                except Exception:
+                    outcome_not_taken(call)
+                else:
+                    if pending is not None:
+                        await finish_report(pending, call)
         except BaseException:
             # Cancelled in flight (or KeyboardInterrupt): the call still ends, for whoever
             # watches, before the cancellation goes on.
@@ -339,6 +313,7 @@ class ToolRunner:
             raise
         if emitter is not None:
             emitter.emit(ToolCallEnd(tool_use_id=call.id, tool_name=call.name, outcome=outcome))
+        outcomes[index] = outcome
         return outcome
 
     async def _attempt(
@@ -346,8 +321,9 @@ class ToolRunner:
     ) -> tuple[ToolOutcome | None, ToolCall]:
         """The call's outcome (None: deferred), and the call as it was finally made
         (decoded, rewritten, edited by its approver)."""
-        entry = self._entries.get(call.name)
-        if entry is None:
+        try:
+            entry = self._entries[call.name]  # a subscript: no call, unlike .get
+        except KeyError:
             return error_outcome(
                 call.id, call.name, "unknown_tool", unknown_tool_text(call.name)
             ), call
@@ -444,7 +420,9 @@ class ToolRunner:
                 if ctx is not None:
                     ctx._scope = scope
                 # ctx is None only for a tool that never reads it (takes_context).
-                if definition.is_async:
+                if entry.direct is not None:
+                    raw = await entry.direct(**args)
+                elif definition.is_async:
                     raw = await entry.instance.run(args, ctx)  # type: ignore[arg-type]
                 else:
                     raw = await trio.to_thread.run_sync(
@@ -470,26 +448,17 @@ class ToolRunner:
         duration = env.now() - start
         # After the scope exits, cancel_called means our own deadline (an outer cancel
         # raises past here): a tool that swallowed the Cancelled and returned is late.
-        if late:
-            assert timeout is not None
-            return error_outcome(
-                call.id, call.name, "timeout", timeout_text(timeout), duration=duration
+        if late or crash is not None:
+            return failed_outcome(
+                call, None if late else crash, timeout, duration, traced=env.tracer is not None
             ), call
-        if crash is not None:
-            if isinstance(crash, ToolError):
-                return error_outcome(
-                    call.id, call.name, "failed", failed_text(crash.reason), duration=duration
-                ), call
-            # Captured and answered: a crash is the tool's news, not a warning about satsuma.
-            logger.info("tool %s (call %s) crashed", call.name, call.id, exc_info=crash)
-            if env.tracer is not None:
-                _telemetry.record_on_current_span(crash)
-            return error_outcome(
-                call.id,
-                call.name,
-                "crashed",
-                crashed_text(crash),
+        if type(raw) is str and str.isascii(raw):
+            # The common result, judged here as normalise judges it first, without its call.
+            return ToolOutcome(
+                tool_use_id=call.id,
+                tool_name=call.name,
+                content=raw,
+                is_error=False,
                 duration=duration,
-                details=crash_details(crash),
             ), call
         return normalise(raw, call.id, call.name, duration), call

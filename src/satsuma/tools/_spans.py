@@ -17,11 +17,16 @@ __all__ = ["traced"]
 
 
 async def traced(
-    supervised: Callable[[ToolCall, Environment], Awaitable[ToolOutcome]],
+    supervised: Callable[
+        [ToolCall, Environment, list[ToolOutcome | None], int], Awaitable[ToolOutcome]
+    ],
     call: ToolCall,
     env: Environment,
+    outcomes: list[ToolOutcome | None],
+    index: int,
 ) -> ToolOutcome:
-    """``supervised(call, env)`` inside the call's span, which records how it ended."""
+    """``supervised(call, env, outcomes, index)`` inside the call's span, which records
+    how it ended."""
     scope = _telemetry.start_span(
         env.tracer,
         f"execute_tool {call.name}",
@@ -32,7 +37,7 @@ async def traced(
         },
     )
     with scope:
-        outcome = await supervised(call, env)
+        outcome = await supervised(call, env, outcomes, index)
         if isinstance(env.approver, Deferral) and env.approver.holds(call.id):
             # Not an outcome: the call waits for a person, and the run pauses on it.
             scope.set({"satsuma.tool.outcome": "awaiting_approval"})

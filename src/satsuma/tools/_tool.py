@@ -15,23 +15,19 @@ from functools import partial
 from typing import Any, ClassVar, Concatenate, Final, Generic, ParamSpec, TypeVar, overload
 
 import attrs
-import cattrs
 
 from .._exceptions import ToolDefinitionError
 from .._shapes import anthropic_tool, openai_function
-from .._text import describe_exception_text, exception_message, type_name
+from ._checkers import Checker, function_checker, structuring_checker
 from ._context import ToolContext
 from ._flatspec import spec_checker
-from ._hints import function_parameters, node_for_attrs_class, parse_docstring, structure
+from ._hints import function_parameters, node_for_attrs_class, parse_docstring
 from ._params import compile_parameters
 from ._rawschema import compile_input_schema
-from ._spec import ObjectNode, check_arguments
 
 __all__ = ["FunctionTool", "Tool", "ToolDefinition", "Toolset", "tool"]
 
 NAME_PATTERN: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # used with fullmatch: "$" allows "\n"
-
-Checker = Callable[[object], tuple[Any, list[str]]]
 
 
 @attrs.frozen(kw_only=True)
@@ -151,37 +147,6 @@ def _validate_capabilities(tool: str, capabilities: object) -> frozenset[str]:
     return names
 
 
-def _structuring_checker(tool: str, root: ObjectNode, cls: type) -> Checker:
-    def check(arguments: object) -> tuple[Any, list[str]]:
-        cleaned, errors = check_arguments(root, arguments)
-        if errors:
-            return cleaned, errors
-        try:
-            return structure(cleaned, cls), []
-        except Exception as exc:  # an attrs validator refused a value
-            return cleaned, structure_errors(exc)
-
-    return check
-
-
-def _describe_leaf(exc: BaseException, type_: Any = None) -> str:
-    # An attrs validator's own message names the field and the bound: keep it.
-    # A validator's exception is user code: its __str__ may raise or return no str.
-    message = exception_message(exc)
-    if message is None:
-        return describe_exception_text(exc)
-    return message or type_name(exc)
-
-
-def structure_errors(exc: Exception) -> list[str]:
-    """The error texts of a failed cattrs structuring (an attrs validator's refusal),
-    with paths under ``arguments``, as argument validation words them."""
-    if isinstance(exc, cattrs.BaseValidationError):
-        texts = cattrs.transform_error(exc, path="arguments", format_exception=_describe_leaf)
-        return [text.removesuffix(" @ arguments") for text in texts]
-    return [_describe_leaf(exc)]
-
-
 class Tool:
     """Base class of tools declared as classes.
 
@@ -254,7 +219,7 @@ def _define_class(cls: type[Tool]) -> ToolDefinition:
         root = node_for_attrs_class(name, parameters, "", None)
         input_schema = root.schema()
         input_schema.pop("description", None)
-        check = _structuring_checker(name, root, parameters)
+        check = structuring_checker(root, parameters)
     else:
         root = compile_parameters(name, parameters)
         input_schema = root.schema()
@@ -361,23 +326,15 @@ def takes_context(tool: Tool) -> bool:
     return not plain or tool._context_param is not None  # type: ignore[attr-defined]
 
 
-def _function_checker(root: ObjectNode, to_structure: dict[str, Any]) -> Checker:
-    if not to_structure:
-        return spec_checker(root)
-
-    def check(arguments: object) -> tuple[Any, list[str]]:
-        cleaned, errors = check_arguments(root, arguments)
-        if errors:
-            return cleaned, errors
-        for name, hint in to_structure.items():
-            if name in cleaned:
-                try:
-                    cleaned[name] = structure(cleaned[name], hint)
-                except Exception as exc:  # an attrs validator refused a value
-                    errors.extend(f"{name}: {text}" for text in structure_errors(exc))
-        return cleaned, errors
-
-    return check
+def direct_function(tool: Tool) -> Callable[..., Any] | None:
+    """The function that ``tool.run(args, ctx)`` calls as ``fn(**args)`` and does
+    nothing else with: a ``@tool`` function without ``ctx`` that is no toolset method.
+    The runner calls it without ``run``'s frame. None for every other tool."""
+    if type(tool) is not FunctionTool or "run" in vars(tool):
+        return None  # a subclass, or an instance whose run was replaced: its own run
+    if tool._context_param is not None or tool._is_method:
+        return None
+    return tool._fn
 
 
 def _make_function_tool(
@@ -417,7 +374,7 @@ def _make_function_tool(
         timeout=tool_timeout,
         idempotent=tool_idempotent,
         is_async=inspect.iscoroutinefunction(fn),
-        check=_function_checker(root, to_structure),
+        check=function_checker(root, to_structure),
         capabilities=_validate_capabilities(tool_name, capabilities),
         requires_approval=_validate_approval(tool_name, requires_approval),
     )
