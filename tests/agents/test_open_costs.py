@@ -59,12 +59,13 @@ async def _counted_conversation(model: ScriptedModel) -> tuple[int, int, int]:
     return opened, ran, closed
 
 
-async def test_a_plain_agent_opens_without_a_batch_and_closes_in_two() -> None:
+async def test_a_plain_agent_opens_without_a_batch_and_closes_in_one() -> None:
     # The scripted model answers after one checkpoint (trio.sleep(0)): one batch. The
-    # run adds one hop to the actor and one back; the close, the actor's end and the
-    # caller's wake-up. Nothing is waited for on the way in.
+    # run adds one hop to the actor and one back; the close, only the nursery's own
+    # schedule point: the run's task ended as it answered, and the idle agent has no
+    # task to wake. Nothing is waited for on the way in.
     opened, ran, closed = await _counted_conversation(ScriptedModel(["hi"]))
-    assert (opened, ran, closed) == (0, 3, 2)
+    assert (opened, ran, closed) == (0, 3, 1)
 
 
 async def test_an_agent_with_a_store_is_waited_for_before_the_block() -> None:

@@ -2,8 +2,11 @@
 mailbox. The handle through which the rest of the program talks to it is in ``_handle``,
 ``open_agent`` in ``_open``.
 
-Requests (runs, resets) wait in a bounded mailbox and are served one at a time, in order.
-The conversation is owned by the actor's task; callers get copies. Each run sees the
+Requests (runs, resets) wait in a bounded mailbox (``_mailbox``) and are served one at a
+time, in order: by one task throughout (``serve``: a supervised agent, one with a store
+or tool servers), or by a task started for each burst of requests (``serve_in``: what
+``open_agent`` does for the others, so that an idle agent holds no task). The
+conversation is owned by the actor's tasks; callers get copies. Each run sees the
 agent through the ``RunContext`` the actor builds for it (``_run``).
 """
 
@@ -36,6 +39,7 @@ from ._approval import ClaimInDoubt, claim_paused, not_resumed
 from ._conversation import Conversation, Steering
 from ._ids import distinct_ids
 from ._job import Job, Request, ResetRequest
+from ._mailbox import Mailbox, MailboxClosed
 from ._persist import Persistence, gone_past
 from ._repair import dangling_tool_uses
 from ._result import RunResult
@@ -45,7 +49,7 @@ from ._runstate import said
 from ._toolbox import Toolbox
 from ._verifiers import as_check
 
-__all__ = ["Actor", "Mailbox", "new_run_id"]
+__all__ = ["Actor", "new_run_id"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -53,33 +57,6 @@ logger = logging.getLogger("satsuma.agents")
 def new_run_id() -> str:
     # 48 random bits, as the first 12 hex digits of a uuid4 were, at a tenth of its cost.
     return f"run_{os.urandom(6).hex()}"
-
-
-@final
-class Mailbox:
-    """The queue of an agent's requests. ``open_agent``'s agent has its own; a
-    supervised agent's belongs to its child and outlives each incarnation, so that runs
-    queued behind one that crashed are served by the restarted agent."""
-
-    def __init__(self, size: int) -> None:
-        self.send, self.receive = trio.open_memory_channel[Request](size)
-
-    def end_queued(self, crash: Callable[[], BaseException] | None, why: str, agent: str) -> None:
-        """Answer every request still waiting, which will not be served: each raises a
-        fresh ``crash()`` if given; otherwise a run ends ``cancelled`` (``the agent
-        stopped``) and a reset raises AgentUnavailable saying ``why`` — a reset never
-        pretends to have happened."""
-        while True:
-            try:
-                request = self.receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            if crash is not None:
-                request.fail(crash())
-            elif isinstance(request, ResetRequest):
-                request.fail(AgentUnavailable(agent, why))
-            else:
-                request.stopped()
 
 
 @final
@@ -155,6 +132,10 @@ class Actor:
         # What tools see as ctx.agent: the AgentHandle that addresses this agent, set by
         # whoever made the actor (open_agent, or a supervisor's child).
         self.handle: object = None
+        # Where the tasks that serve the mailbox start as requests come, for an agent
+        # served in bursts (``serve_in``); None when one task serves it throughout.
+        self.spawner: trio.Nursery | None = None
+        self.serving = False  # whether a burst's task is serving (or about to)
 
     @property
     def history(self) -> list[Message]:
@@ -192,13 +173,12 @@ class Actor:
     def starts_at_once(self) -> bool:
         """Whether ``serve`` has nothing to do before it serves the mailbox (no store to
         load, no tool server to start), so that nothing can fail its start: whoever
-        starts it need not wait for it (``open_agent`` does not), and its first request
-        is served as its task first runs."""
+        starts it need not wait for it, and ``open_agent`` serves it in bursts
+        (``serve_in``)."""
         return self.persistence is None and not self.tools.sources
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the mailbox until cancelled, or until it is closed (``stop_if_idle``).
-        An exception raised here is a crash: the calls still waiting fail with
+        """Serve the mailbox until cancelled, or until it is closed. An exception raised here is a crash: the calls still waiting fail with
         AgentCrashed, and the exception goes on (to the supervisor, or out of
         ``open_agent``)."""
         persistence = self.persistence
@@ -241,6 +221,44 @@ class Actor:
             if persistence is not None:
                 await persistence.release()
 
+    def serve_in(self, nursery: trio.Nursery) -> None:
+        """Serve the mailbox in bursts, from tasks of ``nursery`` (the caller's, which
+        ``open_agent`` holds open for its block): a request sent to an idle agent starts
+        a task that serves it and whatever queued behind it, and ends when the mailbox
+        is empty. Only for an agent whose start has nothing to do
+        (``starts_at_once``) and whose mailbox is its own.
+
+        An idle agent then holds no task, and closing it (``stop_if_idle``) wakes
+        nothing: a task parked on the mailbox would cost the close a batch of the
+        scheduler to end, and the block's exit another to learn of it. A crash or a
+        cancellation of a burst ends the agent as the end of ``serve`` does."""
+        assert self.starts_at_once and self.owns_mailbox
+        self.spawner = nursery
+
+    async def _serve_burst(self) -> None:
+        mailbox = self.mailbox
+        crash: AgentCrashed | None = None
+        idle = False
+        try:
+            while True:
+                # As Mailbox.take: a stopping agent leaves queued requests to
+                # end_queued.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                request = mailbox.take_nowait()
+                if request is None:
+                    idle = True
+                    return
+                await self._serve_request(request)
+        except Exception as exc:
+            crash = AgentCrashed(self.spec.name, exc, agent_id=self.agent_id)
+            raise
+        finally:
+            self.serving = False
+            if not idle:
+                self.alive = False
+                self.spawner = None
+                self._close_mailbox(crash)
+
     async def _serve_mailbox(self, task_status: trio.TaskStatus[None]) -> None:
         task_status.started()
         crash: AgentCrashed | None = None
@@ -250,15 +268,8 @@ class Actor:
                     await self._serve_job(
                         Job(prompt=record.prompt, run_id=record.run_id, sink=None, resume=record)
                     )
-            while True:
-                request = await self._next_request()
-                if request is None:
-                    break
-                if isinstance(request, ResetRequest):
-                    await self._reset()
-                    request.done.set()
-                    continue
-                await self._serve_job(request)
+            while (request := await self.mailbox.take()) is not None:
+                await self._serve_request(request)
         except Exception as exc:
             crash = AgentCrashed(self.spec.name, exc, agent_id=self.agent_id)
             raise
@@ -266,42 +277,29 @@ class Actor:
             self.alive = False
             self._close_mailbox(crash)
 
+    async def _serve_request(self, request: Request) -> None:
+        if isinstance(request, ResetRequest):
+            await self._reset()
+            request.done.set()
+        else:
+            await self._serve_job(request)
+
     def stop_if_idle(self) -> bool:
-        """Stop serving without a cancellation when there is nothing to cancel: an
-        agent whose start did nothing (``starts_at_once``), with no run in progress and
-        nothing in its mailbox. Its mailbox is closed, and its task ends as it finds it
-        so. Returns whether it did; if not, the caller cancels it.
+        """Stop without a cancellation when there is nothing to cancel: an agent served
+        in bursts (``serve_in``) with no burst serving and nothing in its mailbox. Its
+        mailbox is closed and it counts as stopped; it has no task to end. Returns
+        whether it did; if not, the caller cancels it.
 
-        Cancelling a task that waits costs trio an exception and an exception group
-        to unwind it, about twice what the rest of opening and closing an agent costs;
-        a run asked for from now on is refused (AgentUnavailable), as it is once the
-        agent has stopped."""
-        if not (self.starts_at_once and self.owns_mailbox) or self.current is not None:
+        Cancelling a task costs trio an exception and an exception group to unwind it,
+        about twice what the rest of opening and closing an agent costs; a run asked
+        for from now on is refused (AgentUnavailable), as it is once the agent has
+        stopped."""
+        if self.spawner is None or self.serving or not self.mailbox.is_empty():
             return False
-        waiting = self.mailbox.send.statistics()
-        if waiting.current_buffer_used or waiting.tasks_waiting_send:
-            return False
-        self.mailbox.send.close()
+        self.spawner = None
+        self.alive = False
+        self.mailbox.close()
         return True
-
-    async def _next_request(self) -> Request | None:
-        """The next request, None once the mailbox is closed. One already waiting is
-        taken at once: a receive would add a schedule point (one more batch of the trio
-        scheduler, which a conversation's first run pays as it is served straight
-        after the actor's start); cancellation is still checked first, as a receive
-        checks it, so that a stopping agent leaves queued requests to ``end_queued``."""
-        receive = self.mailbox.receive
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            return receive.receive_nowait()
-        except trio.WouldBlock:
-            pass
-        except trio.EndOfChannel:
-            return None
-        try:
-            return await receive.receive()
-        except trio.EndOfChannel:
-            return None
 
     async def _reset(self) -> None:
         """Forget the conversation. The runs paused awaiting approval and the
@@ -394,7 +392,7 @@ class Actor:
             # or failed by the child if none comes.
             return
         mailbox = self.mailbox
-        mailbox.send.close()
+        mailbox.close()
         mailbox.end_queued(
             (lambda: AgentCrashed(self.spec.name, crash.cause, agent_id=self.agent_id))
             if crash is not None
@@ -402,7 +400,6 @@ class Actor:
             "it stopped before the reset",
             self.spec.name,
         )
-        mailbox.receive.close()
 
     # The target protocol (see AgentHandle): an open_agent handle addresses this actor.
 
@@ -426,17 +423,20 @@ class Actor:
             # Known from here on, so that a run ended before it starts has the right
             # kind of output (None for a typed one, "" for text).
             request.output = (self.spec.output, self.spec.output_retries)
-        send = self.mailbox.send
-        # As send() does, less its schedule point: the caller goes on to wait for its
-        # answer, which is one anyway.
+        mailbox = self.mailbox
+        # As a channel's send() does, less its schedule point when there is room: the
+        # caller goes on to wait for its answer, which is one anyway.
         await trio.lowlevel.checkpoint_if_cancelled()
         try:
-            try:
-                send.send_nowait(request)
-            except trio.WouldBlock:
-                await send.send(request)  # the mailbox is full: wait for room
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            if not mailbox.put_nowait(request):
+                await mailbox.put(request)  # the mailbox is full: wait for room
+        except MailboxClosed:
             raise AgentUnavailable(self.spec.name, "it has stopped") from None
+        spawner = self.spawner
+        if spawner is not None and not self.serving:
+            # An idle agent served in bursts: this request starts the next one.
+            self.serving = True
+            spawner.start_soon(self._serve_burst)
 
 
 def _always() -> bool:

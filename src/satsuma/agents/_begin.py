@@ -71,8 +71,10 @@ async def begin(run: Run) -> tuple[RunStatus, str | None] | None:
             run.output = last.text  # its calls were all answered by the journal
             return "completed", None
     else:
-        await _go_past(run)
-        _drop_unanswered_prompt(run)
+        if history or persistence is not None or ctx.interrupted:
+            # (A conversation's first run, without a store, has nothing to go past.)
+            await _go_past(run)
+            _drop_unanswered_prompt(run)
         # What the conversation was before this run, to go back to if the model never
         # answers it (see _run's roll back).
         run.before = (len(history), history[-1] if history else None)

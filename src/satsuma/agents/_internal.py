@@ -13,7 +13,6 @@ queues them; a server keeps decisions taken one call at a time in the store
 """
 
 from ._actor import Actor as Actor
-from ._actor import Mailbox as Mailbox
 from ._actor import new_run_id as new_run_id
 from ._agent import seconds_or_none as seconds_or_none
 from ._agent import spec_of as spec_of
@@ -23,6 +22,7 @@ from ._handle import resume_decided as resume_decided
 from ._handle import resume_with_id as resume_with_id
 from ._handle import run_with_id as run_with_id
 from ._jsonlog import json_line as json_line
+from ._mailbox import Mailbox as Mailbox
 from ._open import open_taken as open_taken
 from ._output import OutputSpec as OutputSpec
 from ._output import output_to_json as output_to_json

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import Any, Final, final
 
 import trio
@@ -80,7 +81,7 @@ def open_agent(
             the agent's history is a ``Compaction`` and the model compacts on the API's
             side too (``ContextEditing(compact=True)``).
     """
-    return _open_agent(
+    return _AgentBlock(
         agent,
         model=model,
         context=context,
@@ -102,7 +103,7 @@ def open_taken(
     """``open_agent`` for an agent whose lease and state its caller took already, in
     ``store`` (a cluster's node, with its run's claim): the agent starts from ``taken``
     rather than taking and loading its own, and lets the lease go as it closes."""
-    return _open_agent(
+    return _AgentBlock(
         agent,
         model=model,
         context=context,
@@ -114,8 +115,7 @@ def open_taken(
     )
 
 
-@asynccontextmanager
-async def _open_agent(
+async def _opened_actor(
     agent: type[Agent[Any]],
     *,
     model: Model | None,
@@ -125,7 +125,9 @@ async def _open_agent(
     approver: Approver | None,
     approval_timeout: float | _ClassDefault | None,
     taken: Taken | None = None,
-) -> AsyncIterator[AgentHandle[Any]]:
+) -> Actor:
+    """The actor ``open_agent`` starts, once its arguments are checked (the store
+    opened, the model found)."""
     spec = spec_of(agent)
     if not isinstance(approval_timeout, _ClassDefault):
         if not seconds_or_none(approval_timeout):
@@ -153,7 +155,7 @@ async def _open_agent(
         await store.open()  # a bad file is a plain StoreError here, before anything starts
     if approver is not None and not callable(approver):
         raise TypeError(f"approver must be an async function, got: {approver!r}")
-    actor = Actor(
+    return Actor(
         spec,
         model,
         context,
@@ -162,45 +164,95 @@ async def _open_agent(
         approver=approver,
         taken=taken,
     )
-    handle: AgentHandle[Any] = AgentHandle(actor)
-    actor.handle = handle
-    started = False
-    body_error: BaseException | None = None
-    plain: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            if actor.starts_at_once:
-                # Nothing can fail its start: waiting for it would only cost the
-                # conversation two scheduler batches before its first request.
-                nursery.start_soon(actor.serve)
-            else:
-                await nursery.start(actor.serve)
-            started = True
+
+
+@final
+class _AgentBlock:
+    """``open_agent``'s context manager: the actor's nursery held open for the block.
+
+    Written out, rather than made with ``contextlib.asynccontextmanager``: that wraps
+    the block in an async generator, its frame and three more calls, code a
+    conversation's first round trip runs cold (issue 36)."""
+
+    __slots__ = ("_actor", "_arguments", "_manager", "_nursery")
+
+    def __init__(self, agent: type[Agent[Any]], **arguments: Any) -> None:
+        self._arguments = (agent, arguments)
+        self._actor: Actor | None = None
+        self._manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+
+    async def __aenter__(self) -> AgentHandle[Any]:
+        if self._manager is not None:
+            raise RuntimeError("an open_agent(...) block can be entered only once")
+        agent, arguments = self._arguments
+        actor = await _opened_actor(agent, **arguments)
+        handle: AgentHandle[Any] = AgentHandle(actor)
+        actor.handle = handle
+        manager = self._manager = trio.open_nursery()
+        nursery = await manager.__aenter__()
+        if actor.starts_at_once:
+            # Nothing can fail its start: it is served in bursts, each request sent to
+            # it idle starting a task of this nursery (Actor.serve_in).
+            actor.serve_in(nursery)
+        else:
             try:
-                yield handle
+                await nursery.start(actor.serve)
             except BaseException as exc:
-                body_error = exc
-                raise
-            finally:
-                if not actor.stop_if_idle():
-                    nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # A start that failed (a tool server that cannot start) is one plain exception,
-        # as a bad store is: the block never ran.
-        if not started and len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        plain = _plainly(group, body_error, actor)
-        if plain is group:
-            raise
-    finally:
-        # The actor's task has ended. The actor and its handle refer to each other: a
-        # cycle that only the garbage collector would free (with the whole actor: its
-        # conversation, runner, mailbox), and that every conversation would leave.
-        actor.handle = None
-    if plain is not None:
+                # A start that failed (a tool server that cannot start) is one plain
+                # exception, as a bad store is: the block never runs.
+                try:
+                    await manager.__aexit__(type(exc), exc, exc.__traceback__)
+                except BaseExceptionGroup as group:
+                    if len(group.exceptions) != 1:
+                        raise
+                    failed = group.exceptions[0]
+                else:
+                    failed = exc
+                finally:
+                    _detach(actor)
+                raise failed from None
+        self._actor = actor
+        self._nursery = nursery
+        return handle
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        actor, manager, nursery = self._actor, self._manager, self._nursery
+        assert actor is not None and manager is not None and nursery is not None
+        self._actor = self._nursery = None
+        plain: BaseException | None = None
+        try:
+            if not actor.stop_if_idle():
+                nursery.cancel_scope.cancel()
+            try:
+                suppressed = await manager.__aexit__(exc_type, exc, traceback)
+            except BaseExceptionGroup as group:
+                plain = _plainly(group, exc, actor)
+                if plain is group:
+                    raise
+        finally:
+            # The actor's tasks have ended. The actor and its handle refer to each
+            # other: a cycle that only the garbage collector would free (with the whole
+            # actor: its conversation, runner, mailbox), and that every conversation
+            # would leave.
+            _detach(actor)
+        if plain is None:
+            return bool(suppressed)
+        if plain is exc:
+            return False  # the block's own exception goes on as it was raised
         # Raised here, outside the handler, so that its own cause and context stay as
         # they were rather than becoming the group.
         raise plain
+
+
+def _detach(actor: Actor) -> None:
+    actor.handle = None
+    actor.spawner = None
 
 
 def _plainly(

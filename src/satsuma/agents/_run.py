@@ -201,7 +201,7 @@ async def _loop(run: Run) -> tuple[RunStatus, str | None]:
                 return "failed", failed
             run.commit_user([{"type": "text", "text": reminder_text()}])
             continue
-        reason = await verify(run, run.output)
+        reason = await verify(run, run.output) if ctx.verifiers else None
         if reason is None:
             return "completed", None
         run.commit_user([{"type": "text", "text": verification_text(reason)}])
