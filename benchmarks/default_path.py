@@ -212,7 +212,7 @@ def main() -> None:
             )
         }
     if args.quick:
-        counts = count_runs([key for key, _ in COUNTED], many=3, turns=3, samples=1)
+        counts = count_runs([key for key, _ in COUNTED], many=3, turns=3, samples=3)
         phases = count_phases(samples=1)
     else:
         counts = count_runs([key for key, _ in COUNTED])
