@@ -12,6 +12,7 @@ worked (the round trips), and the hops (waiting for a thread and coming back to 
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -137,6 +138,11 @@ class Timeline:
 
 
 def _name_of(work: Callable[..., Any]) -> str:
+    # A write of a conversation comes wrapped (store._batched.TailWrite: its work is
+    # ``write``); a partial, by its function.
+    work = getattr(work, "write", work)
+    while isinstance(work, functools.partial):
+        work = work.func
     qualname = getattr(work, "__qualname__", "?")
     # SQLStore.load_agent.<locals>.<lambda> -> load_agent; claim_next.<locals>.work -> claim_next
     parts = [part for part in qualname.split(".") if not part.startswith("<")]
