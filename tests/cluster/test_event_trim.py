@@ -35,7 +35,9 @@ class _Counted:
 
 
 def _event(run_id: str, index: int) -> tuple[int, str]:
-    start = ToolCallStart(tool_use_id=f"toolu_{index}", tool_name="pack", input={"n": index})
+    # Quotes, a backslash, braces, a comma and non-ASCII: stored as they were written.
+    tricky = {"n": index, "text": 'say "hi" \\ {a,b} é ✓'}
+    start = ToolCallStart(tool_use_id=f"toolu_{index}", tool_name="pack", input=tricky)
     return KIND_OTHER, encode_event(start)
 
 
@@ -78,11 +80,17 @@ async def test_a_batch_known_to_stay_under_the_cap_sends_no_trim_and_one_past_it
         conn.commit()
         assert other.stored() is None and not other.held()
 
+        # A batch of lost events alone (no event text: an empty array) counts its seqs.
+        lost = write_batch(db, "run_t", [2], **limits, held_by="node-1", stored=third)  # type: ignore[arg-type]
+        conn.commit()
+        assert lost.stored() == Stored(9, sum(sizes[3:]))  # the trim's, plus nothing
+
     async with PostgresStore(postgres_dsn) as store:
         page = await read_events(store, "run_t", 0, 100)
     assert page is not None
-    assert page.next_seq == 12
+    assert page.next_seq == 14
     assert [seq for seq, _ in page.events] == list(range(3, 12))  # 9 kept: the newest
+    assert [text for _, text in page.events] == [_event("run_t", i)[1] for i in range(3, 12)]
 
 
 @satsuma.tool
