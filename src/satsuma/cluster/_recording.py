@@ -49,6 +49,7 @@ from ..store import (
     Entry,
     PostgresStore,
     QueuedRun,
+    Stored,
     append_events,
     expire_queue,
     purge_ended,
@@ -146,6 +147,9 @@ class RunRecorder:
         self._boundary = trio.Event()  # ... and it should be written now
         self._stopped = False  # the run is no longer this node's: nothing more is written
         self._failures = 0
+        # What the run stores after this recorder's last batch, while known: a batch
+        # that cannot take it past its cap is sent without the trim's statement.
+        self._stored: Stored | None = None
         # Set while a batch is being written (by the flusher, or carried by a step):
         # one at a time, so that the run's events are numbered in their order.
         self._writing: trio.Event | None = None
@@ -217,7 +221,7 @@ class RunRecorder:
         if self._stopped or not self._pending:
             return None
         batch = self._batch()
-        return queue.LastEvents(batch, self._log.max_events, self._log.max_bytes)
+        return queue.LastEvents(batch, self._log.max_events, self._log.max_bytes, self._stored)
 
     async def flush_last(self) -> None:
         """Write what is left, for a run that does not end here (handed back): bounded,
@@ -252,12 +256,15 @@ class RunRecorder:
         self._writing = trio.Event()
         return _Ride(self, self._batch())
 
-    def _rode(self, batch: list[Entry], written: bool | None, held: bool) -> None:
-        """A step that carried ``batch`` ended: written (``held``: the node still held
-        the run), not written (it waits on), or unknown (a gap, never a repeat)."""
+    def _rode(self, batch: list[Entry], written: bool | None, stored: Stored | None) -> None:
+        """A step that carried ``batch`` ended: written (``stored``: what the run stores
+        with it, None if the node no longer held the run), not written (it waits on), or
+        unknown (a gap, never a repeat)."""
         assert self._writing is not None
         self._writing.set()
         self._writing = None
+        held = written is True and stored is not None
+        self._stored = stored if held else None
         if written is None:
             lost = sum(entry if isinstance(entry, int) else 1 for entry in batch)
             self._pending[:0] = [lost]
@@ -290,13 +297,14 @@ class RunRecorder:
                 # written is unknown; written again, its events would be twice in the
                 # stream). Only a database that stops answering leaves it unknown.
                 with trio.move_on_after(_LAST_WRITE_SECONDS, shield=True) as bound:
-                    held = await append_events(
+                    stored = await append_events(
                         self._store,
                         self._run.run_id,
                         self._node_id,
                         batch,
                         max_events=self._log.max_events,
                         max_bytes=self._log.max_bytes,
+                        stored=self._stored,
                     )
                 if bound.cancelled_caught:
                     raise StoreUnavailable(
@@ -307,6 +315,7 @@ class RunRecorder:
         # Any Exception: the run must not fail because its events could not be written
         # (a StoreError, or a bug of this module); the run's own writes are what count.
         except Exception as exc:
+            self._stored = None  # perhaps written: what the run stores is not known
             self._failures += 1
             if self._failures == 1 or not isinstance(exc, StoreError):
                 logger.warning(
@@ -322,7 +331,8 @@ class RunRecorder:
             # write itself is shielded): the last flush, when the run ends, writes it.
             self._put_back(batch)
             raise
-        if not held:
+        self._stored = stored
+        if stored is None:
             # Declared dead and the run given to another node: nothing more of it here.
             self._stopped = True
             self._pending, self._pending_bytes = [], 0
@@ -366,12 +376,13 @@ class _Ride:
             log.max_events,
             log.max_bytes,
             held_by=recorder._node_id,
+            stored=recorder._stored,
         )
 
     def settle(self, written: bool | None) -> None:
         # Written: the step's transaction committed, and its answers were read with it.
-        held = written is True and self.sent is not None and self.sent.held()
-        self.recorder._rode(self.batch, written, held)
+        stored = self.sent.stored() if written is True and self.sent is not None else None
+        self.recorder._rode(self.batch, written, stored)
 
 
 # Per store, how many event batches are written at once: a quarter of its pool, so that

@@ -80,6 +80,7 @@ if _typing.TYPE_CHECKING:
     from ._run_events import KIND_DELTA as KIND_DELTA
     from ._run_events import KIND_OTHER as KIND_OTHER
     from ._run_events import Entry as Entry
+    from ._run_events import Stored as Stored
     from ._run_events import append_events as append_events
     from ._run_events import channel_for as channel_for
     from ._run_events import purge_ended as purge_ended
@@ -107,6 +108,7 @@ _FOR_THE_CLUSTER: _typing.Final = {
             "KIND_DELTA",
             "KIND_OTHER",
             "Entry",
+            "Stored",
             "append_events",
             "channel_for",
             "purge_ended",

@@ -33,7 +33,7 @@ from ._nodes import (
     unregister_node,
 )
 from ._postgres import PostgresStore
-from ._run_events import Batch, Entry, append_ctes, batch_params, prune, write_batch
+from ._run_events import Batch, Entry, Stored, append_ctes, batch_params, trim, write_batch
 
 if TYPE_CHECKING:
     import psycopg
@@ -372,6 +372,7 @@ class LastEvents:
     entries: Sequence[Entry]
     max_events: int
     max_bytes: int
+    stored: Stored | None = None  # what the run stored before, if known (``trim``)
 
 
 async def finish(
@@ -440,7 +441,7 @@ async def finish(
     def work(db: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
         cursor = db.execute(statement, params)
         if last is not None:
-            prune(db, run.run_id, last.max_events, last.max_bytes, held_by=None)
+            trim(db, run.run_id, params, last.stored, last.max_events, last.max_bytes)
         return cursor
 
     # Read once the transaction's answers came back (see claim_next).

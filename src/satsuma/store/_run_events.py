@@ -30,11 +30,14 @@ if TYPE_CHECKING:
 __all__ = [
     "Batch",
     "EventPage",
+    "Stored",
     "append_ctes",
     "append_events",
     "batch_params",
     "channel_for",
+    "may_pass_cap",
     "prune",
+    "trim",
     "purge_ended",
     "read_events",
     "write_batch",
@@ -58,6 +61,16 @@ def channel_for(run_id: str) -> str:
     return "satsuma_events_" + hashlib.blake2b(run_id.encode(), digest_size=12).hexdigest()
 
 
+@attrs.frozen
+class Stored:
+    """What a run had stored after a batch (its stream row): events and bytes. The node
+    that holds the run is its only writer, and a trim only lowers them: until its next
+    batch they bound what is stored (``may_pass_cap``)."""
+
+    events: int
+    bytes: int
+
+
 async def append_events(
     store: PostgresStore,
     run_id: str,
@@ -66,27 +79,43 @@ async def append_events(
     *,
     max_events: int,
     max_bytes: int,
-) -> bool:
-    """Append a batch to the run's events; False (nothing written) when the node no
-    longer holds the run."""
+    stored: Stored | None = None,
+) -> Stored | None:
+    """Append a batch to the run's events: what the run stores with it, or None (nothing
+    written) when the node no longer holds the run. ``stored``: what the run stored
+    before, if known (``write_batch``)."""
 
-    def work(db: psycopg.Connection[Any]) -> bool:
-        return write_batch(db, run_id, entries, max_events, max_bytes, held_by=node_id).held()
+    def work(db: psycopg.Connection[Any]) -> Batch:
+        return write_batch(
+            db, run_id, entries, max_events, max_bytes, held_by=node_id, stored=stored
+        )
 
-    return await store.transaction(work)
+    return (await store.transaction(work)).stored()
 
 
-@attrs.frozen
+@attrs.define
 class Batch:
-    """A batch sent in a transaction (``write_batch``); ``held`` reads its answer."""
+    """A batch sent in a transaction (``write_batch``); ``held`` or ``stored`` reads its
+    answer (once)."""
 
     _cursor: Any  # psycopg's, of the batch's first statement
+    _answer: Stored | None = None
+    _read: bool = False
+
+    def stored(self) -> Stored | None:
+        """What the run stores with the batch, or None when the node did not hold the
+        run (nothing was written). In a pipeline, read only after the transaction's
+        answers came back (the store call returned, or the statement's answer is wanted
+        now, at the cost of a round trip)."""
+        if not self._read:
+            row = self._cursor.fetchone()
+            self._answer = None if row is None else Stored(row[1], row[2])
+            self._read = True
+        return self._answer
 
     def held(self) -> bool:
-        """Whether the node held the run (else nothing was written). In a pipeline, read
-        only after the transaction's answers came back (the store call returned, or
-        the statement's answer is wanted now, at the cost of a round trip)."""
-        return self._cursor.fetchone() is not None
+        """Whether the node held the run (else nothing was written); as ``stored``."""
+        return self.stored() is not None
 
 
 # The stream's row, made if missing, takes the batch (its seqs, counts and bytes) and
@@ -96,7 +125,9 @@ class Batch:
 # condition of the batch being written at all (with the check that the node holds the
 # run, FOR SHARE: a heartbeat that puts the run back in the queue waits for this
 # batch, or this batch sees that the run is no longer the node's; then no row is made
-# or changed, no event inserted, and no row returned).
+# or changed, no event inserted, and no row returned). The events' JSON goes in binary
+# (``%(texts)b``): as it is, where an array's text form escapes each of its quotes
+# (psycopg calls a regex's template per quote: some 250 calls a run of two calls).
 _APPEND_CTES: Final = (
     "stream AS ("
     " INSERT INTO run_event_streams AS s"
@@ -107,10 +138,10 @@ _APPEND_CTES: Final = (
     " stored_events = s.stored_events + excluded.stored_events,"
     " stored_bytes = s.stored_bytes + excluded.stored_bytes,"
     " dropped = s.dropped + excluded.dropped, updated_at = excluded.updated_at"
-    " RETURNING next_seq - %(seqs)s::bigint AS first),"
+    " RETURNING next_seq - %(seqs)s::bigint AS first, stored_events, stored_bytes),"
     " added AS (INSERT INTO run_events (run_id, seq, kind, size, event)"
     " SELECT %(run)s, stream.first + e.at, e.kind, e.size, e.event FROM stream,"
-    " unnest(%(at)s::bigint[], %(kinds)s::smallint[], %(sizes)s::integer[], %(texts)s::text[])"
+    " unnest(%(at)s::bigint[], %(kinds)s::smallint[], %(sizes)s::integer[], %(texts)b::text[])"
     " AS e (at, kind, size, event))"
 )
 _HELD: Final = (
@@ -120,7 +151,8 @@ _HELD: Final = (
 # A run past its cap (with this batch) loses its oldest events, by kind then seq, down
 # to nine tenths of it; the row says how many went. After the batch's statement, in
 # the same transaction: it sees the row as that left it. A run under its cap (nearly
-# always) costs a look at its row, and no round trip: nothing is read back.
+# always) costs a look at its row, and no round trip: nothing is read back; it is not
+# sent at all when the node knows that the run stays under its cap (``may_pass_cap``).
 _PRUNE: Final = (
     "WITH over AS (SELECT stored_events - %(keep_events)s::integer AS count,"
     " stored_bytes - %(keep_bytes)s::bigint AS bytes FROM run_event_streams"
@@ -139,7 +171,9 @@ _PRUNE: Final = (
     " WHERE run_id = %(run)s AND p.events > 0"
 )
 _CHECKED: Final = (
-    "WITH " + _APPEND_CTES.format(held=_HELD) + " SELECT pg_notify(%(channel)s, '') FROM stream",
+    "WITH "
+    + _APPEND_CTES.format(held=_HELD)
+    + " SELECT pg_notify(%(channel)s, ''), stored_events, stored_bytes FROM stream",
     _PRUNE.format(held=_HELD.replace(" WHERE ", " AND ", 1)),
 )
 _UNCHECKED_PRUNE: Final = _PRUNE.format(held="")
@@ -160,15 +194,46 @@ def write_batch(
     max_bytes: int,
     *,
     held_by: str,
+    stored: Stored | None = None,
 ) -> Batch:
-    """Send a batch in the caller's transaction and NOTIFY the run's channel: two
-    statements, neither read back, so that in a pipeline they cost no round trip of
-    their own; nothing is written when ``held_by`` (a node id) no longer holds the run
-    (``Batch.held`` says so)."""
+    """Send a batch in the caller's transaction and NOTIFY the run's channel, then the
+    trim of a run past its cap unless ``stored`` (what the run stored before, if known)
+    shows that the batch cannot take it there: a statement or two, none read back, so
+    that in a pipeline they cost no round trip of their own; nothing is written when
+    ``held_by`` (a node id) no longer holds the run (``Batch.held`` says so)."""
     params = batch_params(run_id, entries)
     cursor = db.execute(_CHECKED[0], {**params, "node": held_by, "channel": channel_for(run_id)})
-    prune(db, run_id, max_events, max_bytes, held_by=held_by)
+    trim(db, run_id, params, stored, max_events, max_bytes, held_by=held_by)
     return Batch(cursor)
+
+
+def may_pass_cap(
+    stored: Stored | None, params: dict[str, Any], max_events: int, max_bytes: int
+) -> bool:
+    """Whether a batch (its ``batch_params``) may take a run that stored ``stored``
+    before it (None: not known) past its cap, so that the trim must follow it."""
+    return (
+        stored is None
+        or stored.events + params["count"] > max_events
+        or stored.bytes + params["bytes"] > max_bytes
+    )
+
+
+def trim(
+    db: psycopg.Connection[Any],
+    run_id: str,
+    params: dict[str, Any],
+    stored: Stored | None,
+    max_events: int,
+    max_bytes: int,
+    *,
+    held_by: str | None = None,
+) -> None:
+    """After a batch (``params``: its ``batch_params``) of a run that stored ``stored``
+    before it (None: not known), send ``prune`` if the batch may take the run past its
+    cap (``may_pass_cap``); else nothing."""
+    if may_pass_cap(stored, params, max_events, max_bytes):
+        prune(db, run_id, max_events, max_bytes, held_by=held_by)
 
 
 def batch_params(run_id: str, entries: Sequence[Entry]) -> dict[str, Any]:
