@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import trio
+from opentelemetry import trace
+from opentelemetry.util._once import Once
 
 import satsuma
 from satsuma import ToolCall, ToolContext, ToolError, ToolOutcome, ToolRunner, format_results
@@ -93,6 +95,16 @@ class Louder(FunctionTool[Any, Any], abstract=True):
 
     def run(self, args: Any, ctx: ToolContext) -> Any:
         return super().run({"n": args["n"] * 10}, ctx)
+
+
+@pytest.fixture(autouse=True)
+def _no_tracer_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count the frames of the untraced path, which an application without
+    an OpenTelemetry provider takes. A provider set earlier in the session (the docs'
+    observability example sets one for good) is put aside for each test, and put back
+    after it, as OpenTelemetry's own test utilities reset it."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
 
 
 @contextmanager
