@@ -30,6 +30,7 @@ from ._retention import LIVE_STATUSES, PruneReport, cut_before
 from ._run_query import RunQuery, chosen
 from ._step import RunEnd, Step
 from ._summaries import Summary
+from ._unclaim import MemoryClaims
 
 __all__ = ["MemoryStore"]
 
@@ -37,7 +38,7 @@ _L = TypeVar("_L", bound=PrunedLedgers)
 
 
 @final
-class MemoryStore(BaseStore):
+class MemoryStore(MemoryClaims, BaseStore):
     """A Store in memory. Values are frozen, so what it hands out cannot be changed
     behind its back."""
 

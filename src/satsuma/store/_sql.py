@@ -46,6 +46,7 @@ from ._rows import (
 )
 from ._step import RunEnd, Step, end_run_sql, finish_call, start_call, step_sql
 from ._summaries import SummaryMethods, drop_past
+from ._unclaim import SQLClaims
 
 __all__ = ["SQLStore"]
 
@@ -81,7 +82,7 @@ _PAST_THE_END: Final = (
 )
 
 
-class SQLStore(SummaryMethods, BaseStore):
+class SQLStore(SummaryMethods, SQLClaims, BaseStore):
     """The Store methods of SQLiteStore and PostgresStore (see the module's notes)."""
 
     _dialect: ClassVar[Dialect]
