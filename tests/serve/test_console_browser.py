@@ -92,7 +92,11 @@ async def off(call: Callable[..., T], *args: Any) -> T:
 
 
 def until(driver: WebDriver, check: Callable[[WebDriver], Any]) -> Any:
-    return WebDriverWait(driver, WAIT).until(check)
+    # A check that reads an element while the page is replaced by the next one (a form
+    # posted, a redirect followed) finds it stale: not yet, as an element not found is.
+    return WebDriverWait(
+        driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElement)
+    ).until(check)
 
 
 def no_browser_errors(driver: WebDriver) -> None:
