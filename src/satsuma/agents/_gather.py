@@ -46,8 +46,10 @@ class _Listener:
 
     @property
     def wants_deltas(self) -> bool:
-        # Deltas reach only a run's event sink (a callback, agent.stream, a live view).
-        return self.run.job.sink is not None
+        # Deltas reach only a run's event sink (a callback, agent.stream, a live view),
+        # and one that says so (_job.WatchedEvents: a node's recorder, while watched).
+        sink = self.run.job.sink
+        return sink is not None and bool(getattr(sink, "wants_deltas", True))
 
     def text(self, delta: str) -> None:
         run = self.run

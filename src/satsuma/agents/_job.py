@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -24,7 +24,7 @@ from ._result import NO_ANSWER, RunResult
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-__all__ = ["Job", "Request", "ResetRequest", "callback_sink", "checked_prompt"]
+__all__ = ["Job", "Request", "ResetRequest", "WatchedEvents", "callback_sink", "checked_prompt"]
 
 logger = logging.getLogger("satsuma.agents")
 
@@ -139,6 +139,37 @@ def checked_prompt(text: object) -> str:
     return plain
 
 
+@runtime_checkable
+class WatchedEvents(Protocol):
+    """An event callback that says, before each model call, whether it wants the
+    answer's text as it is written (``wants_deltas``; else the answer is asked for
+    whole, its text given in one piece): a cluster node's recorder, which wants it only
+    while someone streams the run. Any other callback always does."""
+
+    def __call__(self, event: AgentEvent, /) -> object: ...
+
+    @property
+    def wants_deltas(self) -> bool: ...
+
+
+class _WatchedSink:
+    """A run's event sink for ``WatchedEvents``: the models' listener reads its
+    ``wants_deltas``."""
+
+    __slots__ = ("deliver", "events")
+
+    def __init__(self, deliver: Callable[[AgentEvent], None], events: WatchedEvents) -> None:
+        self.deliver = deliver
+        self.events = events
+
+    def __call__(self, event: AgentEvent) -> None:
+        self.deliver(event)
+
+    @property
+    def wants_deltas(self) -> bool:
+        return self.events.wants_deltas
+
+
 def callback_sink(
     events: Callable[[AgentEvent], object] | None,
 ) -> Callable[[AgentEvent], None] | None:
@@ -153,4 +184,4 @@ def callback_sink(
         except Exception:  # an observer's bug must not end the run or the agent
             logger.exception("satsuma event callback %r raised on %r", events, event)
 
-    return sink
+    return _WatchedSink(sink, events) if isinstance(events, WatchedEvents) else sink

@@ -39,10 +39,11 @@ from ..store import (
 from ..store import run_queue as queue
 from ..tools import PendingCall
 from ._decisions import decode_decisions
+from ._inflight import InFlight
 from ._recording import EventLog, RunRecorder
 from ._results import encode_result, failed_result, result_from_record
 
-__all__ = ["STOP_WRITE_SECONDS", "InFlight", "RunAttempts"]
+__all__ = ["STOP_WRITE_SECONDS", "RunAttempts"]
 
 logger = logging.getLogger("satsuma.cluster")
 
@@ -58,28 +59,6 @@ STOP_WRITE_SECONDS: Final = 5.0
 # stays the node's meanwhile, and giving up would leave it so for good.
 _RETRY_FIRST: Final = 0.2
 _RETRY_MOST: Final = 5.0
-
-
-@attrs.define(eq=False)
-class InFlight:
-    """A run this node claimed and runs now."""
-
-    run: QueuedRun
-    # The node's id when it claimed the run: its queue writes are made under it, and
-    # refused once the node was counted dead and joined again under another.
-    node_id: str
-    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
-    handle: AgentHandle | None = None
-    cancel_requested: bool = False
-    lost: bool = False  # the node was counted dead: the run is another node's now
-    # Its agent, taken with the claim (None: not taken, for ``refusal``).
-    taken: Taken | None = None
-    refusal: StoreError | None = None
-
-    async def cancel(self) -> None:
-        self.cancel_requested = True
-        if self.handle is not None:
-            await self.handle.cancel()
 
 
 class NodeSettings(Protocol):
@@ -144,6 +123,8 @@ class RunAttempts:
                     recorder = RunRecorder(
                         self.node.store, run, node_id, self.node.name, self.node.event_log
                     )
+                    recorder.watched = entry.watched
+                    entry.recorder = recorder
                     # The agent's steps carry its waiting events in their transactions.
                     taken.events = recorder
                     # Its last events are written with its result (_finish, below).

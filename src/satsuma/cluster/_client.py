@@ -58,10 +58,18 @@ class Cluster:
     def __repr__(self) -> str:
         return f"Cluster({self.store!r})"
 
-    async def submit(self, agent: type[Agent[Any]], agent_id: str, prompt: str) -> str:
+    async def submit(
+        self, agent: type[Agent[Any]], agent_id: str, prompt: str, *, watched: bool = False
+    ) -> str:
         """Queue a run of ``agent`` (a class some node serves) in the conversation
         ``agent_id``, and return its run id at once. Runs of one ``agent_id`` run one at
         a time, in the order they were submitted.
+
+        ``watched``: you will stream its events (``events``) and want its text as it is
+        written from the first answer on: its node then streams the model's answers.
+        Otherwise it asks for each answer whole, which costs less, until an ``events``
+        stream of the run opens (from the node's next model call on; before that, each
+        answer's text comes in one piece when it is complete).
 
         Raises:
             TypeError: ``agent`` is not a concrete Agent subclass.
@@ -70,7 +78,7 @@ class Cluster:
         """
         name = _checked(agent, agent_id, prompt)
         run_id = internal.new_run_id()
-        await queue.enqueue(self.store, run_id, name, agent_id, prompt)
+        await queue.enqueue(self.store, run_id, name, agent_id, prompt, watched=watched)
         return run_id
 
     async def lookup(self, run_id: str) -> tuple[QueuedRun, RunResult[Any] | None] | None:
@@ -286,6 +294,11 @@ class Cluster:
         took the run over, and ``EventsDropped`` where events are missing (the run
         passed its node's cap, say). Consecutive text deltas may arrive merged into one.
 
+        A stream of a run in flight marks it watched (``QueuedRun.watched``): its node
+        streams the model's answers from its next model call on (an answer already
+        asked for arrives in one piece). To have every answer as it is written, submit
+        with ``submit(..., watched=True)`` or use ``stream``.
+
         Nothing is read until the stream is iterated. Leaving it does not cancel the run;
         use it in ``async with`` to stop its listening at once when you may leave
         early.
@@ -314,7 +327,7 @@ class Cluster:
         run_id = internal.new_run_id()
 
         async def submit() -> None:
-            await queue.enqueue(self.store, run_id, name, agent_id, prompt)
+            await queue.enqueue(self.store, run_id, name, agent_id, prompt, watched=True)
 
         return EventStream(
             self.store, run_id, start=0, poll_interval=self.poll_interval, before=submit

@@ -24,7 +24,7 @@ import trio
 
 from .._exceptions import StoreError, StoreUnavailable
 from ..agents import AgentEvent, RunEnd, internal
-from ..store import PostgresStore, channel_for, read_events
+from ..store import PostgresStore, channel_for, read_events, watch_run
 from ..store import run_queue as queue
 from ..tools import Content
 from ._results import queued_result
@@ -165,6 +165,9 @@ class EventStream:
         self._buffer: deque[ClusterEvent] = deque()
         self._ended = False
         self._found = False  # the run was read once: a database away then pauses the stream
+        # The run is marked watched (its node streams its answers) at the first read;
+        # one this stream submits is queued watched.
+        self._watching = before is not None
         self._away = False  # the database is away (logged once)
 
     def __repr__(self) -> str:
@@ -233,6 +236,9 @@ class EventStream:
                 keep=[queue.RESULT_CHANNEL, queue.DONE_CHANNEL],
             )
         try:
+            if not self._watching:
+                await watch_run(self._store, self.run_id)
+                self._watching = True
             page = await read_events(self._store, self.run_id, self.position, _PAGE)
         except StoreError as exc:
             await self._lost(exc)

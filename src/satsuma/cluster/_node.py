@@ -21,7 +21,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, final
+from typing import Any, Final, final
 
 import trio
 
@@ -34,13 +34,17 @@ from ..agents import Agent, internal
 from ..models import Model
 from ..store import DEFAULT_LEASE_SECONDS, Owner, PostgresStore, claim_and_take
 from ..store import run_queue as queue
-from ._attempt import STOP_WRITE_SECONDS, InFlight, RunAttempts
+from ._attempt import STOP_WRITE_SECONDS, RunAttempts
+from ._inflight import InFlight
 from ._listen import Listener
 from ._recording import EventLog, expire_ended
 
 __all__ = ["Node"]
 
 logger = logging.getLogger("satsuma.cluster")
+
+# How many runs heard watched before their claim came back a node remembers.
+_HEARD_WATCHED: Final = 1024
 
 
 @final
@@ -140,6 +144,9 @@ class Node:
         self._classes = classes
         self._slots = trio.Semaphore(min(self.max_agents, self.max_runs))
         self._in_flight: dict[str, InFlight] = {}
+        # Runs heard watched that were not in flight here (yet): a claim's answer and
+        # the NOTIFY of a watcher who waited on its lock may come in either order.
+        self._heard_watched: dict[str, bool] = {}
         self._wake = trio.Event()
         self._attempts = RunAttempts(self, classes)
 
@@ -161,7 +168,9 @@ class Node:
                 it does can be written any more.
         """
         await self.store.open()
-        listener = Listener(self.store, [queue.QUEUED_CHANNEL, queue.CANCEL_CHANNEL])
+        listener = Listener(
+            self.store, [queue.QUEUED_CHANNEL, queue.CANCEL_CHANNEL, queue.WATCH_CHANNEL]
+        )
         try:
             await listener.open()
             await self._register()
@@ -265,6 +274,8 @@ class Node:
                     await self._wake.wait()
                 continue
             entry = InFlight(run, node_id, taken=claimed.taken, refusal=claimed.refusal)
+            if run.watched or self._heard_watched.pop(run.run_id, False):
+                entry.watch()
             self._in_flight[run.run_id] = entry
             runs.start_soon(self._execute, entry)
             if not more:
@@ -280,6 +291,17 @@ class Node:
                     self._wake.set()
                 elif channel == queue.CANCEL_CHANNEL:
                     await self._cancel(payload)
+                elif channel == queue.WATCH_CHANNEL:
+                    self._watch(payload)
+
+    def _watch(self, run_id: str) -> None:
+        entry = self._in_flight.get(run_id)
+        if entry is not None:
+            entry.watch()
+            return
+        self._heard_watched[run_id] = True
+        if len(self._heard_watched) > _HEARD_WATCHED:
+            del self._heard_watched[next(iter(self._heard_watched))]  # the oldest
 
     async def _cancel(self, run_id: str) -> None:
         entry = self._in_flight.get(run_id)

@@ -141,6 +141,9 @@ class RunRecorder:
         self._run = run
         self._node_id = node_id
         self._log = log
+        # Someone streams the run's events: the model's answers are streamed, their
+        # text recorded as it is written; else asked for whole (``wants_deltas``).
+        self.watched = run.watched
         self._pending: list[_Pending] = []
         self._pending_bytes = 0
         self._queued = trio.Event()  # something waits to be written
@@ -159,6 +162,11 @@ class RunRecorder:
                     agent=run.agent_name, run_id=run.run_id, node=node_name, attempt=run.attempts
                 )
             )
+
+    @property
+    def wants_deltas(self) -> bool:
+        """Asked by the agent before each model call (``agents.internal.WatchedEvents``)."""
+        return self.watched
 
     def __call__(self, event: AgentEvent | RunResumed) -> None:
         if self._stopped or isinstance(event, RunEnd):

@@ -95,7 +95,9 @@ class ClusterRuns:
                     "if_busy 'interrupt' steers the run in progress on its node: not built "
                     "for a cluster yet (use 'enqueue' or 'reject')"
                 )
-        run_id = await self.cluster.submit(cls, stored_id(agent, agent_id), prompt)
+        # Watched: a served run is streamed by whoever asks (an SSE client, the console)
+        # from its first answer on.
+        run_id = await self.cluster.submit(cls, stored_id(agent, agent_id), prompt, watched=True)
         return RunView(
             run_id=run_id, agent=agent, agent_id=agent_id, status="queued", prompt=prompt
         )

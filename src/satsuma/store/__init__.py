@@ -85,6 +85,7 @@ if _typing.TYPE_CHECKING:
     from ._run_events import channel_for as channel_for
     from ._run_events import purge_ended as purge_ended
     from ._run_events import read_events as read_events
+    from ._run_events import watch_run as watch_run
     from ._status import QUEUE_STATUSES as QUEUE_STATUSES
     from ._status import ClusterStatus as ClusterStatus
     from ._status import cluster_status as cluster_status
@@ -113,6 +114,7 @@ _FOR_THE_CLUSTER: _typing.Final = {
             "channel_for",
             "purge_ended",
             "read_events",
+            "watch_run",
         )
     },
     **{name: ("_status", name) for name in ("QUEUE_STATUSES", "ClusterStatus", "cluster_status")},

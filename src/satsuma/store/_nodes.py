@@ -28,6 +28,7 @@ __all__ = [
     "CANCEL_CHANNEL",
     "DONE_CHANNEL",
     "QUEUED_CHANNEL",
+    "WATCH_CHANNEL",
     "Heartbeat",
     "heartbeat",
     "register_node",
@@ -35,10 +36,11 @@ __all__ = [
     "unregister_node",
 ]
 
-# NOTIFY channels. Payloads: a run id (done, cancel) or an agent name (queued).
+# NOTIFY channels. Payloads: a run id (done, cancel, watch) or an agent name (queued).
 DONE_CHANNEL: Final = "satsuma_run_done"
 QUEUED_CHANNEL: Final = "satsuma_run_queued"
 CANCEL_CHANNEL: Final = "satsuma_run_cancel"
+WATCH_CHANNEL: Final = "satsuma_run_watch"  # a run in flight is now watched (_run_events)
 
 
 async def register_node(

@@ -26,6 +26,7 @@ from ._nodes import (
     CANCEL_CHANNEL,
     DONE_CHANNEL,
     QUEUED_CHANNEL,
+    WATCH_CHANNEL,
     Heartbeat,
     heartbeat,
     register_node,
@@ -51,6 +52,7 @@ __all__ = [
     "LastEvents",
     "QUEUED_CHANNEL",
     "RESULT_CHANNEL",
+    "WATCH_CHANNEL",
     "QueuedRun",
     "QueuedRunStatus",
     "heartbeat",
@@ -66,8 +68,9 @@ ENDED: Final = ("completed", "failed", "cancelled")
 
 _COLUMNS: Final = (
     "run_id, agent_name, agent_id, prompt, status, node_id, attempts, cancel_requested, "
-    "submitted_at, claimed_at, ended_at, error"
+    "submitted_at, claimed_at, ended_at, error, watched"
 )
+_FIELDS: Final = tuple(_COLUMNS.split(", "))  # QueuedRun's, in the order of the columns
 
 
 @attrs.frozen(kw_only=True)
@@ -89,6 +92,9 @@ class QueuedRun:
         claimed_at: When a node last claimed it.
         ended_at: When it ended.
         error: Why it failed, when no RunResult could be had.
+        watched: Someone streams its events (``Cluster.stream``, ``submit(watched=True)``,
+            or a ``Cluster.events`` stream opened while it was in flight): its node asks
+            the model for each answer as it is written. Otherwise answers come whole.
     """
 
     run_id: str
@@ -103,36 +109,30 @@ class QueuedRun:
     claimed_at: float | None
     ended_at: float | None
     error: str | None
+    watched: bool = False
 
 
 def _queued_run(row: Sequence[Any]) -> QueuedRun:
-    return QueuedRun(
-        run_id=row[0],
-        agent_name=row[1],
-        agent_id=row[2],
-        prompt=row[3],
-        status=row[4],
-        node_id=row[5],
-        attempts=row[6],
-        cancel_requested=row[7],
-        submitted_at=row[8],
-        claimed_at=row[9],
-        ended_at=row[10],
-        error=row[11],
-    )
+    return QueuedRun(**dict(zip(_FIELDS, row, strict=False)))
 
 
 # --- the client's side -------------------------------------------------------------------
 
 
 async def enqueue(
-    store: PostgresStore, run_id: str, agent_name: str, agent_id: str, prompt: str
+    store: PostgresStore,
+    run_id: str,
+    agent_name: str,
+    agent_id: str,
+    prompt: str,
+    *,
+    watched: bool = False,
 ) -> None:
     def work(db: psycopg.Connection[Any]) -> None:
         db.execute(
-            "INSERT INTO run_queue (run_id, agent_name, agent_id, prompt, status, "
-            f"submitted_at, available_at) VALUES (%s, %s, %s, %s, 'queued', {NOW}, {NOW})",
-            (run_id, agent_name, agent_id, prompt),
+            "INSERT INTO run_queue (run_id, agent_name, agent_id, prompt, status, watched, "
+            f"submitted_at, available_at) VALUES (%s, %s, %s, %s, 'queued', %s, {NOW}, {NOW})",
+            (run_id, agent_name, agent_id, prompt, watched),
         )
         db.execute("SELECT pg_notify(%s, %s)", (QUEUED_CHANNEL, agent_name))
 

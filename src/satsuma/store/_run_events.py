@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._dialect import NOW
+from ._nodes import WATCH_CHANNEL
 from ._postgres import PostgresStore
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ __all__ = [
     "may_pass_cap",
     "prune",
     "trim",
+    "watch_run",
     "purge_ended",
     "read_events",
     "write_batch",
@@ -170,10 +172,16 @@ _PRUNE: Final = (
     " FROM (SELECT count(*) AS events, coalesce(sum(size), 0) AS bytes FROM pruned) AS p"
     " WHERE run_id = %(run)s AND p.events > 0"
 )
+# The run's channel is NOTIFYed only while someone watches the run (``watched``, read
+# from the row locked FOR SHARE: a watcher's UPDATE of it waits for this batch to
+# commit, or this batch for it, and then reads it anew, so that a watcher either hears
+# of the batch or reads it once it marked the run watched).
 _CHECKED: Final = (
-    "WITH "
-    + _APPEND_CTES.format(held=_HELD)
-    + " SELECT pg_notify(%(channel)s, ''), stored_events, stored_bytes FROM stream",
+    "WITH held AS (SELECT watched FROM run_queue WHERE run_id = %(run)s "
+    "AND node_id = %(node)s AND status IN ('claimed', 'running') FOR SHARE), "
+    + _APPEND_CTES.format(held=" WHERE EXISTS (SELECT 1 FROM held)")
+    + " SELECT CASE WHEN held.watched THEN pg_notify(%(channel)s, '') END,"
+    " stored_events, stored_bytes FROM stream, held",
     _PRUNE.format(held=_HELD.replace(" WHERE ", " AND ", 1)),
 )
 _UNCHECKED_PRUNE: Final = _PRUNE.format(held="")
@@ -196,11 +204,12 @@ def write_batch(
     held_by: str,
     stored: Stored | None = None,
 ) -> Batch:
-    """Send a batch in the caller's transaction and NOTIFY the run's channel, then the
-    trim of a run past its cap unless ``stored`` (what the run stored before, if known)
-    shows that the batch cannot take it there: a statement or two, none read back, so
-    that in a pipeline they cost no round trip of their own; nothing is written when
-    ``held_by`` (a node id) no longer holds the run (``Batch.held`` says so)."""
+    """Send a batch in the caller's transaction and NOTIFY the run's channel if it is
+    watched (``watch_run``), then the trim of a run past its cap unless ``stored`` (what
+    the run stored before, if known) shows that the batch cannot take it there: a
+    statement or two, none read back, so that in a pipeline they cost no round trip of
+    their own; nothing is written when ``held_by`` (a node id) no longer holds the run
+    (``Batch.held`` says so)."""
     params = batch_params(run_id, entries)
     cursor = db.execute(_CHECKED[0], {**params, "node": held_by, "channel": channel_for(run_id)})
     trim(db, run_id, params, stored, max_events, max_bytes, held_by=held_by)
@@ -335,6 +344,24 @@ async def read_events(
         )
 
     return await store.read(work)
+
+
+async def watch_run(store: PostgresStore, run_id: str) -> None:
+    """Mark the run watched while it is in flight (``QueuedRun.watched``): a node that
+    claims it after this asks the model for answers as they are written; the node that
+    holds it now hears it on ``WATCH_CHANNEL`` and does so from its next model call.
+    Nothing for a run already watched, ended or unknown."""
+
+    def work(db: psycopg.Connection[Any]) -> None:
+        db.execute(
+            "WITH w AS (UPDATE run_queue SET watched = true WHERE run_id = %(run)s "
+            "AND NOT watched AND status IN ('queued', 'claimed', 'running') "
+            "RETURNING node_id) SELECT pg_notify(%(channel)s, %(run)s) FROM w "
+            "WHERE node_id IS NOT NULL",
+            {"run": run_id, "channel": WATCH_CHANNEL},
+        )
+
+    await store.transaction(work)
 
 
 async def purge_ended(store: PostgresStore, *, older_than: float, batch: int = 1000) -> int:

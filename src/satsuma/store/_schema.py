@@ -278,6 +278,9 @@ POSTGRES_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     10: (summaries_table("DOUBLE PRECISION"),),
     # Budgets' ledgers and holds (_ledger.py).
     11: (LEDGERS.format(real="DOUBLE PRECISION"), HOLDS.format(real="DOUBLE PRECISION")),
+    # Someone streams the run's events: its node asks the model for answers as they are
+    # written (Cluster.stream, submit(watched=True), a stream opened while in flight).
+    12: ("ALTER TABLE run_queue ADD COLUMN watched BOOLEAN NOT NULL DEFAULT false",),
 }
 POSTGRES_SCHEMA_VERSION: Final = max(POSTGRES_MIGRATIONS)
 
