@@ -7,6 +7,7 @@ they asked for a stream."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +21,7 @@ from satsuma.cluster import Cluster, ClusterEvent, EventStream, Node
 from satsuma.models import AnthropicModel
 from satsuma.serve._cluster_runs import ClusterRuns
 from satsuma.store import PostgresStore, channel_for, watch_run
+from satsuma.store._run_events import read_events
 from satsuma.testing import MessagesServer, Reply, ScriptedModel
 from satsuma.tools import ToolCall
 
@@ -266,3 +268,64 @@ async def test_a_runs_event_batches_notify_its_channel_only_while_it_is_watched(
             heard[run_id] = sum(note.channel == channel_for(run_id) for note in notes)
     assert heard[alone] == 0
     assert heard[watched] >= 1
+
+
+async def recorded(store: PostgresStore, run_id: str) -> list[str]:
+    """The class names of the events the run's node has written so far, read from the
+    table (not through a stream, which would mark the run watched)."""
+    page = await read_events(store, run_id, 0, 1000)
+    assert page is not None
+    return [json.loads(text)["type"] for _, text in page.events]
+
+
+async def test_a_run_nobody_watches_writes_its_events_with_its_end(postgres_dsn: str) -> None:
+    global _release, _entered
+    _release, _entered = trio.Event(), trio.Event()
+    async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, _, _, _):
+        with trio.fail_after(20):
+            run_id = await cluster.submit(Parcel, "order-11", "Where?")
+            await _entered.wait()
+            await trio.sleep(0.3)  # three flush_intervals: a watched run's would be written
+            during = await recorded(cluster.store, run_id)
+            _release.set()
+            await cluster.result(run_id)
+            after = await recorded(cluster.store, run_id)
+    assert during == []
+    assert after[0] == "RunStart" and after[-1] == "TurnEnd"
+    assert "ToolCallStart" in after and "ToolCallEnd" in after
+
+
+async def test_a_long_run_nobody_watches_writes_its_events_every_second(
+    postgres_dsn: str,
+) -> None:
+    global _release, _entered
+    _release, _entered = trio.Event(), trio.Event()
+    async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, _, _, _):
+        with trio.fail_after(20):
+            run_id = await cluster.submit(Parcel, "order-12", "Where?")
+            await _entered.wait()
+            with trio.fail_after(3):
+                while not await recorded(cluster.store, run_id):  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            _release.set()
+            await cluster.result(run_id)
+
+
+async def test_a_stream_opened_mid_run_gets_what_was_recorded_at_once(
+    postgres_dsn: str,
+) -> None:
+    global _release, _entered
+    _release, _entered = trio.Event(), trio.Event()
+    async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, _, _, _):
+        with trio.fail_after(20):
+            run_id = await cluster.submit(Parcel, "order-13", "Where?")
+            await _entered.wait()
+            async with cluster.events(run_id) as stream:
+                # Well before the second an unwatched run's events wait: the node
+                # writes them as soon as it hears of the stream.
+                with trio.fail_after(0.8):
+                    first = await stream.__anext__()
+                _release.set()
+                rest = [event async for event in stream]
+    assert type(first).__name__ == "RunStart"
+    assert isinstance(rest[-1], RunEnd) and rest[-1].result.output == ANSWER

@@ -39,7 +39,7 @@ class InFlight:
         are streamed to them as they are written."""
         self.watched = True
         if self.recorder is not None:
-            self.recorder.watched = True
+            self.recorder.watch()
 
     async def cancel(self) -> None:
         self.cancel_requested = True

@@ -68,6 +68,9 @@ _RETRY_DELAY: Final = 1.0
 _LAST_WRITE_SECONDS: Final = 5.0
 # A boundary is written this soon after it, with what came meanwhile.
 _GATHER_SECONDS: Final = 0.005
+# The events of a run nobody watches are written this often, and with the run's end:
+# none of a run shorter than this is written before its end (no step carries them).
+_UNWATCHED_SECONDS: Final = 1.0
 # How often a node deletes the events of runs past their retention, at most.
 _EXPIRY_PERIOD: Final = 60.0
 
@@ -141,8 +144,10 @@ class RunRecorder:
         self._run = run
         self._node_id = node_id
         self._log = log
-        # Someone streams the run's events: the model's answers are streamed, their
-        # text recorded as it is written; else asked for whole (``wants_deltas``).
+        # Someone streams the run's events (``watch``): the model's answers are
+        # streamed, their text recorded as it is written, and what waits is written at
+        # each boundary. Else answers come whole, and what waits is written every
+        # ``_UNWATCHED_SECONDS`` and with the run's end.
         self.watched = run.watched
         self._pending: list[_Pending] = []
         self._pending_bytes = 0
@@ -168,6 +173,13 @@ class RunRecorder:
         """Asked by the agent before each model call (``agents.internal.WatchedEvents``)."""
         return self.watched
 
+    def watch(self) -> None:
+        """Someone streams the run now: what waits is written at once (5 ms on), and
+        from then on at each boundary, the answers streamed from the next model call."""
+        self.watched = True
+        if self._pending:
+            self._boundary.set()
+
     def __call__(self, event: AgentEvent | RunResumed) -> None:
         if self._stopped or isinstance(event, RunEnd):
             return  # the run's end is the queue's: a stream makes its RunEnd from it
@@ -190,7 +202,7 @@ class RunRecorder:
                 kind = KIND_CHATTER if isinstance(event, _CHATTER) else KIND_OTHER
                 self._pending.append((kind, text))
                 self._pending_bytes += len(text)
-                if kind == KIND_OTHER and _is_boundary(event):
+                if kind == KIND_OTHER and self.watched and _is_boundary(event):
                     self._boundary.set()
         self._queued.set()
         if len(self._pending) > self._log.max_events or self._pending_bytes > self._log.max_bytes:
@@ -247,7 +259,8 @@ class RunRecorder:
     async def _flush_loop(self) -> None:
         while True:
             await self._queued.wait()
-            with trio.move_on_after(self._log.flush_interval):
+            wait = self._log.flush_interval if self.watched else _UNWATCHED_SECONDS
+            with trio.move_on_after(wait):
                 await self._boundary.wait()
                 # The events that come with it (a turn's end and its calls' starts, a
                 # call's end and the next turn's) go in the same batch.
@@ -258,8 +271,9 @@ class RunRecorder:
     def ride(self) -> _Ride | None:
         """What waits, for an agent's step to write in its transaction
         (``satsuma.store.Taken.events``), sparing a transaction of its own; None when
-        nothing waits or a batch is being written."""
-        if self._stopped or not self._pending or self._writing is not None:
+        nothing waits, a batch is being written, or nobody watches the run (its events
+        wait for the flusher's next write, or the run's end)."""
+        if not self.watched or self._stopped or not self._pending or self._writing is not None:
             return None
         self._writing = trio.Event()
         return _Ride(self, self._batch())
