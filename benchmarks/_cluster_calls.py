@@ -1,5 +1,7 @@
 """What a node's event recording costs a cluster run in Python calls, counted exactly
-(``sys.setprofile`` on every thread), beside what it asks of PostgreSQL (``_store_counts``).
+(``sys.setprofile`` on every thread), beside what it asks of PostgreSQL (``_store_counts``),
+and what the cluster itself adds to the same run in one process (open_agent + run on
+PostgreSQL), by file.
 
 A run of the cluster benchmark's agent (two tool calls at once, then the answer), one
 after another, its caller, its node and the loopback model server all in this process,
@@ -28,7 +30,7 @@ from typing import Any
 
 import trio
 from _cluster_agent import Courier, respond, ship
-from _cluster_latency import cluster_run
+from _cluster_latency import cluster_run, in_process_run
 from _store_counts import count
 from postgres_store import database, embedded_server
 
@@ -85,7 +87,19 @@ async def _measure(dsn: str, runs: int, prompt: str, profile: _Profile) -> None:
     async with MessagesServer(then=respond, keep_requests=0) as server:
         os.environ["ANTHROPIC_BASE_URL"] = server.base_url
         os.environ.setdefault("ANTHROPIC_API_KEY", "test-key")
-        figures: dict[bool, tuple[dict[str, float], Counter[tuple[str, str]]]] = {}
+        figures: dict[bool | None, tuple[dict[str, float], Counter[tuple[str, str]]]] = {}
+        # The floor: the same runs in this process, open_agent + run on PostgreSQL.
+        async with PostgresStore(dsn) as store:
+            counts = count(store)
+            for index in range(2):
+                await in_process_run(store, f"calls-warm-one-{index}", prompt)
+            counts.reset()
+            profile.calls.clear()
+            profile.on = True
+            for index in range(runs):
+                await in_process_run(store, f"calls-one-{index}", prompt)
+            profile.on = False
+            figures[None] = counts.per(runs), Counter(profile.calls)
         for recorded in (True, False):
             options: dict[str, Any] = {} if recorded else {"event_log": None}
             async with (
@@ -110,7 +124,12 @@ async def _measure(dsn: str, runs: int, prompt: str, profile: _Profile) -> None:
                 nursery.cancel_scope.cancel()
     print(f"Python calls per cluster run ({runs} runs; caller, node and model in one process)")
     print(f"{'':22} {'calls':>8} {'txns':>5} {'stmts':>6} {'notifies':>8}")
-    for recorded, label in ((True, "EventLog()"), (False, "event_log=None")):
+    rows: tuple[tuple[bool | None, str], ...] = (
+        (True, "EventLog()"),
+        (False, "event_log=None"),
+        (None, "one process (floor)"),
+    )
+    for recorded, label in rows:
         store_counts, calls = figures[recorded]
         print(
             f"{label:22} {sum(calls.values()) / runs:8.0f} {store_counts['transactions']:5.1f}"
@@ -127,6 +146,14 @@ async def _measure(dsn: str, runs: int, prompt: str, profile: _Profile) -> None:
     print("its 15 largest functions (calls per run):")
     for (file, function), calls_ in extra.most_common(15):
         print(f"  {calls_ / runs:8.0f}  {file}:{function}")
+    beyond = figures[False][1].copy()
+    beyond.subtract(figures[None][1])
+    print("what a cluster run without events adds to one process's, by file (calls per run):")
+    files: Counter[str] = Counter()
+    for (file, _), calls_ in beyond.items():
+        files[file] += calls_
+    for file, calls_ in files.most_common(20):
+        print(f"  {calls_ / runs:8.0f}  {file}")
 
 
 def main(argv: list[str]) -> None:
