@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+import pytest
 import trio
 
 import satsuma
@@ -329,3 +330,36 @@ async def test_a_stream_opened_mid_run_gets_what_was_recorded_at_once(
                 rest = [event async for event in stream]
     assert type(first).__name__ == "RunStart"
     assert isinstance(rest[-1], RunEnd) and rest[-1].result.output == ANSWER
+
+
+async def test_a_stream_the_database_will_not_let_mark_the_run_watched_still_streams_it(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A watcher whose role may only read (here: a trigger refuses the change): the
+    # stream goes on, at the pace of a run nobody watches, and says why once.
+    global _release, _entered
+    _release, _entered = trio.Event(), trio.Event()
+    async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, server, _, _):
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(
+                "CREATE FUNCTION refuse_watch() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'permission denied for table run_queue'; END $$"
+            )
+            admin.execute(
+                "CREATE TRIGGER refuse_watch BEFORE UPDATE ON run_queue FOR EACH ROW "
+                "WHEN (NEW.watched IS DISTINCT FROM OLD.watched) EXECUTE FUNCTION refuse_watch()"
+            )
+        with trio.fail_after(20):
+            run_id = await cluster.submit(Parcel, "order-14", "Where?")
+            await _entered.wait()
+            async with cluster.events(run_id) as stream:
+                _release.set()
+                events = [event async for event in stream]
+            found = await cluster.lookup(run_id)
+    assert isinstance(events[-1], RunEnd) and events[-1].result.output == ANSWER
+    assert type(events[0]).__name__ == "RunStart"
+    assert "".join(deltas(events)) == "Let me check." + ANSWER
+    assert streamed(server) == [False, False]
+    assert found is not None and not found[0].watched
+    refusals = [r for r in caplog.records if "could not mark it watched" in r.getMessage()]
+    assert len(refusals) == 1 and "permission denied" in refusals[0].getMessage()

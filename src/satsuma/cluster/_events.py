@@ -22,7 +22,7 @@ import attrs
 import cattrs
 import trio
 
-from .._exceptions import StoreError, StoreUnavailable
+from .._exceptions import StoreClosed, StoreError, StoreUnavailable
 from ..agents import AgentEvent, RunEnd, internal
 from ..store import PostgresStore, channel_for, read_events, watch_run
 from ..store import run_queue as queue
@@ -237,8 +237,7 @@ class EventStream:
             )
         try:
             if not self._watching:
-                await watch_run(self._store, self.run_id)
-                self._watching = True
+                await self._watch()
             page = await read_events(self._store, self.run_id, self.position, _PAGE)
         except StoreError as exc:
             await self._lost(exc)
@@ -286,6 +285,25 @@ class EventStream:
             self._close_listener()
             return
         await self._wait()
+
+    async def _watch(self) -> None:
+        """Mark the run watched (``watch_run``), once. A database that refuses it (a
+        role that may only read, a replica) leaves the run as it is: the stream goes on
+        at the pace of a run nobody watches (each answer whole, its events written once
+        a second, no NOTIFY for them: read every poll interval). One that is away is
+        asked again at the next read."""
+        try:
+            await watch_run(self._store, self.run_id)
+        except (StoreClosed, StoreUnavailable):
+            raise
+        except StoreError as exc:
+            logger.warning(
+                "streaming run %s: could not mark it watched, so its node does not stream "
+                "its answers and writes its events once a second (%s)",
+                self.run_id,
+                exc,
+            )
+        self._watching = True
 
     async def _wait(self) -> None:
         """Until a notification about this run (its events, or its end; the done
