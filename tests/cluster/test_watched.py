@@ -18,7 +18,7 @@ import trio
 
 import satsuma
 from satsuma.agents import RunEnd, TextDelta
-from satsuma.cluster import Cluster, ClusterEvent, EventStream, Node
+from satsuma.cluster import Cluster, ClusterEvent, EventLog, EventStream, Node, _recording
 from satsuma.models import AnthropicModel
 from satsuma.serve._cluster_runs import ClusterRuns
 from satsuma.store import PostgresStore, channel_for, watch_run
@@ -279,7 +279,12 @@ async def recorded(store: PostgresStore, run_id: str) -> list[str]:
     return [json.loads(text)["type"] for _, text in page.events]
 
 
-async def test_a_run_nobody_watches_writes_its_events_with_its_end(postgres_dsn: str) -> None:
+async def test_a_run_nobody_watches_writes_its_events_with_its_end(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its second (the time its events may wait) made long: what this test checks is
+    # that no boundary and no step writes them, whatever the machine's speed.
+    monkeypatch.setattr(_recording, "_UNWATCHED_SECONDS", 60.0)
     global _release, _entered
     _release, _entered = trio.Event(), trio.Event()
     async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, _, _, _):
@@ -353,8 +358,10 @@ async def test_a_stream_the_database_will_not_let_mark_the_run_watched_still_str
             run_id = await cluster.submit(Parcel, "order-14", "Where?")
             await _entered.wait()
             async with cluster.events(run_id) as stream:
+                # The first read tries to mark the run, in flight until the tool returns.
+                events = [await stream.__anext__()]
                 _release.set()
-                events = [event async for event in stream]
+                events += [event async for event in stream]
             found = await cluster.lookup(run_id)
     assert isinstance(events[-1], RunEnd) and events[-1].result.output == ANSWER
     assert type(events[0]).__name__ == "RunStart"
@@ -363,3 +370,58 @@ async def test_a_stream_the_database_will_not_let_mark_the_run_watched_still_str
     assert found is not None and not found[0].watched
     refusals = [r for r in caplog.records if "could not mark it watched" in r.getMessage()]
     assert len(refusals) == 1 and "permission denied" in refusals[0].getMessage()
+
+
+@satsuma.tool
+async def chatter(ctx: satsuma.ToolContext) -> str:
+    """Report progress, many times over."""
+    for number in range(120):
+        ctx.progress(f"line {number}")
+        await trio.sleep(0.002)
+    return "done"
+
+
+class Chatty(satsuma.Agent):
+    name = "chatty"
+    tools = [chatter]
+
+
+def chatter_then_answer(body: dict[str, Any]) -> Reply | str:
+    content = body["messages"][-1]["content"]
+    if isinstance(content, list) and any(b.get("type") == "tool_result" for b in content):
+        return ANSWER
+    return Reply(tool_calls=[ToolCall("toolu_1", "chatter", {})])
+
+
+async def test_a_flood_of_events_is_written_before_it_fills_the_cap_in_memory(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 120 progress lines in a quarter of a second, against a cap of 40 events: written
+    # as they come (a quarter of the cap at a time), so that the table's trim, which
+    # drops progress lines first, decides what is kept; waiting for the second of a run
+    # nobody watches, the oldest half of what waited in memory would have gone, the
+    # run's start among it.
+    async with (
+        MessagesServer(then=chatter_then_answer) as server,
+        PostgresStore(postgres_dsn) as store,
+        trio.open_nursery() as nursery,
+    ):
+        node = Node(
+            store,
+            agents=[Chatty],
+            name="n1",
+            model=AnthropicModel(server.client(), jitter=False),
+            poll_interval=0.5,
+            event_log=EventLog(max_events=40),
+        )
+        await nursery.start(node.serve)
+        cluster = Cluster(store, poll_interval=0.5)
+        with trio.fail_after(20):
+            result = await cluster.run(Chatty, "order-15", "Tell me everything.")
+            kept = await recorded(store, result.run_id)
+        nursery.cancel_scope.cancel()
+    assert result.output == ANSWER
+    assert kept[0] == "RunStart"
+    assert "ToolCallStart" in kept and "ToolCallEnd" in kept and kept[-1] == "TurnEnd"
+    assert kept.count("ToolProgress") < 40  # the table's trim took progress lines first
+    assert not [r for r in caplog.records if "were dropped" in r.getMessage()]

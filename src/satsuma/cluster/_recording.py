@@ -102,8 +102,11 @@ class EventLog:
             token.
         max_bytes: A run keeps at most this many bytes of events (as JSON); an event
             larger than this is not kept at all.
-        flush_interval: Seconds an event may wait before it is written; a boundary (a
-            call starting or ending, a retry, an approval) writes at once.
+        flush_interval: Seconds an event of a watched run may wait before it is
+            written; a boundary (a call starting or ending, a retry, an approval)
+            writes at once. A run nobody watches writes its events once a second and
+            with its end. Either writes at once when a quarter of ``max_events`` or
+            ``max_bytes`` waits.
         retention: Seconds a run's events are kept after it ended; nodes delete older
             ones about once a minute. They go earlier with the run's row in the queue
             (``Node(result_retention=...)``, an hour by default) when that is shorter.
@@ -205,8 +208,14 @@ class RunRecorder:
                 if kind == KIND_OTHER and self.watched and _is_boundary(event):
                     self._boundary.set()
         self._queued.set()
-        if len(self._pending) > self._log.max_events or self._pending_bytes > self._log.max_bytes:
-            self._shed()
+        log = self._log
+        if len(self._pending) * 4 > log.max_events or self._pending_bytes * 4 > log.max_bytes:
+            # A flood (a tool's progress lines, a long answer): written now, long before
+            # it could reach the cap in memory, where only its oldest half could go (the
+            # table's trim keeps the run's other events and drops deltas first).
+            self._boundary.set()
+            if len(self._pending) > log.max_events or self._pending_bytes > log.max_bytes:
+                self._shed()
 
     def _shed(self) -> None:
         """Drop the oldest half of what waits (the database is away, or far too slow):
