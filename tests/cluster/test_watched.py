@@ -383,7 +383,7 @@ async def chatter(ctx: satsuma.ToolContext) -> str:
     """Report progress, many times over."""
     for number in range(120):
         ctx.progress(f"line {number}")
-        await trio.sleep(0.002)
+        await trio.sleep(0.005)
     return "done"
 
 
@@ -402,7 +402,7 @@ def chatter_then_answer(body: dict[str, Any]) -> Reply | str:
 async def test_a_flood_of_events_is_written_before_it_fills_the_cap_in_memory(
     postgres_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # 120 progress lines in a quarter of a second, against a cap of 40 events: written
+    # 120 progress lines in some 0.6 s, against a cap of 40 events: written
     # as they come (a quarter of the cap at a time), so that the table's trim, which
     # drops progress lines first, decides what is kept; waiting for the second of a run
     # nobody watches, the oldest half of what waited in memory would have gone, the
