@@ -8,7 +8,8 @@ state it took with the claim (``open_taken``), and its client and results read a
 classes (``spec_of``), typed answers and stored runs; the CLI reads agent classes and
 typed answers; the cluster writes events as the JSON-lines log does (``json_line``) and
 checks the decisions a paused run is resumed with (``check_decisions``) before it
-queues them; a server keeps decisions taken one call at a time in the store
+queues them, and its recorder is a ``WatchedEvents`` (it says whether anyone streams
+the run, so whether the model's answers are streamed); a server keeps decisions taken one call at a time in the store
 (``stored_decisions``, ``decision_of``).
 """
 
@@ -21,6 +22,7 @@ from ._approval import stored_decisions as stored_decisions
 from ._handle import resume_decided as resume_decided
 from ._handle import resume_with_id as resume_with_id
 from ._handle import run_with_id as run_with_id
+from ._job import WatchedEvents as WatchedEvents
 from ._jsonlog import json_line as json_line
 from ._mailbox import Mailbox as Mailbox
 from ._open import open_taken as open_taken
@@ -36,6 +38,7 @@ from ._result import raw_output as raw_output
 __all__ = [
     "Actor",
     "Mailbox",
+    "WatchedEvents",
     "check_decisions",
     "decision_of",
     "NO_ANSWER",

@@ -5,9 +5,10 @@ and event callback a job's."""
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -139,16 +140,18 @@ def checked_prompt(text: object) -> str:
     return plain
 
 
-@runtime_checkable
-class WatchedEvents(Protocol):
+class WatchedEvents(abc.ABC):
     """An event callback that says, before each model call, whether it wants the
     answer's text as it is written (``wants_deltas``; else the answer is asked for
     whole, its text given in one piece): a cluster node's recorder, which wants it only
-    while someone streams the run. Any other callback always does."""
+    while someone streams the run. A callback must derive from it to be asked: any
+    other always gets the text as it is written."""
 
+    @abc.abstractmethod
     def __call__(self, event: AgentEvent, /) -> object: ...
 
     @property
+    @abc.abstractmethod
     def wants_deltas(self) -> bool: ...
 
 

@@ -41,6 +41,7 @@ from ..agents import (
     TextDelta,
     ThinkingDelta,
     TurnEnd,
+    internal,
 )
 from ..store import (
     KIND_CHATTER,
@@ -136,7 +137,7 @@ _Pending = _Delta | Entry
 
 
 @final
-class RunRecorder:
+class RunRecorder(internal.WatchedEvents):
     """The event sink of one attempt at a queued run on a node; ``recording()`` runs its
     flusher."""
 
@@ -173,7 +174,7 @@ class RunRecorder:
 
     @property
     def wants_deltas(self) -> bool:
-        """Asked by the agent before each model call (``agents.internal.WatchedEvents``)."""
+        """Asked by the agent before each model call (``WatchedEvents``)."""
         return self.watched
 
     def watch(self) -> None:
