@@ -21,16 +21,22 @@ from satsuma.agents import RunEnd, TextDelta
 from satsuma.cluster import Cluster, ClusterEvent, EventLog, EventStream, Node, _recording
 from satsuma.models import AnthropicModel
 from satsuma.serve._cluster_runs import ClusterRuns
-from satsuma.store import PostgresStore, channel_for, watch_run
-from satsuma.store._run_events import read_events
+from satsuma.store import PostgresStore, channel_for, read_events, watch_run
 from satsuma.testing import MessagesServer, Reply, ScriptedModel
 from satsuma.tools import ToolCall
 
 ANSWER = "The parcel left the depot this morning and arrives on Friday."
 
-# Set by a test: the tool waits on it, so that the run stays in flight in its tool call.
+# The tool waits on _release, so that the run stays in flight in its tool call; it sets
+# _entered once it runs. Fresh for each test (``fresh_hold``).
 _release = trio.Event()
 _entered = trio.Event()
+
+
+@pytest.fixture(autouse=True)
+def fresh_hold() -> None:
+    global _release, _entered
+    _release, _entered = trio.Event(), trio.Event()
 
 
 @satsuma.tool
@@ -144,8 +150,6 @@ async def test_submit_watched_streams_from_the_first_answer(postgres_dsn: str) -
 async def test_a_stream_opened_mid_run_streams_the_answers_from_the_next_model_call(
     postgres_dsn: str,
 ) -> None:
-    global _release, _entered
-    _release, _entered = trio.Event(), trio.Event()
     script: list[Reply | str] = [
         Reply(text="Let me check.", tool_calls=[ToolCall("toolu_1", "hold", {})]),
         ANSWER,
@@ -251,8 +255,6 @@ async def test_a_runs_event_batches_notify_its_channel_only_while_it_is_watched(
 ) -> None:
     # Nobody waits on the channel of a run nobody streams: a NOTIFY there would only
     # wake every listening connection of the database for nothing.
-    global _release
-    _release = trio.Event()
     _release.set()  # each run's call of hold returns at once
     heard: dict[str, int] = {}
     async with cluster_of(postgres_dsn, [], serving=False, then=hold_then_answer) as (
@@ -291,8 +293,6 @@ async def test_a_run_nobody_watches_writes_its_events_with_its_end(
     # Its second (the time its events may wait) made long: what this test checks is
     # that no boundary and no step writes them, whatever the machine's speed.
     monkeypatch.setattr(_recording, "_UNWATCHED_SECONDS", 60.0)
-    global _release, _entered
-    _release, _entered = trio.Event(), trio.Event()
     async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, _, _, _):
         with trio.fail_after(20):
             run_id = await cluster.submit(Parcel, "order-11", "Where?")
@@ -310,8 +310,6 @@ async def test_a_run_nobody_watches_writes_its_events_with_its_end(
 async def test_a_long_run_nobody_watches_writes_its_events_every_second(
     postgres_dsn: str,
 ) -> None:
-    global _release, _entered
-    _release, _entered = trio.Event(), trio.Event()
     async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, _, _, _):
         with trio.fail_after(20):
             run_id = await cluster.submit(Parcel, "order-12", "Where?")
@@ -329,8 +327,6 @@ async def test_a_stream_opened_mid_run_gets_what_was_recorded_at_once(
     # An unwatched run's events made to wait a minute: the first event can come within
     # the test's deadline only if the node writes what waits when it hears of the stream.
     monkeypatch.setattr(_recording, "_UNWATCHED_SECONDS", 60.0)
-    global _release, _entered
-    _release, _entered = trio.Event(), trio.Event()
     async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, _, _, _):
         with trio.fail_after(20):
             run_id = await cluster.submit(Parcel, "order-13", "Where?")
@@ -348,8 +344,6 @@ async def test_a_stream_the_database_will_not_let_mark_the_run_watched_still_str
 ) -> None:
     # A watcher whose role may only read (here: a trigger refuses the change): the
     # stream goes on, at the pace of a run nobody watches, and says why once.
-    global _release, _entered
-    _release, _entered = trio.Event(), trio.Event()
     async with cluster_of(postgres_dsn, [], then=hold_then_answer) as (cluster, server, _, _):
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:
             admin.execute(
